@@ -1,0 +1,1 @@
+"""An embedded single-node broker that speaks the Kafka wire protocol."""

@@ -1,0 +1,44 @@
+"""The `sparkafka` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from sparkafka import __version__
+
+EPILOG = """\
+Examples:
+
+  sparkafka broker --listen 127.0.0.1:9092 --data-dir ./kafka-data
+
+  sparkafka dump-log --data-dir ./kafka-data --topic out
+"""
+
+app = typer.Typer(
+    name="sparkafka",
+    help="Exactly-once Kafka -> Spark -> Kafka pipelines for PySpark, and the tools to watch and prove them.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"sparkafka {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Exactly-once Kafka -> Spark -> Kafka pipelines for PySpark."""
+
+
+def main() -> None:
+    app()
