@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from sparkafka import __version__
+from sparkafka.commands import broker as broker_commands
 
 EPILOG = """\
 Examples:
@@ -38,6 +39,10 @@ def root(
     ),
 ) -> None:
     """Exactly-once Kafka -> Spark -> Kafka pipelines for PySpark."""
+
+
+app.command("broker")(broker_commands.broker)
+app.command("dump-log")(broker_commands.dump_log)
 
 
 def main() -> None:

@@ -1,0 +1,3 @@
+from sparkafka.cli import main
+
+main()

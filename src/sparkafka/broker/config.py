@@ -1,0 +1,59 @@
+"""Broker settings, named after the Kafka broker configs they mirror."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_data_dir() -> Path:
+    """Per-user data directory: $XDG_DATA_HOME/sparkafka/broker, else ~/.local/share/sparkafka/broker."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "sparkafka" / "broker"
+
+
+@dataclass
+class SaslUser:
+    username: str
+    password: str
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    data_dir: Path = field(default_factory=default_data_dir)
+    node_id: int = 1
+    cluster_id: str = "sparkafka-embedded"
+    # transaction.max.timeout.ms
+    transaction_max_timeout_ms: int = 900_000
+    # How often timed-out transactions are looked for (Kafka: transaction.abort.timed.out.transaction.cleanup.interval.ms)
+    transaction_abort_check_interval_ms: int = 10_000
+    # auto.create.topics.enable / num.partitions
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    # group.initial.rebalance.delay.ms
+    group_initial_rebalance_delay_ms: int = 3000
+    # message.max.bytes: the largest record batch accepted
+    message_max_bytes: int = 1_048_588
+    # socket.request.max.bytes
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    # log.segment.bytes, log.retention.ms, log.retention.bytes, log.flush.interval.messages
+    segment_bytes: int = 1 << 30
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    flush_messages: int | None = None
+    # log.retention.check.interval.ms
+    retention_check_interval_ms: int = 300_000
+    # SASL/PLAIN users; empty means no authentication (PLAINTEXT listener)
+    sasl_plain_users: list[SaslUser] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.default_partitions < 1:
+            raise ValueError(f"default partitions must be at least 1, got {self.default_partitions}")
+        if self.transaction_max_timeout_ms < 1:
+            raise ValueError(
+                f"transaction.max.timeout.ms must be positive, got {self.transaction_max_timeout_ms}"
+            )

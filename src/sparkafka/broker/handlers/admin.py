@@ -1,0 +1,314 @@
+"""ApiVersions, SASL, Metadata and the topic administration APIs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeConfigsResponse,
+)
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from sparkafka.broker import protocol
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.topics import TOPIC_CONFIG_DEFAULTS, Topic
+
+if TYPE_CHECKING:
+    from sparkafka.broker.server import Broker, RequestContext
+
+_ZERO_UUID = uuid.UUID(int=0)
+# DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type / ConfigSource).
+_RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
+_SOURCE_DYNAMIC_TOPIC = 1
+_SOURCE_DEFAULT = 5
+
+
+def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
+    return ApiVersionsResponse(
+        error_code=error,
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in sorted(protocol.SUPPORTED_VERSIONS.items())
+        ],
+        throttle_time_ms=0,
+    )
+
+
+async def api_versions(broker: Broker, request: Any, context: RequestContext) -> Any:
+    return api_versions_response()
+
+
+async def sasl_handshake(broker: Broker, request: Any, context: RequestContext) -> Any:
+    mechanisms = ["PLAIN"] if broker.config.sasl_plain_users else []
+    if request.mechanism not in mechanisms:
+        return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms)
+    context.connection.sasl_mechanism = request.mechanism
+    return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
+
+
+async def sasl_authenticate(broker: Broker, request: Any, context: RequestContext) -> Any:
+    if context.connection.sasl_mechanism != "PLAIN":
+        return SaslAuthenticateResponse(
+            error_code=ErrorCode.ILLEGAL_SASL_STATE,
+            error_message="SaslAuthenticate before a SaslHandshake selecting PLAIN",
+            auth_bytes=b"",
+        )
+    # RFC 4616: [authzid] NUL authcid NUL passwd
+    parts = bytes(request.auth_bytes).split(b"\x00")
+    if len(parts) == 3:
+        username, password = parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+        if any(u.username == username and u.password == password for u in broker.config.sasl_plain_users):
+            context.connection.authenticated = True
+            return SaslAuthenticateResponse(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"")
+    return SaslAuthenticateResponse(
+        error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+        error_message="Authentication failed: Invalid username or password",
+        auth_bytes=b"",
+    )
+
+
+def _topic_metadata(broker: Broker, topic: Topic) -> Any:
+    node = broker.config.node_id
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=[
+            MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=ErrorCode.NONE,
+                partition_index=index,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            for index in range(topic.partitions)
+        ],
+        authorized_operations=-2147483648,
+    )
+
+
+def _missing_topic(name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=error,
+        name=name,
+        topic_id=topic_id or _ZERO_UUID,
+        is_internal=False,
+        partitions=[],
+        authorized_operations=-2147483648,
+    )
+
+
+async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any:
+    if request.topics is None or (context.version == 0 and not request.topics):
+        topics = [_topic_metadata(broker, t) for t in broker.topics.topics.values()]
+    else:
+        topics = []
+        auto_create = context.version < 4 or request.allow_auto_topic_creation
+        for wanted in request.topics:
+            if wanted.name is None:
+                found = broker.topics.by_id(wanted.topic_id)
+                topics.append(
+                    _topic_metadata(broker, found)
+                    if found
+                    else _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+                )
+                continue
+            try:
+                topic = broker.topics.topics.get(wanted.name)
+                if topic is None and auto_create and broker.config.auto_create_topics:
+                    topic = broker.create_topic(wanted.name, broker.config.default_partitions, {})
+            except BrokerError as exc:
+                topics.append(_missing_topic(wanted.name, None, exc.code))
+                continue
+            topics.append(
+                _topic_metadata(broker, topic)
+                if topic
+                else _missing_topic(wanted.name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            )
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[
+            MetadataResponse.MetadataResponseBroker(
+                node_id=broker.config.node_id, host=broker.config.host, port=broker.port, rack=None
+            )
+        ],
+        cluster_id=broker.config.cluster_id,
+        controller_id=broker.config.node_id,
+        topics=topics,
+        authorized_operations=-2147483648,
+    )
+
+
+def _config_entries(broker: Broker, topic: Topic, keys: list[str] | None) -> list[Any]:
+    entry_class = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
+    return [
+        entry_class(
+            name=key,
+            value=topic.config(key, broker.config),
+            read_only=False,
+            config_source=_SOURCE_DYNAMIC_TOPIC if key in topic.configs else _SOURCE_DEFAULT,
+            is_sensitive=False,
+        )
+        for key in sorted(TOPIC_CONFIG_DEFAULTS)
+        if keys is None or key in keys
+    ]
+
+
+async def create_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
+    results = []
+    result_class = CreateTopicsResponse.CreatableTopicResult
+    for wanted in request.topics:
+        try:
+            if wanted.assignments:
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported by a single-node broker"
+                )
+            if wanted.replication_factor not in (-1, 1):
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {wanted.replication_factor} is larger than the 1 available broker",
+                )
+            topic = broker.create_topic(
+                wanted.name,
+                wanted.num_partitions,
+                {c.name: c.value for c in wanted.configs},
+                validate_only=bool(request.validate_only),
+            )
+        except BrokerError as exc:
+            results.append(
+                result_class(
+                    name=wanted.name,
+                    topic_id=_ZERO_UUID,
+                    error_code=exc.code,
+                    error_message=exc.message,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=None,
+                )
+            )
+            continue
+        results.append(
+            result_class(
+                name=topic.name,
+                topic_id=topic.topic_id,
+                error_code=ErrorCode.NONE,
+                error_message=None,
+                num_partitions=topic.partitions,
+                replication_factor=1,
+                configs=_config_entries(broker, topic, None),
+            )
+        )
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+async def delete_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
+    results = []
+    for name in request.topic_names:
+        topic = broker.topics.topics.get(name)
+        try:
+            broker.delete_topic(name)
+            error, message = ErrorCode.NONE, None
+        except BrokerError as exc:
+            error, message = exc.code, exc.message
+        results.append(
+            DeleteTopicsResponse.DeletableTopicResult(
+                name=name,
+                topic_id=topic.topic_id if topic else _ZERO_UUID,
+                error_code=error,
+                error_message=message,
+            )
+        )
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+async def create_partitions(broker: Broker, request: Any, context: RequestContext) -> Any:
+    results = []
+    for wanted in request.topics:
+        try:
+            broker.add_partitions(wanted.name, wanted.count, validate_only=bool(request.validate_only))
+            error, message = ErrorCode.NONE, None
+        except BrokerError as exc:
+            error, message = exc.code, exc.message
+        results.append(
+            CreatePartitionsResponse.CreatePartitionsTopicResult(
+                name=wanted.name, error_code=error, error_message=message
+            )
+        )
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+def _broker_configs(broker: Broker) -> dict[str, str]:
+    config = broker.config
+    return {
+        "transaction.max.timeout.ms": str(config.transaction_max_timeout_ms),
+        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
+        "num.partitions": str(config.default_partitions),
+        "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
+        "message.max.bytes": str(config.message_max_bytes),
+        "socket.request.max.bytes": str(config.socket_request_max_bytes),
+        "log.segment.bytes": str(config.segment_bytes),
+        "log.retention.ms": str(config.retention_ms),
+        "log.retention.bytes": str(config.retention_bytes),
+    }
+
+
+async def describe_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
+    result_class = DescribeConfigsResponse.DescribeConfigsResult
+    entry_class = result_class.DescribeConfigsResourceResult
+    results = []
+    for resource in request.resources:
+        keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
+        entries: list[tuple[str, str, int]] = []
+        error, message = ErrorCode.NONE, None
+        if resource.resource_type == _RESOURCE_TOPIC:
+            topic = broker.topics.topics.get(resource.resource_name)
+            if topic is None:
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                message = f"topic {resource.resource_name!r} does not exist"
+            else:
+                entries = [
+                    (
+                        key,
+                        topic.config(key, broker.config),
+                        _SOURCE_DYNAMIC_TOPIC if key in topic.configs else _SOURCE_DEFAULT,
+                    )
+                    for key in sorted(TOPIC_CONFIG_DEFAULTS)
+                ]
+        elif resource.resource_type == _RESOURCE_BROKER:
+            entries = [(key, value, _SOURCE_DEFAULT) for key, value in sorted(_broker_configs(broker).items())]
+        else:
+            error = ErrorCode.INVALID_REQUEST
+            message = f"resource type {resource.resource_type} is not supported; use 2 (topic) or 4 (broker)"
+        results.append(
+            result_class(
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=[
+                    entry_class(
+                        name=key,
+                        value=value,
+                        read_only=resource.resource_type == _RESOURCE_BROKER,
+                        config_source=source,
+                        is_default=source == _SOURCE_DEFAULT,
+                        is_sensitive=False,
+                        synonyms=[],
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for key, value, source in entries
+                    if keys is None or key in keys
+                ],
+            )
+        )
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

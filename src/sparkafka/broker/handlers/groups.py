@@ -1,0 +1,280 @@
+"""FindCoordinator and the classic consumer-group APIs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from sparkafka.broker.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from sparkafka.broker.server import Broker, RequestContext
+
+_KEY_TYPE_GROUP = 0
+_KEY_TYPE_TRANSACTION = 1
+
+
+async def find_coordinator(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """This broker coordinates every group and transactional id."""
+    node, host, port = broker.config.node_id, broker.config.host, broker.port
+    key_type = request.key_type if context.version >= 1 else _KEY_TYPE_GROUP
+    error = ErrorCode.NONE if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION) else ErrorCode.INVALID_REQUEST
+    message = None if error == ErrorCode.NONE else f"unknown coordinator key type {key_type}"
+    if context.version >= 4:
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            coordinators=[
+                FindCoordinatorResponse.Coordinator(
+                    key=key, node_id=node, host=host, port=port, error_code=error, error_message=message
+                )
+                for key in request.coordinator_keys
+            ],
+        )
+    return FindCoordinatorResponse(
+        throttle_time_ms=0, error_code=error, error_message=message, node_id=node, host=host, port=port
+    )
+
+
+async def join_group(broker: Broker, request: Any, context: RequestContext) -> Any:
+    result = await broker.groups.join_group(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if context.version >= 5 else None,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms if context.version >= 1 else request.session_timeout_ms,
+        client_id=context.client_id,
+        client_host=context.client_host,
+        require_known_member_id=context.version >= 4,
+    )
+    return JoinGroupResponse(
+        throttle_time_ms=0,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        leader=result.leader,
+        skip_assignment=False,
+        member_id=result.member_id,
+        members=[
+            JoinGroupResponse.JoinGroupResponseMember(
+                member_id=member_id, group_instance_id=instance_id, metadata=metadata
+            )
+            for member_id, instance_id, metadata in result.members
+        ],
+    )
+
+
+async def sync_group(broker: Broker, request: Any, context: RequestContext) -> Any:
+    result = await broker.groups.sync_group(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if context.version >= 3 else None,
+        protocol_type=request.protocol_type if context.version >= 5 else None,
+        protocol_name=request.protocol_name if context.version >= 5 else None,
+        assignments=[(a.member_id, bytes(a.assignment)) for a in request.assignments],
+    )
+    return SyncGroupResponse(
+        throttle_time_ms=0,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+async def heartbeat(broker: Broker, request: Any, context: RequestContext) -> Any:
+    error = broker.groups.heartbeat(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if context.version >= 3 else None,
+    )
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
+
+
+async def leave_group(broker: Broker, request: Any, context: RequestContext) -> Any:
+    if context.version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    error, results = broker.groups.leave_group(group_id=request.group_id, members=members)
+    if context.version < 3 and error == ErrorCode.NONE and results:
+        error = results[0][2]
+    return LeaveGroupResponse(
+        throttle_time_ms=0,
+        error_code=error,
+        members=[
+            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results
+        ],
+    )
+
+
+async def offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
+    offsets = {
+        (t.name, p.partition_index): (
+            p.committed_offset,
+            p.committed_leader_epoch if context.version >= 6 else -1,
+            p.committed_metadata,
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    unknown = {tp for tp in offsets if tp not in broker.partitions}
+    known = {tp: v for tp, v in offsets.items() if tp not in unknown}
+    errors = broker.groups.commit_offsets(
+        group_id=request.group_id,
+        generation_id=request.generation_id_or_member_epoch,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if context.version >= 7 else None,
+        offsets=known,
+    )
+    errors.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    topic_class = OffsetCommitResponse.OffsetCommitResponseTopic
+    partition_class = topic_class.OffsetCommitResponsePartition
+    return OffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            topic_class(
+                name=t.name,
+                partitions=[
+                    partition_class(partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)])
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
+def _fetch_group_offsets(
+    broker: Broker, group_id: str, topics: list[Any] | None, require_stable: bool
+) -> dict[str, list[tuple[int, tuple[int, int, str | None, ErrorCode]]]]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = broker.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
+    by_topic: dict[str, list[tuple[int, tuple[int, int, str | None, ErrorCode]]]] = {}
+    for (topic, index), value in found.items():
+        by_topic.setdefault(topic, []).append((index, value))
+    return by_topic
+
+
+async def offset_fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
+    require_stable = bool(request.require_stable) if context.version >= 7 else False
+    if context.version >= 8:
+        group_class = OffsetFetchResponse.OffsetFetchResponseGroup
+        topic_class = group_class.OffsetFetchResponseTopics
+        partition_class = topic_class.OffsetFetchResponsePartitions
+        groups = []
+        for group in request.groups:
+            by_topic = _fetch_group_offsets(broker, group.group_id, group.topics, require_stable)
+            groups.append(
+                group_class(
+                    group_id=group.group_id,
+                    error_code=ErrorCode.NONE,
+                    topics=[
+                        topic_class(
+                            name=name,
+                            partitions=[
+                                partition_class(
+                                    partition_index=index,
+                                    committed_offset=offset,
+                                    committed_leader_epoch=epoch,
+                                    metadata=metadata,
+                                    error_code=error,
+                                )
+                                for index, (offset, epoch, metadata, error) in entries
+                            ],
+                        )
+                        for name, entries in by_topic.items()
+                    ],
+                )
+            )
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    topic_class = OffsetFetchResponse.OffsetFetchResponseTopic
+    partition_class = topic_class.OffsetFetchResponsePartition
+    by_topic = _fetch_group_offsets(broker, request.group_id, request.topics, require_stable)
+    return OffsetFetchResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        topics=[
+            topic_class(
+                name=name,
+                partitions=[
+                    partition_class(
+                        partition_index=index,
+                        committed_offset=offset,
+                        committed_leader_epoch=epoch,
+                        metadata=metadata,
+                        error_code=error,
+                    )
+                    for index, (offset, epoch, metadata, error) in entries
+                ],
+            )
+            for name, entries in by_topic.items()
+        ],
+    )
+
+
+async def list_groups(broker: Broker, request: Any, context: RequestContext) -> Any:
+    states = list(request.states_filter) if context.version >= 4 and request.states_filter else None
+    return ListGroupsResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        groups=[
+            ListGroupsResponse.ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=state)
+            for group_id, protocol_type, state in broker.groups.list_groups(states)
+        ],
+    )
+
+
+async def describe_groups(broker: Broker, request: Any, context: RequestContext) -> Any:
+    group_class = DescribeGroupsResponse.DescribedGroup
+    member_class = group_class.DescribedGroupMember
+    groups = []
+    for group_id in request.groups:
+        described = broker.groups.describe_group(group_id)
+        groups.append(
+            group_class(
+                error_code=described.error,
+                group_id=group_id,
+                group_state=described.state,
+                protocol_type=described.protocol_type,
+                protocol_data=described.protocol,
+                members=[
+                    member_class(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata,
+                        member_assignment=m.assignment,
+                    )
+                    for m in described.members
+                ],
+                authorized_operations=-2147483648,
+            )
+        )
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
+
+
+async def delete_groups(broker: Broker, request: Any, context: RequestContext) -> Any:
+    results = broker.groups.delete_groups(list(request.groups_names))
+    return DeleteGroupsResponse(
+        throttle_time_ms=0,
+        results=[
+            DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error)
+            for group_id, error in results.items()
+        ],
+    )

@@ -1,0 +1,247 @@
+"""Transaction APIs (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit)
+and the admin views of producers and transactions."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    TxnOffsetCommitResponse,
+)
+
+from sparkafka.broker.clock import now_ms
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.transactions import TxnState
+
+if TYPE_CHECKING:
+    from sparkafka.broker.server import Broker, RequestContext
+
+
+def _for_version(error: ErrorCode, version: int, first_version_with_fenced: int) -> ErrorCode:
+    """KIP-588: clients older than the version that introduced PRODUCER_FENCED get INVALID_PRODUCER_EPOCH."""
+    if error == ErrorCode.PRODUCER_FENCED and version < first_version_with_fenced:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+async def init_producer_id(broker: Broker, request: Any, context: RequestContext) -> Any:
+    try:
+        producer_id, epoch = broker.transactions.init_producer_id(
+            request.transactional_id,
+            request.transaction_timeout_ms,
+            request.producer_id if context.version >= 3 else -1,
+            request.producer_epoch if context.version >= 3 else -1,
+        )
+        error = ErrorCode.NONE
+    except BrokerError as exc:
+        producer_id, epoch, error = -1, -1, _for_version(exc.code, context.version, 4)
+    broker.notify_data()
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch)
+
+
+async def add_partitions_to_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    try:
+        errors = broker.transactions.add_partitions(
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            wanted,
+        )
+    except BrokerError as exc:
+        errors = dict.fromkeys(wanted, _for_version(exc.code, context.version, 2))
+    topic_class = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    partition_class = topic_class.AddPartitionsToTxnPartitionResult
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), error in errors.items():
+        by_topic.setdefault(topic, []).append(partition_class(partition_index=index, partition_error_code=error))
+    return AddPartitionsToTxnResponse(
+        throttle_time_ms=0,
+        results_by_topic_v3_and_below=[
+            topic_class(name=name, results_by_partition=results) for name, results in by_topic.items()
+        ],
+    )
+
+
+async def add_offsets_to_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
+    try:
+        broker.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+        error = ErrorCode.NONE
+    except BrokerError as exc:
+        error = _for_version(exc.code, context.version, 2)
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=error)
+
+
+async def end_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
+    try:
+        broker.transactions.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, bool(request.committed)
+        )
+        error = ErrorCode.NONE
+    except BrokerError as exc:
+        error = _for_version(exc.code, context.version, 2)
+    broker.notify_data()
+    return EndTxnResponse(throttle_time_ms=0, error_code=error)
+
+
+async def txn_offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
+    offsets = {
+        (t.name, p.partition_index): (
+            p.committed_offset,
+            p.committed_leader_epoch if context.version >= 2 else -1,
+            p.committed_metadata,
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    try:
+        broker.transactions.verify_offset_commit(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+        error = ErrorCode.NONE
+        if context.version >= 3:
+            error = broker.groups.validate_txn_offset_commit_member(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+            )
+        if error == ErrorCode.NONE:
+            broker.groups.stage_transactional_offsets(
+                group_id=request.group_id, producer_id=request.producer_id, offsets=offsets
+            )
+    except BrokerError as exc:
+        # TxnOffsetCommit reports a stale epoch as INVALID_PRODUCER_EPOCH in every version (it is
+        # validated like a produce to the offsets partition).
+        error = ErrorCode.INVALID_PRODUCER_EPOCH if exc.code == ErrorCode.PRODUCER_FENCED else exc.code
+    topic_class = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    partition_class = topic_class.TxnOffsetCommitResponsePartition
+    return TxnOffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            topic_class(
+                name=t.name,
+                partitions=[partition_class(partition_index=p.partition_index, error_code=error) for p in t.partitions],
+            )
+            for t in request.topics
+        ],
+    )
+
+
+async def describe_producers(broker: Broker, request: Any, context: RequestContext) -> Any:
+    topic_class = DescribeProducersResponse.TopicResponse
+    partition_class = topic_class.PartitionResponse
+    state_class = partition_class.ProducerState
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for index in wanted.partition_indexes:
+            try:
+                partition = broker.partition(wanted.name, index)
+            except BrokerError as exc:
+                partitions.append(
+                    partition_class(
+                        partition_index=index, error_code=exc.code, error_message=exc.message, active_producers=[]
+                    )
+                )
+                continue
+            partitions.append(
+                partition_class(
+                    partition_index=index,
+                    error_code=ErrorCode.NONE,
+                    error_message=None,
+                    active_producers=[
+                        state_class(
+                            producer_id=producer_id,
+                            producer_epoch=entry.epoch,
+                            last_sequence=entry.last_sequence,
+                            last_timestamp=entry.last_timestamp,
+                            coordinator_epoch=entry.coordinator_epoch,
+                            current_txn_start_offset=partition.open_txn_first_offset.get(producer_id, -1),
+                        )
+                        for producer_id, entry in sorted(partition.producers.items())
+                    ],
+                )
+            )
+        topics.append(topic_class(name=wanted.name, partitions=partitions))
+    return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+
+
+async def list_transactions(broker: Broker, request: Any, context: RequestContext) -> Any:
+    known_states = {s.value for s in TxnState}
+    state_filters = set(request.state_filters or [])
+    producer_filters = set(request.producer_id_filters or [])
+    min_duration = request.duration_filter if context.version >= 1 else -1
+    pattern = re.compile(request.transactional_id_pattern) if context.version >= 2 and request.transactional_id_pattern else None
+    now = now_ms()
+    states = []
+    for txn in broker.transactions.transactions.values():
+        if state_filters and txn.state.value not in state_filters:
+            continue
+        if producer_filters and txn.producer_id not in producer_filters:
+            continue
+        if min_duration is not None and min_duration >= 0 and (txn.start_ms < 0 or now - txn.start_ms < min_duration):
+            continue
+        if pattern is not None and not pattern.fullmatch(txn.transactional_id):
+            continue
+        states.append(
+            ListTransactionsResponse.TransactionState(
+                transactional_id=txn.transactional_id, producer_id=txn.producer_id, transaction_state=txn.state.value
+            )
+        )
+    return ListTransactionsResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        unknown_state_filters=sorted(state_filters - known_states),
+        transaction_states=states,
+    )
+
+
+async def describe_transactions(broker: Broker, request: Any, context: RequestContext) -> Any:
+    state_class = DescribeTransactionsResponse.TransactionState
+    topic_class = state_class.TopicData
+    states = []
+    for transactional_id in request.transactional_ids:
+        txn = broker.transactions.transactions.get(transactional_id)
+        if txn is None:
+            states.append(
+                state_class(
+                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    transactional_id=transactional_id,
+                    transaction_state="",
+                    transaction_timeout_ms=0,
+                    transaction_start_time_ms=-1,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=[],
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(txn.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        states.append(
+            state_class(
+                error_code=ErrorCode.NONE,
+                transactional_id=transactional_id,
+                transaction_state=txn.state.value,
+                transaction_timeout_ms=txn.timeout_ms,
+                transaction_start_time_ms=txn.start_ms,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                topics=[topic_class(topic=t, partitions=p) for t, p in by_topic.items()],
+            )
+        )
+    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

@@ -1,0 +1,318 @@
+"""One partition: its log plus the idempotent-producer and transaction state that Kafka keeps beside it.
+
+State kept per partition (rebuilt from the log itself on start, so nothing here needs its own file):
+
+- per producer id: the latest epoch and the last five appended batches' sequence ranges and offsets
+  (duplicate detection for idempotent retries, as Kafka's ProducerStateManager);
+- per producer id with an open transaction on this partition: the offset of its first record; the
+  smallest of these is the *last stable offset* (LSO) — read_committed readers never read past it;
+- the aborted transactions ``(producer id, first offset, last offset)``, served to read_committed
+  fetches so clients can drop aborted records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkafka.broker import records
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.log import LogConfig, PartitionLog
+
+log = logging.getLogger(__name__)
+
+# Kafka keeps the metadata of the last 5 batches per producer (max.in.flight for idempotence).
+_RETAINED_BATCHES_PER_PRODUCER = 5
+_MAX_SEQUENCE = 2**31 - 1
+
+# Raises BrokerError when a producer may not write transactionally to (topic, partition): the
+# transaction coordinator's KIP-890 partition verification.
+TransactionVerifier = Callable[[int, int, str, int], None]
+
+
+@dataclass(slots=True)
+class _BatchSeqs:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    recent: deque[_BatchSeqs] = field(default_factory=lambda: deque(maxlen=_RETAINED_BATCHES_PER_PRODUCER))
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.recent[-1].last_seq if self.recent else -1
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    log_append_time: int
+    duplicate: bool
+
+
+def _next_sequence(seq: int) -> int:
+    return 0 if seq == _MAX_SEQUENCE else seq + 1
+
+
+class Partition:
+    """A topic partition on this (single, always leader) broker."""
+
+    def __init__(self, topic: str, index: int, directory: Path, config: LogConfig) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = PartitionLog(directory, config)
+        self.producers: dict[int, ProducerEntry] = {}
+        self.open_txn_first_offset: dict[int, int] = {}
+        self.aborted: list[AbortedTxn] = []
+        self._rebuild_state()
+
+    # -- recovery ---------------------------------------------------------------------------------
+
+    def _rebuild_state(self) -> None:
+        """Replay every batch of the log to recover producer and transaction state (what Kafka's
+        producer-state snapshots and .txnindex files hold), so a SIGKILL loses none of it."""
+        for header, batch in self.log.iter_batches(self.log.log_start_offset):
+            if header.producer_id < 0:
+                continue
+            if header.is_control:
+                marker = records.control_marker(batch)
+                if marker is not None:
+                    self._complete_txn(header.producer_id, header.base_offset, marker[0] == "COMMIT")
+                entry = self.producers.setdefault(header.producer_id, ProducerEntry(header.producer_epoch))
+                entry.epoch = max(entry.epoch, header.producer_epoch)
+                continue
+            self._record_batch(header, header.base_offset)
+        if self.open_txn_first_offset:
+            log.info(
+                "%s-%d: %d transaction(s) still open after recovery, awaiting their coordinator",
+                self.topic,
+                self.index,
+                len(self.open_txn_first_offset),
+            )
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        # A single replica: everything appended is replicated to the whole ISR (itself).
+        return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        if self.open_txn_first_offset:
+            return min(self.open_txn_first_offset.values())
+        return self.high_watermark
+
+    # -- produce ----------------------------------------------------------------------------------
+
+    def append_from_client(
+        self,
+        payload: bytes,
+        *,
+        now_ms: int,
+        max_message_bytes: int,
+        verify_transaction: TransactionVerifier,
+    ) -> AppendResult:
+        """Validate and append the batches of one Produce partition entry.
+
+        Steps, as Kafka's UnifiedLog.append for a leader:
+        1. validate the v2 batches (magic, CRC32C, record counts, size); idempotent and
+           transactional produces carry exactly one batch;
+        2. for a batch with a producer id: fence an older epoch, detect a duplicate retry (answer with
+           the offset it was first written at, append nothing), reject a sequence gap;
+        3. for a transactional batch: the coordinator must have this partition in the producer's
+           ongoing transaction (KIP-890 verification), and its first batch opens the transaction here;
+        4. assign offsets from the log end offset and append.
+        """
+        headers = records.validate_produce_payload(payload, max_batch_bytes=max_message_bytes)
+        idempotent = [h for h in headers if h.producer_id >= 0]
+        if idempotent and len(headers) != 1:
+            raise BrokerError(
+                ErrorCode.INVALID_RECORD,
+                "an idempotent or transactional produce must carry exactly one record batch per partition",
+            )
+        if idempotent:
+            header = idempotent[0]
+            duplicate = self._check_sequence(header)
+            if duplicate is not None:
+                return AppendResult(duplicate, -1, True)
+            if header.is_transactional:
+                verify_transaction(header.producer_id, header.producer_epoch, self.topic, self.index)
+            elif header.producer_id in self.open_txn_first_offset:
+                raise BrokerError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"producer {header.producer_id} sent a non-transactional batch during its transaction",
+                )
+        base = self.log.log_end_offset
+        position = 0
+        assigned: list[bytes] = []
+        offset = base
+        for header in headers:
+            assigned.append(records.assign_offset(payload[position : position + header.size], offset))
+            if header.producer_id >= 0:
+                self._record_batch(header, offset)
+            position += header.size
+            offset += header.last_offset_delta + 1
+        self.log.append(assigned, now_ms=now_ms)
+        return AppendResult(base, -1, False)
+
+    def _check_sequence(self, header: records.BatchHeader) -> int | None:
+        """Idempotence rules of Kafka's ProducerAppendInfo; returns the first offset of a duplicate."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            if header.base_sequence != 0 and not header.is_transactional:
+                raise BrokerError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"producer {header.producer_id} is unknown to {self.topic}-{self.index} and its batch "
+                    f"starts at sequence {header.base_sequence}, not 0",
+                )
+            return None
+        if header.producer_epoch < entry.epoch:
+            raise BrokerError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {header.producer_id} epoch {header.producer_epoch} is older than the current "
+                f"epoch {entry.epoch}: it has been fenced by a newer instance",
+            )
+        if header.producer_epoch > entry.epoch:
+            if header.base_sequence != 0:
+                raise BrokerError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"producer {header.producer_id} started epoch {header.producer_epoch} at sequence "
+                    f"{header.base_sequence}; a new epoch starts at 0",
+                )
+            return None
+        for seen in entry.recent:
+            if seen.first_seq == header.base_sequence and seen.last_seq == header.last_sequence:
+                return seen.first_offset
+        if entry.recent and header.base_sequence != _next_sequence(entry.last_sequence):
+            raise BrokerError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {header.producer_id} sent sequence {header.base_sequence} to "
+                f"{self.topic}-{self.index}; expected {_next_sequence(entry.last_sequence)}",
+            )
+        return None
+
+    def _record_batch(self, header: records.BatchHeader, base_offset: int) -> None:
+        entry = self.producers.get(header.producer_id)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = ProducerEntry(header.producer_epoch)
+            self.producers[header.producer_id] = entry
+        if header.base_sequence >= 0:
+            entry.recent.append(
+                _BatchSeqs(
+                    header.base_sequence,
+                    header.last_sequence,
+                    base_offset,
+                    base_offset + header.last_offset_delta,
+                )
+            )
+        entry.last_timestamp = header.max_timestamp
+        if header.is_transactional:
+            self.open_txn_first_offset.setdefault(header.producer_id, base_offset)
+
+    # -- transaction markers ----------------------------------------------------------------------
+
+    def write_txn_marker(
+        self, *, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int:
+        """Append a COMMIT or ABORT control batch for the producer and close its transaction here.
+
+        Invariants: the marker carries the coordinator's (possibly bumped) epoch, which becomes the
+        producer's epoch on this partition, so a fenced producer's later batches are rejected; an
+        ABORT over data records adds an aborted-transaction entry covering [first data offset,
+        marker offset]; the LSO advances past the marker immediately."""
+        offset = self.log.log_end_offset
+        batch = records.build_control_batch(
+            offset=offset,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            commit=commit,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=now_ms,
+        )
+        self.log.append([batch], now_ms=now_ms)
+        entry = self.producers.setdefault(producer_id, ProducerEntry(producer_epoch))
+        if producer_epoch > entry.epoch:
+            entry.epoch = producer_epoch
+            entry.recent.clear()
+        entry.coordinator_epoch = coordinator_epoch
+        self._complete_txn(producer_id, offset, commit)
+        return offset
+
+    def _complete_txn(self, producer_id: int, marker_offset: int, commit: bool) -> None:
+        first = self.open_txn_first_offset.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted.append(AbortedTxn(producer_id, first, marker_offset))
+
+    def has_open_txn(self, producer_id: int) -> bool:
+        return producer_id in self.open_txn_first_offset
+
+    # -- fetch ------------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, read_committed: bool, min_one_batch: bool = True
+    ) -> tuple[bytes, list[AbortedTxn]]:
+        """Whole batches from ``offset`` up to the HW (read_uncommitted) or the LSO (read_committed), and
+        for read_committed the aborted transactions overlapping the returned range."""
+        upper = self.last_stable_offset if read_committed else self.high_watermark
+        if offset < self.log_start_offset or offset > self.high_watermark:
+            raise BrokerError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}] "
+                f"of {self.topic}-{self.index}",
+            )
+        if offset >= upper:
+            return b"", []
+        data = self.log.read(offset, max_bytes, upper_bound=upper, min_one_batch=min_one_batch)
+        if not read_committed or not data:
+            return data, []
+        last_offset = offset
+        for _, header in records.iter_batches(data):
+            last_offset = header.last_offset
+        aborted = [t for t in self.aborted if t.last_offset >= offset and t.first_offset <= last_offset]
+        return data, aborted
+
+    def delete_records_before(self, offset: int) -> int:
+        start = self.log.delete_records_before(offset)
+        self._prune_aborted()
+        return start
+
+    def enforce_retention(self, now_ms: int) -> None:
+        if "delete" in self.log.config.cleanup_policy and self.log.enforce_retention(now_ms):
+            self._prune_aborted()
+        if "compact" in self.log.config.cleanup_policy:
+            self.log.compact(now_ms=now_ms, is_aborted=self.is_aborted)
+
+    def is_aborted(self, producer_id: int, offset: int) -> bool:
+        return any(
+            t.producer_id == producer_id and t.first_offset <= offset <= t.last_offset for t in self.aborted
+        )
+
+    def _prune_aborted(self) -> None:
+        start = self.log.log_start_offset
+        self.aborted = [t for t in self.aborted if t.last_offset >= start]
+
+    def close(self) -> None:
+        self.log.close()
+

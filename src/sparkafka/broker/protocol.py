@@ -1,0 +1,182 @@
+"""Kafka wire framing and the request/response codec, built on kafka-python's schema classes.
+
+Every request on the wire is ``int32 size`` followed by a request header (api key, api version,
+correlation id, client id, and tagged fields for flexible versions) and the body. kafka-python 3
+generates one message class per API from Kafka's own JSON message definitions; this module maps
+api keys to those classes and records which versions the broker actually implements — only those
+are advertised by ApiVersions.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer
+import kafka.protocol.sasl
+from kafka.protocol.api_message import ApiMessage
+
+# Make sure every message module is imported before the registry is built.
+_MESSAGE_MODULES = (
+    kafka.protocol.admin,
+    kafka.protocol.consumer,
+    kafka.protocol.metadata,
+    kafka.protocol.producer,
+    kafka.protocol.sasl,
+)
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+
+
+# The versions this broker implements. Upper bounds stop short of versions that need features a
+# single-node broker does not have (topic ids in Fetch v13+/Produce v13, KIP-890 part 2 epoch
+# bumps in EndTxn v5, broker-to-broker batching in AddPartitionsToTxn v4+).
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 5),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+}
+
+# Kafka's socket.request.max.bytes default: a frame announcing more than this is refused.
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+def _build_registry() -> tuple[dict[int, Any], dict[int, Any]]:
+    requests: dict[int, Any] = {}
+    responses: dict[int, Any] = {}
+    for cls in _all_subclasses(ApiMessage):
+        if getattr(cls, "_class_version", None) is not None or getattr(cls, "_json", None) is None:
+            continue
+        target = requests if cls.type == "request" else responses
+        target[cls.API_KEY] = cls
+    return requests, responses
+
+
+REQUEST_CLASSES, RESPONSE_CLASSES = _build_registry()
+for _key in SUPPORTED_VERSIONS:
+    assert _key in REQUEST_CLASSES and _key in RESPONSE_CLASSES, f"kafka-python lacks a schema for {_key!r}"
+
+
+class MalformedRequest(Exception):
+    """A frame that cannot be decoded; the connection that sent it is closed, as Kafka does."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_header(frame: bytes) -> RequestHeader:
+    """Read the fixed, version-independent start of a request header (api key, version, correlation id,
+    client id). Enough to answer or reject a request whose body cannot be decoded."""
+    if len(frame) < 10:
+        raise MalformedRequest(f"request frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_id_len = struct.unpack_from(">hhih", frame, 0)
+    if client_id_len < -1 or 10 + max(client_id_len, 0) > len(frame):
+        raise MalformedRequest(f"request header has an invalid client id length {client_id_len}")
+    client_id = None if client_id_len < 0 else frame[10 : 10 + client_id_len].decode("utf-8", "replace")
+    return RequestHeader(api_key, api_version, correlation_id, client_id)
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    bounds = SUPPORTED_VERSIONS.get(api_key)  # type: ignore[call-overload]
+    return bounds is not None and bounds[0] <= api_version <= bounds[1]
+
+
+def decode_request(header: RequestHeader, frame: bytes) -> Any:
+    """Decode a whole request frame (header included) with the schema of its api key and version."""
+    request_class = REQUEST_CLASSES[header.api_key]
+    try:
+        return request_class.decode(frame, version=header.api_version, header=True)
+    except Exception as exc:  # the codec raises assorted errors on garbage input
+        raise MalformedRequest(
+            f"cannot decode {request_class.__name__} v{header.api_version}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def response_class(api_key: int) -> Any:
+    return RESPONSE_CLASSES[api_key]
+
+
+def encode_response(response: Any, version: int, correlation_id: int) -> bytes:
+    """Frame a response: size, response header (flexible where the API's version is), body."""
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(version=version, header=True, framed=True))
+
+
+def api_versions_body(error_code: int) -> list[tuple[int, int, int]]:
+    return [(int(key), low, high) for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())]

@@ -1,0 +1,361 @@
+"""The broker process: state it owns, the asyncio TCP server and per-connection request handling.
+
+All state lives on one asyncio event loop; a handler runs to completion (or to an ``await`` that
+waits for data or a rebalance) without interleaving with other handlers' state changes, so no
+locks are needed. Per connection, requests are handled one at a time and answered in order, as
+Kafka does by muting a channel while its request is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import struct
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkafka.broker import protocol
+from sparkafka.broker.clock import now_ms
+from sparkafka.broker.config import BrokerConfig
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.groups import GroupConfig, GroupCoordinator
+from sparkafka.broker.handlers import HANDLERS, api_versions_response
+from sparkafka.broker.journal import Journal
+from sparkafka.broker.partition import Partition
+from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_configs, validate_topic_name
+from sparkafka.broker.transactions import TransactionCoordinator
+
+log = logging.getLogger("sparkafka.broker")
+
+READY_LINE = "sparkafka broker ready on {host}:{port}"
+
+
+@dataclass(slots=True)
+class RequestContext:
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str
+    client_host: str
+    connection: Connection
+
+
+Handler = Callable[["Broker", Any, RequestContext], Awaitable[Any]]
+
+
+class Broker:
+    """A single-node broker: node ``config.node_id`` leads every partition and coordinates every
+    group and transactional id."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_data_dir(config.data_dir)
+        self.topics = TopicRegistry(config.data_dir)
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        for topic in self.topics.topics.values():
+            for index in range(topic.partitions):
+                self._open_partition(topic, index)
+        self.groups = GroupCoordinator(
+            Journal(config.data_dir / "__consumer_offsets.journal", fsync=config.flush_messages == 1),
+            GroupConfig(initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms),
+            now_ms=now_ms,
+        )
+        self.transactions = TransactionCoordinator(
+            Journal(config.data_dir / "__transaction_state.journal", fsync=config.flush_messages == 1),
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            write_marker=self._write_marker,
+            complete_offsets=lambda group, pid, commit: self.groups.complete_transaction(
+                group_id=group, producer_id=pid, commit=commit
+            ),
+            partition_exists=lambda topic, index: (topic, index) in self.partitions,
+            now_ms=now_ms,
+        )
+        self.transactions.recover()
+        self._data_arrived: asyncio.Event | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[Connection] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self.port = config.port
+        self.started_ms = now_ms()
+
+    # -- topics and partitions --------------------------------------------------------------------
+
+    def _partition_dir(self, topic: str, index: int) -> Path:
+        return self.config.data_dir / f"{topic}-{index}"
+
+    def _open_partition(self, topic: Topic, index: int) -> Partition:
+        partition = Partition(
+            topic.name, index, self._partition_dir(topic.name, index), topic.log_config(self.config)
+        )
+        self.partitions[(topic.name, index)] = partition
+        return partition
+
+    def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str], *, validate_only: bool = False
+    ) -> Topic:
+        validate_topic_name(name)
+        if name in self.topics.topics:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if partitions == -1:
+            partitions = self.config.default_partitions
+        if partitions < 1:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+        normalised = validate_topic_configs(configs)
+        topic = Topic(name, uuid.uuid4(), partitions, normalised)
+        if validate_only:
+            return topic
+        self.topics.topics[name] = topic
+        for index in range(partitions):
+            self._open_partition(topic, index)
+        self.topics.save()
+        log.info("created topic %s with %d partition(s) %s", name, partitions, normalised or "")
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.topics.pop(name, None)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        self.topics.save()
+        for index in range(topic.partitions):
+            partition = self.partitions.pop((name, index))
+            partition.close()
+            shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+        log.info("deleted topic %s", name)
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool) -> None:
+        topic = self.topics.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if count <= topic.partitions:
+            raise BrokerError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {topic.partitions} partitions; the new count {count} must be larger",
+            )
+        if validate_only:
+            return
+        for index in range(topic.partitions, count):
+            self._open_partition(topic, index)
+        topic.partitions = count
+        self.topics.save()
+
+    def topic_for_produce_or_fetch(self, name: str, *, auto_create: bool) -> Topic | None:
+        topic = self.topics.topics.get(name)
+        if topic is None and auto_create and self.config.auto_create_topics:
+            try:
+                topic = self.create_topic(name, self.config.default_partitions, {})
+            except BrokerError:
+                return None
+        return topic
+
+    def partition(self, topic: str, index: int) -> Partition:
+        found = self.partitions.get((topic, index))
+        if found is None:
+            raise BrokerError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this broker has no partition {topic}-{index}"
+            )
+        return found
+
+    def _write_marker(self, topic: str, index: int, producer_id: int, epoch: int, commit: bool) -> None:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            return  # the topic was deleted while the transaction was open: nothing left to mark
+        partition.write_txn_marker(
+            producer_id=producer_id, producer_epoch=epoch, commit=commit, coordinator_epoch=0, now_ms=now_ms()
+        )
+        self.notify_data()
+
+    # -- fetch long polling -----------------------------------------------------------------------
+
+    def notify_data(self) -> None:
+        """Wake every fetch waiting for data; later waiters wait on a fresh event."""
+        if self._data_arrived is not None:
+            self._data_arrived.set()
+            self._data_arrived = asyncio.Event()
+
+    async def wait_for_data(self, timeout_s: float) -> None:
+        assert self._data_arrived is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._data_arrived.wait(), timeout_s)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._data_arrived = asyncio.Event()
+        self._server = await asyncio.start_server(
+            self._accept, self.config.host, self.config.port, reuse_address=True, limit=1 << 20
+        )
+        sockets = self._server.sockets or ()
+        self.port = sockets[0].getsockname()[1]
+        self._background = [
+            asyncio.create_task(self._every(self.config.transaction_abort_check_interval_ms, self._abort_expired)),
+            asyncio.create_task(self._every(100, self.groups.expire_sessions)),
+            asyncio.create_task(self._every(self.config.retention_check_interval_ms, self._enforce_retention)),
+        ]
+
+    async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                action()
+            except Exception:
+                log.exception("periodic broker task %s failed", getattr(action, "__name__", action))
+
+    def _abort_expired(self) -> None:
+        if self.transactions.abort_timed_out():
+            self.notify_data()
+
+    def _enforce_retention(self) -> None:
+        now = now_ms()
+        for partition in list(self.partitions.values()):
+            partition.enforce_retention(now)
+
+    async def stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        self.close_storage()
+
+    def close_storage(self) -> None:
+        self.groups.shutdown()
+        for partition in self.partitions.values():
+            partition.close()
+        self._lock_file.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = Connection(self, reader, writer)
+        self._connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self._connections.discard(connection)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    async def handle(self, request: Any, context: RequestContext) -> Any:
+        return await HANDLERS[protocol.ApiKey(context.api_key)](self, request, context)
+
+
+def _lock_data_dir(data_dir: Path) -> Any:
+    """Hold an exclusive lock on the data directory so two brokers never write the same logs."""
+    import fcntl
+
+    handle = open(data_dir / ".lock", "a+")  # noqa: SIM115 - held for the broker's lifetime
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        handle.close()
+        raise RuntimeError(
+            f"data directory {data_dir} is in use by another broker; stop it or choose another --data-dir"
+        ) from exc
+    return handle
+
+
+class Connection:
+    """One client connection: read frames, handle them in order, write responses."""
+
+    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        self.authenticated = not broker.config.sasl_plain_users
+        self.sasl_mechanism: str | None = None
+        self._logged_bad_input = False
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def _log_bad_input_once(self, message: str) -> None:
+        if not self._logged_bad_input:
+            self._logged_bad_input = True
+            log.warning("closing connection from %s: %s", self.client_host, message)
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                try:
+                    size_bytes = await self.reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                (size,) = struct.unpack(">i", size_bytes)
+                if size < 0 or size > self.broker.config.socket_request_max_bytes:
+                    self._log_bad_input_once(
+                        f"request size {size} is outside [0, socket.request.max.bytes="
+                        f"{self.broker.config.socket_request_max_bytes}]"
+                    )
+                    return
+                try:
+                    frame = await self.reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                response = await self._respond(frame)
+                if response is False:
+                    return
+                if response:
+                    self.writer.write(response)
+                    await self.writer.drain()
+        except ConnectionError:
+            return
+        except Exception:
+            log.exception("unexpected error serving %s; connection closed", self.client_host)
+        finally:
+            self.writer.close()
+
+    async def _respond(self, frame: bytes) -> bytes | None | bool:
+        """The encoded response, None when none is due (acks=0), False to close the connection."""
+        try:
+            header = protocol.peek_header(frame)
+        except protocol.MalformedRequest as exc:
+            self._log_bad_input_once(str(exc))
+            return False
+        if header.api_key == protocol.ApiKey.API_VERSIONS and not protocol.is_supported(
+            header.api_key, header.api_version
+        ):
+            # KIP-511: answer an unknown ApiVersions version with v0 and UNSUPPORTED_VERSION so the
+            # client can retry with a version we list.
+            return protocol.encode_response(
+                api_versions_response(ErrorCode.UNSUPPORTED_VERSION), 0, header.correlation_id
+            )
+        if not protocol.is_supported(header.api_key, header.api_version):
+            self._log_bad_input_once(
+                f"unsupported request api key {header.api_key} version {header.api_version} "
+                f"from client {header.client_id!r}"
+            )
+            return False
+        if not self.authenticated and header.api_key not in (
+            protocol.ApiKey.API_VERSIONS,
+            protocol.ApiKey.SASL_HANDSHAKE,
+            protocol.ApiKey.SASL_AUTHENTICATE,
+        ):
+            self._log_bad_input_once(f"api key {header.api_key} before SASL authentication")
+            return False
+        try:
+            request = protocol.decode_request(header, frame)
+        except protocol.MalformedRequest as exc:
+            self._log_bad_input_once(str(exc))
+            return False
+        context = RequestContext(
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            header.client_id or "",
+            self.client_host,
+            self,
+        )
+        response = await self.broker.handle(request, context)
+        if response is None:
+            return None
+        return protocol.encode_response(response, header.api_version, header.correlation_id)

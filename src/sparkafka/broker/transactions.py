@@ -1,0 +1,348 @@
+"""The transaction coordinator (KIP-98), for a broker that is the coordinator of every transactional id.
+
+Per transactional id it keeps the producer id, the epoch, the timeout, the state and the partitions
+and consumer groups the ongoing transaction touches. Every change is appended to a journal before
+the response is sent, so a SIGKILL between two requests loses no decision.
+
+Ending a transaction (EndTxn, InitProducerId over an open transaction, or a timeout):
+1. journal ``PrepareCommit``/``PrepareAbort`` — from here on the outcome is decided;
+2. write a COMMIT/ABORT control batch on every partition where the producer wrote data in it, and
+   materialise or discard its transactional consumer-group offsets;
+3. journal ``CompleteCommit``/``CompleteAbort``.
+A crash between 1 and 3 is finished on start: the prepared outcome is written again to the
+partitions that still hold the transaction open.
+
+Fencing: InitProducerId and a timeout abort bump the epoch. Markers carry the bumped epoch, so the
+partitions reject later batches of the old producer (INVALID_PRODUCER_EPOCH) and the coordinator
+rejects its transactional requests (PRODUCER_FENCED).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.journal import Journal
+
+log = logging.getLogger(__name__)
+
+# Kafka bumps to a new producer id once the epoch would reach Short.MaxValue.
+_MAX_EPOCH = 32767 - 1
+_PRODUCER_ID_BLOCK = 1000
+_JOURNAL_REWRITE_THRESHOLD = 10_000
+
+TopicPartition = tuple[str, int]
+
+
+class TxnState(StrEnum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+
+_COMPLETED = {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
+
+
+@dataclass(slots=True)
+class TransactionMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: set[TopicPartition] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    start_ms: int = -1
+    last_update_ms: int = -1
+
+    def to_entry(self) -> dict[str, Any]:
+        return {
+            "type": "txn",
+            "id": self.transactional_id,
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "timeout": self.timeout_ms,
+            "state": self.state.value,
+            "partitions": sorted([t, p] for t, p in self.partitions),
+            "groups": sorted(self.groups),
+            "start": self.start_ms,
+            "updated": self.last_update_ms,
+        }
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> TransactionMetadata:
+        return cls(
+            transactional_id=entry["id"],
+            producer_id=entry["pid"],
+            producer_epoch=entry["epoch"],
+            timeout_ms=entry["timeout"],
+            state=TxnState(entry["state"]),
+            partitions={(t, p) for t, p in entry["partitions"]},
+            groups=set(entry["groups"]),
+            start_ms=entry["start"],
+            last_update_ms=entry["updated"],
+        )
+
+
+# (topic, partition, producer id, epoch, commit) -> writes a marker if the partition holds the
+# producer's transaction open.
+MarkerWriter = Callable[[str, int, int, int, bool], None]
+# (group, producer id, commit) -> materialise or discard pending transactional offsets.
+OffsetCompleter = Callable[[str, int, bool], None]
+# (topic, partition) -> whether it exists.
+PartitionExists = Callable[[str, int], bool]
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        max_timeout_ms: int,
+        write_marker: MarkerWriter,
+        complete_offsets: OffsetCompleter,
+        partition_exists: PartitionExists,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self._journal = journal
+        self.max_timeout_ms = max_timeout_ms
+        self._write_marker = write_marker
+        self._complete_offsets = complete_offsets
+        self._partition_exists = partition_exists
+        self._now_ms = now_ms
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self._by_producer_id: dict[int, TransactionMetadata] = {}
+        self._next_producer_id = 0
+        self._producer_id_limit = 0
+        for entry in journal.replay():
+            if entry["type"] == "txn":
+                self._index(TransactionMetadata.from_entry(entry))
+            elif entry["type"] == "pid_block":
+                self._next_producer_id = self._producer_id_limit = entry["limit"]
+
+    def recover(self) -> None:
+        """Finish transactions whose outcome was journaled but whose markers may not all be written."""
+        for txn in list(self.transactions.values()):
+            if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                log.info("completing %s of transactional id %r after restart", txn.state, txn.transactional_id)
+                self._write_outcome(txn, commit=txn.state is TxnState.PREPARE_COMMIT)
+
+    def _index(self, txn: TransactionMetadata) -> None:
+        previous = self.transactions.get(txn.transactional_id)
+        if previous is not None and self._by_producer_id.get(previous.producer_id) is previous:
+            del self._by_producer_id[previous.producer_id]
+        self.transactions[txn.transactional_id] = txn
+        self._by_producer_id[txn.producer_id] = txn
+
+    def _persist(self, txn: TransactionMetadata) -> None:
+        txn.last_update_ms = self._now_ms()
+        self._journal.append(txn.to_entry())
+        if self._journal.appended_since_rewrite > _JOURNAL_REWRITE_THRESHOLD:
+            snapshot = [t.to_entry() for t in self.transactions.values()]
+            snapshot.append({"type": "pid_block", "limit": self._producer_id_limit})
+            self._journal.rewrite(snapshot)
+
+    def allocate_producer_id(self) -> int:
+        """Producer ids are handed out from blocks whose upper bound is journaled first, so an id is
+        never reused after a restart (as Kafka's ProducerIdManager)."""
+        if self._next_producer_id >= self._producer_id_limit:
+            self._producer_id_limit = self._next_producer_id + _PRODUCER_ID_BLOCK
+            self._journal.append({"type": "pid_block", "limit": self._producer_id_limit})
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
+
+    # -- InitProducerId ---------------------------------------------------------------------------
+
+    def init_producer_id(
+        self, transactional_id: str | None, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
+    ) -> tuple[int, int]:
+        """Returns (producer id, epoch). For a transactional id: validates the timeout against
+        transaction.max.timeout.ms, aborts an open transaction of the previous instance and bumps the
+        epoch, fencing that instance."""
+        if transactional_id is None:
+            return self.allocate_producer_id(), 0
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            raise BrokerError(
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                f"transaction.timeout.ms={timeout_ms} of transactional id {transactional_id!r} is larger "
+                f"than the broker's transaction.max.timeout.ms={self.max_timeout_ms} (or not positive)",
+            )
+        txn = self.transactions.get(transactional_id)
+        if txn is None:
+            txn = TransactionMetadata(transactional_id, self.allocate_producer_id(), 0, timeout_ms)
+            self._index(txn)
+            self._persist(txn)
+            return txn.producer_id, txn.producer_epoch
+        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
+        if producer_id >= 0 and not (
+            producer_id == txn.producer_id and producer_epoch in (txn.producer_epoch, txn.producer_epoch - 1)
+        ):
+            # KIP-360: a producer asking for a bump must still own the id (or be retrying the last bump).
+            raise BrokerError(
+                ErrorCode.PRODUCER_FENCED,
+                f"producer {producer_id} epoch {producer_epoch} no longer owns transactional id "
+                f"{transactional_id!r} (now producer {txn.producer_id} epoch {txn.producer_epoch})",
+            )
+        if txn.state is TxnState.ONGOING:
+            self._fence_and_abort(txn, reason="a new producer instance initialised the same transactional id")
+        txn.timeout_ms = timeout_ms
+        if txn.producer_epoch >= _MAX_EPOCH:
+            self._by_producer_id.pop(txn.producer_id, None)
+            txn.producer_id, txn.producer_epoch = self.allocate_producer_id(), 0
+            self._by_producer_id[txn.producer_id] = txn
+        else:
+            txn.producer_epoch += 1
+        txn.state = TxnState.EMPTY
+        txn.partitions.clear()
+        txn.groups.clear()
+        txn.start_ms = -1
+        self._persist(txn)
+        return txn.producer_id, txn.producer_epoch
+
+    # -- validation shared by the transactional requests -------------------------------------------
+
+    def _owned(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            raise BrokerError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"producer id {producer_id} is not the current producer of transactional id "
+                f"{transactional_id!r}",
+            )
+        if txn.producer_epoch != producer_epoch:
+            raise BrokerError(
+                ErrorCode.PRODUCER_FENCED,
+                f"producer {producer_id} epoch {producer_epoch} of transactional id {transactional_id!r} "
+                f"was fenced by epoch {txn.producer_epoch}",
+            )
+        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
+        return txn
+
+    def _begin_if_needed(self, txn: TransactionMetadata) -> None:
+        if txn.state in _COMPLETED:
+            txn.state = TxnState.ONGOING
+            txn.partitions.clear()
+            txn.groups.clear()
+            txn.start_ms = self._now_ms()
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        txn = self._owned(transactional_id, producer_id, producer_epoch)
+        unknown = [tp for tp in partitions if not self._partition_exists(*tp)]
+        if unknown:
+            return {
+                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in partitions
+            }
+        if not set(partitions) <= txn.partitions or txn.state is not TxnState.ONGOING:
+            self._begin_if_needed(txn)
+            txn.partitions.update(partitions)
+            self._persist(txn)
+        return dict.fromkeys(partitions, ErrorCode.NONE)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        txn = self._owned(transactional_id, producer_id, producer_epoch)
+        if group_id not in txn.groups or txn.state is not TxnState.ONGOING:
+            self._begin_if_needed(txn)
+            txn.groups.add(group_id)
+            self._persist(txn)
+
+    def verify_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> None:
+        txn = self._owned(transactional_id, producer_id, producer_epoch)
+        if txn.state is not TxnState.ONGOING or group_id not in txn.groups:
+            raise BrokerError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"TxnOffsetCommit for group {group_id!r} before AddOffsetsToTxn in this transaction",
+            )
+
+    def verify_partition(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> None:
+        """KIP-890 part 1: a transactional batch is accepted only for a partition added to the
+        producer's ongoing transaction, with the current epoch."""
+        txn = self._by_producer_id.get(producer_id)
+        if txn is not None and txn.producer_epoch > producer_epoch:
+            raise BrokerError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {producer_id} epoch {producer_epoch} was fenced by epoch {txn.producer_epoch}",
+            )
+        if (
+            txn is None
+            or txn.producer_epoch != producer_epoch
+            or txn.state is not TxnState.ONGOING
+            or (topic, partition) not in txn.partitions
+        ):
+            raise BrokerError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {producer_id} has no ongoing transaction containing {topic}-{partition}; "
+                "AddPartitionsToTxn must come first",
+            )
+
+    # -- EndTxn and aborts ------------------------------------------------------------------------
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        txn = self._owned(transactional_id, producer_id, producer_epoch)
+        if txn.state is TxnState.ONGOING:
+            self._complete(txn, commit)
+            return
+        # A retried EndTxn whose first attempt completed is answered with success, as Kafka does.
+        if (txn.state is TxnState.COMPLETE_COMMIT and commit) or (txn.state is TxnState.COMPLETE_ABORT and not commit):
+            return
+        raise BrokerError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"EndTxn({'commit' if commit else 'abort'}) for transactional id {transactional_id!r} "
+            f"in state {txn.state.value}",
+        )
+
+    def _complete(self, txn: TransactionMetadata, commit: bool) -> None:
+        txn.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        self._persist(txn)
+        self._write_outcome(txn, commit)
+
+    def _write_outcome(self, txn: TransactionMetadata, commit: bool) -> None:
+        for topic, partition in sorted(txn.partitions):
+            self._write_marker(topic, partition, txn.producer_id, txn.producer_epoch, commit)
+        for group in sorted(txn.groups):
+            self._complete_offsets(group, txn.producer_id, commit)
+        txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        self._persist(txn)
+
+    def _fence_and_abort(self, txn: TransactionMetadata, *, reason: str) -> None:
+        log.info(
+            "aborting transaction of %r (producer %d epoch %d): %s",
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            reason,
+        )
+        txn.producer_epoch += 1
+        self._complete(txn, commit=False)
+
+    def abort_timed_out(self) -> int:
+        """Abort transactions open longer than their transaction.timeout.ms, bumping the epoch so the
+        producer that opened them is fenced."""
+        now = self._now_ms()
+        expired = [
+            txn
+            for txn in self.transactions.values()
+            if txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms < now
+        ]
+        for txn in expired:
+            self._fence_and_abort(txn, reason=f"open longer than transaction.timeout.ms={txn.timeout_ms}")
+        return len(expired)
+
+    # -- admin views ------------------------------------------------------------------------------
+
+    def by_producer_id(self, producer_id: int) -> TransactionMetadata | None:
+        return self._by_producer_id.get(producer_id)

@@ -1,0 +1,1 @@
+"""Sub-commands of the `sparkafka` command line, one module per group."""

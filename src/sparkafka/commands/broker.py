@@ -1,0 +1,92 @@
+"""`sparkafka broker` and `sparkafka dump-log`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+from sparkafka.broker.config import BrokerConfig, SaslUser, default_data_dir
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, separator, port = value.rpartition(":")
+    if not separator or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise typer.BadParameter(f"{value!r} is not HOST:PORT (for example 127.0.0.1:9092, or port 0 for any free port)")
+    return host, int(port)
+
+
+def broker(
+    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT to accept clients on; port 0 picks a free port."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Where logs and coordinator state live [default: per-user data directory]."),
+    transaction_max_timeout_ms: int = typer.Option(900_000, "--transaction-max-timeout-ms", min=1, help="Kafka's transaction.max.timeout.ms."),
+    auto_create_topics: bool = typer.Option(True, "--auto-create-topics/--no-auto-create-topics", help="Kafka's auto.create.topics.enable."),
+    default_partitions: int = typer.Option(1, "--default-partitions", min=1, help="Kafka's num.partitions for auto-created topics."),
+    group_initial_rebalance_delay_ms: int = typer.Option(3000, "--group-initial-rebalance-delay-ms", min=0, help="Kafka's group.initial.rebalance.delay.ms."),
+    flush_messages: int = typer.Option(0, "--flush-messages", min=0, help="fsync every N appended batches (1 = every append); 0 leaves flushing to the OS: safe against SIGKILL, not power loss."),
+    sasl_plain_user: list[str] = typer.Option([], "--sasl-plain-user", help="USER:PASSWORD accepted over SASL/PLAIN (repeatable); without it no authentication is required."),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+) -> None:
+    """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
+    from sparkafka.broker.runner import run_forever
+
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        raise typer.BadParameter(f"unknown log level {log_level!r}; use DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, port = parse_listen(listen)
+    users = []
+    for entry in sasl_plain_user:
+        username, separator, password = entry.partition(":")
+        if not separator or not username:
+            raise typer.BadParameter(f"--sasl-plain-user {entry!r} is not USER:PASSWORD")
+        users.append(SaslUser(username, password))
+    config = BrokerConfig(
+        host=host,
+        port=port,
+        data_dir=data_dir or default_data_dir(),
+        transaction_max_timeout_ms=transaction_max_timeout_ms,
+        auto_create_topics=auto_create_topics,
+        default_partitions=default_partitions,
+        group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
+        flush_messages=flush_messages or None,
+        sasl_plain_users=users,
+    )
+    try:
+        run_forever(config)
+    except (RuntimeError, OSError) as exc:
+        typer.echo(f"sparkafka broker: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def dump_log(
+    data_dir: Path = typer.Option(..., "--data-dir", help="The broker's data directory."),
+    topic: str = typer.Option(..., "--topic", help="Topic whose log to print."),
+    partition: int | None = typer.Option(None, "--partition", help="Only this partition [default: all]."),
+    print_records: bool = typer.Option(True, "--print-data-log/--batches-only", help="Print each record, not only batch headers."),
+) -> None:
+    """Print a topic's log batch by batch, as Kafka's kafka-dump-log.sh --print-data-log does."""
+    from sparkafka.broker import records
+
+    directories = sorted(
+        (d for d in data_dir.glob(f"{topic}-*") if d.is_dir() and d.name.rpartition("-")[2].isdigit()),
+        key=lambda d: int(d.name.rpartition("-")[2]),
+    )
+    directories = [d for d in directories if d.name.rpartition("-")[0] == topic]
+    if partition is not None:
+        directories = [d for d in directories if int(d.name.rpartition("-")[2]) == partition]
+    if not directories:
+        typer.echo(f"no log for topic {topic!r}{'' if partition is None else f' partition {partition}'} in {data_dir}", err=True)
+        raise typer.Exit(1)
+    for directory in directories:
+        for segment in sorted(directory.glob("*.log")):
+            typer.echo(f"Dumping {segment}")
+            data = segment.read_bytes()
+            try:
+                for position, header in records.iter_batches(data):
+                    batch = data[position : position + header.size]
+                    for line in records.format_batch_dump(header, batch, position=position, print_records=print_records):
+                        typer.echo(line)
+            except records.CorruptBatchError as exc:
+                typer.echo(f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}", err=True)
