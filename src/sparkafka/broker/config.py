@@ -28,7 +28,8 @@ class BrokerConfig:
     cluster_id: str = "sparkafka-embedded"
     # transaction.max.timeout.ms
     transaction_max_timeout_ms: int = 900_000
-    # How often timed-out transactions are looked for (Kafka: transaction.abort.timed.out.transaction.cleanup.interval.ms)
+    # How often timed-out transactions are looked for
+    # (Kafka: transaction.abort.timed.out.transaction.cleanup.interval.ms)
     transaction_abort_check_interval_ms: int = 10_000
     # auto.create.topics.enable / num.partitions
     auto_create_topics: bool = True

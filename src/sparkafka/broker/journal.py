@@ -225,12 +225,14 @@ class Journal:
                 # The checksum matched, so these are the bytes that were written: not a crash artefact.
                 raise JournalCorruptError(self.path, start, f"frame is not valid JSON: {exc}") from exc
             if not isinstance(entry, dict):
-                raise JournalCorruptError(self.path, start, f"entry is a {type(entry).__name__}, not an object")
+                raise JournalCorruptError(
+                    self.path, start, f"entry is a {type(entry).__name__}, not an object"
+                )
             entries.append(entry)
         return iter(entries)
 
     def append(self, entry: dict[str, Any]) -> None:
-        """Write one entry; when this returns the entry survives a process crash (and, with fsync, power loss).
+        """Write one entry; once this returns it survives a process crash (and, with fsync, power loss).
 
         On a write error the partial frame is cut off again so that later appends still follow a valid
         frame; if even that fails the journal refuses further writes.

@@ -133,25 +133,27 @@ class Partition:
         now_ms: int,
         max_message_bytes: int,
         verify_transaction: TransactionVerifier,
+        produce_version: int | None = None,
     ) -> AppendResult:
         """Validate and append the batches of one Produce partition entry.
 
         Steps, as Kafka's UnifiedLog.append for a leader:
-        1. validate the v2 batches (magic, CRC32C, record counts, size); idempotent and
-           transactional produces carry exactly one batch;
+        1. validate the v2 batch (magic, CRC32C, record counts, size, keys on compacted topics); a
+           produce carries exactly one batch per partition;
         2. for a batch with a producer id: fence an older epoch, detect a duplicate retry (answer with
            the offset it was first written at, append nothing), reject a sequence gap;
         3. for a transactional batch: the coordinator must have this partition in the producer's
            ongoing transaction (KIP-890 verification), and its first batch opens the transaction here;
         4. assign offsets from the log end offset and append.
         """
-        headers = records.validate_produce_payload(payload, max_batch_bytes=max_message_bytes)
+        headers = records.validate_produce_payload(
+            payload,
+            max_batch_bytes=max_message_bytes,
+            topic_partition=f"{self.topic}-{self.index}",
+            produce_version=produce_version,
+            require_keys=self.log.config.compacts,
+        )
         idempotent = [h for h in headers if h.producer_id >= 0]
-        if idempotent and len(headers) != 1:
-            raise BrokerError(
-                ErrorCode.INVALID_RECORD,
-                "an idempotent or transactional produce must carry exactly one record batch per partition",
-            )
         if idempotent:
             header = idempotent[0]
             duplicate = self._check_sequence(header)
@@ -181,12 +183,8 @@ class Partition:
         """Idempotence rules of Kafka's ProducerAppendInfo; returns the first offset of a duplicate."""
         entry = self.producers.get(header.producer_id)
         if entry is None:
-            if header.base_sequence != 0 and not header.is_transactional:
-                raise BrokerError(
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    f"producer {header.producer_id} is unknown to {self.topic}-{self.index} and its batch "
-                    f"starts at sequence {header.base_sequence}, not 0",
-                )
+            # Kafka accepts any sequence from a producer it has no state for (never seen, or its
+            # state was removed with the log it described).
             return None
         if header.producer_epoch < entry.epoch:
             raise BrokerError(
@@ -315,4 +313,3 @@ class Partition:
 
     def close(self) -> None:
         self.log.close()
-

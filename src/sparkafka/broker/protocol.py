@@ -104,8 +104,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    found: list[type] = []
+def _all_subclasses(cls: Any) -> list[Any]:
+    found: list[Any] = []
     for sub in cls.__subclasses__():
         found.append(sub)
         found.extend(_all_subclasses(sub))
@@ -174,9 +174,6 @@ def response_class(api_key: int) -> Any:
 
 def encode_response(response: Any, version: int, correlation_id: int) -> bytes:
     """Frame a response: size, response header (flexible where the API's version is), body."""
+    response.API_VERSION = version
     response.with_header(correlation_id=correlation_id)
-    return bytes(response.encode(version=version, header=True, framed=True))
-
-
-def api_versions_body(error_code: int) -> list[tuple[int, int, int]]:
-    return [(int(key), low, high) for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())]
+    return bytes(response.encode(header=True, framed=True))

@@ -105,7 +105,9 @@ class Broker:
         if partitions == -1:
             partitions = self.config.default_partitions
         if partitions < 1:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+            raise BrokerError(
+                ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}"
+            )
         normalised = validate_topic_configs(configs)
         topic = Topic(name, uuid.uuid4(), partitions, normalised)
         if validate_only:
@@ -193,9 +195,13 @@ class Broker:
         sockets = self._server.sockets or ()
         self.port = sockets[0].getsockname()[1]
         self._background = [
-            asyncio.create_task(self._every(self.config.transaction_abort_check_interval_ms, self._abort_expired)),
+            asyncio.create_task(
+                self._every(self.config.transaction_abort_check_interval_ms, self._abort_expired)
+            ),
             asyncio.create_task(self._every(100, self.groups.expire_sessions)),
-            asyncio.create_task(self._every(self.config.retention_check_interval_ms, self._enforce_retention)),
+            asyncio.create_task(
+                self._every(self.config.retention_check_interval_ms, self._enforce_retention)
+            ),
         ]
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
@@ -220,8 +226,10 @@ class Broker:
             task.cancel()
         if self._server is not None:
             self._server.close()
-        for connection in list(self._connections):
+        connections = list(self._connections)
+        for connection in connections:
             connection.close()
+        await asyncio.gather(*(c.task for c in connections if c.task is not None), return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -235,6 +243,7 @@ class Broker:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(self, reader, writer)
+        connection.task = asyncio.current_task()
         self._connections.add(connection)
         try:
             await connection.serve()
@@ -273,6 +282,7 @@ class Connection:
         self.client_host = f"/{peer[0]}" if peer else "/unknown"
         self.authenticated = not broker.config.sasl_plain_users
         self.sasl_mechanism: str | None = None
+        self.task: asyncio.Task[Any] | None = None
         self._logged_bad_input = False
 
     def close(self) -> None:
@@ -304,7 +314,7 @@ class Connection:
                 response = await self._respond(frame)
                 if response is False:
                     return
-                if response:
+                if isinstance(response, bytes):
                     self.writer.write(response)
                     await self.writer.drain()
         except ConnectionError:
@@ -314,7 +324,7 @@ class Connection:
         finally:
             self.writer.close()
 
-    async def _respond(self, frame: bytes) -> bytes | None | bool:
+    async def _respond(self, frame: bytes) -> bytes | bool | None:
         """The encoded response, None when none is due (acks=0), False to close the connection."""
         try:
             header = protocol.peek_header(frame)

@@ -52,7 +52,8 @@ def validate_topic_configs(configs: dict[str, str]) -> dict[str, str]:
         if key not in TOPIC_CONFIG_DEFAULTS:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG,
-                f"unknown topic config {key!r}; this broker supports: {', '.join(sorted(TOPIC_CONFIG_DEFAULTS))}",
+                f"unknown topic config {key!r}; this broker supports: "
+                f"{', '.join(sorted(TOPIC_CONFIG_DEFAULTS))}",
             )
         try:
             if key == "cleanup.policy":
@@ -63,7 +64,9 @@ def validate_topic_configs(configs: dict[str, str]) -> dict[str, str]:
             else:
                 _positive_or_minus_one(key, value)
         except ValueError as exc:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, f"invalid value {value!r} for topic config {key}: {exc}") from exc
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG, f"invalid value {value!r} for topic config {key}: {exc}"
+            ) from exc
         normalised[key] = value
     return normalised
 

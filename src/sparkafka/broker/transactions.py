@@ -131,7 +131,9 @@ class TransactionCoordinator:
         """Finish transactions whose outcome was journaled but whose markers may not all be written."""
         for txn in list(self.transactions.values()):
             if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                log.info("completing %s of transactional id %r after restart", txn.state, txn.transactional_id)
+                log.info(
+                    "completing %s of transactional id %r after restart", txn.state, txn.transactional_id
+                )
                 self._write_outcome(txn, commit=txn.state is TxnState.PREPARE_COMMIT)
 
     def _index(self, txn: TransactionMetadata) -> None:
@@ -193,7 +195,13 @@ class TransactionCoordinator:
                 f"{transactional_id!r} (now producer {txn.producer_id} epoch {txn.producer_epoch})",
             )
         if txn.state is TxnState.ONGOING:
+            # As Kafka: fence the previous instance, abort its transaction, and have the new instance
+            # retry; the retry finds CompleteAbort and bumps the epoch once more.
             self._fence_and_abort(txn, reason="a new producer instance initialised the same transactional id")
+            raise BrokerError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"aborting the open transaction of {transactional_id!r} before re-initialising it; retry",
+            )
         txn.timeout_ms = timeout_ms
         if txn.producer_epoch >= _MAX_EPOCH:
             self._by_producer_id.pop(txn.producer_id, None)
@@ -242,7 +250,9 @@ class TransactionCoordinator:
         unknown = [tp for tp in partitions if not self._partition_exists(*tp)]
         if unknown:
             return {
-                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED
                 for tp in partitions
             }
         if not set(partitions) <= txn.partitions or txn.state is not TxnState.ONGOING:
@@ -251,7 +261,9 @@ class TransactionCoordinator:
             self._persist(txn)
         return dict.fromkeys(partitions, ErrorCode.NONE)
 
-    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+    def add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> None:
         txn = self._owned(transactional_id, producer_id, producer_epoch)
         if group_id not in txn.groups or txn.state is not TxnState.ONGOING:
             self._begin_if_needed(txn)
@@ -272,14 +284,19 @@ class TransactionCoordinator:
         """KIP-890 part 1: a transactional batch is accepted only for a partition added to the
         producer's ongoing transaction, with the current epoch."""
         txn = self._by_producer_id.get(producer_id)
-        if txn is not None and txn.producer_epoch > producer_epoch:
+        if txn is None:
+            raise BrokerError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"producer {producer_id} has no transactional id on this coordinator; "
+                "call InitProducerId first",
+            )
+        if txn.producer_epoch > producer_epoch:
             raise BrokerError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer {producer_id} epoch {producer_epoch} was fenced by epoch {txn.producer_epoch}",
             )
         if (
-            txn is None
-            or txn.producer_epoch != producer_epoch
+            txn.producer_epoch != producer_epoch
             or txn.state is not TxnState.ONGOING
             or (topic, partition) not in txn.partitions
         ):
@@ -297,7 +314,9 @@ class TransactionCoordinator:
             self._complete(txn, commit)
             return
         # A retried EndTxn whose first attempt completed is answered with success, as Kafka does.
-        if (txn.state is TxnState.COMPLETE_COMMIT and commit) or (txn.state is TxnState.COMPLETE_ABORT and not commit):
+        if (txn.state is TxnState.COMPLETE_COMMIT and commit) or (
+            txn.state is TxnState.COMPLETE_ABORT and not commit
+        ):
             return
         raise BrokerError(
             ErrorCode.INVALID_TXN_STATE,
@@ -316,6 +335,9 @@ class TransactionCoordinator:
         for group in sorted(txn.groups):
             self._complete_offsets(group, txn.producer_id, commit)
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        # A completed transaction lists no partitions (DescribeTransactions); its start time stays.
+        txn.partitions.clear()
+        txn.groups.clear()
         self._persist(txn)
 
     def _fence_and_abort(self, txn: TransactionMetadata, *, reason: str) -> None:

@@ -13,19 +13,56 @@ from sparkafka.broker.config import BrokerConfig, SaslUser, default_data_dir
 def parse_listen(value: str) -> tuple[str, int]:
     host, separator, port = value.rpartition(":")
     if not separator or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise typer.BadParameter(f"{value!r} is not HOST:PORT (for example 127.0.0.1:9092, or port 0 for any free port)")
+        raise typer.BadParameter(
+            f"{value!r} is not HOST:PORT (for example 127.0.0.1:9092, or port 0 for any free port)"
+        )
     return host, int(port)
 
 
 def broker(
-    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT to accept clients on; port 0 picks a free port."),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Where logs and coordinator state live [default: per-user data directory]."),
-    transaction_max_timeout_ms: int = typer.Option(900_000, "--transaction-max-timeout-ms", min=1, help="Kafka's transaction.max.timeout.ms."),
-    auto_create_topics: bool = typer.Option(True, "--auto-create-topics/--no-auto-create-topics", help="Kafka's auto.create.topics.enable."),
-    default_partitions: int = typer.Option(1, "--default-partitions", min=1, help="Kafka's num.partitions for auto-created topics."),
-    group_initial_rebalance_delay_ms: int = typer.Option(3000, "--group-initial-rebalance-delay-ms", min=0, help="Kafka's group.initial.rebalance.delay.ms."),
-    flush_messages: int = typer.Option(0, "--flush-messages", min=0, help="fsync every N appended batches (1 = every append); 0 leaves flushing to the OS: safe against SIGKILL, not power loss."),
-    sasl_plain_user: list[str] = typer.Option([], "--sasl-plain-user", help="USER:PASSWORD accepted over SASL/PLAIN (repeatable); without it no authentication is required."),
+    listen: str = typer.Option(
+        "127.0.0.1:9092", "--listen", help="HOST:PORT to accept clients on; port 0 picks a free port."
+    ),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Where logs and coordinator state live [default: per-user data directory]."
+    ),
+    transaction_max_timeout_ms: int = typer.Option(
+        900_000, "--transaction-max-timeout-ms", min=1, help="Kafka's transaction.max.timeout.ms."
+    ),
+    transaction_abort_check_interval_ms: int = typer.Option(
+        10_000,
+        "--transaction-abort-check-interval-ms",
+        min=1,
+        help="How often timed-out transactions are aborted "
+        "(Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms).",
+    ),
+    retention_check_interval_ms: int = typer.Option(
+        300_000,
+        "--retention-check-interval-ms",
+        min=1,
+        help="Kafka's log.retention.check.interval.ms (also runs compaction).",
+    ),
+    auto_create_topics: bool = typer.Option(
+        True, "--auto-create-topics/--no-auto-create-topics", help="Kafka's auto.create.topics.enable."
+    ),
+    default_partitions: int = typer.Option(
+        1, "--default-partitions", min=1, help="Kafka's num.partitions for auto-created topics."
+    ),
+    group_initial_rebalance_delay_ms: int = typer.Option(
+        3000, "--group-initial-rebalance-delay-ms", min=0, help="Kafka's group.initial.rebalance.delay.ms."
+    ),
+    flush_messages: int = typer.Option(
+        0,
+        "--flush-messages",
+        min=0,
+        help="fsync every N appended batches (1 = every append); "
+        "0 leaves flushing to the OS: safe against SIGKILL, not power loss.",
+    ),
+    sasl_plain_user: list[str] = typer.Option(
+        [],
+        "--sasl-plain-user",
+        help="USER:PASSWORD accepted over SASL/PLAIN (repeatable); without it no authentication is required.",
+    ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
 ) -> None:
     """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
@@ -47,6 +84,8 @@ def broker(
         port=port,
         data_dir=data_dir or default_data_dir(),
         transaction_max_timeout_ms=transaction_max_timeout_ms,
+        transaction_abort_check_interval_ms=transaction_abort_check_interval_ms,
+        retention_check_interval_ms=retention_check_interval_ms,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
         group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
@@ -64,7 +103,9 @@ def dump_log(
     data_dir: Path = typer.Option(..., "--data-dir", help="The broker's data directory."),
     topic: str = typer.Option(..., "--topic", help="Topic whose log to print."),
     partition: int | None = typer.Option(None, "--partition", help="Only this partition [default: all]."),
-    print_records: bool = typer.Option(True, "--print-data-log/--batches-only", help="Print each record, not only batch headers."),
+    print_records: bool = typer.Option(
+        True, "--print-data-log/--batches-only", help="Print each record, not only batch headers."
+    ),
 ) -> None:
     """Print a topic's log batch by batch, as Kafka's kafka-dump-log.sh --print-data-log does."""
     from sparkafka.broker import records
@@ -77,7 +118,11 @@ def dump_log(
     if partition is not None:
         directories = [d for d in directories if int(d.name.rpartition("-")[2]) == partition]
     if not directories:
-        typer.echo(f"no log for topic {topic!r}{'' if partition is None else f' partition {partition}'} in {data_dir}", err=True)
+        typer.echo(
+            f"no log for topic {topic!r}{'' if partition is None else f' partition {partition}'} "
+            f"in {data_dir}",
+            err=True,
+        )
         raise typer.Exit(1)
     for directory in directories:
         for segment in sorted(directory.glob("*.log")):
@@ -86,7 +131,11 @@ def dump_log(
             try:
                 for position, header in records.iter_batches(data):
                     batch = data[position : position + header.size]
-                    for line in records.format_batch_dump(header, batch, position=position, print_records=print_records):
+                    for line in records.format_batch_dump(
+                        header, batch, position=position, print_records=print_records
+                    ):
                         typer.echo(line)
             except records.CorruptBatchError as exc:
-                typer.echo(f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}", err=True)
+                typer.echo(
+                    f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}", err=True
+                )

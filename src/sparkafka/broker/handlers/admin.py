@@ -92,7 +92,7 @@ def _topic_metadata(broker: Broker, topic: Topic) -> Any:
             )
             for index in range(topic.partitions)
         ],
-        authorized_operations=-2147483648,
+        authorized_operations=None,
     )
 
 
@@ -103,7 +103,7 @@ def _missing_topic(name: str | None, topic_id: uuid.UUID | None, error: ErrorCod
         topic_id=topic_id or _ZERO_UUID,
         is_internal=False,
         partitions=[],
-        authorized_operations=-2147483648,
+        authorized_operations=None,
     )
 
 
@@ -144,7 +144,7 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
         cluster_id=broker.config.cluster_id,
         controller_id=broker.config.node_id,
         topics=topics,
-        authorized_operations=-2147483648,
+        authorized_operations=None,
     )
 
 
@@ -170,7 +170,8 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
         try:
             if wanted.assignments:
                 raise BrokerError(
-                    ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported by a single-node broker"
+                    ErrorCode.INVALID_REQUEST,
+                    "manual replica assignment is not supported by a single-node broker",
                 )
             if wanted.replication_factor not in (-1, 1):
                 raise BrokerError(
@@ -284,7 +285,9 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                     for key in sorted(TOPIC_CONFIG_DEFAULTS)
                 ]
         elif resource.resource_type == _RESOURCE_BROKER:
-            entries = [(key, value, _SOURCE_DEFAULT) for key, value in sorted(_broker_configs(broker).items())]
+            entries = [
+                (key, value, _SOURCE_DEFAULT) for key, value in sorted(_broker_configs(broker).items())
+            ]
         else:
             error = ErrorCode.INVALID_REQUEST
             message = f"resource type {resource.resource_type} is not supported; use 2 (topic) or 4 (broker)"

@@ -43,7 +43,8 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
             try:
                 if not acks_ok:
                     raise BrokerError(
-                        ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} is invalid; use -1 (all), 0 or 1"
+                        ErrorCode.INVALID_REQUIRED_ACKS,
+                        f"acks={request.acks} is invalid; use -1 (all), 0 or 1",
                     )
                 if topic is None:
                     raise BrokerError(
@@ -57,6 +58,7 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
                     now_ms=now,
                     max_message_bytes=int(topic.config("max.message.bytes", broker.config)),
                     verify_transaction=broker.transactions.verify_partition,
+                    produce_version=context.version,
                 )
                 base_offset, log_start = result.base_offset, partition.log_start_offset
                 appended = appended or not result.duplicate
@@ -92,7 +94,9 @@ async def fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
         responses, total_bytes, had_error = _read_fetch(broker, request, context.version)
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or had_error or remaining <= 0:
-            return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+            return FetchResponse(
+                throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses
+            )
         await broker.wait_for_data(remaining)
 
 
@@ -127,7 +131,8 @@ def _read_fetch(broker: Broker, request: Any, version: int) -> tuple[list[Any], 
                     total += len(data)
                 if read_committed:
                     aborted = [
-                        aborted_class(producer_id=t.producer_id, first_offset=t.first_offset) for t in aborted_txns
+                        aborted_class(producer_id=t.producer_id, first_offset=t.first_offset)
+                        for t in aborted_txns
                     ]
             except BrokerError as exc:
                 error = exc.code
@@ -169,7 +174,8 @@ async def list_offsets(broker: Broker, request: Any, context: RequestContext) ->
                         offset, timestamp = found
                 elif wanted.timestamp < 0:
                     raise BrokerError(
-                        ErrorCode.UNSUPPORTED_VERSION, f"ListOffsets timestamp {wanted.timestamp} is not supported"
+                        ErrorCode.UNSUPPORTED_VERSION,
+                        f"ListOffsets timestamp {wanted.timestamp} is not supported",
                     )
                 else:
                     found = partition.log.offset_for_timestamp(wanted.timestamp)
@@ -205,7 +211,8 @@ async def delete_records(broker: Broker, request: Any, context: RequestContext) 
                 if not 0 <= target <= partition.high_watermark:
                     raise BrokerError(
                         ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"cannot delete records before {target}: high watermark is {partition.high_watermark}",
+                        f"cannot delete records before {target}: "
+                        f"high watermark is {partition.high_watermark}",
                     )
                 low_watermark = partition.delete_records_before(target)
             except BrokerError as exc:

@@ -28,7 +28,9 @@ async def find_coordinator(broker: Broker, request: Any, context: RequestContext
     """This broker coordinates every group and transactional id."""
     node, host, port = broker.config.node_id, broker.config.host, broker.port
     key_type = request.key_type if context.version >= 1 else _KEY_TYPE_GROUP
-    error = ErrorCode.NONE if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION) else ErrorCode.INVALID_REQUEST
+    error = (
+        ErrorCode.NONE if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION) else ErrorCode.INVALID_REQUEST
+    )
     message = None if error == ErrorCode.NONE else f"unknown coordinator key type {key_type}"
     if context.version >= 4:
         return FindCoordinatorResponse(
@@ -53,19 +55,24 @@ async def join_group(broker: Broker, request: Any, context: RequestContext) -> A
         protocol_type=request.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
         session_timeout_ms=request.session_timeout_ms,
-        rebalance_timeout_ms=request.rebalance_timeout_ms if context.version >= 1 else request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms
+        if context.version >= 1
+        else request.session_timeout_ms,
         client_id=context.client_id,
         client_host=context.client_host,
         require_known_member_id=context.version >= 4,
+        supports_skip_assignment=context.version >= 9,
     )
+    # JoinGroup v7+ sends the protocol as null on errors; older versions have no null here.
+    protocol_name = result.protocol_name if context.version >= 7 else result.protocol_name or ""
     return JoinGroupResponse(
         throttle_time_ms=0,
         error_code=result.error,
         generation_id=result.generation_id,
         protocol_type=result.protocol_type,
-        protocol_name=result.protocol_name,
+        protocol_name=protocol_name,
         leader=result.leader,
-        skip_assignment=False,
+        skip_assignment=result.skip_assignment,
         member_id=result.member_id,
         members=[
             JoinGroupResponse.JoinGroupResponseMember(
@@ -117,7 +124,8 @@ async def leave_group(broker: Broker, request: Any, context: RequestContext) -> 
         throttle_time_ms=0,
         error_code=error,
         members=[
-            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results
+            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+            for m, i, e in results
         ],
     )
 
@@ -150,7 +158,9 @@ async def offset_commit(broker: Broker, request: Any, context: RequestContext) -
             topic_class(
                 name=t.name,
                 partitions=[
-                    partition_class(partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)])
+                    partition_class(
+                        partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)]
+                    )
                     for p in t.partitions
                 ],
             )
@@ -263,7 +273,7 @@ async def describe_groups(broker: Broker, request: Any, context: RequestContext)
                     )
                     for m in described.members
                 ],
-                authorized_operations=-2147483648,
+                authorized_operations=None,
             )
         )
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)

@@ -46,7 +46,9 @@ async def init_producer_id(broker: Broker, request: Any, context: RequestContext
     except BrokerError as exc:
         producer_id, epoch, error = -1, -1, _for_version(exc.code, context.version, 4)
     broker.notify_data()
-    return InitProducerIdResponse(throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch)
+    return InitProducerIdResponse(
+        throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch
+    )
 
 
 async def add_partitions_to_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
@@ -64,7 +66,9 @@ async def add_partitions_to_txn(broker: Broker, request: Any, context: RequestCo
     partition_class = topic_class.AddPartitionsToTxnPartitionResult
     by_topic: dict[str, list[Any]] = {}
     for (topic, index), error in errors.items():
-        by_topic.setdefault(topic, []).append(partition_class(partition_index=index, partition_error_code=error))
+        by_topic.setdefault(topic, []).append(
+            partition_class(partition_index=index, partition_error_code=error)
+        )
     return AddPartitionsToTxnResponse(
         throttle_time_ms=0,
         results_by_topic_v3_and_below=[
@@ -106,6 +110,7 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
         for t in request.topics
         for p in t.partitions
     }
+    errors: dict[tuple[str, int], ErrorCode] = {}
     try:
         broker.transactions.verify_offset_commit(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
@@ -119,8 +124,14 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
                 group_instance_id=request.group_instance_id,
             )
         if error == ErrorCode.NONE:
-            broker.groups.stage_transactional_offsets(
-                group_id=request.group_id, producer_id=request.producer_id, offsets=offsets
+            unknown = {tp for tp in offsets if tp not in broker.partitions}
+            errors = dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            errors.update(
+                broker.groups.stage_transactional_offsets(
+                    group_id=request.group_id,
+                    producer_id=request.producer_id,
+                    offsets={tp: v for tp, v in offsets.items() if tp not in unknown},
+                )
             )
     except BrokerError as exc:
         # TxnOffsetCommit reports a stale epoch as INVALID_PRODUCER_EPOCH in every version (it is
@@ -133,7 +144,13 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
         topics=[
             topic_class(
                 name=t.name,
-                partitions=[partition_class(partition_index=p.partition_index, error_code=error) for p in t.partitions],
+                partitions=[
+                    partition_class(
+                        partition_index=p.partition_index,
+                        error_code=errors.get((t.name, p.partition_index), error),
+                    )
+                    for p in t.partitions
+                ],
             )
             for t in request.topics
         ],
@@ -153,7 +170,10 @@ async def describe_producers(broker: Broker, request: Any, context: RequestConte
             except BrokerError as exc:
                 partitions.append(
                     partition_class(
-                        partition_index=index, error_code=exc.code, error_message=exc.message, active_producers=[]
+                        partition_index=index,
+                        error_code=exc.code,
+                        error_message=exc.message,
+                        active_producers=[],
                     )
                 )
                 continue
@@ -184,7 +204,11 @@ async def list_transactions(broker: Broker, request: Any, context: RequestContex
     state_filters = set(request.state_filters or [])
     producer_filters = set(request.producer_id_filters or [])
     min_duration = request.duration_filter if context.version >= 1 else -1
-    pattern = re.compile(request.transactional_id_pattern) if context.version >= 2 and request.transactional_id_pattern else None
+    pattern = (
+        re.compile(request.transactional_id_pattern)
+        if context.version >= 2 and request.transactional_id_pattern
+        else None
+    )
     now = now_ms()
     states = []
     for txn in broker.transactions.transactions.values():
@@ -192,13 +216,19 @@ async def list_transactions(broker: Broker, request: Any, context: RequestContex
             continue
         if producer_filters and txn.producer_id not in producer_filters:
             continue
-        if min_duration is not None and min_duration >= 0 and (txn.start_ms < 0 or now - txn.start_ms < min_duration):
+        if (
+            min_duration is not None
+            and min_duration >= 0
+            and (txn.start_ms < 0 or now - txn.start_ms < min_duration)
+        ):
             continue
         if pattern is not None and not pattern.fullmatch(txn.transactional_id):
             continue
         states.append(
             ListTransactionsResponse.TransactionState(
-                transactional_id=txn.transactional_id, producer_id=txn.producer_id, transaction_state=txn.state.value
+                transactional_id=txn.transactional_id,
+                producer_id=txn.producer_id,
+                transaction_state=txn.state.value,
             )
         )
     return ListTransactionsResponse(

@@ -1,0 +1,1884 @@
+"""The classic consumer-group coordinator: group membership (JoinGroup/SyncGroup/Heartbeat/LeaveGroup)
+and committed offsets (OffsetCommit/OffsetFetch, transactional offsets), with Apache Kafka's semantics.
+
+The behaviour follows Kafka's classic group coordinator (``kafka.coordinator.group.GroupCoordinator``
+and ``GroupMetadata`` in 3.x, ``org.apache.kafka.coordinator.group.classic`` in 4.x), including
+KIP-345 static membership, KIP-394 (member id required on JoinGroup v4+), KIP-447 (fencing of
+transactional offset commits and UNSTABLE_OFFSET_COMMIT) and KIP-98 transactional offsets.
+
+Group state machine (same states and transitions as Kafka)::
+
+    Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance --leader sync--> Stable
+      ^                 ^    |                                        |                                 |
+      |                 |    +--no members left--> Empty              +--join/leave/expiry--------------+
+      |                 +-------------------------------------------------(back to PreparingRebalance)
+    Dead: a deleted or expired group (removed from the coordinator right away)
+
+Threading: every method runs on the broker's single asyncio event-loop thread, so no locks are used;
+JoinGroup and SyncGroup park the request on an ``asyncio.Future`` until the rebalance step completes.
+
+Timers: each member's session deadline, each pending (MEMBER_ID_REQUIRED) member's deadline, the
+delayed join of a rebalance (including Kafka's InitialDelayedJoin for a group's first rebalance),
+the deadline for members to send SyncGroup after a join, and the periodic offset-retention check are
+plain deadlines in ``now_ms`` milliseconds.  :meth:`GroupCoordinator.expire_sessions` fires every
+deadline that has passed, oldest first.  The coordinator arms a single ``loop.call_later`` wake-up for
+the earliest deadline whenever it has a running event loop, so the server does not *need* to call
+``expire_sessions``; calling it periodically anyway is harmless, and tests with a fake clock call it
+after advancing the clock.
+
+Durability: offset commits, transactional offset staging and completion, group deletions, offset
+expirations and each new generation's metadata (generation id, protocol type) are appended to a
+:class:`~sparkafka.broker.journal.Journal` before the request is answered.  Membership is not
+persisted: after a restart every group is Empty and its former members get UNKNOWN_MEMBER_ID and
+rejoin (as after a session timeout).  Journal entries (JSON objects)::
+
+    {"type": "offsets_committed", "group": g, "offsets": [ROW, ...]}
+    {"type": "txn_offsets_staged", "group": g, "producer_id": pid, "offsets": [ROW, ...]}
+    {"type": "txn_offsets_completed", "group": g, "producer_id": pid, "committed": bool}
+    {"type": "offsets_expired", "group": g, "partitions": [[topic, partition], ...]}
+    {"type": "group_metadata", "group": g, "generation": int, "protocol_type": str | null,
+     "protocol": str | null, "empty_since_ms": int | null}
+    {"type": "group_deleted", "group": g}
+    ROW = [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms, sequence]
+
+``sequence`` orders commits the way Kafka's log offsets do: a committed transaction's offset replaces
+the current one only if it was staged after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.journal import Journal, JournalError
+
+_LOG = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+# (offset, leader_epoch, metadata) as carried by OffsetCommit / TxnOffsetCommit; -1 epoch = unknown.
+OffsetToCommit = tuple[int, int, str | None]
+
+NO_GENERATION = -1
+UNKNOWN_MEMBER_ID = ""
+NO_LEADER = ""
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.DEAD: frozenset(GroupState),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+}
+
+
+@dataclass
+class GroupConfig:
+    """Broker settings of the classic group coordinator (Kafka config names in the comments)."""
+
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    max_group_size: int = 2**31 - 1  # group.max.size
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    max_offset_metadata_bytes: int = 4096  # offset.metadata.max.bytes
+    # How long a brand-new member may wait in JoinGroup before it is dropped (Kafka's internal
+    # NewMemberJoinTimeoutMs / group.classic.new.member.join.timeout.ms).
+    new_member_join_timeout_ms: int = 300_000
+    # Compact the journal once this many entries were appended and they outnumber twice the live state.
+    journal_compaction_min_entries: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "initial_rebalance_delay_ms",
+            "min_session_timeout_ms",
+            "max_session_timeout_ms",
+            "offsets_retention_ms",
+            "max_offset_metadata_bytes",
+            "new_member_join_timeout_ms",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"GroupConfig.{name} must be >= 0, got {getattr(self, name)}")
+        for name in (
+            "max_group_size",
+            "offsets_retention_check_interval_ms",
+            "journal_compaction_min_entries",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GroupConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_session_timeout_ms > self.max_session_timeout_ms:
+            raise ValueError(
+                f"GroupConfig.min_session_timeout_ms ({self.min_session_timeout_ms}) exceeds "
+                f"max_session_timeout_ms ({self.max_session_timeout_ms})"
+            )
+
+
+# -- results returned to the request handlers ------------------------------------------------------------
+
+
+class JoinGroupMember(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True)
+class JoinGroupResult:
+    """JoinGroup response fields.  `protocol_type`/`protocol_name` are None on errors (JoinGroup v7+
+    sends them as null; older versions want "" for the name).  `members` is filled for the leader only."""
+
+    error: ErrorCode
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str
+    member_id: str
+    members: list[JoinGroupMember] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True)
+class SyncGroupResult:
+    error: ErrorCode
+    protocol_type: str | None
+    protocol_name: str | None
+    assignment: bytes
+
+
+class LeftMember(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    error: ErrorCode
+
+
+class ListedGroup(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+class DescribedMember(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """DescribeGroups fields.  An unknown group is reported as state "Dead" with error NONE, as Kafka does
+    for DescribeGroups v0-v5; v6+ handlers should turn that into GROUP_ID_NOT_FOUND."""
+
+    error: ErrorCode
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[DescribedMember]
+
+
+class FetchedOffset(NamedTuple):
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error: ErrorCode
+
+
+_NO_COMMITTED_OFFSET = FetchedOffset(NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.NONE)
+
+
+def _join_error(member_id: str, error: ErrorCode) -> JoinGroupResult:
+    return JoinGroupResult(error, NO_GENERATION, None, None, NO_LEADER, member_id)
+
+
+def _sync_error(error: ErrorCode) -> SyncGroupResult:
+    return SyncGroupResult(error, None, None, b"")
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- internal state ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _JoinRequest:
+    """The JoinGroup request fields a member is (re)registered with."""
+
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]  # in the member's order of preference
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+    require_known_member_id: bool
+    supports_skip_assignment: bool
+
+    def protocol_names(self) -> set[str]:
+        return {name for name, _ in self.protocols}
+
+
+@dataclass
+class _CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    sequence: int
+
+
+@dataclass(eq=False)
+class _Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    # A parked JoinGroup / SyncGroup; "awaiting join/sync" in Kafka's terms is "has a waiter".
+    join_waiter: asyncio.Future[JoinGroupResult] | None = None
+    sync_waiter: asyncio.Future[SyncGroupResult] | None = None
+    # A member added by this rebalance; it can expire while awaiting join (its deadline is the
+    # new-member join timeout rather than the session timeout).
+    is_new: bool = False
+    heartbeat_deadline_ms: int = 0
+
+    def protocol_names(self) -> set[str]:
+        return {name for name, _ in self.protocols}
+
+    def metadata_for(self, protocol_name: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol_name:
+                return metadata
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol_name!r}")
+
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among `candidates` (protocols are in preference order)."""
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(
+            f"member {self.member_id} supports none of the candidate protocols {sorted(candidates)}"
+        )
+
+    def has_satisfied_heartbeat(self) -> bool:
+        # Existing members parked in JoinGroup/SyncGroup cannot heartbeat, so the rebalance itself counts
+        # as liveness; new members can still expire while awaiting join (Kafka's hasSatisfiedHeartbeat).
+        if self.is_new:
+            return False
+        return self.join_waiter is not None or self.sync_waiter is not None
+
+
+def _resolve(waiter: asyncio.Future[Any] | None, result: object) -> bool:
+    """Answer a parked request; a waiter whose request was cancelled (client gone) is skipped."""
+    if waiter is None:
+        return False
+    if not waiter.done():
+        waiter.set_result(result)
+    return True
+
+
+class _Group:
+    """One group's membership, generation and offsets (Kafka's GroupMetadata / ClassicGroup)."""
+
+    def __init__(self, group_id: str, now_ms: int) -> None:
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.state_timestamp_ms = now_ms
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.generation_id = 0
+        self.leader_id: str | None = None
+        self.members: dict[str, _Member] = {}
+        self.static_members: dict[str, str] = {}  # group_instance_id -> member_id
+        # Member ids handed out with MEMBER_ID_REQUIRED that have not rejoined yet -> expiry deadline.
+        self.pending_join_members: dict[str, int] = {}
+        self.pending_sync_members: set[str] = set()
+        self.sync_deadline_ms: int | None = None
+        self.join_deadline_ms: int | None = None
+        # (delay_ms, remaining_ms) of Kafka's InitialDelayedJoin while the first rebalance from Empty is
+        # being delayed; None while a plain DelayedJoin (completes early once everyone joined) is active.
+        self.initial_join: tuple[int, int] | None = None
+        self.new_member_added = False
+        self.subscribed_topics: set[str] | None = None
+        self.offsets: dict[TopicPartition, _CommittedOffset] = {}
+        self.pending_txn_offsets: dict[int, dict[TopicPartition, _CommittedOffset]] = {}
+        self.journaled = False  # whether any journal entry names this group (so deletion must be journaled)
+
+    # -- membership ------------------------------------------------------------------------------------
+
+    def transition_to(self, target: GroupState, now_ms: int) -> None:
+        if self.state not in _VALID_PREVIOUS_STATES[target]:
+            raise RuntimeError(
+                f"group {self.group_id!r}: illegal state transition {self.state.value} -> {target.value}"
+            )
+        self.state = target
+        self.state_timestamp_ms = now_ms
+
+    def can_rebalance(self) -> bool:
+        return self.state in _VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def add(self, member: _Member, waiter: asyncio.Future[JoinGroupResult] | None) -> None:
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static_members:
+                raise RuntimeError(
+                    f"group {self.group_id!r}: static member {member.group_instance_id!r} is already mapped"
+                )
+            self.static_members[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        member.join_waiter = waiter
+        self.members[member.member_id] = member
+        self.pending_join_members.pop(member.member_id, None)
+
+    def remove(self, member_id: str) -> _Member | None:
+        member = self.members.pop(member_id, None)
+        instance_id = member.group_instance_id if member is not None else None
+        if instance_id is not None and self.static_members.get(instance_id) == member_id:
+            del self.static_members[instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_join_members.pop(member_id, None)
+        self.pending_sync_members.discard(member_id)
+        return member
+
+    def replace_static_member(
+        self, group_instance_id: str, old_member_id: str, new_member_id: str
+    ) -> _Member:
+        """Give a static member a new member id, fencing whatever request the old id has parked."""
+        old = self.members.pop(old_member_id)
+        _resolve(old.join_waiter, _join_error(old_member_id, ErrorCode.FENCED_INSTANCE_ID))
+        _resolve(old.sync_waiter, _sync_error(ErrorCode.FENCED_INSTANCE_ID))
+        replacement = _Member(
+            member_id=new_member_id,
+            group_instance_id=old.group_instance_id,
+            client_id=old.client_id,
+            client_host=old.client_host,
+            rebalance_timeout_ms=old.rebalance_timeout_ms,
+            session_timeout_ms=old.session_timeout_ms,
+            protocol_type=old.protocol_type,
+            protocols=old.protocols,
+            assignment=old.assignment,
+        )
+        self.members[new_member_id] = replacement
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        self.static_members[group_instance_id] = new_member_id
+        if old_member_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new_member_id)
+        return replacement
+
+    def update_member(
+        self, member: _Member, request: _JoinRequest, waiter: asyncio.Future[JoinGroupResult]
+    ) -> None:
+        if member.join_waiter is not None:
+            # Kafka silently replaces the callback of a duplicate JoinGroup; answering the superseded
+            # request keeps its handler from waiting forever.
+            _resolve(member.join_waiter, _join_error(member.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
+        member.protocols = request.protocols
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.session_timeout_ms = request.session_timeout_ms
+        member.join_waiter = waiter
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """KIP-345 fencing, then membership: FENCED_INSTANCE_ID / UNKNOWN_MEMBER_ID / None if valid."""
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                _LOG.info(
+                    "group %r: member %r with group.instance.id %r is fenced by current member %r",
+                    self.group_id,
+                    member_id,
+                    group_instance_id,
+                    current,
+                )
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    def num_awaiting_join(self) -> int:
+        return sum(1 for member in self.members.values() if member.join_waiter is not None)
+
+    def has_all_members_joined(self) -> bool:
+        return self.num_awaiting_join() == len(self.members) and not self.pending_join_members
+
+    def not_yet_rejoined(self) -> list[_Member]:
+        return [member for member in self.members.values() if member.join_waiter is None]
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """Keep the leader if it rejoined, else pick a member that did; False if no member rejoined."""
+        if self.leader_id is None:
+            return False
+        if self.members[self.leader_id].join_waiter is not None:
+            return True
+        for member in self.members.values():
+            if member.join_waiter is not None:
+                _LOG.info(
+                    "group %r: leader %r did not rejoin in time; %r is the new leader",
+                    self.group_id,
+                    self.leader_id,
+                    member.member_id,
+                )
+                self.leader_id = member.member_id
+                return True
+        return False
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((member.rebalance_timeout_ms for member in self.members.values()), default=0)
+
+    def _support_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for member in self.members.values():
+            for name in member.protocol_names():
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
+        """Whether a member with these protocols may join: an Empty group takes any non-empty protocol
+        set; otherwise the type must match and one protocol must be supported by every current member."""
+        if self.state is GroupState.EMPTY:
+            return bool(protocol_type) and bool(protocol_names)
+        counts = self._support_counts()
+        return self.protocol_type == protocol_type and any(
+            counts.get(name, 0) == len(self.members) for name in protocol_names
+        )
+
+    def select_protocol(self) -> str:
+        """The protocol every member supports that gets the most first-preference votes (ties: first seen)."""
+        counts = self._support_counts()
+        candidates = {name for name, count in counts.items() if count == len(self.members)}
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = member.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def init_next_generation(self, now_ms: int) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.subscribed_topics = self._compute_subscribed_topics()
+            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol_name = None
+            self.subscribed_topics = self._compute_subscribed_topics()
+            self.transition_to(GroupState.EMPTY, now_ms)
+        self.pending_sync_members.clear()
+
+    def _compute_subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to, read from the consumer protocol's Subscription (v0 prefix,
+        shared by every version); None when unknown, which disables subscription-based offset expiry."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return set()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                topics.update(_parse_subscription_topics(member.metadata_for(self.protocol_name)))
+            except (struct.error, UnicodeDecodeError, ValueError) as exc:
+                _LOG.warning(
+                    "group %r: cannot parse the consumer subscription of member %r (%s); "
+                    "offset expiry will not consider subscribed topics",
+                    self.group_id,
+                    member.member_id,
+                    exc,
+                )
+                return None
+        return topics
+
+    def join_members_for(self, member_id: str) -> list[JoinGroupMember]:
+        """The member list of a JoinGroup response: the leader gets everyone's metadata, others nothing."""
+        if not self.is_leader(member_id) or self.protocol_name is None:
+            return []
+        return [
+            JoinGroupMember(
+                member.member_id, member.group_instance_id, member.metadata_for(self.protocol_name)
+            )
+            for member in self.members.values()
+        ]
+
+    def join_result(self, member_id: str) -> JoinGroupResult:
+        return JoinGroupResult(
+            ErrorCode.NONE,
+            self.generation_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id or NO_LEADER,
+            member_id,
+            self.join_members_for(member_id),
+        )
+
+    # -- offsets ---------------------------------------------------------------------------------------
+
+    def has_pending_txn_offset(self, partition: TopicPartition) -> bool:
+        return any(partition in pending for pending in self.pending_txn_offsets.values())
+
+    def has_offsets(self) -> bool:
+        return bool(self.offsets) or bool(self.pending_txn_offsets)
+
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+        """Kafka's offset expiration condition (KIP-211):
+
+        * consumer-managed group (protocol type set) that is Empty: all offsets, once the group has
+          been Empty for the retention period;
+        * Stable "consumer" group with known subscriptions: offsets of unsubscribed topics, by commit time;
+        * group used only for offset storage (no protocol type): each offset by its commit time;
+        * otherwise none.
+        """
+        subscribed: set[str] = set()
+        if self.protocol_type is not None:
+            if self.state is GroupState.EMPTY:
+                return [tp for tp in self.offsets if now_ms - self.state_timestamp_ms >= retention_ms]
+            if not (
+                self.protocol_type == CONSUMER_PROTOCOL_TYPE
+                and self.subscribed_topics is not None
+                and self.state is GroupState.STABLE
+            ):
+                return []
+            subscribed = self.subscribed_topics
+        return [
+            tp
+            for tp, committed in self.offsets.items()
+            if tp[0] not in subscribed and now_ms - committed.commit_timestamp_ms >= retention_ms
+        ]
+
+
+def _parse_subscription_topics(metadata: bytes) -> list[str]:
+    # ConsumerProtocolSubscription: int16 version, then (every version) an array of topic names:
+    # int32 count, each an int16 length + UTF-8 bytes.
+    (count,) = struct.unpack_from(">i", metadata, 2)
+    if count < 0:
+        raise ValueError(f"negative topic count {count}")
+    position = 6
+    topics = []
+    for _ in range(count):
+        (length,) = struct.unpack_from(">h", metadata, position)
+        position += 2
+        if length < 0 or position + length > len(metadata):
+            raise ValueError(f"topic name length {length} runs past the metadata")
+        topics.append(metadata[position : position + length].decode())
+        position += length
+    return topics
+
+
+def _offset_rows(offsets: dict[TopicPartition, _CommittedOffset]) -> list[list[Any]]:
+    return [
+        [tp[0], tp[1], o.offset, o.leader_epoch, o.metadata, o.commit_timestamp_ms, o.sequence]
+        for tp, o in offsets.items()
+    ]
+
+
+def _offsets_from_rows(rows: list[list[Any]]) -> dict[TopicPartition, _CommittedOffset]:
+    result: dict[TopicPartition, _CommittedOffset] = {}
+    for topic, partition, offset, leader_epoch, metadata, timestamp, sequence in rows:
+        result[(str(topic), int(partition))] = _CommittedOffset(
+            int(offset), int(leader_epoch), str(metadata), int(timestamp), int(sequence)
+        )
+    return result
+
+
+# -- the coordinator ---------------------------------------------------------------------------------------
+
+
+class GroupCoordinator:
+    """Classic group coordinator of the embedded broker (see the module docstring for the model)."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        config: GroupConfig,
+        *,
+        now_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self._journal = journal
+        self._config = config
+        self._now_ms = now_ms
+        self._groups: dict[str, _Group] = {}
+        self._next_sequence = 0
+        self._shut_down = False
+        self._wakeup_handle: asyncio.TimerHandle | None = None
+        self._wakeup_loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup_at_ms: int | None = None
+        self._replay_journal()
+        self._next_offset_expiry_check_ms = self._now_ms() + config.offsets_retention_check_interval_ms
+
+    # ======================================================================================================
+    # JoinGroup
+    # ======================================================================================================
+
+    async def join_group(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+        supports_skip_assignment: bool = False,
+    ) -> JoinGroupResult:
+        """Handle JoinGroup; returns when the member's rebalance round completes (or at once on errors).
+
+        Steps (Kafka's handleJoinGroup):
+          1. Reject a shut-down coordinator, an empty group id and a session timeout outside
+             [min_session_timeout_ms, max_session_timeout_ms].
+          2. Unknown group: created (Empty) for a member without id; a member with an id gets
+             UNKNOWN_MEMBER_ID.
+          3. Enforce max_group_size (GROUP_MAX_SIZE_REACHED), then INCONSISTENT_GROUP_PROTOCOL unless
+             the protocol type matches and one protocol is supported by every member.
+          4. Member without id: a static member (group_instance_id) takes over its instance's place or is
+             added; a dynamic member gets MEMBER_ID_REQUIRED and a fresh id "{client_id}-{uuid4}" if
+             `require_known_member_id` (JoinGroup v4+, KIP-394), else it is added.
+          5. Member with id: a pending id (from MEMBER_ID_REQUIRED) is added; others are validated
+             (FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID) and, depending on the state, join a rebalance or get
+             the current generation back at once (follower with unchanged metadata).
+          6. A member that joins a rebalance parks until the join phase completes: when every known member
+             has rejoined, or when the rebalance timeout expires (dynamic members that did not rejoin are
+             removed).  A group's first rebalance from Empty waits initial_rebalance_delay_ms, extended
+             while new members keep arriving, up to the rebalance timeout (Kafka's InitialDelayedJoin).
+        `supports_skip_assignment` is True for JoinGroup v9+ (KIP-814: a restarted static leader of a
+        Stable group is told it leads but must not reassign).
+        """
+        request = _JoinRequest(
+            group_instance_id=group_instance_id,
+            protocol_type=protocol_type,
+            protocols=list(protocols),
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            client_id=client_id,
+            client_host=client_host,
+            require_known_member_id=require_known_member_id,
+            supports_skip_assignment=supports_skip_assignment,
+        )
+        outcome = self._handle_join(group_id, member_id, request)
+        if isinstance(outcome, JoinGroupResult):
+            return outcome
+        return await outcome
+
+    def _handle_join(
+        self, group_id: str, member_id: str, request: _JoinRequest
+    ) -> JoinGroupResult | asyncio.Future[JoinGroupResult]:
+        if self._shut_down:
+            return _join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if not group_id:
+            return _join_error(member_id, ErrorCode.INVALID_GROUP_ID)
+        config = self._config
+        if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
+            return _join_error(member_id, ErrorCode.INVALID_SESSION_TIMEOUT)
+
+        is_unknown_member = member_id == UNKNOWN_MEMBER_ID
+        group = self._groups.get(group_id)
+        if group is None:
+            if not is_unknown_member:
+                return _join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
+            group = self._create_group(group_id)
+
+        result: JoinGroupResult | asyncio.Future[JoinGroupResult]
+        if not self._accept_joining_member(group, member_id):
+            self._remove_member_quietly(group, member_id)
+            result = _join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)
+        elif group.state is GroupState.DEAD:
+            result = _join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        elif not group.supports_protocols(request.protocol_type, request.protocol_names()):
+            result = _join_error(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        elif is_unknown_member:
+            result = self._join_new_member(group, request)
+        else:
+            result = self._join_current_member(group, member_id, request)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+        return result
+
+    def _accept_joining_member(self, group: _Group, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember: members already parked in this rebalance, or members of a settled
+        generation, are always accepted; anyone else only below max_group_size."""
+        limit = self._config.max_group_size
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.state is GroupState.PREPARING_REBALANCE:
+            member = group.members.get(member_id)
+            already_parked = member is not None and member.join_waiter is not None
+            return already_parked or group.num_awaiting_join() < limit
+        return member_id in group.members or len(group.members) < limit
+
+    def _join_new_member(
+        self, group: _Group, request: _JoinRequest
+    ) -> JoinGroupResult | asyncio.Future[JoinGroupResult]:
+        instance_id = request.group_instance_id
+        new_member_id = f"{instance_id if instance_id is not None else request.client_id}-{uuid.uuid4()}"
+        if instance_id is not None:
+            waiter = self._new_join_waiter()
+            old_member_id = group.static_members.get(instance_id)
+            if old_member_id is None:
+                self._add_member_and_rebalance(group, new_member_id, request, waiter)
+            else:
+                _LOG.info(
+                    "group %r: static member %r rejoins without member id in state %s; replacing %r with %r",
+                    group.group_id,
+                    instance_id,
+                    group.state.value,
+                    old_member_id,
+                    new_member_id,
+                )
+                self._update_static_member_and_rebalance(group, old_member_id, new_member_id, request, waiter)
+            return waiter
+        if request.require_known_member_id:
+            # KIP-394: the member must come back with this id, so that a client whose JoinGroup response
+            # is lost cannot leave an orphan member behind; the id expires after one session timeout.
+            deadline = self._now_ms() + request.session_timeout_ms
+            group.pending_join_members[new_member_id] = deadline
+            self._schedule_wakeup(deadline)
+            return _join_error(new_member_id, ErrorCode.MEMBER_ID_REQUIRED)
+        waiter = self._new_join_waiter()
+        self._add_member_and_rebalance(group, new_member_id, request, waiter)
+        return waiter
+
+    def _join_current_member(
+        self, group: _Group, member_id: str, request: _JoinRequest
+    ) -> JoinGroupResult | asyncio.Future[JoinGroupResult]:
+        if member_id in group.pending_join_members:
+            if request.group_instance_id is not None:
+                # Ids from MEMBER_ID_REQUIRED are only handed to dynamic members (Kafka throws here).
+                _LOG.warning(
+                    "group %r: JoinGroup with pending member id %r also carries group.instance.id %r",
+                    group.group_id,
+                    member_id,
+                    request.group_instance_id,
+                )
+                return _join_error(member_id, ErrorCode.UNKNOWN_SERVER_ERROR)
+            waiter = self._new_join_waiter()
+            self._add_member_and_rebalance(group, member_id, request, waiter)
+            return waiter
+
+        error = group.validate_member(member_id, request.group_instance_id)
+        if error is not None:
+            return _join_error(member_id, error)
+        member = group.members[member_id]
+        unchanged = member.protocols == request.protocols
+        if group.state is GroupState.COMPLETING_REBALANCE and unchanged:
+            # The member lost its JoinGroup response; hand the same generation back.
+            return group.join_result(member_id)
+        if group.state is GroupState.STABLE and unchanged and not group.is_leader(member_id):
+            # A follower with unchanged metadata just learns the current generation and syncs again.
+            return group.join_result(member_id)
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            _LOG.warning(
+                "group %r: member %r rejoins in unexpected state %s",
+                group.group_id,
+                member_id,
+                group.state.value,
+            )
+            return _join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
+        # PreparingRebalance, changed metadata, or the leader rejoining a Stable group (the leader's way
+        # to ask for a rebalance, e.g. after a topic metadata change): join the (next) rebalance.
+        waiter = self._new_join_waiter()
+        group.update_member(member, request, waiter)
+        self._maybe_prepare_rebalance(group, f"member {member_id} joining in state {group.state.value}")
+        return waiter
+
+    def _add_member_and_rebalance(
+        self,
+        group: _Group,
+        member_id: str,
+        request: _JoinRequest,
+        waiter: asyncio.Future[JoinGroupResult],
+    ) -> None:
+        member = _Member(
+            member_id=member_id,
+            group_instance_id=request.group_instance_id,
+            client_id=request.client_id,
+            client_host=request.client_host,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            session_timeout_ms=request.session_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=request.protocols,
+            is_new=True,
+        )
+        # Only the very first rebalance (generation 0) is stretched by newly arriving members.
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member, waiter)
+        # A parked new member cannot heartbeat and a disconnect goes unnoticed while it is parked, so it
+        # gets a bounded wait instead of its session timeout; it is expected to retry if still alive.
+        self._set_heartbeat_deadline(member, self._config.new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance(
+            group, f"adding new member {member_id} with group.instance.id {request.group_instance_id}"
+        )
+
+    def _update_static_member_and_rebalance(
+        self,
+        group: _Group,
+        old_member_id: str,
+        new_member_id: str,
+        request: _JoinRequest,
+        waiter: asyncio.Future[JoinGroupResult],
+    ) -> None:
+        instance_id = request.group_instance_id
+        assert instance_id is not None
+        previous_leader = group.leader_id or NO_LEADER
+        member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        self._set_heartbeat_deadline(member, member.session_timeout_ms)
+        group.update_member(member, request, waiter)
+        if group.state is GroupState.STABLE:
+            if group.select_protocol() != group.protocol_name:
+                self._maybe_prepare_rebalance(
+                    group, f"static member {instance_id} rejoined with a protocol change"
+                )
+                return
+            # KIP-345: a restarted static member takes its old place without a rebalance.
+            is_leader = group.is_leader(new_member_id)
+            if request.supports_skip_assignment:
+                result = JoinGroupResult(
+                    ErrorCode.NONE,
+                    group.generation_id,
+                    group.protocol_type,
+                    group.protocol_name,
+                    group.leader_id or NO_LEADER,
+                    new_member_id,
+                    group.join_members_for(new_member_id),
+                    skip_assignment=is_leader,
+                )
+            else:
+                # Before JoinGroup v9, answering with the *old* leader id keeps a returning leader from
+                # computing an assignment that a Stable group would never distribute.
+                result = JoinGroupResult(
+                    ErrorCode.NONE,
+                    group.generation_id,
+                    group.protocol_type,
+                    group.protocol_name,
+                    previous_leader,
+                    new_member_id,
+                )
+            member.join_waiter = None
+            _resolve(waiter, result)
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may already be assigning to the old member id; start over so the new id gets one.
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined during CompletingRebalance")
+        elif group.state is not GroupState.PREPARING_REBALANCE:
+            raise RuntimeError(
+                f"group {group.group_id!r}: static member {instance_id!r} exists in state {group.state.value}"
+            )
+
+    # -- rebalance machinery -------------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: _Group, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
+        """Enter PreparingRebalance: cancel a pending SyncGroup round and start the delayed join."""
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        group.pending_sync_members.clear()
+        group.sync_deadline_ms = None
+        now = self._now_ms()
+        if group.state is GroupState.EMPTY:
+            delay = self._config.initial_rebalance_delay_ms
+            group.initial_join = (delay, max(group.rebalance_timeout_ms() - delay, 0))
+            group.join_deadline_ms = now + delay
+        else:
+            group.initial_join = None
+            group.join_deadline_ms = now + group.rebalance_timeout_ms()
+        _LOG.info(
+            "group %r: preparing to rebalance in state %s with old generation %d (reason: %s)",
+            group.group_id,
+            group.state.value,
+            group.generation_id,
+            reason,
+        )
+        group.transition_to(GroupState.PREPARING_REBALANCE, now)
+        self._schedule_wakeup(group.join_deadline_ms)
+        self._try_complete_join(group)
+
+    def _try_complete_join(self, group: _Group) -> None:
+        # The initial delayed join never completes early: it exists to collect more members.
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and group.join_deadline_ms is not None
+            and group.initial_join is None
+            and group.has_all_members_joined()
+        ):
+            self._complete_join_phase(group)
+
+    def _on_join_deadline(self, group: _Group) -> None:
+        group.join_deadline_ms = None
+        if group.initial_join is not None:
+            delay, remaining = group.initial_join
+            if group.new_member_added and remaining != 0:
+                # Kafka's InitialDelayedJoin: someone new arrived during the delay, so wait once more,
+                # never beyond the rebalance timeout in total.
+                group.new_member_added = False
+                next_delay = min(self._config.initial_rebalance_delay_ms, remaining)
+                group.initial_join = (next_delay, max(remaining - delay, 0))
+                group.join_deadline_ms = self._now_ms() + next_delay
+                self._schedule_wakeup(group.join_deadline_ms)
+                return
+        self._complete_join_phase(group)
+
+    def _complete_join_phase(self, group: _Group) -> None:
+        """Kafka's onCompleteJoin.
+
+        Steps: drop dynamic members that did not rejoin; keep or re-elect a leader among those that did
+        (if nobody rejoined but static members remain, wait another rebalance timeout); start the next
+        generation (protocol chosen by vote); if members remain, answer every parked JoinGroup (the
+        leader gets all members' metadata), restart their session timers and give them the rebalance
+        timeout to send SyncGroup.
+        """
+        group.join_deadline_ms = None
+        group.initial_join = None
+        for member in group.not_yet_rejoined():
+            if member.group_instance_id is None:
+                _LOG.info(
+                    "group %r: removing member %r, which did not rejoin", group.group_id, member.member_id
+                )
+                self._remove_member_quietly(group, member.member_id)
+        if group.state is GroupState.DEAD:
+            return
+        now = self._now_ms()
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            _LOG.error(
+                "group %r: could not complete the rebalance because no member rejoined; waiting again",
+                group.group_id,
+            )
+            # At least 1 ms so that a zero rebalance timeout cannot make expire_sessions loop forever.
+            group.join_deadline_ms = now + max(group.rebalance_timeout_ms(), 1)
+            self._schedule_wakeup(group.join_deadline_ms)
+            return
+        group.init_next_generation(now)
+        self._journal_group_metadata(group)
+        if group.state is GroupState.EMPTY:
+            _LOG.info("group %r: generation %d is empty", group.group_id, group.generation_id)
+            return
+        _LOG.info(
+            "group %r: generation %d formed with %d members, protocol %r, leader %r",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+            group.leader_id,
+        )
+        for member in group.members.values():
+            waiter, member.join_waiter = member.join_waiter, None
+            _resolve(waiter, group.join_result(member.member_id))
+            self._set_heartbeat_deadline(member, member.session_timeout_ms)
+            member.is_new = False
+            group.pending_sync_members.add(member.member_id)
+        group.sync_deadline_ms = now + group.rebalance_timeout_ms()
+        self._schedule_wakeup(group.sync_deadline_ms)
+
+    def _on_sync_deadline(self, group: _Group) -> None:
+        """Remove members that got a JoinGroup response but never sent SyncGroup (Kafka's DelayedSync)."""
+        group.sync_deadline_ms = None
+        if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        if not group.pending_sync_members:
+            return
+        missing = sorted(group.pending_sync_members)
+        for member_id in missing:
+            self._remove_member_quietly(group, member_id)
+        self._prepare_rebalance(
+            group, f"members {missing} did not send SyncGroup within the rebalance timeout"
+        )
+
+    def _reset_and_propagate_assignment_error(self, group: _Group, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: _Group, error: ErrorCode) -> None:
+        for member in group.members.values():
+            if error is ErrorCode.NONE:
+                result = SyncGroupResult(error, group.protocol_type, group.protocol_name, member.assignment)
+            else:
+                result = _sync_error(error)
+            waiter, member.sync_waiter = member.sync_waiter, None
+            if _resolve(waiter, result):
+                # The member could not heartbeat while parked, so its session starts over now.
+                self._set_heartbeat_deadline(member, member.session_timeout_ms)
+
+    def _remove_member_and_update_group(self, group: _Group, member: _Member, reason: str) -> None:
+        _resolve(member.join_waiter, _join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
+        member.join_waiter = None
+        # Kafka leaves a removed member's parked SyncGroup unanswered; answer it instead of hanging.
+        _resolve(member.sync_waiter, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+        member.sync_waiter = None
+        group.remove(member.member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _remove_member_quietly(self, group: _Group, member_id: str) -> None:
+        """Remove without triggering a rebalance (the caller is already driving one)."""
+        member = group.remove(member_id)
+        if member is not None:
+            # Nothing should be parked here, but never leave a request hanging.
+            _resolve(member.join_waiter, _join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
+            _resolve(member.sync_waiter, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            member.join_waiter = member.sync_waiter = None
+
+    # ======================================================================================================
+    # SyncGroup / Heartbeat / LeaveGroup
+    # ======================================================================================================
+
+    async def sync_group(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: list[tuple[str, bytes]],
+    ) -> SyncGroupResult:
+        """Handle SyncGroup; followers wait until the leader's SyncGroup delivers the assignment.
+
+        Validation order (Kafka's validateSyncGroup): COORDINATOR_NOT_AVAILABLE (shut down),
+        INVALID_GROUP_ID (empty id), UNKNOWN_MEMBER_ID (unknown group), FENCED_INSTANCE_ID /
+        UNKNOWN_MEMBER_ID (membership), ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL (protocol type or
+        name given, as by SyncGroup v5+, and different from the group's).  Then by state: Empty ->
+        UNKNOWN_MEMBER_ID, PreparingRebalance -> REBALANCE_IN_PROGRESS, CompletingRebalance -> park; the
+        leader's assignments (members it left out get b"") are handed to every parked member and the group
+        becomes Stable; Stable -> the member's current assignment at once.
+        """
+        outcome = self._handle_sync(
+            group_id=group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments=assignments,
+        )
+        if isinstance(outcome, SyncGroupResult):
+            return outcome
+        return await outcome
+
+    def _handle_sync(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: list[tuple[str, bytes]],
+    ) -> SyncGroupResult | asyncio.Future[SyncGroupResult]:
+        if self._shut_down:
+            return _sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if not group_id:
+            return _sync_error(ErrorCode.INVALID_GROUP_ID)
+        group = self._groups.get(group_id)
+        if group is None:
+            return _sync_error(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.state is GroupState.DEAD:
+            return _sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not None:
+            return _sync_error(error)
+        if generation_id != group.generation_id:
+            return _sync_error(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return _sync_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+
+        member = group.members[member_id]
+        if group.state is GroupState.EMPTY:
+            return _sync_error(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return _sync_error(ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.STABLE:
+            self._mark_synced(group, member_id)
+            self._set_heartbeat_deadline(member, member.session_timeout_ms)
+            return SyncGroupResult(
+                ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment
+            )
+
+        # CompletingRebalance
+        waiter = self._new_sync_waiter()
+        # Kafka silently replaces the callback of a duplicate SyncGroup; answer the superseded one.
+        _resolve(member.sync_waiter, _sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+        member.sync_waiter = waiter
+        self._mark_synced(group, member_id)
+        if group.is_leader(member_id):
+            self._apply_leader_assignment(group, assignments)
+        return waiter
+
+    def _apply_leader_assignment(self, group: _Group, assignments: list[tuple[str, bytes]]) -> None:
+        by_member = dict(assignments)
+        unknown = sorted(set(by_member) - set(group.members))
+        if unknown:
+            _LOG.warning(
+                "group %r generation %d: leader assigned to unknown members %s; ignoring those assignments",
+                group.group_id,
+                group.generation_id,
+                unknown,
+            )
+        missing = sorted(set(group.members) - set(by_member))
+        if missing:
+            _LOG.warning(
+                "group %r generation %d: leader sent no assignment for members %s; they get an empty one",
+                group.group_id,
+                group.generation_id,
+                missing,
+            )
+        for member in group.members.values():
+            member.assignment = by_member.get(member.member_id, b"")
+        _LOG.info(
+            "group %r: assignment received from leader %r for generation %d",
+            group.group_id,
+            group.leader_id,
+            group.generation_id,
+        )
+        self._propagate_assignment(group, ErrorCode.NONE)
+        group.transition_to(GroupState.STABLE, self._now_ms())
+
+    def _mark_synced(self, group: _Group, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        if not group.pending_sync_members:
+            group.sync_deadline_ms = None
+
+    def heartbeat(
+        self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """Handle Heartbeat: restart the member's session timer and report the group's situation.
+
+        Errors: COORDINATOR_NOT_AVAILABLE (shut down), INVALID_GROUP_ID, UNKNOWN_MEMBER_ID (unknown group
+        or member, or Empty group), FENCED_INSTANCE_ID, ILLEGAL_GENERATION, and REBALANCE_IN_PROGRESS while
+        the group is PreparingRebalance (the member must rejoin).  CompletingRebalance answers NONE, since
+        members may heartbeat between their JoinGroup and SyncGroup.
+        """
+        if self._shut_down:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members[member_id]
+        self._set_heartbeat_deadline(member, member.session_timeout_ms)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave_group(
+        self, *, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[LeftMember]]:
+        """Handle LeaveGroup (v3+ batch form; wrap v0-v2's single member id as [(member_id, None)]).
+
+        Returns (top-level error, per-member results).  Each member is identified by member id, or by
+        group.instance.id alone (member id "") for administrative removal of a static member.  Removing a
+        member of a settled group triggers a rebalance; during PreparingRebalance it may complete the join.
+        """
+        if self._shut_down:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE, [LeftMember(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in members]
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        results: list[LeftMember] = []
+        for member_id, group_instance_id in members:
+            results.append(
+                LeftMember(member_id, group_instance_id, self._leave_one(group, member_id, group_instance_id))
+            )
+        return ErrorCode.NONE, results
+
+    def _leave_one(self, group: _Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        if member_id == UNKNOWN_MEMBER_ID:
+            current = group.static_members.get(group_instance_id) if group_instance_id is not None else None
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            member_id = current
+        elif member_id in group.pending_join_members:
+            del group.pending_join_members[member_id]
+            _LOG.info("group %r: pending member %r left", group.group_id, member_id)
+            if group.state is GroupState.PREPARING_REBALANCE:
+                self._try_complete_join(group)
+            return ErrorCode.NONE
+        else:
+            error = group.validate_member(member_id, group_instance_id)
+            if error is not None:
+                return error
+        _LOG.info("group %r: member %r left through LeaveGroup", group.group_id, member_id)
+        self._remove_member_and_update_group(group, group.members[member_id], f"member {member_id} left")
+        return ErrorCode.NONE
+
+    # ======================================================================================================
+    # Group administration
+    # ======================================================================================================
+
+    def list_groups(self, states_filter: list[str] | None = None) -> list[ListedGroup]:
+        """Handle ListGroups: (group_id, protocol_type, state) per group; `states_filter` matches state
+        names case-insensitively, and None or [] means every state.  Raises BrokerError
+        (COORDINATOR_NOT_AVAILABLE) after shutdown."""
+        self._require_running("ListGroups")
+        wanted = {state.lower() for state in states_filter} if states_filter else None
+        return [
+            ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
+            for group in self._groups.values()
+            if wanted is None or group.state.value.lower() in wanted
+        ]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """Handle DescribeGroups for one group.  Member metadata is only filled in while Stable, and the
+        protocol is "" outside Stable, as in Kafka.  The empty group id is valid here."""
+        if self._shut_down:
+            return GroupDescription(ErrorCode.COORDINATOR_NOT_AVAILABLE, "", "", "", [])
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupDescription(ErrorCode.NONE, GroupState.DEAD.value, "", "", [])
+        stable = group.state is GroupState.STABLE and group.protocol_name is not None
+        members = [
+            DescribedMember(
+                member.member_id,
+                member.group_instance_id,
+                member.client_id,
+                member.client_host,
+                member.metadata_for(group.protocol_name)
+                if stable and group.protocol_name is not None
+                else b"",
+                member.assignment,
+            )
+            for member in group.members.values()
+        ]
+        return GroupDescription(
+            ErrorCode.NONE,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            members,
+        )
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        """Handle DeleteGroups: only Empty groups can be deleted (NON_EMPTY_GROUP otherwise); unknown ones
+        give GROUP_ID_NOT_FOUND.  The deletion and the group's offsets are removed durably."""
+        results: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            if self._shut_down:
+                results[group_id] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                continue
+            group = self._groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif group.state is not GroupState.EMPTY:
+                results[group_id] = ErrorCode.NON_EMPTY_GROUP
+            else:
+                results[group_id] = self._delete_group(group, "DeleteGroups request")
+        return results
+
+    def _delete_group(self, group: _Group, reason: str) -> ErrorCode:
+        if group.journaled and not self._append({"type": "group_deleted", "group": group.group_id}):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.pending_txn_offsets:
+            _LOG.info(
+                "group %r: deleting with pending transactional offsets of producers %s",
+                group.group_id,
+                sorted(group.pending_txn_offsets),
+            )
+        _LOG.info(
+            "group %r: deleted (%s); %d committed offsets removed", group.group_id, reason, len(group.offsets)
+        )
+        group.transition_to(GroupState.DEAD, self._now_ms())
+        del self._groups[group.group_id]
+        return ErrorCode.NONE
+
+    # ======================================================================================================
+    # Offsets
+    # ======================================================================================================
+
+    def commit_offsets(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetToCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Handle OffsetCommit; returns an error per partition (the same error for all on a group-level
+        failure).  The offsets are journaled before this returns.
+
+        Rules (Kafka's validateOffsetCommit): an unknown group is created for generation < 0 (a "simple"
+        commit by a consumer using assign() or by an admin tool) and refused with ILLEGAL_GENERATION
+        otherwise.  Generation < 0 is accepted while the group is Empty; once it has members, commits must
+        come from a member (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID) of the current generation
+        (ILLEGAL_GENERATION), and are refused with REBALANCE_IN_PROGRESS during CompletingRebalance.
+        Metadata longer than max_offset_metadata_bytes gets OFFSET_METADATA_TOO_LARGE for that partition.
+        The handler must already have answered UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist.
+        The empty group id is valid for OffsetCommit, as in Kafka.
+        """
+        if self._shut_down:
+            return dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return dict.fromkeys(offsets, ErrorCode.ILLEGAL_GENERATION)
+            _LOG.info("group %r: created by an offset commit without group management", group_id)
+            group = self._create_group(group_id)
+        error = self._validate_offset_commit(
+            group, generation_id, member_id, group_instance_id, transactional=False
+        )
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # A commit proves the member is alive (during PreparingRebalance it learns of the rebalance
+            # from its next heartbeat).
+            member = group.members[member_id]
+            self._set_heartbeat_deadline(member, member.session_timeout_ms)
+        return self._store_offsets(group, offsets, producer_id=None)
+
+    def _validate_offset_commit(
+        self,
+        group: _Group,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        transactional: bool,
+    ) -> ErrorCode | None:
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return None
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = group.validate_member(member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif not transactional:
+            # Anonymous commits are only allowed while nobody owns the group's partitions.  TxnOffsetCommit
+            # before v3 carries no member information, so it is exempt.
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return None
+
+    def _store_offsets(
+        self,
+        group: _Group,
+        offsets: dict[TopicPartition, OffsetToCommit],
+        *,
+        producer_id: int | None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        now = self._now_ms()
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, _CommittedOffset] = {}
+        sequence = self._next_sequence
+        for partition, (offset, leader_epoch, metadata) in offsets.items():
+            text = metadata if metadata is not None else ""
+            if len(text) > self._config.max_offset_metadata_bytes:
+                results[partition] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[partition] = _CommittedOffset(offset, leader_epoch, text, now, sequence)
+                results[partition] = ErrorCode.NONE
+        if not accepted:
+            return results
+        entry: dict[str, Any]
+        if producer_id is None:
+            entry = {"type": "offsets_committed", "group": group.group_id, "offsets": _offset_rows(accepted)}
+        else:
+            entry = {
+                "type": "txn_offsets_staged",
+                "group": group.group_id,
+                "producer_id": producer_id,
+                "offsets": _offset_rows(accepted),
+            }
+        if not self._append(entry):
+            for partition in accepted:
+                results[partition] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return results
+        self._next_sequence += 1
+        group.journaled = True
+        if producer_id is None:
+            group.offsets.update(accepted)
+        else:
+            group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        self._maybe_compact()
+        return results
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        *,
+        require_stable: bool,
+    ) -> dict[TopicPartition, FetchedOffset]:
+        """Handle OffsetFetch for one group: (offset, leader_epoch, metadata, error) per partition.
+
+        `partitions` None means every partition with a committed offset.  A partition without one gets
+        (-1, -1, "", NONE).  With `require_stable` (KIP-447, OffsetFetch v7+) a partition with a pending
+        transactional offset gets (-1, -1, "", UNSTABLE_OFFSET_COMMIT) so the consumer retries after the
+        transaction completes.  Offsets are returned whatever the group's state, since groups may use
+        Kafka only to store offsets.  Raises BrokerError(COORDINATOR_NOT_AVAILABLE) after shutdown (a
+        group-level error in the response).
+        """
+        self._require_running("OffsetFetch")
+        group = self._groups.get(group_id)
+        if group is None:
+            return dict.fromkeys(partitions or [], _NO_COMMITTED_OFFSET)
+        wanted = list(group.offsets) if partitions is None else partitions
+        results: dict[TopicPartition, FetchedOffset] = {}
+        for partition in wanted:
+            if require_stable and group.has_pending_txn_offset(partition):
+                results[partition] = FetchedOffset(
+                    NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.UNSTABLE_OFFSET_COMMIT
+                )
+                continue
+            committed = group.offsets.get(partition)
+            if committed is None:
+                results[partition] = _NO_COMMITTED_OFFSET
+            else:
+                results[partition] = FetchedOffset(
+                    committed.offset, committed.leader_epoch, committed.metadata, ErrorCode.NONE
+                )
+        return results
+
+    # -- transactional offsets ----------------------------------------------------------------------------
+
+    def validate_txn_offset_commit_member(
+        self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """KIP-447 fencing of TxnOffsetCommit v3+ (Kafka's validateOffsetCommit for transactions).
+
+        NONE when generation < 0 and the group is Empty or unknown, or when no member information is
+        given at all (generation -1, member id "", no instance id: pre-v3 requests); otherwise the member
+        must belong to the group (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID) at the same generation
+        (ILLEGAL_GENERATION).  Call it and stage_transactional_offsets without awaiting in between, so that
+        no rebalance can slip in.
+        """
+        if self._shut_down:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        group = self._groups.get(group_id)
+        if group is None:
+            # Kafka creates an Empty group here; an Empty group only accepts generation < 0.
+            return ErrorCode.NONE if generation_id < 0 else ErrorCode.UNKNOWN_MEMBER_ID
+        error = self._validate_offset_commit(
+            group, generation_id, member_id, group_instance_id, transactional=True
+        )
+        return error if error is not None else ErrorCode.NONE
+
+    def stage_transactional_offsets(
+        self,
+        *,
+        group_id: str,
+        producer_id: int,
+        offsets: dict[TopicPartition, OffsetToCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Record TxnOffsetCommit offsets as pending for `producer_id`: journaled, invisible to
+        fetch_offsets (and reported as UNSTABLE_OFFSET_COMMIT to require_stable fetches) until
+        complete_transaction.  The caller (transaction coordinator) has validated the producer and, for
+        v3+, called validate_txn_offset_commit_member.  Creates the group if needed, as Kafka does.
+        Returns an error per partition: NONE, OFFSET_METADATA_TOO_LARGE, INVALID_GROUP_ID (empty group
+        id), or COORDINATOR_NOT_AVAILABLE (shut down or journal failure)."""
+        if self._shut_down:
+            return dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if not group_id:
+            return dict.fromkeys(offsets, ErrorCode.INVALID_GROUP_ID)
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._create_group(group_id)
+        return self._store_offsets(group, offsets, producer_id=producer_id)
+
+    def complete_transaction(self, *, group_id: str, producer_id: int, commit: bool) -> None:
+        """Apply a transaction's outcome to `producer_id`'s pending offsets in `group_id`.
+
+        Commit: each pending offset becomes the committed one unless a newer plain commit for that
+        partition was made after it was staged (as Kafka compares log positions).  Abort: they are
+        discarded.  The outcome is journaled first, so a restart after this returns sees the same
+        result; a restart before it finds the offsets still pending.  No pending offsets: no-op.
+        Raises BrokerError(COORDINATOR_NOT_AVAILABLE) if shut down or the journal write fails (state
+        unchanged; retry).
+        """
+        self._require_running("transaction completion")
+        group = self._groups.get(group_id)
+        if group is None or producer_id not in group.pending_txn_offsets:
+            _LOG.debug("group %r: no pending offsets of producer %d to complete", group_id, producer_id)
+            return
+        entry = {
+            "type": "txn_offsets_completed",
+            "group": group_id,
+            "producer_id": producer_id,
+            "committed": commit,
+        }
+        if not self._append(entry):
+            raise BrokerError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"could not journal the {'commit' if commit else 'abort'} of producer {producer_id}'s "
+                f"offsets in group {group_id!r}",
+            )
+        self._apply_txn_completion(group, producer_id, commit)
+        self._maybe_compact()
+
+    def pending_transaction_groups(self, producer_id: int) -> list[str]:
+        """Groups holding pending transactional offsets of `producer_id` (e.g. for recovery after restart)."""
+        return [g.group_id for g in self._groups.values() if producer_id in g.pending_txn_offsets]
+
+    @staticmethod
+    def _apply_txn_completion(group: _Group, producer_id: int, commit: bool) -> None:
+        pending = group.pending_txn_offsets.pop(producer_id, {})
+        if not commit:
+            return
+        for partition, staged in pending.items():
+            current = group.offsets.get(partition)
+            if current is None or current.sequence < staged.sequence:
+                group.offsets[partition] = staged
+
+    # ======================================================================================================
+    # Timers, expiry, shutdown
+    # ======================================================================================================
+
+    def expire_sessions(self) -> None:
+        """Fire every deadline that has passed, oldest first: expired pending member ids, members whose
+        session timed out (removed, triggering a rebalance), delayed joins, SyncGroup deadlines, and the
+        periodic offset-retention check.  Safe to call at any time and as often as wanted."""
+        if self._shut_down:
+            return
+        now = self._now_ms()
+        while (due := self._earliest_due_event(now)) is not None:
+            due()
+        if now >= self._next_offset_expiry_check_ms:
+            self._next_offset_expiry_check_ms = now + self._config.offsets_retention_check_interval_ms
+            self._expire_offsets(now)
+        self._rearm_wakeup()
+
+    def _earliest_due_event(self, now: int) -> Callable[[], None] | None:
+        best_deadline: int | None = None
+        best: Callable[[], None] | None = None
+
+        def consider(deadline: int | None, action: Callable[[], None]) -> None:
+            nonlocal best_deadline, best
+            if (
+                deadline is not None
+                and deadline <= now
+                and (best_deadline is None or deadline < best_deadline)
+            ):
+                best_deadline, best = deadline, action
+
+        for group in self._groups.values():
+            for member_id, deadline in group.pending_join_members.items():
+                consider(deadline, functools.partial(self._expire_pending_member, group, member_id))
+            for member in group.members.values():
+                if not member.has_satisfied_heartbeat():
+                    consider(
+                        member.heartbeat_deadline_ms, functools.partial(self._expire_member, group, member)
+                    )
+            consider(group.join_deadline_ms, functools.partial(self._on_join_deadline, group))
+            consider(group.sync_deadline_ms, functools.partial(self._on_sync_deadline, group))
+        return best
+
+    def _expire_pending_member(self, group: _Group, member_id: str) -> None:
+        _LOG.info("group %r: pending member %r expired before rejoining", group.group_id, member_id)
+        del group.pending_join_members[member_id]
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _expire_member(self, group: _Group, member: _Member) -> None:
+        _LOG.info("group %r: member %r session expired; removing it", group.group_id, member.member_id)
+        self._remove_member_and_update_group(
+            group, member, f"removing member {member.member_id} on heartbeat expiration"
+        )
+
+    def _expire_offsets(self, now: int) -> None:
+        for group in list(self._groups.values()):
+            expired = group.expired_offsets(now, self._config.offsets_retention_ms)
+            if expired:
+                entry = {
+                    "type": "offsets_expired",
+                    "group": group.group_id,
+                    "partitions": [list(tp) for tp in expired],
+                }
+                if not self._append(entry):
+                    continue  # try again at the next check
+                for partition in expired:
+                    del group.offsets[partition]
+                _LOG.info("group %r: expired %d committed offsets", group.group_id, len(expired))
+            if group.state is GroupState.EMPTY and not group.has_offsets():
+                self._delete_group(group, "empty group without offsets")
+        self._maybe_compact()
+
+    def _set_heartbeat_deadline(self, member: _Member, timeout_ms: int) -> None:
+        member.heartbeat_deadline_ms = self._now_ms() + timeout_ms
+        self._schedule_wakeup(member.heartbeat_deadline_ms)
+
+    def _next_deadline(self) -> int | None:
+        deadlines: list[int] = []
+        for group in self._groups.values():
+            deadlines.extend(group.pending_join_members.values())
+            deadlines.extend(
+                member.heartbeat_deadline_ms
+                for member in group.members.values()
+                if not member.has_satisfied_heartbeat()
+            )
+            deadlines.extend(d for d in (group.join_deadline_ms, group.sync_deadline_ms) if d is not None)
+        if self._groups:
+            deadlines.append(self._next_offset_expiry_check_ms)
+        return min(deadlines, default=None)
+
+    def _schedule_wakeup(self, deadline_ms: int) -> None:
+        """Make sure expire_sessions runs at `deadline_ms` (one timer for the earliest deadline)."""
+        if self._shut_down:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (tests with a fake clock): whoever drives the clock calls expire_sessions
+        if (
+            self._wakeup_handle is not None
+            and self._wakeup_loop is loop
+            and self._wakeup_at_ms is not None
+            and self._wakeup_at_ms <= deadline_ms
+        ):
+            return
+        if self._wakeup_handle is not None:
+            self._wakeup_handle.cancel()
+        delay_s = max(deadline_ms - self._now_ms(), 0) / 1000
+        self._wakeup_handle = loop.call_later(delay_s, self._on_wakeup)
+        self._wakeup_loop = loop
+        self._wakeup_at_ms = deadline_ms
+
+    def _on_wakeup(self) -> None:
+        self._wakeup_handle = None
+        self._wakeup_at_ms = None
+        try:
+            self.expire_sessions()
+        except Exception:
+            _LOG.exception("group coordinator: timer processing failed")
+            self._rearm_wakeup()
+
+    def _rearm_wakeup(self) -> None:
+        deadline = self._next_deadline()
+        if deadline is not None:
+            self._schedule_wakeup(deadline)
+
+    def shutdown(self) -> None:
+        """Stop: answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR (what Kafka answers when it
+        unloads a group, making clients look the coordinator up again), refuse further requests with
+        COORDINATOR_NOT_AVAILABLE, and close the journal.  Idempotent."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        if self._wakeup_handle is not None:
+            self._wakeup_handle.cancel()
+            self._wakeup_handle = None
+        for group in self._groups.values():
+            for member in group.members.values():
+                _resolve(member.join_waiter, _join_error(member.member_id, ErrorCode.NOT_COORDINATOR))
+                _resolve(member.sync_waiter, _sync_error(ErrorCode.NOT_COORDINATOR))
+                member.join_waiter = member.sync_waiter = None
+        self._journal.close()
+
+    # ======================================================================================================
+    # Journal
+    # ======================================================================================================
+
+    def _append(self, entry: dict[str, Any]) -> bool:
+        """Journal one entry; False (with the cause logged) if it could not be written."""
+        try:
+            self._journal.append(entry)
+        except (JournalError, OSError) as exc:
+            _LOG.error(
+                "group coordinator: could not journal %s entry for group %r: %s",
+                entry["type"],
+                entry.get("group"),
+                exc,
+            )
+            return False
+        return True
+
+    def _journal_group_metadata(self, group: _Group) -> None:
+        entry = {
+            "type": "group_metadata",
+            "group": group.group_id,
+            "generation": group.generation_id,
+            "protocol_type": group.protocol_type,
+            "protocol": group.protocol_name,
+            "empty_since_ms": group.state_timestamp_ms if group.state is GroupState.EMPTY else None,
+        }
+        # Only the generation counter and protocol type depend on this; losing it is not worth failing
+        # the rebalance for (Kafka likewise only warns when the empty-group metadata write fails).
+        if self._append(entry):
+            group.journaled = True
+            self._maybe_compact()
+
+    def _snapshot_entries(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for group in self._groups.values():
+            if group.generation_id > 0 or group.protocol_type is not None:
+                entries.append(
+                    {
+                        "type": "group_metadata",
+                        "group": group.group_id,
+                        "generation": group.generation_id,
+                        "protocol_type": group.protocol_type,
+                        "protocol": group.protocol_name,
+                        "empty_since_ms": group.state_timestamp_ms
+                        if group.state is GroupState.EMPTY
+                        else None,
+                    }
+                )
+            if group.offsets:
+                entries.append(
+                    {
+                        "type": "offsets_committed",
+                        "group": group.group_id,
+                        "offsets": _offset_rows(group.offsets),
+                    }
+                )
+            for producer_id, pending in group.pending_txn_offsets.items():
+                entries.append(
+                    {
+                        "type": "txn_offsets_staged",
+                        "group": group.group_id,
+                        "producer_id": producer_id,
+                        "offsets": _offset_rows(pending),
+                    }
+                )
+        return entries
+
+    def _maybe_compact(self) -> None:
+        live_entries = sum(2 + len(group.pending_txn_offsets) for group in self._groups.values())
+        threshold = max(self._config.journal_compaction_min_entries, 2 * live_entries)
+        if self._journal.appended_since_rewrite < threshold:
+            return
+        try:
+            self._journal.rewrite(self._snapshot_entries())
+        except (JournalError, OSError) as exc:
+            # Compaction only saves space and replay time; the uncompacted journal is still complete.
+            _LOG.error("group coordinator: journal compaction failed: %s", exc)
+
+    def _replay_journal(self) -> None:
+        now = self._now_ms()
+        for index, entry in enumerate(self._journal.replay()):
+            try:
+                self._apply_journal_entry(entry, now)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise JournalError(
+                    f"journal {self._journal.path}: entry #{index} cannot be applied to group state "
+                    f"({type(exc).__name__}: {exc}): {entry!r}"
+                ) from exc
+        _LOG.info("group coordinator: restored %d groups from %s", len(self._groups), self._journal.path)
+
+    def _apply_journal_entry(self, entry: dict[str, Any], now: int) -> None:
+        kind = entry["type"]
+        group_id = entry["group"]
+        if not isinstance(group_id, str):
+            raise TypeError(f"group id must be a string, got {group_id!r}")
+        if kind == "group_deleted":
+            self._groups.pop(group_id, None)
+            return
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = _Group(group_id, now)
+        group.journaled = True
+        if kind == "offsets_committed":
+            offsets = _offsets_from_rows(entry["offsets"])
+            group.offsets.update(offsets)
+            self._advance_sequence(offsets)
+        elif kind == "txn_offsets_staged":
+            offsets = _offsets_from_rows(entry["offsets"])
+            group.pending_txn_offsets.setdefault(int(entry["producer_id"]), {}).update(offsets)
+            self._advance_sequence(offsets)
+        elif kind == "txn_offsets_completed":
+            self._apply_txn_completion(group, int(entry["producer_id"]), bool(entry["committed"]))
+        elif kind == "offsets_expired":
+            for topic, partition in entry["partitions"]:
+                group.offsets.pop((str(topic), int(partition)), None)
+        elif kind == "group_metadata":
+            group.generation_id = int(entry["generation"])
+            group.protocol_type = entry["protocol_type"]
+            # Members are not persisted, so a restored group is Empty; a group that had members becomes
+            # Empty now, which starts its offset-retention clock (Kafka: members would time out now).
+            empty_since = entry["empty_since_ms"]
+            group.state_timestamp_ms = int(empty_since) if empty_since is not None else now
+        else:
+            raise ValueError(f"unknown entry type {kind!r}")
+
+    def _advance_sequence(self, offsets: dict[TopicPartition, _CommittedOffset]) -> None:
+        for committed in offsets.values():
+            self._next_sequence = max(self._next_sequence, committed.sequence + 1)
+
+    # ======================================================================================================
+    # helpers
+    # ======================================================================================================
+
+    def _create_group(self, group_id: str) -> _Group:
+        group = _Group(group_id, self._now_ms())
+        self._groups[group_id] = group
+        return group
+
+    def _require_running(self, operation: str) -> None:
+        if self._shut_down:
+            raise BrokerError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{operation}: the group coordinator is shut down"
+            )
+
+    @staticmethod
+    def _new_join_waiter() -> asyncio.Future[JoinGroupResult]:
+        return asyncio.get_running_loop().create_future()
+
+    @staticmethod
+    def _new_sync_waiter() -> asyncio.Future[SyncGroupResult]:
+        return asyncio.get_running_loop().create_future()

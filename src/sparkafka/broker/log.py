@@ -1,0 +1,954 @@
+"""A disk-backed segmented partition log, laid out like Kafka's (UnifiedLog, LogSegment, OffsetIndex).
+
+Files in a partition directory:
+
+    {base:020d}.log        batches back to back, exactly as appended (offsets already assigned)
+    {base:020d}.index      sparse offset index: (batch lastOffset - base int32, position int32) entries
+    {base:020d}.timeindex  time index: (max timestamp so far int64, lastOffset - base int32) entries
+    log-start-offset       checkpoint of log_start_offset (DeleteRecords and retention move it)
+    .clean_shutdown        exists only between close() and the next open
+
+Durability: append() has called write() before it returns, so a killed process loses nothing the page
+cache holds; fsync happens on segment roll, on close and every `flush_messages` appends. After a crash
+(no clean-shutdown marker) every segment is scanned with CRC checks, torn tails are cut and the
+indexes are rebuilt. The index files are a cache: they are only trusted after a clean shutdown.
+
+Every public method takes the log's lock, so one PartitionLog may be shared between threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.records import (
+    HEADER_SIZE,
+    INT32_MAX,
+    LOG_APPEND_TIME,
+    BatchHeader,
+    CorruptBatchError,
+    Record,
+    control_marker,
+    decode_records,
+    encode_batch,
+    iter_batches,
+    parse_header,
+)
+
+logger = logging.getLogger(__name__)
+
+_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position (Kafka's OffsetIndex entry)
+_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset (Kafka's TimeIndex entry)
+_SCAN_CHUNK = 1 << 20
+_HEADER_CHUNK = 64 * 1024
+_CLEAN_SHUTDOWN = ".clean_shutdown"
+_LOG_START_CHECKPOINT = "log-start-offset"
+_LOG_SUFFIX = ".log"
+_INDEX_SUFFIX = ".index"
+_TIMEINDEX_SUFFIX = ".timeindex"
+_CLEANED_SUFFIX = ".cleaned"
+_TMP_SUFFIX = ".tmp"
+_POLICIES = ("delete", "compact")
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1 = keep forever
+    retention_bytes: int = -1  # -1 = no size limit
+    cleanup_policy: str = "delete"  # "delete" | "compact" | "compact,delete"
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_compaction_lag_ms: int = 0
+    max_message_bytes: int = 1048588
+    # fsync after this many appended batches; None leaves it to the OS (survives SIGKILL, not power loss).
+    flush_messages: int | None = None
+
+    def __post_init__(self) -> None:
+        if not HEADER_SIZE <= self.segment_bytes <= INT32_MAX:
+            raise ValueError(
+                f"segment_bytes must be between {HEADER_SIZE} and {INT32_MAX} (index positions are int32), "
+                f"got {self.segment_bytes}"
+            )
+        names = ("index_interval_bytes", "delete_retention_ms", "min_compaction_lag_ms", "max_message_bytes")
+        for name in names:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("retention_ms", "retention_bytes"):
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= 0, or -1 for no limit, got {getattr(self, name)}")
+        policies = {part.strip() for part in self.cleanup_policy.split(",")}
+        if not policies or not policies <= set(_POLICIES):
+            raise ValueError(
+                f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', got {self.cleanup_policy!r}"
+            )
+        if self.flush_messages is not None and self.flush_messages < 1:
+            raise ValueError(
+                f"flush_messages must be >= 1 or None (leave flushing to the OS), got {self.flush_messages}"
+            )
+
+    @property
+    def deletes(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+
+@dataclass(eq=False)
+class _Segment:
+    """One .log file with its in-memory indexes (the .index/.timeindex files mirror them)."""
+
+    base_offset: int
+    path: Path
+    fd: int
+    size: int = 0
+    next_offset: int = -1  # no batch in this segment reaches this offset (exact for scanned segments)
+    index_offsets: list[int] = field(default_factory=list)  # absolute lastOffset of an indexed batch
+    index_positions: list[int] = field(default_factory=list)
+    time_timestamps: list[int] = field(default_factory=list)
+    time_offsets: list[int] = field(default_factory=list)  # absolute lastOffset of the batch that set it
+    max_timestamp: int = -1
+    offset_of_max_timestamp: int = -1
+    bytes_since_index: int = 0
+    indexes_dirty: bool = True
+
+    def sibling(self, suffix: str) -> Path:
+        return self.path.with_suffix(suffix)
+
+    def position_for(self, offset: int) -> int:
+        """Byte position of a batch at or before the one containing `offset` (Kafka's OffsetIndex.lookup)."""
+        slot = bisect.bisect_right(self.index_offsets, offset) - 1
+        return self.index_positions[slot] if slot >= 0 else 0
+
+    def offset_for_time(self, timestamp: int) -> int:
+        """An offset before which every record is older than `timestamp` (Kafka's TimeIndex.lookup)."""
+        slot = bisect.bisect_right(self.time_timestamps, timestamp) - 1
+        return self.time_offsets[slot] if slot >= 0 else self.base_offset
+
+    def reset_indexes(self) -> None:
+        self.size = 0
+        self.next_offset = self.base_offset
+        self.index_offsets, self.index_positions = [], []
+        self.time_timestamps, self.time_offsets = [], []
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+        self.bytes_since_index = 0
+        self.indexes_dirty = True
+
+    def track(self, header: BatchHeader, position: int, index_interval_bytes: int) -> None:
+        """Account for a batch just stored at `position`, as Kafka's LogSegment.append does.
+
+        The max timestamp is updated first; an index entry (this batch's lastOffset -> position, and the
+        max timestamp so far -> the batch that set it) is added once more than index_interval_bytes were
+        appended since the previous entry.
+        """
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self.bytes_since_index > index_interval_bytes:
+            self.index_offsets.append(header.last_offset)
+            self.index_positions.append(position)
+            self.seal_time_index()
+            self.bytes_since_index = 0
+        self.bytes_since_index += header.size
+        self.size = position + header.size
+        self.next_offset = header.next_offset
+        self.indexes_dirty = True
+
+    def adopt(self, rewritten: _Segment) -> None:
+        """Take over the file and indexes of a compacted copy of this segment."""
+        self.fd, self.size = rewritten.fd, rewritten.size
+        # Compaction may empty the tail; the offset range the segment covers stays the same.
+        self.next_offset = max(self.next_offset, rewritten.next_offset)
+        self.index_offsets, self.index_positions = rewritten.index_offsets, rewritten.index_positions
+        self.time_timestamps, self.time_offsets = rewritten.time_timestamps, rewritten.time_offsets
+        self.max_timestamp = rewritten.max_timestamp
+        self.offset_of_max_timestamp = rewritten.offset_of_max_timestamp
+        self.indexes_dirty = True
+
+    def seal_time_index(self) -> None:
+        """Make the last time-index entry carry the segment's max timestamp (Kafka does this on roll)."""
+        last = self.time_timestamps[-1] if self.time_timestamps else -1
+        if self.max_timestamp > last:
+            self.time_timestamps.append(self.max_timestamp)
+            self.time_offsets.append(self.offset_of_max_timestamp)
+            self.indexes_dirty = True
+
+
+def _segment_path(directory: Path, base_offset: int) -> Path:
+    return directory / f"{base_offset:020d}{_LOG_SUFFIX}"
+
+
+def _open_fd(path: Path) -> int:
+    # O_APPEND: every write lands at the end even if something else moved the file offset.
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + _TMP_SUFFIX)
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    """Yield (position, header, batch bytes) for the batches in bytes [start, end) of a segment file.
+
+    Reads 1 MiB at a time (more for a larger batch). Raises CorruptBatchError, with valid_bytes set to
+    the file position where the last complete valid batch ends, if the range ends torn or corrupt.
+    """
+    pos = start
+    want = _SCAN_CHUNK
+    while pos < end:
+        requested = min(want, end - pos)
+        chunk = os.pread(fd, requested, pos)
+        if len(chunk) < requested:
+            raise CorruptBatchError(f"file ends at byte {pos + len(chunk)}, not {end}", valid_bytes=pos)
+        want = _SCAN_CHUNK
+        try:
+            for position, header in iter_batches(chunk, validate_crc=validate_crc, base_position=pos):
+                yield position, header, chunk[position - pos : position - pos + header.size]
+            pos += len(chunk)
+        except CorruptBatchError as exc:
+            cut_short_by_chunk = (
+                exc.incomplete_size is not None
+                and pos + len(chunk) < end
+                and exc.valid_bytes + exc.incomplete_size <= end
+            )
+            if not cut_short_by_chunk:
+                raise
+            # The chunk boundary, not the data, cut this batch: read again from its start, big enough for it.
+            assert exc.incomplete_size is not None
+            pos, want = exc.valid_bytes, max(_SCAN_CHUNK, exc.incomplete_size)
+
+
+class PartitionLog:
+    """The log of one partition: append, read by offset or time, retention, DeleteRecords, compaction."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        """Open the log in `directory`, creating it, or recovering it after a crash.
+
+        Recovery steps: drop leftovers of interrupted work (*.cleaned, *.tmp, index files without a .log);
+        load every segment; scan the last segment, and every segment if the clean-shutdown marker is absent,
+        validating each batch's CRC and offsets, cutting anything after the last valid batch (with a
+        warning naming file and byte count) and rebuilding its indexes; trust the index files of the other
+        segments after sanity checks. Then log_start_offset = max(checkpoint, first segment base) and
+        log_end_offset = next offset after the last batch (or the last segment's base if it is empty).
+        """
+        self.directory = Path(directory)
+        self.config = config
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self._segments: list[_Segment] = []
+        self._lock = threading.RLock()
+        self._closed = False
+        self._unflushed_batches = 0
+        self._load()
+
+    # ---- opening and recovery ----------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        marker = self.directory / _CLEAN_SHUTDOWN
+        clean = marker.exists()
+        self._remove_leftovers()
+        checkpoint = self._read_log_start_checkpoint()
+        bases = sorted(
+            int(path.stem)
+            for path in self.directory.glob(f"*{_LOG_SUFFIX}")
+            if path.stem.isdigit() and len(path.stem) == 20
+        )
+        try:
+            for i, base in enumerate(bases):
+                next_base = bases[i + 1] if i + 1 < len(bases) else None
+                path = _segment_path(self.directory, base)
+                segment = _Segment(base, path, _open_fd(path))
+                self._segments.append(segment)
+                if not (clean and next_base is not None and self._load_indexes(segment, next_base)):
+                    self._recover_segment(segment, next_base)
+        except BaseException:
+            for segment in self._segments:
+                os.close(segment.fd)
+            raise
+        # Removed only now, so a failed open does not cost the next one a full rescan.
+        marker.unlink(missing_ok=True)
+        if not self._segments:
+            self._segments.append(self._create_segment(checkpoint or 0))
+        first_base = self._segments[0].base_offset
+        self.log_start_offset = max(checkpoint if checkpoint is not None else first_base, first_base)
+        last = self._segments[-1]
+        self.log_end_offset = last.next_offset
+        if self.log_start_offset > self.log_end_offset:
+            # The data up to the checkpointed start was deleted; what is left ends before it (a torn tail).
+            logger.warning(
+                "%s: log start offset %d is past the recovered log end offset %d; starting an empty segment "
+                "at %d",
+                self.directory,
+                self.log_start_offset,
+                self.log_end_offset,
+                self.log_start_offset,
+            )
+            self._roll(self.log_start_offset)
+            self.log_end_offset = self.log_start_offset
+            self._delete_segments_below(self.log_start_offset)
+        self._write_log_start_checkpoint()
+
+    def _remove_leftovers(self) -> None:
+        for path in self.directory.iterdir():
+            if path.name.endswith(_CLEANED_SUFFIX):
+                logger.warning("%s: removing %s, left by an interrupted compaction", self, path)
+                path.unlink()
+                continue
+            is_index = path.suffix in (_INDEX_SUFFIX, _TIMEINDEX_SUFFIX)
+            if (is_index and not path.with_suffix(_LOG_SUFFIX).exists()) or path.name.endswith(_TMP_SUFFIX):
+                path.unlink()
+
+    def _read_log_start_checkpoint(self) -> int | None:
+        path = self.directory / _LOG_START_CHECKPOINT
+        if not path.exists():
+            return None
+        text = path.read_text().strip()
+        if not text.isdigit():
+            raise ValueError(
+                f"{path} should hold one non-negative integer (the log start offset) but holds {text!r}; "
+                "fix or delete it (deleting makes the first segment's base offset the log start)"
+            )
+        return int(text)
+
+    def _write_log_start_checkpoint(self) -> None:
+        _write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{self.log_start_offset}\n".encode())
+        _fsync_directory(self.directory)
+
+    def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
+        """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover)."""
+        segment.reset_indexes()
+        file_size = os.fstat(segment.fd).st_size
+        try:
+            for position, header, _ in _scan(segment.fd, 0, file_size, validate_crc=True):
+                limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
+                if header.base_offset < segment.next_offset or header.last_offset >= limit:
+                    raise CorruptBatchError(
+                        f"batch at byte {position} holds offsets [{header.base_offset}, "
+                        f"{header.last_offset}], outside [{segment.next_offset}, {limit})",
+                        valid_bytes=position,
+                    )
+                segment.track(header, position, self.config.index_interval_bytes)
+        except CorruptBatchError as exc:
+            logger.warning(
+                "%s: truncating %d bytes after byte %d, the end of the last complete valid batch (%s)",
+                segment.path,
+                file_size - exc.valid_bytes,
+                exc.valid_bytes,
+                exc,
+            )
+            os.ftruncate(segment.fd, exc.valid_bytes)
+            os.fsync(segment.fd)
+        segment.size = os.fstat(segment.fd).st_size
+
+    def _load_indexes(self, segment: _Segment, next_base: int) -> bool:
+        """Load a closed segment's index files; False if missing or inconsistent (then it is rescanned)."""
+        index_path, time_path = segment.sibling(_INDEX_SUFFIX), segment.sibling(_TIMEINDEX_SUFFIX)
+        if not (index_path.exists() and time_path.exists()):
+            return False
+        size = os.fstat(segment.fd).st_size
+        index_data, time_data = index_path.read_bytes(), time_path.read_bytes()
+        if len(index_data) % _OFFSET_ENTRY.size or len(time_data) % _TIME_ENTRY.size:
+            return False
+        index = [(segment.base_offset + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(index_data)]
+        times = [(ts, segment.base_offset + rel) for ts, rel in _TIME_ENTRY.iter_unpack(time_data)]
+        offsets_ok = all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(index)) and all(
+            segment.base_offset <= offset < next_base and 0 <= pos < size for offset, pos in index
+        )
+        times_ok = all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(times)) and all(
+            segment.base_offset <= offset < next_base for _, offset in times
+        )
+        if not (offsets_ok and times_ok) or (size > 0 and not times):
+            return False
+        segment.size = size
+        segment.next_offset = next_base
+        segment.index_offsets = [offset for offset, _ in index]
+        segment.index_positions = [pos for _, pos in index]
+        segment.time_timestamps = [ts for ts, _ in times]
+        segment.time_offsets = [offset for _, offset in times]
+        segment.max_timestamp, segment.offset_of_max_timestamp = times[-1] if times else (-1, -1)
+        segment.indexes_dirty = False
+        return True
+
+    # ---- segment files -----------------------------------------------------------------------------
+
+    def _create_segment(self, base_offset: int) -> _Segment:
+        path = _segment_path(self.directory, base_offset)
+        if path.exists() and path.stat().st_size > 0:
+            raise RuntimeError(f"cannot start a segment at offset {base_offset}: {path} already holds data")
+        segment = _Segment(base_offset, path, _open_fd(path), next_offset=base_offset)
+        _fsync_directory(self.directory)
+        return segment
+
+    def _write_indexes(self, segment: _Segment) -> None:
+        base = segment.base_offset
+        _write_file_atomically(
+            segment.sibling(_INDEX_SUFFIX),
+            b"".join(
+                _OFFSET_ENTRY.pack(offset - base, pos)
+                for offset, pos in zip(segment.index_offsets, segment.index_positions, strict=True)
+            ),
+        )
+        _write_file_atomically(
+            segment.sibling(_TIMEINDEX_SUFFIX),
+            b"".join(
+                _TIME_ENTRY.pack(ts, offset - base)
+                for ts, offset in zip(segment.time_timestamps, segment.time_offsets, strict=True)
+            ),
+        )
+        segment.indexes_dirty = False
+
+    def _seal(self, segment: _Segment) -> None:
+        """Make a segment durable with up-to-date index files (on roll, compaction and close)."""
+        segment.seal_time_index()
+        os.fsync(segment.fd)
+        if segment.indexes_dirty:
+            self._write_indexes(segment)
+
+    def _roll(self, base_offset: int) -> _Segment:
+        self._seal(self._segments[-1])
+        segment = self._create_segment(base_offset)
+        self._segments.append(segment)
+        self._unflushed_batches = 0
+        return segment
+
+    def _delete_segment(self, segment: _Segment) -> None:
+        os.close(segment.fd)
+        # The .log goes first: index files without a .log are removed as leftovers on the next open.
+        for suffix in (_LOG_SUFFIX, _INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
+            segment.sibling(suffix).unlink(missing_ok=True)
+        self._segments.remove(segment)
+
+    def _delete_segments_below(self, offset: int) -> int:
+        """Delete leading segments whose every offset is below `offset`; never the active segment."""
+        removed = 0
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            self._delete_segment(self._segments[0])
+            removed += 1
+        if removed:
+            _fsync_directory(self.directory)
+        return removed
+
+    def _headers(self, segment: _Segment, start: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield (position, header) of the segment's batches from byte `start`, reading headers only."""
+        pos, chunk, chunk_start = start, b"", start
+        while pos < segment.size:
+            if pos + HEADER_SIZE > chunk_start + len(chunk):
+                chunk, chunk_start = os.pread(segment.fd, _HEADER_CHUNK, pos), pos
+            try:
+                header = parse_header(chunk, pos - chunk_start)
+                if pos + header.size > segment.size:
+                    raise CorruptBatchError(f"{header.size}-byte batch overruns the {segment.size}-byte file")
+            except CorruptBatchError as exc:
+                raise BrokerError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"{segment.path} is corrupt at byte {pos}: {exc}"
+                ) from exc
+            yield pos, header
+            pos += header.size
+
+    def _segment_slot(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the log in {self.directory} is closed; open a new PartitionLog to use it")
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({str(self.directory)!r})"
+
+    # ---- append and read ---------------------------------------------------------------------------
+
+    def append(self, batches: list[bytes], *, now_ms: int) -> int:
+        """Write batches that already carry their offsets (starting at log_end_offset); return the new end.
+
+        Steps: check every batch (whole, contiguous offsets, no larger than a segment) before writing any;
+        then per batch roll a new segment if it would overflow segment_bytes (or relative offsets would
+        overflow int32), write() it, update the indexes and log_end_offset; fsync per flush_messages.
+        `now_ms` is accepted for time-based rolling (Kafka's segment.ms), which is not configurable yet.
+        """
+        with self._lock:
+            self._ensure_open()
+            headers: list[BatchHeader] = []
+            expected = self.log_end_offset
+            for batch in batches:
+                header = parse_header(batch)
+                if header.size != len(batch):
+                    raise ValueError(
+                        f"a batch at offset {header.base_offset} declares {header.size} bytes but "
+                        f"{len(batch)} were given; pass exactly one whole batch per list item"
+                    )
+                if header.base_offset != expected:
+                    raise ValueError(
+                        f"batch base offset {header.base_offset} should be {expected}, the next offset of "
+                        f"{self.directory.name}; assign offsets with records.assign_offset from there"
+                    )
+                if header.size > self.config.segment_bytes:
+                    raise BrokerError(
+                        ErrorCode.RECORD_LIST_TOO_LARGE,
+                        f"Message batch size is {header.size} bytes in append to partition "
+                        f"{self.directory.name}, which exceeds the maximum configured segment size of "
+                        f"{self.config.segment_bytes}.",
+                    )
+                headers.append(header)
+                expected = header.next_offset
+            for header, batch in zip(headers, batches, strict=True):
+                segment = self._segments[-1]
+                overflows = segment.size + header.size > self.config.segment_bytes
+                if segment.size > 0 and (overflows or header.last_offset - segment.base_offset > INT32_MAX):
+                    segment = self._roll(header.base_offset)
+                position = segment.size
+                try:
+                    _write_all(segment.fd, batch)
+                except OSError as exc:
+                    # Cut the partial write so the next append does not land after garbage.
+                    os.ftruncate(segment.fd, position)
+                    raise BrokerError(
+                        ErrorCode.KAFKA_STORAGE_ERROR,
+                        f"writing {len(batch)} bytes to {segment.path} failed: {exc}",
+                    ) from exc
+                segment.track(header, position, self.config.index_interval_bytes)
+                self.log_end_offset = header.next_offset
+                self._unflushed_batches += 1
+            flush_every = self.config.flush_messages
+            if flush_every is not None and self._unflushed_batches >= flush_every:
+                os.fsync(self._segments[-1].fd)
+                self._unflushed_batches = 0
+            return self.log_end_offset
+
+    def read(
+        self, offset: int, max_bytes: int, *, upper_bound: int | None = None, min_one_batch: bool = True
+    ) -> bytes:
+        """Bytes of whole batches, starting with the batch that contains `offset`.
+
+        Stops before a batch whose base offset is >= upper_bound (high watermark / last stable offset) and
+        before exceeding max_bytes, except that with min_one_batch the first batch is returned whole (KIP-74).
+        Raises OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]; returns b"" at the end.
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset < self.log_start_offset or offset > self.log_end_offset:
+                raise BrokerError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"Received request for offset {offset} for partition {self.directory.name}, but we only "
+                    f"have log segments in the range {self.log_start_offset} to {self.log_end_offset}.",
+                )
+            bound = self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+            pieces: list[bytes] = []
+            total = 0
+            done = offset >= bound
+            for segment in self._segments[self._segment_slot(offset) :]:
+                if done:
+                    break
+                start = end = -1
+                for position, header in self._headers(segment, segment.position_for(offset)):
+                    if header.last_offset < offset:
+                        continue
+                    too_big = total + header.size > max_bytes and not (min_one_batch and total == 0)
+                    if header.base_offset >= bound or too_big:
+                        done = True
+                        break
+                    start = position if start < 0 else start
+                    end = position + header.size
+                    total += header.size
+                if start >= 0:
+                    pieces.append(os.pread(segment.fd, end - start, start))
+            return b"".join(pieces)
+
+    def iter_batches(self, from_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+        """(header, batch bytes) of every stored batch whose last offset is >= from_offset, in order.
+
+        Sees the log as it was when called: the segment files are dup()ed, so appends, compaction and
+        retention running meanwhile neither disturb nor appear in the iteration.
+        """
+        with self._lock:
+            self._ensure_open()
+            snapshot = [
+                (os.dup(segment.fd), segment.position_for(from_offset), segment.size, segment.path)
+                for segment in self._segments
+                if segment.next_offset > from_offset
+            ]
+        return self._iter_snapshot(snapshot, from_offset)
+
+    @staticmethod
+    def _iter_snapshot(
+        snapshot: list[tuple[int, int, int, Path]], from_offset: int
+    ) -> Iterator[tuple[BatchHeader, bytes]]:
+        try:
+            for fd, start, size, path in snapshot:
+                try:
+                    for _, header, batch in _scan(fd, start, size, validate_crc=False):
+                        if header.last_offset >= from_offset:
+                            yield header, batch
+                except CorruptBatchError as exc:
+                    raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
+        finally:
+            for fd, *_ in snapshot:
+                os.close(fd)
+
+    def _read_batch(self, segment: _Segment, position: int, header: BatchHeader) -> bytes:
+        return os.pread(segment.fd, header.size, position)
+
+    # ---- lookups by time ---------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record from log_start_offset on with timestamp >= timestamp_ms.
+
+        As Kafka's fetchOffsetByTimestamp: skip segments whose max timestamp is older, start inside a
+        segment where its time index says, and decode only batches whose max timestamp qualifies.
+        """
+        with self._lock:
+            self._ensure_open()
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp_ms or segment.next_offset <= self.log_start_offset:
+                    continue
+                start_offset = max(segment.offset_for_time(timestamp_ms), self.log_start_offset)
+                for position, header in self._headers(segment, segment.position_for(start_offset)):
+                    if header.max_timestamp < timestamp_ms or header.last_offset < self.log_start_offset:
+                        continue
+                    for record in decode_records(self._read_batch(segment, position, header)):
+                        if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
+                            return record.offset, record.timestamp
+            return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the earliest record with the log's largest timestamp (ListOffsets -3)."""
+        with self._lock:
+            self._ensure_open()
+            best: _Segment | None = None
+            for segment in self._segments:
+                if segment.max_timestamp > (best.max_timestamp if best else -1):
+                    best = segment
+            if best is None:
+                return None
+            target = best.max_timestamp
+            for position, header in self._headers(best, best.position_for(best.offset_of_max_timestamp)):
+                if header.max_timestamp == target:
+                    for record in decode_records(self._read_batch(best, position, header)):
+                        if record.timestamp == target:
+                            return record.offset, target
+            return None
+
+    # ---- deletion ----------------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise log_start_offset to `offset` (never lower it), drop segments wholly below."""
+        with self._lock:
+            self._ensure_open()
+            if offset < 0 or offset > self.log_end_offset:
+                raise BrokerError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"Cannot increment the log start offset to {offset} of partition {self.directory.name} "
+                    f"since it is larger than the log end offset {self.log_end_offset}",
+                )
+            if offset > self.log_start_offset:
+                self.log_start_offset = offset
+                self._write_log_start_checkpoint()
+                self._delete_segments_below(offset)
+            return self.log_start_offset
+
+    def _largest_timestamp(self, segment: _Segment) -> int:
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
+        return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete-policy retention: drop the oldest closed segments that are past retention_ms (by their
+        largest timestamp) or that retention_bytes allows to go; return how many were removed.
+
+        Only a prefix of segments goes, the active segment never does, and log_start_offset moves to the
+        first remaining segment. A no-op unless cleanup_policy includes "delete".
+        """
+        with self._lock:
+            self._ensure_open()
+            if not self.config.deletes:
+                return 0
+            closed = self._segments[:-1]
+            expired = 0
+            if self.config.retention_ms >= 0:
+                for segment in closed:
+                    if now_ms - self._largest_timestamp(segment) <= self.config.retention_ms:
+                        break
+                    expired += 1
+            over_size = 0
+            if self.config.retention_bytes >= 0:
+                excess = self.size_bytes() - self.config.retention_bytes
+                for segment in closed:
+                    if excess - segment.size < 0:
+                        break
+                    excess -= segment.size
+                    over_size += 1
+            doomed = closed[: max(expired, over_size)]
+            if not doomed:
+                return 0
+            new_start = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
+            if new_start != self.log_start_offset:
+                self.log_start_offset = new_start
+                self._write_log_start_checkpoint()
+            for segment in doomed:
+                logger.info("%s: retention deletes segment %s", self, segment.path.name)
+                self._delete_segment(segment)
+            _fsync_directory(self.directory)
+            return len(doomed)
+
+    # ---- compaction --------------------------------------------------------------------------------
+
+    def compact(self, *, now_ms: int, is_aborted: Callable[[int, int], bool] | None = None) -> int:
+        """Compact-policy cleaning (Kafka's LogCleaner); return the number of records removed.
+
+        Steps:
+          1. Read batch headers (and transaction markers) of the whole log: which transactions aborted,
+             the first offset of a still-open transaction (the stable bound: nothing at or past it is
+             removed or can supersede), and each producer's last data batch.
+          2. Map every key to its newest offset among records below the stable bound that are not in an
+             aborted transaction (an aborted record never supersedes a committed one).
+          3. Rewrite closed segments below the bound, oldest first, keeping: control batches; records at or
+             past the bound; the newest record of each key; a newest tombstone until its batch's delete
+             horizon (set to now + delete_retention_ms the first time it is compacted) has passed. Records
+             of aborted transactions and keyless records are removed, as Kafka does. Changed batches are
+             re-encoded with their original offsets, producer fields, sequence range and codec; a batch
+             left empty keeps an empty header only if it is its producer's last data batch.
+          4. Each rewritten segment is written to .log.cleaned, fsynced and renamed over the original:
+             a crash leaves either the old or the new file (a stray .cleaned is deleted on open).
+        min_compaction_lag_ms > 0 also stops the cleaning at the first segment holding records that young.
+        `is_aborted(producer_id, batch_base_offset)` may mark more transactional batches as aborted than the
+        log's own markers do. A no-op unless cleanup_policy includes "compact".
+        """
+        with self._lock:
+            self._ensure_open()
+            if not self.config.compacts or len(self._segments) < 2:
+                return 0
+            aborted, stable_bound, last_data_offsets = self._transaction_outline(is_aborted)
+            if self.config.min_compaction_lag_ms > 0:
+                for segment in self._segments:
+                    if self._largest_timestamp(segment) > now_ms - self.config.min_compaction_lag_ms:
+                        stable_bound = min(stable_bound, segment.base_offset)
+                        break
+            latest = self._latest_offsets(aborted, stable_bound)
+            cleaner = _Cleaner(latest, aborted, last_data_offsets, stable_bound, now_ms, self.config)
+            removed = 0
+            for segment in self._segments[:-1]:
+                if segment.base_offset >= stable_bound:
+                    break
+                removed += self._clean_segment(segment, cleaner)
+            if cleaner.keyless:
+                logger.warning(
+                    "%s: compaction removed %d records without a key (a compacted topic needs keys)",
+                    self,
+                    cleaner.keyless,
+                )
+            return removed
+
+    def _transaction_outline(
+        self, is_aborted: Callable[[int, int], bool] | None
+    ) -> tuple[set[int], int, dict[int, int]]:
+        """(base offsets of aborted transactional batches, stable bound, producer id -> last data offset)."""
+        aborted: set[int] = set()
+        open_batches: dict[int, list[int]] = {}  # producer id -> its transactional batches awaiting a marker
+        last_data_offsets: dict[int, int] = {}
+        for segment in self._segments:
+            for position, header in self._headers(segment, 0):
+                producer_id = header.producer_id
+                if header.is_control:
+                    marker = control_marker(self._read_batch(segment, position, header))
+                    ended = open_batches.pop(producer_id, [])
+                    if marker is not None and marker[0] == "ABORT":
+                        aborted.update(ended)
+                    elif is_aborted is not None:
+                        aborted.update(base for base in ended if is_aborted(producer_id, base))
+                    continue
+                if header.is_transactional:
+                    open_batches.setdefault(producer_id, []).append(header.base_offset)
+                if header.has_producer_id:
+                    last_data_offsets[producer_id] = header.last_offset
+        stable_bound = min((bases[0] for bases in open_batches.values()), default=self.log_end_offset)
+        return aborted, stable_bound, last_data_offsets
+
+    def _latest_offsets(self, aborted: set[int], stable_bound: int) -> dict[bytes, int]:
+        latest: dict[bytes, int] = {}
+        for segment in self._segments:
+            if segment.base_offset >= stable_bound:
+                break
+            for position, header in self._headers(segment, 0):
+                if header.base_offset >= stable_bound:
+                    break
+                if header.is_control or header.base_offset in aborted:
+                    continue
+                for record in decode_records(self._read_batch(segment, position, header)):
+                    if record.key is not None and record.offset < stable_bound:
+                        latest[record.key] = record.offset
+        return latest
+
+    def _clean_segment(self, segment: _Segment, cleaner: _Cleaner) -> int:
+        """Rewrite one closed segment through `cleaner`; return the records removed."""
+        cleaned_path = segment.path.with_name(segment.path.name + _CLEANED_SUFFIX)
+        fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        rewritten = _Segment(segment.base_offset, segment.path, fd, next_offset=segment.base_offset)
+        try:
+            removed, changed = self._write_cleaned(segment, cleaner, rewritten)
+            if changed:
+                os.fsync(fd)
+                os.replace(cleaned_path, segment.path)
+        except BaseException:
+            os.close(fd)
+            cleaned_path.unlink(missing_ok=True)
+            raise
+        if not changed:
+            os.close(fd)
+            cleaned_path.unlink()
+            return 0
+        os.close(segment.fd)
+        segment.adopt(rewritten)
+        _fsync_directory(self.directory)
+        self._seal(segment)
+        logger.info("%s: compaction removed %d records from %s", self, removed, segment.path.name)
+        return removed
+
+    def _write_cleaned(self, segment: _Segment, cleaner: _Cleaner, rewritten: _Segment) -> tuple[int, bool]:
+        """Write the batches `cleaner` keeps to rewritten.fd; return (records removed, anything changed)."""
+        removed = 0
+        changed = False
+        pending: list[bytes] = []
+        pending_bytes = 0
+        for _, header, batch in _scan(segment.fd, 0, segment.size, validate_crc=False):
+            kept, dropped = cleaner.filter(header, batch)
+            removed += dropped
+            changed = changed or kept is not batch
+            if kept is None:
+                continue
+            kept_header = header if kept is batch else parse_header(kept)
+            rewritten.track(kept_header, rewritten.size, self.config.index_interval_bytes)
+            pending.append(kept)
+            pending_bytes += len(kept)
+            if pending_bytes >= _SCAN_CHUNK:
+                _write_all(rewritten.fd, b"".join(pending))
+                pending, pending_bytes = [], 0
+        _write_all(rewritten.fd, b"".join(pending))
+        return removed, changed
+
+    # ---- housekeeping ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the active segment (closed segments were fsynced when they were rolled or rewritten)."""
+        with self._lock:
+            self._ensure_open()
+            os.fsync(self._segments[-1].fd)
+            self._unflushed_batches = 0
+
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    def segment_files(self) -> list[Path]:
+        with self._lock:
+            return [segment.path for segment in self._segments]
+
+    def close(self) -> None:
+        """Flush everything, write the index files and the clean-shutdown marker. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            for segment in self._segments:
+                self._seal(segment)
+            for segment in self._segments:
+                os.close(segment.fd)
+            _write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
+            _fsync_directory(self.directory)
+            self._closed = True
+
+
+class _Cleaner:
+    """The per-batch decisions of one compaction pass (Kafka's LogCleaner record and batch filters)."""
+
+    def __init__(
+        self,
+        latest: dict[bytes, int],
+        aborted: set[int],
+        last_data_offsets: dict[int, int],
+        stable_bound: int,
+        now_ms: int,
+        config: LogConfig,
+    ) -> None:
+        self.latest = latest
+        self.aborted = aborted
+        self.last_data_offsets = last_data_offsets
+        self.stable_bound = stable_bound
+        self.now_ms = now_ms
+        self.config = config
+        self.keyless = 0
+
+    def _keep(self, record: Record, horizon: int | None) -> bool:
+        if record.offset >= self.stable_bound:
+            return True
+        if record.key is None:
+            self.keyless += 1
+            return False
+        if self.latest.get(record.key, -1) > record.offset:
+            return False
+        return record.value is not None or horizon is None or self.now_ms < horizon
+
+    def filter(self, header: BatchHeader, batch: bytes) -> tuple[bytes | None, int]:
+        """(batch to keep, or None to drop it; records removed). Returns `batch` itself when unchanged."""
+        if header.is_control:
+            return batch, 0
+        records = decode_records(batch)
+        horizon = header.delete_horizon_ms
+        if header.is_transactional and header.base_offset in self.aborted:
+            kept = [record for record in records if record.offset >= self.stable_bound]
+        else:
+            kept = [record for record in records if self._keep(record, horizon)]
+        needs_horizon = horizon is None and any(record.value is None for record in kept)
+        if len(kept) == len(records) and not needs_horizon:
+            return batch, 0
+        removed = len(records) - len(kept)
+        is_last_of_producer = self.last_data_offsets.get(header.producer_id) == header.last_offset
+        # CreateTime: the max of the records left; LogAppendTime and emptied batches keep the original.
+        keep_max_timestamp = not kept or header.timestamp_type == LOG_APPEND_TIME
+        if not kept and not (header.has_producer_id and is_last_of_producer):
+            return None, removed
+        # An emptied last batch of a producer keeps its header: it carries the producer's last sequence.
+        return (
+            encode_batch(
+                kept,
+                base_offset=header.base_offset,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                is_transactional=header.is_transactional,
+                timestamp_type=header.timestamp_type,
+                partition_leader_epoch=header.partition_leader_epoch,
+                last_offset_delta=header.last_offset_delta,
+                max_timestamp=header.max_timestamp if keep_max_timestamp else None,
+                delete_horizon_ms=self.now_ms + self.config.delete_retention_ms if needs_horizon else horizon,
+                compression=header.compression,
+            ),
+            removed,
+        )

@@ -1,0 +1,885 @@
+"""Kafka v2 record batches (magic 2): parse, validate, re-offset, encode, decode and dump them.
+
+The format is Kafka's `DefaultRecordBatch` (all integers big-endian)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (=2) | crc uint32
+    | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
+    | producerId int64 | producerEpoch int16 | baseSequence int32 | recordsCount int32 | records...
+
+`batchLength` counts the bytes after itself; the CRC32C covers everything from `attributes` to the end,
+so the broker can rewrite `baseOffset` and `partitionLeaderEpoch` without recomputing it.
+Records (possibly compressed as one blob) are::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    | keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value
+    | headersCount varint | [headerKeyLength varint | headerKey utf8 | headerValueLength varint | headerValue]
+
+All varints are zigzag encoded. Error codes and messages follow Kafka's `ProduceRequest.validateRecords`,
+`UnifiedLog.analyzeAndValidateRecords`, `LogValidator` and `DefaultRecord.readFrom`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import crc32c
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+
+Buffer = bytes | bytearray | memoryview
+
+HEADER_SIZE = 61  # bytes of the v2 batch header incl. baseOffset+batchLength
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
+MAGIC = 2
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT64 = struct.Struct(">q")
+_PARTITION_LEADER_EPOCH_OFFSET = 12
+_MAGIC_OFFSET = 16
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+# Kafka's ByteBufferLogInputStream rejects any batch length below the smallest legacy (v0) record.
+_MIN_ANY_FORMAT_LENGTH = 14
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_FLAG = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+
+COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+_CODEC_PIP_PACKAGES = {2: "python-snappy", 3: "lz4", 4: "zstandard"}
+_CONTROL_TYPE_NAMES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_END_TXN_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
+
+
+class CorruptBatchError(ValueError):
+    """Bytes that are not a complete, valid v2 batch.
+
+    `valid_bytes` is the length of the prefix made of complete valid batches (what a log keeps when
+    it truncates a torn tail). `incomplete_size` is set when the bytes merely stop short, to the number
+    of bytes the cut-off batch needs from its start; it is None when the bytes are wrong, not short.
+    """
+
+    def __init__(self, message: str, *, valid_bytes: int = 0, incomplete_size: int | None = None) -> None:
+        super().__init__(message)
+        self.valid_bytes = valid_bytes
+        self.incomplete_size = incomplete_size
+
+
+class DecompressionError(CorruptBatchError):
+    """A batch whose compressed record blob cannot be decompressed."""
+
+
+class InvalidRecordError(ValueError):
+    """A record inside a batch is malformed (Kafka's InvalidRecordException); the message is Kafka's."""
+
+
+class CodecUnavailableError(RuntimeError):
+    """The Python library needed for a batch's compression codec is not installed."""
+
+
+class RecordValidationError(BrokerError):
+    """Some records of a batch were rejected; `record_errors` holds (batch index, message) per record.
+
+    The Produce response reports these per record (ProduceResponse RecordErrors), as Kafka does.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: Sequence[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = tuple(record_errors)
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: sequences wrap from 2**31-1 to 0."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_FLAG else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """Set by compaction on batches holding tombstones; Kafka stores it in baseTimestamp."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG else None
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    # Header keys are decoded with surrogateescape so that invalid UTF-8 survives a re-encode unchanged.
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Parse the 61-byte v2 header at `pos`; CorruptBatchError if it is short, not magic 2 or too small."""
+    available = len(buf) - pos
+    if available < HEADER_SIZE:
+        raise CorruptBatchError(
+            f"record batch at byte {pos} is truncated: a v2 batch header needs {HEADER_SIZE} bytes, "
+            f"only {available} remain",
+            valid_bytes=pos,
+            incomplete_size=HEADER_SIZE,
+        )
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        raise CorruptBatchError(
+            f"record batch at byte {pos} has magic {header.magic}; only magic 2 batches (Kafka >= 0.11 "
+            "clients) are supported",
+            valid_bytes=pos,
+        )
+    if header.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptBatchError(
+            f"record batch at byte {pos} declares batchLength {header.batch_length}, below the "
+            f"{_MIN_BATCH_LENGTH}-byte minimum of a v2 header",
+            valid_bytes=pos,
+        )
+    return header
+
+
+def compute_crc(batch: Buffer, header: BatchHeader) -> int:
+    return int(crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET : header.size]))
+
+
+def crc_is_valid(batch: Buffer, header: BatchHeader) -> bool:
+    return len(batch) >= header.size and compute_crc(batch, header) == header.crc
+
+
+def iter_batches(
+    buf: Buffer, *, validate_crc: bool = False, base_position: int = 0
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each complete batch in `buf`, in order.
+
+    Stops cleanly when the batches end exactly at the end of `buf`. Otherwise raises CorruptBatchError
+    once the complete valid prefix has been yielded: `valid_bytes` is that prefix's length, and
+    `incomplete_size` tells a caller reading a file in chunks how many bytes the cut-off batch needs.
+    `base_position` is where `buf` sits in its file: it is added to positions, messages and valid_bytes.
+    """
+    view = memoryview(buf)
+    end = len(view)
+    pos = 0
+    while pos < end:
+        at = base_position + pos
+        remaining = end - pos
+        if remaining < HEADER_SIZE:
+            needed = HEADER_SIZE
+            if remaining >= LOG_OVERHEAD:
+                (length,) = _INT32.unpack_from(view, pos + 8)
+                if length < _MIN_BATCH_LENGTH:
+                    raise CorruptBatchError(
+                        f"record batch at byte {at} declares batchLength {length}, below the "
+                        f"{_MIN_BATCH_LENGTH}-byte minimum of a v2 header",
+                        valid_bytes=at,
+                    )
+                needed = LOG_OVERHEAD + length
+            if remaining > _MAGIC_OFFSET and view[pos + _MAGIC_OFFSET] != MAGIC:
+                raise CorruptBatchError(
+                    f"record batch at byte {at} has magic {view[pos + _MAGIC_OFFSET]}; only magic 2 is "
+                    "supported",
+                    valid_bytes=at,
+                )
+            raise CorruptBatchError(
+                f"record batch at byte {at} is truncated: {remaining} bytes remain of at least {needed}",
+                valid_bytes=at,
+                incomplete_size=needed,
+            )
+        try:
+            header = parse_header(view, pos)
+        except CorruptBatchError as exc:
+            raise CorruptBatchError(f"at byte {at}: {exc}", valid_bytes=at) from None
+        if header.size > remaining:
+            raise CorruptBatchError(
+                f"record batch at byte {at} (baseOffset {header.base_offset}) is truncated: it declares "
+                f"{header.size} bytes, only {remaining} remain",
+                valid_bytes=at,
+                incomplete_size=header.size,
+            )
+        if validate_crc:
+            actual = compute_crc(view[pos : pos + header.size], header)
+            if actual != header.crc:
+                raise CorruptBatchError(
+                    f"record batch at byte {at} (baseOffset {header.base_offset}) is corrupt: stored crc "
+                    f"{header.crc}, computed crc {actual}",
+                    valid_bytes=at,
+                )
+        yield at, header
+        pos += header.size
+
+
+def _produce_batch_size(view: memoryview, pos: int) -> int | None:
+    """Size of the complete batch at `pos`, or None if none fits (Kafka's ByteBufferLogInputStream)."""
+    remaining = len(view) - pos
+    if remaining < LOG_OVERHEAD:
+        return None
+    (length,) = _INT32.unpack_from(view, pos + 8)
+    if length < _MIN_ANY_FORMAT_LENGTH:
+        raise BrokerError(
+            ErrorCode.CORRUPT_MESSAGE,
+            f"Record size {length} is less than the minimum record overhead ({_MIN_ANY_FORMAT_LENGTH})",
+        )
+    if remaining <= _MAGIC_OFFSET:
+        return None
+    magic = struct.unpack_from(">b", view, pos + _MAGIC_OFFSET)[0]
+    if magic < 0 or magic > MAGIC:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Invalid magic found in record: {magic}")
+    size = LOG_OVERHEAD + length
+    return size if remaining >= size else None
+
+
+def validate_produce_payload(
+    buf: Buffer,
+    *,
+    max_batch_bytes: int,
+    topic_partition: str = "<unknown>",
+    produce_version: int | None = None,
+    require_keys: bool = False,
+) -> list[BatchHeader]:
+    """Validate one partition's records from a Produce request (v3+) exactly as Kafka does.
+
+    Steps, in Kafka's order (each raises BrokerError with Kafka's code and message):
+      1. ProduceRequest.validateRecords: at least one complete batch (INVALID_RECORD), a readable
+         length >= 14 and magic in 0..2 (CORRUPT_MESSAGE), magic == 2 (INVALID_RECORD), exactly one batch
+         (INVALID_RECORD). Kafka silently trims a trailing partial batch; we refuse it (CORRUPT_MESSAGE)
+         rather than drop bytes a client sent.
+      2. UnifiedLog.analyzeAndValidateRecords: baseOffset == 0 (INVALID_RECORD), size <= max_batch_bytes
+         (MESSAGE_TOO_LARGE), CRC32C matches (CORRUPT_MESSAGE), known codec (UNKNOWN_SERVER_ERROR).
+      3. LogValidator.validateBatch: lastOffsetDelta+1 >= 1, recordsCount >= 1 and they agree, not a
+         control batch, a producer id implies a sequence (all INVALID_RECORD).
+      4. Every record decodes and recordsCount matches the records present, after decompression
+         (INVALID_RECORD; a blob that does not decompress is UNKNOWN_SERVER_ERROR as in Kafka).
+      5. With `require_keys` (compacted topics) every record needs a key (RecordValidationError).
+    Returns the headers of the accepted batches (always exactly one).
+    """
+    view = memoryview(buf)
+    tp = topic_partition
+    invalid = ErrorCode.INVALID_RECORD
+    requests = "Produce requests" + ("" if produce_version is None else f" with version {produce_version}")
+    size = _produce_batch_size(view, 0)
+    if size is None:
+        raise BrokerError(invalid, f"{requests} must have at least one record batch per partition")
+    if view[_MAGIC_OFFSET] != MAGIC:
+        raise BrokerError(
+            invalid, f"{requests} are only allowed to contain record batches with magic version 2"
+        )
+    if _produce_batch_size(view, size) is not None:
+        raise BrokerError(
+            invalid, f"{requests} are only allowed to contain exactly one record batch per partition"
+        )
+    if len(view) > size:
+        raise BrokerError(
+            ErrorCode.CORRUPT_MESSAGE,
+            f"The records for {tp} carry {len(view) - size} bytes after the record batch that do not form a "
+            "complete batch; the client must send whole batches only",
+        )
+
+    (base_offset,) = _INT64.unpack_from(view, 0)
+    if base_offset != 0:
+        raise BrokerError(
+            invalid,
+            f"The baseOffset of the record batch in the append to {tp} should be 0, but it is {base_offset}",
+        )
+    if size > max_batch_bytes:
+        raise BrokerError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"The record batch size in the append to {tp} is {size} bytes which exceeds the "
+            f"maximum configured value of {max_batch_bytes}.",
+        )
+    (stored_crc,) = _UINT32.unpack_from(view, _CRC_OFFSET)
+    if size < HEADER_SIZE or crc32c.crc32c(view[_ATTRIBUTES_OFFSET:size]) != stored_crc:
+        raise BrokerError(
+            ErrorCode.CORRUPT_MESSAGE,
+            f"Record is corrupt (stored crc = {stored_crc}) in topic partition {tp}.",
+        )
+    header = parse_header(view)
+    if header.compression >= len(COMPRESSION_NAMES):
+        raise BrokerError(
+            ErrorCode.UNKNOWN_SERVER_ERROR, f"Unknown compression type id: {header.compression}"
+        )
+
+    offset_range = f"[{header.base_offset}, {header.last_offset}]"
+    count_from_offsets = header.last_offset_delta + 1
+    if count_from_offsets <= 0:
+        raise BrokerError(
+            invalid, f"Batch has an invalid offset range: {offset_range} in topic partition {tp}"
+        )
+    if header.record_count <= 0:
+        raise BrokerError(
+            invalid, f"Invalid reported count for record batch: {header.record_count} in topic partition {tp}"
+        )
+    if count_from_offsets != header.record_count:
+        raise BrokerError(
+            invalid,
+            f"Inconsistent batch offset range {offset_range} and count of records {header.record_count} "
+            f"in topic partition {tp}",
+        )
+    if header.is_control:
+        raise BrokerError(
+            invalid, f"Clients are not allowed to write control records in topic partition {tp}"
+        )
+    if header.has_producer_id and header.base_sequence < 0:
+        raise BrokerError(
+            invalid,
+            f"Invalid sequence number {header.base_sequence} in record batch with producerId "
+            f"{header.producer_id} in topic partition {tp}",
+        )
+
+    try:
+        records = decode_records(view[:size])
+    except InvalidRecordError as exc:
+        raise BrokerError(invalid, str(exc)) from exc
+    except (DecompressionError, CodecUnavailableError) as exc:
+        raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
+
+    if require_keys:
+        errors = [
+            (index, f"Compacted topic cannot accept message without key in topic partition {tp}")
+            for index, record in enumerate(records)
+            if record.key is None
+        ]
+        if errors:
+            shown = ", ".join(
+                f"RecordError(batchIndex={index}, message='{text}')" for index, text in errors[:3]
+            )
+            raise RecordValidationError(
+                invalid,
+                f"One or more records have been rejected due to {len(errors)} record errors in total, and "
+                f"only showing the first three errors at most: [{shown}]",
+                errors,
+            )
+    return [header]
+
+
+def assign_offset(batch: Buffer, base_offset: int, *, partition_leader_epoch: int = 0) -> bytes:
+    """Return `batch` with baseOffset and partitionLeaderEpoch rewritten; the CRC does not cover them."""
+    if len(batch) < HEADER_SIZE:
+        raise ValueError(
+            f"cannot assign an offset to {len(batch)} bytes: a v2 batch has >= {HEADER_SIZE} bytes"
+        )
+    out = bytearray(batch)
+    _INT64.pack_into(out, 0, base_offset)
+    _INT32.pack_into(out, _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# varints
+
+
+class _Underflow(Exception):
+    """Internal: a read ran past the bytes it was allowed to use."""
+
+
+def _write_varint(value: int, out: bytearray) -> None:
+    # Zigzag over 64 bits equals Kafka's 32-bit zigzag for every value that fits in an int32.
+    unsigned = (value << 1) ^ (value >> 63)
+    while unsigned >= 0x80:
+        out.append((unsigned & 0x7F) | 0x80)
+        unsigned >>= 7
+    out.append(unsigned)
+
+
+def _read_varint(data: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    for _ in range(max_bytes):
+        if pos >= end:
+            raise _Underflow
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+    raise InvalidRecordError(f"Varint is too long: more than {max_bytes} bytes at byte {pos - max_bytes}")
+
+
+def _read_bytes(data: bytes, pos: int, end: int, length: int) -> tuple[bytes | None, int]:
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise _Underflow
+    return data[pos : pos + length], pos + length
+
+
+# ---------------------------------------------------------------------------------------------------
+# decoding
+
+
+def _decompress(header: BatchHeader, blob: bytes) -> bytes:
+    compression = header.compression
+    if compression >= len(COMPRESSION_NAMES):
+        raise CorruptBatchError(
+            f"batch at offset {header.base_offset} uses unknown compression id {compression}"
+        )
+    name = COMPRESSION_NAMES[compression]
+    codec = _codec_module(compression, f"batch at offset {header.base_offset}")
+    decoders = {1: codec.gzip_decode, 2: codec.snappy_decode, 3: codec.lz4_decode, 4: codec.zstd_decode}
+    try:
+        return bytes(decoders[compression](blob))
+    except Exception as exc:  # each codec library raises its own exception types
+        raise DecompressionError(
+            f"Failed to decompress record stream: {name} batch at offset {header.base_offset}: {exc}"
+        ) from exc
+
+
+def _codec_module(compression: int, what: str) -> Any:
+    """kafka-python's codec helpers, after checking the codec's library is installed."""
+    from kafka import codec
+
+    available = {2: codec.has_snappy, 3: codec.has_lz4, 4: codec.has_zstd}.get(compression, codec.has_gzip)
+    if not available():
+        name = COMPRESSION_NAMES[compression]
+        raise CodecUnavailableError(
+            f"{what} is {name}-compressed but the Python library for {name} is missing; install it with "
+            f"`pip install {_CODEC_PIP_PACKAGES[compression]}`"
+        )
+    return codec
+
+
+def _compress(compression: int, blob: bytes) -> bytes:
+    codec = _codec_module(compression, "the batch being encoded")
+    encoders = {1: codec.gzip_encode, 2: codec.snappy_encode, 3: codec.lz4_encode, 4: codec.zstd_encode}
+    return bytes(encoders[compression](blob))
+
+
+def _decode_record_bytes(header: BatchHeader, data: bytes) -> list[Record]:
+    """Decode `record_count` records from the (decompressed) record bytes, with Kafka's error messages."""
+    if header.record_count < 0:
+        raise InvalidRecordError(f"Found invalid record count {header.record_count} in magic v2 batch")
+    log_append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+    records: list[Record] = []
+    end = len(data)
+    pos = 0
+    for _ in range(header.record_count):
+        try:
+            body_size, pos = _read_varint(data, pos, end, 5)
+        except _Underflow:
+            raise InvalidRecordError("Incorrect declared batch size, premature EOF reached") from None
+        if body_size < 0 or end - pos < body_size:
+            raise InvalidRecordError(
+                f"Invalid record size: expected {body_size} bytes in record payload, but instead the buffer "
+                f"has only {end - pos} remaining bytes."
+            )
+        record_end = pos + body_size
+        try:
+            pos += 1  # record attributes: unused in v2
+            timestamp_delta, pos = _read_varint(data, pos, record_end, 10)
+            offset_delta, pos = _read_varint(data, pos, record_end, 5)
+            key_length, pos = _read_varint(data, pos, record_end, 5)
+            key, pos = _read_bytes(data, pos, record_end, key_length)
+            value_length, pos = _read_varint(data, pos, record_end, 5)
+            value, pos = _read_bytes(data, pos, record_end, value_length)
+            header_count, pos = _read_varint(data, pos, record_end, 5)
+            if header_count < 0:
+                raise InvalidRecordError(f"Found invalid number of record headers {header_count}")
+            if header_count > record_end - pos:
+                raise InvalidRecordError(
+                    f"Found invalid number of record headers. {header_count} is larger than the remaining "
+                    "size of the buffer"
+                )
+            headers: list[tuple[str, bytes | None]] = []
+            for _ in range(header_count):
+                key_size, pos = _read_varint(data, pos, record_end, 5)
+                if key_size < 0:
+                    raise InvalidRecordError(f"Invalid negative header key size {key_size}")
+                header_key, pos = _read_bytes(data, pos, record_end, key_size)
+                header_value_size, pos = _read_varint(data, pos, record_end, 5)
+                header_value, pos = _read_bytes(data, pos, record_end, header_value_size)
+                headers.append(((header_key or b"").decode("utf-8", "surrogateescape"), header_value))
+        except _Underflow:
+            raise InvalidRecordError("Found invalid record structure") from None
+        if pos != record_end:
+            raise InvalidRecordError(
+                f"Invalid record size: expected to read {body_size} bytes in record payload, but instead "
+                f"read {pos - (record_end - body_size)}"
+            )
+        timestamp = header.base_timestamp + timestamp_delta if log_append_time is None else log_append_time
+        records.append(Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers)))
+    if pos != end:
+        raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
+    return records
+
+
+def decode_records(batch: Buffer) -> list[Record]:
+    """Decode every record of one batch (any codec). Does not check the CRC: see crc_is_valid.
+
+    Raises CorruptBatchError for a bad header or undecompressable blob, InvalidRecordError for malformed
+    records, CodecUnavailableError when the codec's Python library is missing.
+    """
+    header = parse_header(batch)
+    if len(batch) < header.size:
+        raise CorruptBatchError(
+            f"batch at offset {header.base_offset} is truncated: {len(batch)} of {header.size} bytes",
+            incomplete_size=header.size,
+        )
+    blob = bytes(memoryview(batch)[HEADER_SIZE : header.size])
+    if header.compression:
+        blob = _decompress(header, blob)
+    return _decode_record_bytes(header, blob)
+
+
+def control_marker(batch: Buffer) -> tuple[str, int] | None:
+    """("COMMIT" | "ABORT", coordinator_epoch) for a transaction marker batch, else None."""
+    header = parse_header(batch)
+    if not header.is_control:
+        return None
+    records = decode_records(batch)
+    if not records:
+        return None  # an emptied control batch kept only for its producer epoch
+    key, value = records[0].key, records[0].value
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptBatchError(
+            f"control batch at offset {header.base_offset} has a {0 if key is None else len(key)}-byte key; "
+            f"a control record key needs at least {_CONTROL_KEY.size} bytes"
+        )
+    key_version, control_type = _CONTROL_KEY.unpack_from(key)
+    if key_version < 0:
+        raise CorruptBatchError(f"control batch at offset {header.base_offset} has key version {key_version}")
+    if control_type not in (0, 1):
+        return None
+    if value is None or len(value) < _END_TXN_VALUE.size:
+        raise CorruptBatchError(
+            f"transaction marker at offset {header.base_offset} has a "
+            f"{0 if value is None else len(value)}-byte value; it needs at least {_END_TXN_VALUE.size} bytes"
+        )
+    value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise CorruptBatchError(
+            f"transaction marker at offset {header.base_offset} has value version {value_version}"
+        )
+    return _CONTROL_TYPE_NAMES[control_type], coordinator_epoch
+
+
+# ---------------------------------------------------------------------------------------------------
+# encoding
+
+
+def _encode_record(record: Record, offset_delta: int, timestamp_delta: int) -> bytes:
+    body = bytearray(b"\x00")  # record attributes, unused in v2
+    _write_varint(timestamp_delta, body)
+    _write_varint(offset_delta, body)
+    for field in (record.key, record.value):
+        if field is None:
+            _write_varint(-1, body)
+        else:
+            _write_varint(len(field), body)
+            body += field
+    _write_varint(len(record.headers), body)
+    for header_key, header_value in record.headers:
+        encoded_key = header_key.encode("utf-8", "surrogateescape")
+        _write_varint(len(encoded_key), body)
+        body += encoded_key
+        if header_value is None:
+            _write_varint(-1, body)
+        else:
+            _write_varint(len(header_value), body)
+            body += header_value
+    out = bytearray()
+    _write_varint(len(body), out)
+    return bytes(out + body)
+
+
+def _assemble_batch(
+    records_blob: bytes,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+) -> bytes:
+    batch = bytearray(HEADER_SIZE + len(records_blob))
+    _HEADER.pack_into(
+        batch,
+        0,
+        base_offset,
+        HEADER_SIZE - LOG_OVERHEAD + len(records_blob),
+        partition_leader_epoch,
+        MAGIC,
+        0,  # crc, filled in below once the covered bytes are final
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
+    batch[HEADER_SIZE:] = records_blob
+    _UINT32.pack_into(batch, _CRC_OFFSET, crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    timestamp_type: int = CREATE_TIME,
+    partition_leader_epoch: int = 0,
+    last_offset_delta: int | None = None,
+    max_timestamp: int | None = None,
+    delete_horizon_ms: int | None = None,
+    compression: int = 0,
+) -> bytes:
+    """Encode a v2 batch; records keep their absolute offsets (gaps allowed, as after compaction).
+
+    `last_offset_delta` defaults to the last record's delta; compaction passes the original batch's so the
+    producer's last sequence survives (Kafka's overrideLastOffset). With no records it is required and an
+    empty batch header is written (baseTimestamp -1, as Kafka's writeEmptyHeader). `max_timestamp` defaults to
+    the records' maximum. `delete_horizon_ms` sets the delete-horizon flag and stores the horizon in
+    baseTimestamp, with record timestamp deltas relative to it (KIP-534). `compression` is a codec id
+    (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd); compaction keeps each batch's codec, as Kafka's cleaner does.
+    """
+    if not 0 <= compression < len(COMPRESSION_NAMES):
+        raise ValueError(f"compression must be a codec id 0-4 (none/gzip/snappy/lz4/zstd): {compression}")
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), got {timestamp_type}")
+    if is_transactional and producer_id < 0:
+        raise ValueError("a transactional batch needs a producer id >= 0")
+    previous = base_offset - 1
+    for record in records:
+        if record.offset <= previous:
+            raise ValueError(
+                f"record offsets must be increasing and >= base_offset {base_offset}; got {record.offset} "
+                f"after {previous}"
+            )
+        previous = record.offset
+    if last_offset_delta is None:
+        if not records:
+            raise ValueError("an empty batch needs last_offset_delta (the original batch's offset range)")
+        last_offset_delta = records[-1].offset - base_offset
+    elif last_offset_delta < previous - base_offset:
+        raise ValueError(
+            f"last_offset_delta {last_offset_delta} ends before the last record offset {previous}"
+        )
+    if last_offset_delta > INT32_MAX:
+        raise ValueError(f"a batch spans at most 2**31 offsets; last_offset_delta is {last_offset_delta}")
+
+    if delete_horizon_ms is not None:
+        base_timestamp = delete_horizon_ms
+    else:
+        base_timestamp = records[0].timestamp if records else NO_TIMESTAMP
+    if max_timestamp is None:
+        max_timestamp = max((record.timestamp for record in records), default=NO_TIMESTAMP)
+    attributes = (TIMESTAMP_TYPE_FLAG if timestamp_type == LOG_APPEND_TIME else 0) | (
+        TRANSACTIONAL_FLAG if is_transactional else 0
+    )
+    if records:  # Kafka never compresses an empty batch header
+        attributes |= compression
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_FLAG
+    blob = b"".join(
+        _encode_record(record, record.offset - base_offset, record.timestamp - base_timestamp)
+        for record in records
+    )
+    if records and compression:
+        blob = _compress(compression, blob)
+    return _assemble_batch(
+        blob,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=len(records),
+    )
+
+
+def build_control_batch(
+    *,
+    offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    partition_leader_epoch: int = 0,
+) -> bytes:
+    """A COMMIT/ABORT marker batch as Kafka's MemoryRecords.withEndTransactionMarker writes it.
+
+    One control record (key: version 0 + type, value: version 0 + coordinator epoch), CreateTime,
+    uncompressed, attributes transactional|control, baseSequence -1.
+    """
+    key = _CONTROL_KEY.pack(0, 1 if commit else 0)
+    value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    blob = _encode_record(Record(offset, timestamp_ms, key, value), 0, 0)
+    return _assemble_batch(
+        blob,
+        base_offset=offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG,
+        last_offset_delta=0,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        record_count=1,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# kafka-dump-log.sh output
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")  # Kafka's StringDecoder also replaces malformed UTF-8
+
+
+def _control_description(record: Record) -> str:
+    key = record.key or b""
+    control_type = _CONTROL_KEY.unpack_from(key)[1] if len(key) >= _CONTROL_KEY.size else -1
+    if control_type in (0, 1) and record.value is not None and len(record.value) >= _END_TXN_VALUE.size:
+        coordinator_epoch = _END_TXN_VALUE.unpack_from(record.value)[1]
+        return f" endTxnMarker: {_CONTROL_TYPE_NAMES[control_type]} coordinatorEpoch: {coordinator_epoch}"
+    return f" controlType: {_CONTROL_TYPE_NAMES.get(control_type, 'UNKNOWN')}({control_type})"
+
+
+def format_batch_dump(
+    header: BatchHeader,
+    batch: Buffer,
+    *,
+    position: int,
+    print_records: bool = True,
+    print_payload: bool = True,
+) -> list[str]:
+    """Lines kafka-dump-log.sh prints for one batch (Kafka's DumpLogSegments.dumpLog/printBatchLevel).
+
+    `position` is the batch's byte position in its segment file. `print_records` adds a line per record
+    (--deep-iteration); `print_payload` then also prints keys and values (--print-data-log).
+    """
+    timestamp_name = "LogAppendTime" if header.timestamp_type == LOG_APPEND_TIME else "CreateTime"
+    horizon = header.delete_horizon_ms
+    codec = COMPRESSION_NAMES[header.compression] if header.compression < len(COMPRESSION_NAMES) else "?"
+    is_valid = crc_is_valid(batch, header)
+    lines = [
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} count: {header.record_count} "
+        f"baseSequence: {header.base_sequence} lastSequence: {header.last_sequence} "
+        f"producerId: {header.producer_id} producerEpoch: {header.producer_epoch} "
+        f"partitionLeaderEpoch: {header.partition_leader_epoch} "
+        f"isTransactional: {str(header.is_transactional).lower()} "
+        f"isControl: {str(header.is_control).lower()} "
+        f"deleteHorizonMs: {'OptionalLong.empty' if horizon is None else f'OptionalLong[{horizon}]'} "
+        f"position: {position} {timestamp_name}: {header.max_timestamp} size: {header.size} "
+        f"magic: {header.magic} compresscodec: {codec} crc: {header.crc} isvalid: {str(is_valid).lower()}"
+    ]
+    if not print_records:
+        return lines
+    try:
+        records = decode_records(batch)
+    except (CorruptBatchError, InvalidRecordError, CodecUnavailableError) as exc:
+        return [*lines, f"| cannot decode records: {exc}"]
+    for record in records:
+        sequence = (
+            increment_sequence(header.base_sequence, record.offset - header.base_offset)
+            if header.base_sequence >= 0
+            else NO_SEQUENCE
+        )
+        header_keys = ",".join(_text(key.encode("utf-8", "surrogateescape")) for key, _ in record.headers)
+        line = (
+            f"| offset: {record.offset} {timestamp_name}: {record.timestamp} "
+            f"keySize: {-1 if record.key is None else len(record.key)} "
+            f"valueSize: {-1 if record.value is None else len(record.value)} "
+            f"sequence: {sequence} headerKeys: [{header_keys}]"
+        )
+        if header.is_control:
+            line += _control_description(record)
+        elif print_payload:
+            if record.key is not None:
+                line += f" key: {_text(record.key)}"
+            if record.value is not None:
+                line += f" payload: {_text(record.value)}"
+        lines.append(line)
+    return lines

@@ -1,0 +1,34 @@
+"""Shared fixtures: a real `sparkafka broker` child process per test module or test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkafka.broker.runner import BrokerProcess
+
+# Tests do not need Kafka's 3 s wait for more members before the first rebalance.
+FAST_BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG"]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker process shared by a test module."""
+    data_dir = tmp_path_factory.mktemp("broker") / "data"
+    with BrokerProcess(data_dir, extra_args=FAST_BROKER_ARGS) as process:
+        yield process
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker process of the test's own, for tests that kill or restart it."""
+    with BrokerProcess(tmp_path / "data", extra_args=FAST_BROKER_ARGS) as process:
+        yield process
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,264 @@
+"""The broker with unmodified clients: produce/fetch, admin, consumer groups, kafka-python, bad input."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
+
+pytestmark = pytest.mark.integration
+
+
+def test_idempotent_produce_and_fetch_across_partitions(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, partitions=3)
+    sender = producer(broker.bootstrap_servers, acks="all")
+    for i in range(300):
+        sender.produce(topic_name, key=f"k{i % 7}".encode(), value=f"v{i}".encode(), partition=i % 3)
+    assert sender.flush(30) == 0
+    received = read_all(broker.bootstrap_servers, topic_name, expect=300, partitions=3)
+    assert sorted(values(received)) == sorted(f"v{i}".encode() for i in range(300))
+    for p in range(3):
+        offsets = [m.offset() for m in received if m.partition() == p]
+        assert offsets == list(range(100))
+
+
+def test_admin_topics_configs_and_partitions(broker: BrokerProcess, topic_name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic_name, 2, 1, config={"cleanup.policy": "compact"})])[
+        topic_name
+    ].result(30)
+    with pytest.raises(KafkaException) as exists:
+        admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    with pytest.raises(KafkaException) as bad_config:
+        admin.create_topics([NewTopic(f"{topic_name}-x", 1, 1, config={"no.such.config": "1"})])[
+            f"{topic_name}-x"
+        ].result(30)
+    assert bad_config.value.args[0].code() == KafkaError.INVALID_CONFIG
+    with pytest.raises(KafkaException) as bad_name:
+        admin.create_topics([NewTopic("bad name!", 1, 1)])["bad name!"].result(30)
+    assert bad_name.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].value == "604800000"
+
+    admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(30)
+    metadata = admin.list_topics(topic_name, timeout=10)
+    assert len(metadata.topics[topic_name].partitions) == 4
+
+    admin.delete_topics([topic_name])[topic_name].result(30)
+    assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+def test_produce_to_missing_topic_fails_without_auto_create(tmp_path, topic_name: str) -> None:
+    with BrokerProcess(tmp_path / "data", extra_args=["--no-auto-create-topics"]) as strict:
+        sender = producer(strict.bootstrap_servers, message_timeout_ms=3000)
+        errors: list[KafkaError] = []
+        sender.produce(topic_name, value=b"x", on_delivery=lambda err, msg: errors.append(err))
+        sender.flush(10)
+        assert errors and errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._MSG_TIMED_OUT)
+
+
+def test_list_offsets_by_timestamp_and_delete_records(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    sender = producer(broker.bootstrap_servers)
+    for i in range(10):
+        sender.produce(topic_name, value=f"v{i}".encode(), timestamp=1_000_000 + i * 1000)
+        sender.flush(10)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "ts"})
+    found = consumer.offsets_for_times([TopicPartition(topic_name, 0, 1_004_500)], timeout=10)
+    assert found[0].offset == 5
+    past_end = consumer.offsets_for_times([TopicPartition(topic_name, 0, 9_000_000)], timeout=10)
+    assert past_end[0].offset == -1
+    consumer.close()
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    result = admin.delete_records([TopicPartition(topic_name, 0, 4)])
+    assert next(iter(result.values())).result(30).low_watermark == 4
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=6)) == [
+        f"v{i}".encode() for i in range(4, 10)
+    ]
+
+
+def test_consumer_group_commits_and_resumes(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, partitions=2)
+    sender = producer(broker.bootstrap_servers)
+    for i in range(20):
+        sender.produce(topic_name, value=f"v{i}".encode(), partition=i % 2)
+    sender.flush(10)
+    group = f"group-{topic_name}"
+
+    def consume(count: int) -> list[bytes]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe([topic_name])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+                consumer.commit(message, asynchronous=False)
+        consumer.close()
+        return got
+
+    first = consume(12)
+    second = consume(8)
+    assert len(first) == 12 and len(second) == 8
+    assert sorted(first + second) == sorted(f"v{i}".encode() for i in range(20))
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    listed = admin.list_consumer_groups().result(30)
+    assert group in {g.group_id for g in listed.valid}
+
+
+def test_two_consumers_share_partitions_in_one_group(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, partitions=4)
+    group = f"group-{topic_name}"
+    consumers = [
+        Consumer(
+            {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "session.timeout.ms": 6000}
+        )
+        for _ in range(2)
+    ]
+    for consumer in consumers:
+        consumer.subscribe([topic_name])
+    deadline = time.monotonic() + 30
+    assignments: list[list[TopicPartition]] = [[], []]
+    while time.monotonic() < deadline:
+        for i, consumer in enumerate(consumers):
+            consumer.poll(0.2)
+            assignments[i] = consumer.assignment()
+        if sum(len(a) for a in assignments) == 4 and all(assignments):
+            break
+    assert sorted(tp.partition for a in assignments for tp in a) == [0, 1, 2, 3]
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_kafka_python_client_transactions_and_groups(broker: BrokerProcess, topic_name: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    admin.create_topics([KpNewTopic(topic_name, 1, 1)])
+    admin.close()
+    sender = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, transactional_id=f"kp-{topic_name}")
+    sender.init_transactions()
+    sender.begin_transaction()
+    sender.send(topic_name, b"aborted")
+    sender.abort_transaction()
+    sender.begin_transaction()
+    sender.send(topic_name, b"committed")
+    sender.commit_transaction()
+    sender.close()
+
+    reader = KafkaConsumer(
+        topic_name,
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"kp-group-{topic_name}",
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
+    assert [m.value for m in reader] == [b"committed"]
+    reader.commit()
+    reader.close()
+
+
+def _send_frame(port: int, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(payload)
+        try:
+            return conn.recv(1024)
+        except (ConnectionResetError, TimeoutError):
+            return b""
+
+
+def test_garbage_frames_close_only_their_connection(broker: BrokerProcess, topic_name: str) -> None:
+    port = broker.port
+    assert (
+        _send_frame(port, struct.pack(">i", 2**30 + 1) + b"x") == b""
+    )  # larger than socket.request.max.bytes
+    assert (
+        _send_frame(port, struct.pack(">i", 6) + b"\x00\x01\x00") == b""
+    )  # truncated header, never completed
+    assert (
+        _send_frame(port, struct.pack(">i", 14) + struct.pack(">hhih", 999, 0, 7, 0) + b"ab") == b""
+    )  # unknown api
+    garbage_body = struct.pack(">hhih", 0, 9, 8, 0) + b"\xff" * 20  # Produce v9 with an undecodable body
+    assert _send_frame(port, struct.pack(">i", len(garbage_body)) + garbage_body) == b""
+    # ApiVersions with an unknown version is answered (KIP-511) with UNSUPPORTED_VERSION.
+    request = struct.pack(">hhih", 18, 99, 42, 0)
+    answer = _send_frame(port, struct.pack(">i", len(request)) + request)
+    _size, correlation_id, error = struct.unpack(">iih", answer[:10])
+    assert (correlation_id, error) == (42, 35)
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    sender = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
+    sender.init_transactions(30)
+    sender.begin_transaction()
+    sender.produce(topic_name, value=b"still serving")
+    sender.commit_transaction(30)
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"still serving"]
+
+
+def test_corrupt_batch_is_rejected_with_corrupt_message(broker: BrokerProcess, topic_name: str) -> None:
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    from sparkafka.broker.records import Record, encode_batch
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    batch = bytearray(encode_batch([Record(0, int(time.time() * 1000), None, b"hello")], base_offset=0))
+    batch[-1] ^= 0xFF  # flip a payload byte: the CRC32C no longer matches
+    partition_class = ProduceRequest.TopicProduceData.PartitionProduceData
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic_name, partition_data=[partition_class(index=0, records=bytes(batch))]
+            )
+        ],
+    )
+    request.with_header(correlation_id=5, client_id="test")
+    answer = b""
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as conn:
+        conn.sendall(bytes(request.encode(version=8, header=True, framed=True)))
+        while len(answer) < 4 or len(answer) < 4 + struct.unpack(">i", answer[:4])[0]:
+            chunk = conn.recv(65536)
+            assert chunk, "connection closed before the response"
+            answer += chunk
+    response = ProduceResponse.decode(answer, version=8, header=True, framed=True)
+    assert response.responses[0].partition_responses[0].error_code == 2  # CORRUPT_MESSAGE
+
+
+def test_broker_cli_rejects_bad_listen_address() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkafka", "broker", "--listen", "nonsense"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "HOST:PORT" in result.stderr

@@ -1,0 +1,220 @@
+"""Conformance of the broker's transactions, driven by librdkafka (confluent-kafka)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, read_all, transactional_producer, values
+
+pytestmark = pytest.mark.integration
+
+
+def test_committed_transaction_visible_to_read_committed(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    producer = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic_name, value=f"v{i}".encode())
+    producer.commit_transaction(30)
+
+    committed = read_all(broker.bootstrap_servers, topic_name, expect=5)
+    assert values(committed) == [f"v{i}".encode() for i in range(5)]
+
+
+def test_aborted_records_hidden_from_read_committed_only(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    producer = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"aborted")
+    producer.flush(10)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"committed")
+    producer.commit_transaction(30)
+
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"committed"]
+    assert values(read_all(broker.bootstrap_servers, topic_name, isolation="read_uncommitted", expect=2)) == [
+        b"aborted",
+        b"committed",
+    ]
+
+
+def test_open_transaction_holds_read_committed_at_lso(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    plain = transactional_producer(broker.bootstrap_servers, f"tx-a-{topic_name}")
+    plain.init_transactions(30)
+    plain.begin_transaction()
+    plain.produce(topic_name, value=b"before")
+    plain.commit_transaction(30)
+
+    open_txn = transactional_producer(broker.bootstrap_servers, f"tx-b-{topic_name}")
+    open_txn.init_transactions(30)
+    open_txn.begin_transaction()
+    open_txn.produce(topic_name, value=b"pending")
+    open_txn.flush(10)
+
+    for isolation, expected_end in (("read_uncommitted", 3), ("read_committed", 2)):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": "lso-check",
+                "isolation.level": isolation,
+            }
+        )
+        # High watermark after data, COMMIT marker and pending data; the LSO stops at the pending record.
+        assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10) == (0, expected_end)
+        consumer.close()
+    assert values(read_all(broker.bootstrap_servers, topic_name, timeout_s=3)) == [b"before"]
+    assert values(read_all(broker.bootstrap_servers, topic_name, isolation="read_uncommitted", expect=2)) == [
+        b"before",
+        b"pending",
+    ]
+    open_txn.commit_transaction(30)
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=2)) == [b"before", b"pending"]
+
+
+def test_reinit_aborts_open_transaction_and_fences_zombie(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    transactional_id = f"tx-{topic_name}"
+    zombie = transactional_producer(broker.bootstrap_servers, transactional_id)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic_name, value=b"zombie")
+    zombie.flush(10)
+
+    successor = transactional_producer(broker.bootstrap_servers, transactional_id)
+    successor.init_transactions(30)  # aborts the zombie's transaction and bumps the epoch
+    successor.begin_transaction()
+    successor.produce(topic_name, value=b"successor")
+    successor.commit_transaction(30)
+
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(10)
+    assert raised.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"successor"]
+    assert values(read_all(broker.bootstrap_servers, topic_name, isolation="read_uncommitted", expect=2)) == [
+        b"zombie",
+        b"successor",
+    ]
+
+
+def test_transaction_timeout_above_broker_maximum_is_rejected(broker: BrokerProcess) -> None:
+    producer = transactional_producer(
+        broker.bootstrap_servers, "tx-too-long", transaction_timeout_ms=3_600_000, message_timeout_ms=300_000
+    )
+    with pytest.raises(KafkaException) as raised:
+        producer.init_transactions(30)
+    assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_broker_aborts_transaction_after_its_timeout(tmp_path, topic_name: str) -> None:
+    args = ["--group-initial-rebalance-delay-ms", "0", "--transaction-abort-check-interval-ms", "200"]
+    with BrokerProcess(tmp_path / "data", extra_args=args) as short_broker:
+        create_topic(short_broker.bootstrap_servers, topic_name)
+        producer = transactional_producer(
+            short_broker.bootstrap_servers,
+            f"tx-{topic_name}",
+            transaction_timeout_ms=1500,
+            message_timeout_ms=1500,
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic_name, value=b"expires")
+        producer.flush(10)
+        time.sleep(3)
+        # The broker aborted it (ABORT marker), so read_committed readers are no longer held back.
+        consumer = Consumer(
+            {
+                "bootstrap.servers": short_broker.bootstrap_servers,
+                "group.id": "g",
+                "isolation.level": "read_committed",
+            }
+        )
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
+        consumer.close()
+        assert high == 2  # the data record and the ABORT marker: the LSO reached the log end
+        assert read_all(short_broker.bootstrap_servers, topic_name, timeout_s=3) == []
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(10)
+
+
+def test_offsets_sent_to_transaction_are_visible_only_after_commit(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    group = f"g-{topic_name}"
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "enable.auto.commit": False}
+    )
+    producer = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"x")
+    producer.send_offsets_to_transaction(
+        [TopicPartition(topic_name, 0, 42)], consumer.consumer_group_metadata(), 30
+    )
+    # KIP-447: a read_committed consumer's OffsetFetch asks for stable offsets and is told
+    # UNSTABLE_OFFSET_COMMIT (librdkafka retries until its timeout) while the commit is pending...
+    with pytest.raises(KafkaException) as pending:
+        consumer.committed([TopicPartition(topic_name, 0)], timeout=2)
+    assert pending.value.args[0].code() == KafkaError._TIMED_OUT
+    # ...while a read_uncommitted consumer sees the last committed offset: none yet.
+    uncommitted_view = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": group,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    assert uncommitted_view.committed([TopicPartition(topic_name, 0)], timeout=10)[0].offset < 0
+    uncommitted_view.close()
+    producer.commit_transaction(30)
+    assert consumer.committed([TopicPartition(topic_name, 0)], timeout=10)[0].offset == 42
+    consumer.close()
+
+
+def test_broker_sigkill_mid_transaction_loses_nothing(fresh_broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(fresh_broker.bootstrap_servers, topic_name)
+    committer = transactional_producer(fresh_broker.bootstrap_servers, f"tx-c-{topic_name}")
+    committer.init_transactions(30)
+    committer.begin_transaction()
+    for i in range(100):
+        committer.produce(topic_name, value=f"c{i}".encode())
+    committer.commit_transaction(30)
+    pending = transactional_producer(fresh_broker.bootstrap_servers, f"tx-p-{topic_name}")
+    pending.init_transactions(30)
+    pending.begin_transaction()
+    pending.produce(topic_name, value=b"pending")
+    pending.flush(10)
+
+    fresh_broker.kill()
+    fresh_broker.start()
+
+    expected = [f"c{i}".encode() for i in range(100)]
+    # The transaction open at the crash is still open after recovery: it holds read_committed back.
+    assert values(read_all(fresh_broker.bootstrap_servers, topic_name, expect=100)) == expected
+    assert (
+        values(
+            read_all(fresh_broker.bootstrap_servers, topic_name, isolation="read_uncommitted", expect=101)
+        )[-1]
+        == b"pending"
+    )
+    # A new instance of the transactional id aborts it.
+    successor = transactional_producer(fresh_broker.bootstrap_servers, f"tx-p-{topic_name}")
+    successor.init_transactions(30)
+    successor.begin_transaction()
+    successor.produce(topic_name, value=b"after")
+    successor.commit_transaction(30)
+    assert values(read_all(fresh_broker.bootstrap_servers, topic_name, expect=101)) == [*expected, b"after"]

@@ -1,0 +1,960 @@
+"""Tests of the classic group coordinator against Kafka's documented semantics.
+
+Time is a fake clock: tests advance it and call ``expire_sessions()`` to fire the deadlines that passed,
+so nothing sleeps.  Each test runs its own event loop with ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.groups import (
+    FetchedOffset,
+    GroupConfig,
+    GroupCoordinator,
+    JoinGroupResult,
+    SyncGroupResult,
+)
+from sparkafka.broker.journal import Journal
+
+GROUP = "g1"
+PROTOCOLS = [("range", b"range-metadata")]
+SESSION_TIMEOUT_MS = 10_000
+REBALANCE_TIMEOUT_MS = 5_000
+NO_OFFSET = FetchedOffset(-1, -1, "", ErrorCode.NONE)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+class Harness:
+    """A coordinator over a journal in `directory`, with helpers that play the client side."""
+
+    def __init__(self, directory: Path, clock: FakeClock | None = None, **config: Any) -> None:
+        self.directory = directory
+        self.clock = clock or FakeClock()
+        settings: dict[str, Any] = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 1000}
+        settings.update(config)
+        self.config = GroupConfig(**settings)
+        self.coordinator = GroupCoordinator(
+            Journal(directory / "groups.journal"), self.config, now_ms=self.clock
+        )
+
+    def restart(self) -> None:
+        self.coordinator.shutdown()
+        self.coordinator = GroupCoordinator(
+            Journal(self.directory / "groups.journal"), self.config, now_ms=self.clock
+        )
+
+    def join(
+        self,
+        member_id: str = "",
+        *,
+        group_id: str = GROUP,
+        client_id: str = "client",
+        group_instance_id: str | None = None,
+        protocols: list[tuple[str, bytes]] = PROTOCOLS,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+        rebalance_timeout_ms: int = REBALANCE_TIMEOUT_MS,
+        require_known_member_id: bool = False,
+    ) -> asyncio.Task[JoinGroupResult]:
+        return asyncio.ensure_future(
+            self.coordinator.join_group(
+                group_id=group_id,
+                member_id=member_id,
+                group_instance_id=group_instance_id,
+                protocol_type="consumer",
+                protocols=protocols,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                client_id=client_id,
+                client_host="/127.0.0.1",
+                require_known_member_id=require_known_member_id,
+            )
+        )
+
+    def sync(
+        self,
+        joined: JoinGroupResult,
+        assignments: dict[str, bytes] | None = None,
+        *,
+        generation_id: int | None = None,
+        protocol_name: str | None = None,
+        group_instance_id: str | None = None,
+    ) -> asyncio.Task[SyncGroupResult]:
+        return asyncio.ensure_future(
+            self.coordinator.sync_group(
+                group_id=GROUP,
+                generation_id=joined.generation_id if generation_id is None else generation_id,
+                member_id=joined.member_id,
+                group_instance_id=group_instance_id,
+                protocol_type="consumer",
+                protocol_name=protocol_name,
+                assignments=list((assignments or {}).items()),
+            )
+        )
+
+    def heartbeat(self, joined: JoinGroupResult, *, generation_id: int | None = None) -> ErrorCode:
+        return self.coordinator.heartbeat(
+            group_id=GROUP,
+            generation_id=joined.generation_id if generation_id is None else generation_id,
+            member_id=joined.member_id,
+            group_instance_id=None,
+        )
+
+    def commit(
+        self,
+        offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+        *,
+        generation_id: int = -1,
+        member_id: str = "",
+    ) -> dict[tuple[str, int], ErrorCode]:
+        return self.coordinator.commit_offsets(
+            group_id=GROUP,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=None,
+            offsets=offsets,
+        )
+
+    def fetch(
+        self, partitions: list[tuple[str, int]] | None, *, require_stable: bool = False
+    ) -> dict[tuple[str, int], FetchedOffset]:
+        return self.coordinator.fetch_offsets(GROUP, partitions, require_stable=require_stable)
+
+    def state(self, group_id: str = GROUP) -> str:
+        return self.coordinator.describe_group(group_id).state
+
+    async def settle(self) -> None:
+        """Let parked requests run, then fire every deadline that has passed."""
+        for _ in range(5):
+            await asyncio.sleep(0)
+        self.coordinator.expire_sessions()
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def form_group(self, size: int) -> list[JoinGroupResult]:
+        """Join `size` fresh members into one generation and complete its SyncGroup round."""
+        joins = [self.join(client_id=f"client-{index}") for index in range(size)]
+        await self.settle()
+        assert all(task.done() for task in joins)
+        results = [task.result() for task in joins]
+        assert {r.error for r in results} == {ErrorCode.NONE}
+        leader = next(r for r in results if r.member_id == r.leader)
+        syncs = [self.sync(r, _assignments(results) if r is leader else None) for r in results]
+        await self.settle()
+        assert all(task.result().error is ErrorCode.NONE for task in syncs)
+        assert self.state() == "Stable"
+        return results
+
+
+def _assignments(members: list[JoinGroupResult]) -> dict[str, bytes]:
+    return {member.member_id: f"assignment-of-{member.member_id}".encode() for member in members}
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+async def _rejoin_all(harness: Harness, members: list[JoinGroupResult]) -> list[JoinGroupResult]:
+    tasks = [harness.join(member.member_id) for member in members]
+    await harness.settle()
+    return [task.result() for task in tasks]
+
+
+# -- JoinGroup / SyncGroup ---------------------------------------------------------------------------------
+
+
+def test_two_members_join_one_generation_and_followers_wait_for_the_leaders_assignment(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path, initial_rebalance_delay_ms=100)
+        first, second = harness.join(client_id="c1"), harness.join(client_id="c2")
+        await harness.settle()
+        # Kafka's initial delayed join: still waiting for more members.
+        assert not first.done() and not second.done()
+        assert harness.state() == "PreparingRebalance"
+        harness.clock.advance(100)
+        await harness.settle()
+        # A second member arrived during the first delay, so the delay was extended once more.
+        assert not first.done()
+        harness.clock.advance(100)
+        await harness.settle()
+
+        one, two = first.result(), second.result()
+        assert one.error is two.error is ErrorCode.NONE
+        assert one.generation_id == two.generation_id == 1
+        assert one.leader == two.leader == one.member_id
+        assert one.member_id.startswith("c1-") and two.member_id.startswith("c2-")
+        assert (one.protocol_type, one.protocol_name) == ("consumer", "range")
+        assert {(m.member_id, m.metadata) for m in one.members} == {
+            (one.member_id, b"range-metadata"),
+            (two.member_id, b"range-metadata"),
+        }
+        assert two.members == []
+        assert harness.state() == "CompletingRebalance"
+
+        follower_sync = harness.sync(two)
+        await harness.settle()
+        assert not follower_sync.done()
+        leader_sync = harness.sync(one, {one.member_id: b"p0", two.member_id: b"p1"})
+        await harness.settle()
+        assert leader_sync.result() == SyncGroupResult(ErrorCode.NONE, "consumer", "range", b"p0")
+        assert follower_sync.result() == SyncGroupResult(ErrorCode.NONE, "consumer", "range", b"p1")
+        assert harness.state() == "Stable"
+        # A Stable group answers SyncGroup at once with the stored assignment.
+        assert (await harness.sync(two)).assignment == b"p1"
+
+    run(scenario)
+
+
+def test_leader_omitting_a_member_gives_it_an_empty_assignment(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        joins = [harness.join(client_id="a"), harness.join(client_id="b")]
+        await harness.settle()
+        one, two = (task.result() for task in joins)
+        leader, follower = (one, two) if one.member_id == one.leader else (two, one)
+        syncs = [harness.sync(follower), harness.sync(leader, {leader.member_id: b"all", "ghost": b"x"})]
+        await harness.settle()
+        assert syncs[0].result().assignment == b""
+        assert syncs[1].result().assignment == b"all"
+
+    run(scenario)
+
+
+def test_member_id_required_flow(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        first = await harness.join(client_id="rdkafka", require_known_member_id=True)
+        assert first.error is ErrorCode.MEMBER_ID_REQUIRED
+        assert first.member_id.startswith("rdkafka-") and len(first.member_id) == len("rdkafka-") + 36
+        assert first.generation_id == -1 and first.leader == ""
+
+        rejoin = harness.join(first.member_id, client_id="rdkafka", require_known_member_id=True)
+        await harness.settle()
+        joined = rejoin.result()
+        assert joined.error is ErrorCode.NONE
+        assert joined.member_id == joined.leader == first.member_id
+        assert joined.generation_id == 1
+
+        # An id the coordinator never handed out is refused.
+        unknown = await harness.join("made-up-id", require_known_member_id=True)
+        assert unknown.error is ErrorCode.UNKNOWN_MEMBER_ID
+        assert unknown.member_id == "made-up-id"
+
+    run(scenario)
+
+
+def test_pending_member_id_expires_after_the_session_timeout(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        stable = await harness.form_group(1)
+        pending = await harness.join(require_known_member_id=True)
+        assert pending.error is ErrorCode.MEMBER_ID_REQUIRED
+        harness.clock.advance(SESSION_TIMEOUT_MS - 1)
+        assert harness.heartbeat(stable[0]) is ErrorCode.NONE
+        harness.clock.advance(1)
+        await harness.settle()
+        late = await harness.join(pending.member_id, require_known_member_id=True)
+        assert late.error is ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_third_member_triggers_a_rebalance_that_existing_members_learn_from_heartbeats(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        third = harness.join(client_id="late")
+        await harness.settle()
+        assert harness.state() == "PreparingRebalance"
+        assert not third.done()
+        assert harness.heartbeat(one) is ErrorCode.REBALANCE_IN_PROGRESS
+        assert harness.heartbeat(two) is ErrorCode.REBALANCE_IN_PROGRESS
+        # Commits from the old generation are still accepted while preparing the rebalance.
+        assert harness.commit({("t", 0): (5, -1, None)}, generation_id=1, member_id=one.member_id) == {
+            ("t", 0): ErrorCode.NONE
+        }
+        # SyncGroup of the old generation is refused.
+        assert (await harness.sync(one)).error is ErrorCode.REBALANCE_IN_PROGRESS
+
+        rejoined = await _rejoin_all(harness, [one, two])
+        new_member = third.result()
+        assert {r.generation_id for r in [*rejoined, new_member]} == {2}
+        assert {r.leader for r in [*rejoined, new_member]} == {one.member_id}
+        leader_view = next(r for r in rejoined if r.member_id == one.member_id)
+        assert {m.member_id for m in leader_view.members} == {
+            one.member_id,
+            two.member_id,
+            new_member.member_id,
+        }
+        assert harness.heartbeat(one) is ErrorCode.ILLEGAL_GENERATION
+        assert harness.heartbeat(leader_view) is ErrorCode.NONE  # CompletingRebalance: heartbeats are fine
+
+    run(scenario)
+
+
+def test_leave_group_triggers_a_rebalance(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        error, results = harness.coordinator.leave_group(
+            group_id=GROUP, members=[(two.member_id, None), ("nobody", None)]
+        )
+        assert error is ErrorCode.NONE
+        assert [(r.member_id, r.error) for r in results] == [
+            (two.member_id, ErrorCode.NONE),
+            ("nobody", ErrorCode.UNKNOWN_MEMBER_ID),
+        ]
+        assert harness.state() == "PreparingRebalance"
+        assert harness.heartbeat(one) is ErrorCode.REBALANCE_IN_PROGRESS
+        assert harness.heartbeat(two) is ErrorCode.UNKNOWN_MEMBER_ID
+
+        # Everyone left has rejoined, so the join phase completes at once.
+        (alone,) = await _rejoin_all(harness, [one])
+        assert alone.generation_id == 2 and alone.leader == one.member_id
+        assert [m.member_id for m in alone.members] == [one.member_id]
+
+        assert harness.coordinator.leave_group(group_id="unknown", members=[("m", None)]) == (
+            ErrorCode.NONE,
+            [("m", None, ErrorCode.UNKNOWN_MEMBER_ID)],
+        )
+        assert harness.coordinator.leave_group(group_id="", members=[("m", None)]) == (
+            ErrorCode.INVALID_GROUP_ID,
+            [],
+        )
+
+    run(scenario)
+
+
+def test_last_member_leaving_empties_the_group(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        (only,) = await harness.form_group(1)
+        harness.coordinator.leave_group(group_id=GROUP, members=[(only.member_id, None)])
+        await harness.settle()
+        assert harness.state() == "Empty"
+        description = harness.coordinator.describe_group(GROUP)
+        assert description.members == [] and description.protocol_type == "consumer"
+
+    run(scenario)
+
+
+def test_session_expiry_removes_the_member_and_triggers_a_rebalance(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        harness.clock.advance(SESSION_TIMEOUT_MS - 1000)
+        assert harness.heartbeat(one) is ErrorCode.NONE
+        harness.clock.advance(1000)
+        await harness.settle()
+        assert harness.state() == "PreparingRebalance"
+        assert harness.heartbeat(two) is ErrorCode.UNKNOWN_MEMBER_ID
+        assert harness.heartbeat(one) is ErrorCode.REBALANCE_IN_PROGRESS
+        (alone,) = await _rejoin_all(harness, [one])
+        assert alone.generation_id == 2
+
+    run(scenario)
+
+
+def test_rebalance_timeout_removes_members_that_did_not_rejoin(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        leader = one if one.member_id == one.leader else two
+        follower = two if leader is one else one
+        # The leader rejoining a Stable group asks for a rebalance.
+        rejoin = harness.join(leader.member_id)
+        await harness.settle()
+        assert not rejoin.done()
+        harness.clock.advance(REBALANCE_TIMEOUT_MS)
+        await harness.settle()
+        result = rejoin.result()
+        assert result.generation_id == 2
+        assert [m.member_id for m in result.members] == [leader.member_id]
+        assert harness.heartbeat(follower) is ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        joins = [harness.join(client_id="a"), harness.join(client_id="b")]
+        await harness.settle()
+        one, two = (task.result() for task in joins)
+        leader, follower = (one, two) if one.member_id == one.leader else (two, one)
+        leader_sync = await harness.sync(leader, _assignments([one, two]))
+        assert leader_sync.error is ErrorCode.NONE
+        harness.clock.advance(REBALANCE_TIMEOUT_MS)
+        await harness.settle()
+        assert harness.state() == "PreparingRebalance"
+        assert harness.heartbeat(follower) is ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_protocol_is_chosen_by_vote_among_protocols_every_member_supports(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        tasks = [
+            harness.join(protocols=[("range", b"r1"), ("roundrobin", b"rr1"), ("sticky", b"s1")]),
+            harness.join(protocols=[("roundrobin", b"rr2"), ("range", b"r2")]),
+            harness.join(protocols=[("roundrobin", b"rr3"), ("range", b"r3")]),
+        ]
+        await harness.settle()
+        results = [task.result() for task in tasks]
+        assert {r.protocol_name for r in results} == {"roundrobin"}
+        leader = next(r for r in results if r.member_id == r.leader)
+        assert sorted(m.metadata for m in leader.members) == [b"rr1", b"rr2", b"rr3"]
+
+        incompatible = await harness.join(protocols=[("cooperative-sticky", b"c")])
+        assert incompatible.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        empty_protocols = await harness.join(group_id="other", protocols=[])
+        assert empty_protocols.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+    run(scenario)
+
+
+def test_join_validation_errors(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path, max_session_timeout_ms=60_000)
+        assert (await harness.join(session_timeout_ms=999)).error is ErrorCode.INVALID_SESSION_TIMEOUT
+        assert (await harness.join(session_timeout_ms=60_001)).error is ErrorCode.INVALID_SESSION_TIMEOUT
+        assert (await harness.join(group_id="")).error is ErrorCode.INVALID_GROUP_ID
+        unknown_group = await harness.join("some-member", group_id="nonexistent")
+        assert unknown_group.error is ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_group_max_size(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path, max_group_size=1)
+        await harness.form_group(1)
+        refused = await harness.join(client_id="extra")
+        assert refused.error is ErrorCode.GROUP_MAX_SIZE_REACHED
+        assert refused.member_id == ""
+
+    run(scenario)
+
+
+def test_follower_rejoining_stable_group_with_same_metadata_gets_current_generation(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        follower = two if one.member_id == one.leader else one
+        again = await harness.join(follower.member_id)
+        assert again.error is ErrorCode.NONE
+        assert again.generation_id == 1 and again.members == []
+        assert harness.state() == "Stable"
+
+    run(scenario)
+
+
+def test_sync_group_errors(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, _ = await harness.form_group(2)
+        assert (await harness.sync(one, generation_id=7)).error is ErrorCode.ILLEGAL_GENERATION
+        stranger = JoinGroupResult(ErrorCode.NONE, 1, "consumer", "range", one.leader, "stranger")
+        assert (await harness.sync(stranger)).error is ErrorCode.UNKNOWN_MEMBER_ID
+        mismatch = await harness.sync(one, protocol_name="roundrobin")
+        assert mismatch.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        unknown_group = await harness.coordinator.sync_group(
+            group_id="nope",
+            generation_id=1,
+            member_id="m",
+            group_instance_id=None,
+            protocol_type=None,
+            protocol_name=None,
+            assignments=[],
+        )
+        assert unknown_group.error is ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_heartbeat_errors(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, _ = await harness.form_group(2)
+        assert harness.heartbeat(one) is ErrorCode.NONE
+        assert harness.heartbeat(one, generation_id=0) is ErrorCode.ILLEGAL_GENERATION
+        stranger = JoinGroupResult(ErrorCode.NONE, 1, "consumer", "range", one.leader, "stranger")
+        assert harness.heartbeat(stranger) is ErrorCode.UNKNOWN_MEMBER_ID
+        hb = harness.coordinator.heartbeat
+        assert hb(group_id="nope", generation_id=1, member_id="m", group_instance_id=None) is (
+            ErrorCode.UNKNOWN_MEMBER_ID
+        )
+        assert (
+            hb(group_id="", generation_id=1, member_id="m", group_instance_id=None)
+            is ErrorCode.INVALID_GROUP_ID
+        )
+
+    run(scenario)
+
+
+def test_static_member_restart_keeps_its_place_and_fences_the_old_instance(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        joins = [harness.join(group_instance_id="instance-a"), harness.join(group_instance_id="instance-b")]
+        await harness.settle()
+        one, two = (task.result() for task in joins)
+        assert one.member_id.startswith("instance-a-")
+        leader = one if one.member_id == one.leader else two
+        syncs = [
+            harness.sync(r, _assignments([one, two]) if r is leader else None, group_instance_id=i)
+            for r, i in ((one, "instance-a"), (two, "instance-b"))
+        ]
+        await harness.settle()
+        assert all(task.result().error is ErrorCode.NONE for task in syncs)
+
+        # instance-b restarts and joins without its member id: no rebalance, same generation.
+        restarted = await harness.join(group_instance_id="instance-b")
+        assert restarted.error is ErrorCode.NONE
+        assert restarted.generation_id == 1
+        assert restarted.member_id != two.member_id
+        assert harness.state() == "Stable"
+        synced = await harness.sync(restarted, group_instance_id="instance-b")
+        assert synced.assignment == f"assignment-of-{two.member_id}".encode()
+
+        fenced = harness.coordinator.heartbeat(
+            group_id=GROUP, generation_id=1, member_id=two.member_id, group_instance_id="instance-b"
+        )
+        assert fenced is ErrorCode.FENCED_INSTANCE_ID
+        _, left = harness.coordinator.leave_group(group_id=GROUP, members=[("", "instance-b")])
+        assert left[0].error is ErrorCode.NONE
+        assert harness.state() == "PreparingRebalance"
+
+    run(scenario)
+
+
+# -- offsets -----------------------------------------------------------------------------------------------
+
+
+def test_commit_and_fetch_offsets_of_a_stable_group(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, _ = await harness.form_group(2)
+        offsets = {("orders", 0): (42, 3, "meta"), ("orders", 1): (7, -1, None)}
+        assert harness.commit(offsets, generation_id=1, member_id=one.member_id) == dict.fromkeys(
+            offsets, ErrorCode.NONE
+        )
+        assert harness.fetch([("orders", 0), ("orders", 1), ("orders", 2)]) == {
+            ("orders", 0): FetchedOffset(42, 3, "meta", ErrorCode.NONE),
+            ("orders", 1): FetchedOffset(7, -1, "", ErrorCode.NONE),
+            ("orders", 2): NO_OFFSET,
+        }
+        assert set(harness.fetch(None)) == {("orders", 0), ("orders", 1)}
+        assert harness.coordinator.fetch_offsets("unknown", [("t", 0)], require_stable=True) == {
+            ("t", 0): NO_OFFSET
+        }
+        assert harness.coordinator.fetch_offsets("unknown", None, require_stable=False) == {}
+
+    run(scenario)
+
+
+def test_commit_rejections_from_non_members_and_stale_generations(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        tp = ("orders", 0)
+        assert harness.commit({tp: (1, -1, "")}, generation_id=0, member_id=one.member_id) == {
+            tp: ErrorCode.ILLEGAL_GENERATION
+        }
+        assert harness.commit({tp: (1, -1, "")}, generation_id=1, member_id="stranger") == {
+            tp: ErrorCode.UNKNOWN_MEMBER_ID
+        }
+        # A "simple" commit (generation -1, no member) is refused while the group has members.
+        assert harness.commit({tp: (1, -1, "")}) == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
+
+        # During CompletingRebalance members must finish the rebalance first.
+        tasks = [harness.join(one.member_id), harness.join(two.member_id)]
+        await harness.settle()
+        rejoined = tasks[0].result()
+        assert harness.state() == "CompletingRebalance"
+        assert harness.commit(
+            {tp: (1, -1, "")}, generation_id=rejoined.generation_id, member_id=one.member_id
+        ) == {tp: ErrorCode.REBALANCE_IN_PROGRESS}
+        assert harness.fetch([tp]) == {tp: NO_OFFSET}
+
+    run(scenario)
+
+
+def test_simple_commits_without_group_management(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        tp = ("t", 0)
+        # Unknown group and a positive generation: a stale member of a vanished group.
+        assert harness.commit({tp: (1, -1, "")}, generation_id=3, member_id="m") == {
+            tp: ErrorCode.ILLEGAL_GENERATION
+        }
+        assert harness.coordinator.list_groups() == []
+        # assign()-style consumers commit with generation -1 and create an Empty group.
+        assert harness.commit({tp: (10, -1, "")}) == {tp: ErrorCode.NONE}
+        assert harness.coordinator.list_groups() == [(GROUP, "", "Empty")]
+        assert harness.commit({tp: (11, -1, "")}, member_id="anything") == {tp: ErrorCode.NONE}
+        assert harness.fetch([tp])[tp].offset == 11
+        # The empty group id is legal for OffsetCommit/OffsetFetch, as in Kafka.
+        result = harness.coordinator.commit_offsets(
+            group_id="", generation_id=-1, member_id="", group_instance_id=None, offsets={tp: (5, -1, "")}
+        )
+        assert result == {tp: ErrorCode.NONE}
+        assert harness.coordinator.fetch_offsets("", [tp], require_stable=False)[tp].offset == 5
+
+    run(scenario)
+
+
+def test_oversized_metadata_is_refused_per_partition(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, max_offset_metadata_bytes=8)
+    result = harness.commit({("t", 0): (1, -1, "12345678"), ("t", 1): (1, -1, "123456789")})
+    assert result == {("t", 0): ErrorCode.NONE, ("t", 1): ErrorCode.OFFSET_METADATA_TOO_LARGE}
+    assert harness.fetch([("t", 1)]) == {("t", 1): NO_OFFSET}
+
+
+def test_offsets_and_generation_survive_a_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, _ = await harness.form_group(2)
+        harness.commit({("t", 0): (100, 5, "m")}, generation_id=1, member_id=one.member_id)
+        harness.commit(
+            {("t", 0): (200, 6, "n"), ("t", 1): (50, -1, "")}, generation_id=1, member_id=one.member_id
+        )
+        harness.restart()
+        assert harness.fetch(None) == {
+            ("t", 0): FetchedOffset(200, 6, "n", ErrorCode.NONE),
+            ("t", 1): FetchedOffset(50, -1, "", ErrorCode.NONE),
+        }
+        assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
+        # Membership is not persisted: old members must rejoin, and the generation moves on from 1.
+        assert harness.heartbeat(one) is ErrorCode.UNKNOWN_MEMBER_ID
+        assert harness.commit({("t", 0): (1, -1, "")}, generation_id=1, member_id=one.member_id) == {
+            ("t", 0): ErrorCode.UNKNOWN_MEMBER_ID
+        }
+        (rejoined,) = await harness.form_group(1)
+        assert rejoined.generation_id == 2
+
+    run(scenario)
+
+
+# -- transactional offsets ---------------------------------------------------------------------------------
+
+
+def test_transactional_offsets_are_invisible_until_committed(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    coordinator = harness.coordinator
+    tp = ("t", 0)
+    harness.commit({tp: (10, -1, "")})
+    staged = coordinator.stage_transactional_offsets(
+        group_id=GROUP, producer_id=7, offsets={tp: (20, 1, "txn")}
+    )
+    assert staged == {tp: ErrorCode.NONE}
+    assert harness.fetch([tp]) == {tp: FetchedOffset(10, -1, "", ErrorCode.NONE)}
+    assert harness.fetch([tp], require_stable=True) == {
+        tp: FetchedOffset(-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    }
+    assert harness.fetch([("t", 1)], require_stable=True) == {("t", 1): NO_OFFSET}
+    assert coordinator.pending_transaction_groups(7) == [GROUP]
+
+    coordinator.complete_transaction(group_id=GROUP, producer_id=7, commit=True)
+    assert harness.fetch([tp], require_stable=True) == {tp: FetchedOffset(20, 1, "txn", ErrorCode.NONE)}
+    assert coordinator.pending_transaction_groups(7) == []
+
+    coordinator.stage_transactional_offsets(group_id=GROUP, producer_id=7, offsets={tp: (30, 1, "")})
+    coordinator.complete_transaction(group_id=GROUP, producer_id=7, commit=False)
+    assert harness.fetch([tp], require_stable=True) == {tp: FetchedOffset(20, 1, "txn", ErrorCode.NONE)}
+    # Completing again (e.g. a retried marker) is a no-op.
+    coordinator.complete_transaction(group_id=GROUP, producer_id=7, commit=True)
+    assert harness.fetch([tp])[tp].offset == 20
+
+
+def test_plain_commit_made_after_staging_wins_over_the_committed_transaction(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    tp = ("t", 0)
+    harness.coordinator.stage_transactional_offsets(group_id=GROUP, producer_id=1, offsets={tp: (20, -1, "")})
+    harness.commit({tp: (25, -1, "")})
+    harness.coordinator.complete_transaction(group_id=GROUP, producer_id=1, commit=True)
+    assert harness.fetch([tp])[tp].offset == 25
+
+
+def test_pending_transactional_offsets_survive_restart_and_so_does_the_outcome(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    committed_tp, aborted_tp = ("t", 0), ("t", 1)
+    harness.coordinator.stage_transactional_offsets(
+        group_id=GROUP, producer_id=1, offsets={committed_tp: (5, -1, "a")}
+    )
+    harness.coordinator.stage_transactional_offsets(
+        group_id=GROUP, producer_id=2, offsets={aborted_tp: (9, -1, "")}
+    )
+    harness.restart()
+    assert harness.fetch([committed_tp, aborted_tp], require_stable=True) == {
+        committed_tp: FetchedOffset(-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT),
+        aborted_tp: FetchedOffset(-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT),
+    }
+    harness.coordinator.complete_transaction(group_id=GROUP, producer_id=1, commit=True)
+    harness.coordinator.complete_transaction(group_id=GROUP, producer_id=2, commit=False)
+    harness.restart()
+    assert harness.fetch([committed_tp, aborted_tp], require_stable=True) == {
+        committed_tp: FetchedOffset(5, -1, "a", ErrorCode.NONE),
+        aborted_tp: NO_OFFSET,
+    }
+
+
+def test_txn_offset_commit_member_fencing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, _ = await harness.form_group(2)
+        validate = harness.coordinator.validate_txn_offset_commit_member
+        assert validate(group_id=GROUP, generation_id=1, member_id=one.member_id, group_instance_id=None) is (
+            ErrorCode.NONE
+        )
+        assert (
+            validate(group_id=GROUP, generation_id=-1, member_id="", group_instance_id=None) is ErrorCode.NONE
+        )
+        assert validate(group_id=GROUP, generation_id=0, member_id=one.member_id, group_instance_id=None) is (
+            ErrorCode.ILLEGAL_GENERATION
+        )
+        assert validate(group_id=GROUP, generation_id=1, member_id="zombie", group_instance_id=None) is (
+            ErrorCode.UNKNOWN_MEMBER_ID
+        )
+        assert (
+            validate(group_id="fresh", generation_id=-1, member_id="", group_instance_id=None)
+            is ErrorCode.NONE
+        )
+        assert validate(group_id="fresh", generation_id=4, member_id="m", group_instance_id=None) is (
+            ErrorCode.UNKNOWN_MEMBER_ID
+        )
+
+    run(scenario)
+
+
+# -- administration, compaction, retention, shutdown -------------------------------------------------------
+
+
+def test_list_and_describe_groups(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        harness.coordinator.commit_offsets(
+            group_id="offsets-only",
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            offsets={("t", 0): (1, -1, "")},
+        )
+        listed = harness.coordinator.list_groups()
+        assert sorted(listed) == [(GROUP, "consumer", "Stable"), ("offsets-only", "", "Empty")]
+        assert harness.coordinator.list_groups(["stable"]) == [(GROUP, "consumer", "Stable")]
+        assert harness.coordinator.list_groups(["Empty", "Dead"]) == [("offsets-only", "", "Empty")]
+        assert harness.coordinator.list_groups([]) == listed
+
+        description = harness.coordinator.describe_group(GROUP)
+        assert (description.error, description.state, description.protocol_type, description.protocol) == (
+            ErrorCode.NONE,
+            "Stable",
+            "consumer",
+            "range",
+        )
+        by_id = {m.member_id: m for m in description.members}
+        assert set(by_id) == {one.member_id, two.member_id}
+        member = by_id[one.member_id]
+        assert (member.client_id, member.client_host, member.metadata) == (
+            "client-0",
+            "/127.0.0.1",
+            b"range-metadata",
+        )
+        assert member.assignment == f"assignment-of-{one.member_id}".encode()
+
+        missing = harness.coordinator.describe_group("missing")
+        assert (missing.error, missing.state, missing.members) == (ErrorCode.NONE, "Dead", [])
+
+        # Outside Stable the protocol and member metadata are not reported.
+        harness.join(one.member_id)
+        await harness.settle()
+        preparing = harness.coordinator.describe_group(GROUP)
+        assert preparing.state == "PreparingRebalance" and preparing.protocol == ""
+        assert {m.metadata for m in preparing.members} == {b""}
+
+    run(scenario)
+
+
+def test_delete_groups(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        await harness.form_group(1)
+        harness.coordinator.commit_offsets(
+            group_id="idle",
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            offsets={("t", 0): (3, -1, "")},
+        )
+        results = harness.coordinator.delete_groups([GROUP, "idle", "missing"])
+        assert results == {
+            GROUP: ErrorCode.NON_EMPTY_GROUP,
+            "idle": ErrorCode.NONE,
+            "missing": ErrorCode.GROUP_ID_NOT_FOUND,
+        }
+        assert harness.coordinator.fetch_offsets("idle", [("t", 0)], require_stable=False) == {
+            ("t", 0): NO_OFFSET
+        }
+        assert harness.coordinator.describe_group("idle").state == "Dead"
+        harness.restart()
+        assert harness.coordinator.fetch_offsets("idle", None, require_stable=False) == {}
+        assert [g.group_id for g in harness.coordinator.list_groups()] == [GROUP]
+
+    run(scenario)
+
+
+def test_journal_is_compacted_and_keeps_latest_offsets_and_pending_transactions(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, journal_compaction_min_entries=10)
+    harness.coordinator.stage_transactional_offsets(
+        group_id=GROUP, producer_id=3, offsets={("t", 1): (77, -1, "")}
+    )
+    for offset in range(100):
+        harness.commit({("t", 0): (offset, -1, f"v{offset}")})
+    journal_size = (tmp_path / "groups.journal").stat().st_size
+    assert journal_size < 2000, "100 commits should have been compacted away"
+    harness.restart()
+    assert harness.fetch([("t", 0)]) == {("t", 0): FetchedOffset(99, -1, "v99", ErrorCode.NONE)}
+    assert harness.fetch([("t", 1)], require_stable=True)[("t", 1)].error is ErrorCode.UNSTABLE_OFFSET_COMMIT
+    harness.coordinator.complete_transaction(group_id=GROUP, producer_id=3, commit=True)
+    assert harness.fetch([("t", 1)])[("t", 1)].offset == 77
+
+
+def test_offsets_of_a_simple_group_expire_after_retention_and_the_group_goes_away(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
+    harness.commit({("t", 0): (1, -1, "")})
+    harness.clock.advance(30_000)
+    harness.commit({("t", 1): (1, -1, "")})
+    harness.clock.advance(30_000)
+    harness.coordinator.expire_sessions()
+    assert set(harness.fetch(None)) == {("t", 1)}
+    harness.clock.advance(30_000)
+    harness.coordinator.expire_sessions()
+    assert harness.coordinator.list_groups() == []
+    harness.restart()
+    assert harness.coordinator.list_groups() == []
+
+
+def test_shutdown_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path, initial_rebalance_delay_ms=10_000)
+        parked = harness.join()
+        await harness.settle()
+        assert not parked.done()
+        harness.coordinator.shutdown()
+        assert (await parked).error is ErrorCode.NOT_COORDINATOR
+        assert (await harness.join()).error is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert harness.commit({("t", 0): (1, -1, "")}) == {("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE}
+        with pytest.raises(BrokerError) as caught:
+            harness.fetch(None)
+        assert caught.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        with pytest.raises(BrokerError):
+            harness.coordinator.list_groups()
+
+    run(scenario)
+
+
+def test_consumer_subscription_parsing_limits_expiry_of_a_stable_group_to_unsubscribed_topics(
+    tmp_path: Path,
+) -> None:
+    def subscription(*topics: str) -> bytes:
+        body = struct.pack(">hi", 0, len(topics))
+        for topic in topics:
+            body += struct.pack(">h", len(topic)) + topic.encode()
+        return body + struct.pack(">i", -1)  # null user data
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path, offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
+        join = harness.join(protocols=[("range", subscription("orders"))], session_timeout_ms=600_000)
+        await harness.settle()
+        member = join.result()
+        await harness.sync(member, {member.member_id: b""})
+        harness.commit(
+            {("orders", 0): (1, -1, ""), ("old-topic", 0): (1, -1, "")},
+            generation_id=1,
+            member_id=member.member_id,
+        )
+        harness.clock.advance(60_000)
+        harness.coordinator.expire_sessions()
+        assert set(harness.fetch(None)) == {("orders", 0)}
+
+    run(scenario)
+
+
+def test_group_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="min_session_timeout_ms"):
+        GroupConfig(min_session_timeout_ms=10, max_session_timeout_ms=5)
+    with pytest.raises(ValueError, match="max_group_size"):
+        GroupConfig(max_group_size=0)
+
+
+def test_timers_fire_on_their_own_with_the_real_clock(tmp_path: Path) -> None:
+    """Nobody calls expire_sessions here: the coordinator's own event-loop timer drives the deadlines."""
+
+    async def scenario() -> None:
+        config = GroupConfig(initial_rebalance_delay_ms=50, min_session_timeout_ms=100)
+        coordinator = GroupCoordinator(Journal(tmp_path / "groups.journal"), config)
+
+        async def join(member_id: str = "") -> JoinGroupResult:
+            return await coordinator.join_group(
+                group_id=GROUP,
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocols=PROTOCOLS,
+                session_timeout_ms=150,
+                rebalance_timeout_ms=1_000,
+                client_id="c",
+                client_host="/127.0.0.1",
+                require_known_member_id=False,
+            )
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        one, two = await asyncio.wait_for(asyncio.gather(join(), join()), timeout=2)
+        assert loop.time() - started >= 0.05  # the initial rebalance delay was honoured
+        assert one.generation_id == two.generation_id == 1
+        leader = one if one.member_id == one.leader else two
+        syncs = [
+            coordinator.sync_group(
+                group_id=GROUP,
+                generation_id=1,
+                member_id=member.member_id,
+                group_instance_id=None,
+                protocol_type=None,
+                protocol_name=None,
+                assignments=[(one.member_id, b"a"), (two.member_id, b"b")] if member is leader else [],
+            )
+            for member in (one, two)
+        ]
+        await asyncio.wait_for(asyncio.gather(*syncs), timeout=2)
+        # Neither member heartbeats: both sessions expire and the group empties by itself.
+        deadline = loop.time() + 2
+        while coordinator.describe_group(GROUP).state != "Empty":
+            assert loop.time() < deadline, coordinator.describe_group(GROUP)
+            await asyncio.sleep(0.02)
+        coordinator.shutdown()
+
+    run(scenario)

@@ -1,0 +1,597 @@
+"""The segmented partition log: append/read, indexes, recovery, retention, DeleteRecords and compaction."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from sparkafka.broker import records
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.log import LogConfig, PartitionLog
+from sparkafka.broker.records import Record
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture
+def open_logs() -> Iterator[list[PartitionLog]]:
+    logs: list[PartitionLog] = []
+    yield logs
+    for log in logs:
+        log.close()
+
+
+class LogFactory(Protocol):
+    def __call__(self, directory: Path | None = None, **config: Any) -> PartitionLog: ...
+
+
+@pytest.fixture
+def make_log(tmp_path: Path, open_logs: list[PartitionLog]) -> LogFactory:
+    """Open a log (default directory tmp_path/topic-0) with LogConfig(**config); closed after the test."""
+
+    def make(directory: Path | None = None, **config: Any) -> PartitionLog:
+        log = PartitionLog(directory or tmp_path / "topic-0", LogConfig(**config))
+        open_logs.append(log)
+        return log
+
+    return make
+
+
+def append(
+    log: PartitionLog,
+    count: int = 1,
+    *,
+    timestamp: int = 1000,
+    keys: list[bytes | None] | None = None,
+    values: list[bytes | None] | None = None,
+    producer_id: int = -1,
+    transactional: bool = False,
+    compression: int = 0,
+) -> int:
+    """Append one batch of `count` records at the log end; return its base offset."""
+    base = log.log_end_offset
+    batch_records = [
+        Record(
+            base + i,
+            timestamp + i,
+            keys[i] if keys is not None else b"key-%d" % (base + i),
+            values[i] if values is not None else b"value-%d" % (base + i),
+        )
+        for i in range(count)
+    ]
+    batch = records.encode_batch(
+        batch_records,
+        base_offset=base,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=base if producer_id >= 0 else -1,
+        is_transactional=transactional,
+        compression=compression,
+    )
+    log.append([batch], now_ms=0)
+    return base
+
+
+def end_transaction(log: PartitionLog, producer_id: int, *, commit: bool) -> int:
+    offset = log.log_end_offset
+    marker = records.build_control_batch(
+        offset=offset,
+        producer_id=producer_id,
+        producer_epoch=0,
+        commit=commit,
+        coordinator_epoch=0,
+        timestamp_ms=0,
+    )
+    log.append([marker], now_ms=0)
+    return offset
+
+
+def batch_bases(data: bytes) -> list[int]:
+    return [header.base_offset for _, header in records.iter_batches(data, validate_crc=True)]
+
+
+def all_records(log: PartitionLog) -> list[Record]:
+    return [
+        record
+        for header, batch in log.iter_batches()
+        if not header.is_control
+        for record in records.decode_records(batch)
+    ]
+
+
+def crash_copy(log: PartitionLog, destination: Path) -> Path:
+    """The directory as a crash would leave it: the files as they are now, no clean-shutdown marker."""
+    shutil.copytree(log.directory, destination)
+    return destination
+
+
+# ---- append and read ---------------------------------------------------------------------------
+
+
+def test_append_and_read_back(make_log: LogFactory) -> None:
+    log = make_log()
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    append(log, 3)
+    append(log, 2)
+    assert log.log_end_offset == 5
+    data = log.read(0, 1 << 20)
+    assert batch_bases(data) == [0, 3]
+    decoded = [records.decode_records(data[pos : pos + h.size]) for pos, h in records.iter_batches(data)]
+    assert [record.offset for batch in decoded for record in batch] == [0, 1, 2, 3, 4]
+    assert log.read(5, 1 << 20) == b""
+    assert log.segment_files() == [log.directory / "00000000000000000000.log"]
+    assert log.size_bytes() == len(data)
+
+
+def test_read_outside_the_log_is_offset_out_of_range(make_log: LogFactory) -> None:
+    log = make_log()
+    append(log, 3)
+    for offset in (4, -1):
+        with pytest.raises(BrokerError, match="in the range 0 to 3") as excinfo:
+            log.read(offset, 100)
+        assert excinfo.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_read_from_mid_batch_returns_the_whole_batch(make_log: LogFactory) -> None:
+    log = make_log()
+    append(log, 5)
+    append(log, 5)
+    assert batch_bases(log.read(7, 1 << 20)) == [5]
+    assert batch_bases(log.read(4, 1 << 20)) == [0, 5]
+
+
+def test_read_respects_max_bytes_and_min_one_batch(make_log: LogFactory) -> None:
+    log = make_log()
+    for _ in range(4):
+        append(log, 3)
+    one_batch = len(log.read(0, 1))
+    assert batch_bases(log.read(0, 1)) == [0]  # first batch returned whole despite max_bytes
+    assert log.read(0, 1, min_one_batch=False) == b""
+    assert batch_bases(log.read(0, 2 * one_batch + 10)) == [0, 3]
+    assert batch_bases(log.read(3, 2 * one_batch, min_one_batch=False)) == [3, 6]
+
+
+def test_read_stops_at_upper_bound(make_log: LogFactory) -> None:
+    log = make_log()
+    for _ in range(4):
+        append(log, 2)
+    assert batch_bases(log.read(0, 1 << 20, upper_bound=4)) == [0, 2]
+    assert batch_bases(log.read(0, 1 << 20, upper_bound=5)) == [0, 2, 4]
+    assert log.read(4, 1 << 20, upper_bound=4) == b""
+    assert log.read(6, 1 << 20, upper_bound=2) == b""
+
+
+def test_segments_roll_and_reads_cross_them(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=400, index_interval_bytes=0)
+    bases = [append(log, 2) for _ in range(20)]
+    files = log.segment_files()
+    assert len(files) > 3
+    assert all(path.stat().st_size <= 400 for path in files)
+    assert [path.name for path in files][:2] == ["00000000000000000000.log", f"{int(files[1].stem):020d}.log"]
+    assert batch_bases(log.read(0, 1 << 20)) == bases
+    for offset in range(40):
+        assert batch_bases(log.read(offset, 1))[0] == offset - offset % 2
+    third_base = int(files[2].stem)
+    assert batch_bases(log.read(third_base + 1, 1 << 20)) == [b for b in bases if b >= third_base]
+
+
+def test_index_files_use_kafka_entry_format(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=1000, index_interval_bytes=0)
+    for _ in range(12):
+        append(log, 1, timestamp=5000)
+    log.close()
+    first = log.directory / "00000000000000000000"
+    index = list(struct.iter_unpack(">ii", first.with_suffix(".index").read_bytes()))
+    positions = [pos for pos, _ in records.iter_batches(first.with_suffix(".log").read_bytes())]
+    assert index and all(pos in positions for _, pos in index)
+    assert [rel for rel, _ in index] == sorted(rel for rel, _ in index)
+    time_index = list(struct.iter_unpack(">qi", first.with_suffix(".timeindex").read_bytes()))
+    assert time_index[-1][0] == 5000
+
+
+def test_append_rejects_misnumbered_partial_and_oversized_batches(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=200)
+    batch = records.encode_batch([Record(0, 0, b"k", b"v")], base_offset=0)
+    with pytest.raises(ValueError, match="should be 0"):
+        log.append([records.assign_offset(batch, 3)], now_ms=0)
+    with pytest.raises(ValueError, match="one whole batch"):
+        log.append([batch + b"x"], now_ms=0)
+    big = records.encode_batch([Record(0, 0, b"k", b"v" * 300)], base_offset=0)
+    with pytest.raises(BrokerError, match="exceeds the maximum configured segment size of 200") as excinfo:
+        log.append([big], now_ms=0)
+    assert excinfo.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
+    assert log.log_end_offset == 0 and log.size_bytes() == 0
+
+
+def test_flush_every_append_and_several_batches_per_call(make_log: LogFactory) -> None:
+    log = make_log(flush_messages=1)
+    batches = [records.encode_batch([Record(i, 0, b"k", b"v")], base_offset=i) for i in range(3)]
+    assert log.append(batches, now_ms=0) == 3
+    assert batch_bases(log.read(0, 1 << 20)) == [0, 1, 2]
+
+
+def test_iter_batches_is_a_snapshot(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=300)
+    for _ in range(6):
+        append(log, 2)
+    iterator = log.iter_batches(from_offset=5)
+    append(log, 2)
+    assert [header.base_offset for header, _ in iterator] == [4, 6, 8, 10]
+
+
+def test_closed_log_refuses_use_and_close_is_idempotent(make_log: LogFactory) -> None:
+    log = make_log()
+    log.close()
+    log.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        log.read(0, 10)
+
+
+# ---- recovery ----------------------------------------------------------------------------------
+
+
+def test_clean_reopen_keeps_everything(make_log: LogFactory, tmp_path: Path) -> None:
+    log = make_log(segment_bytes=400, index_interval_bytes=0)
+    for _ in range(15):
+        append(log, 2)
+    expected = log.read(0, 1 << 20)
+    log.close()
+    assert (log.directory / ".clean_shutdown").exists()
+    reopened = make_log(segment_bytes=400, index_interval_bytes=0)
+    assert not (log.directory / ".clean_shutdown").exists()
+    assert reopened.log_end_offset == 30
+    assert reopened.read(0, 1 << 20) == expected
+    assert batch_bases(reopened.read(17, 1)) == [16]
+
+
+@pytest.mark.parametrize("tail", ["half_batch", "garbage", "bad_crc"])
+def test_torn_tail_is_truncated_and_every_complete_batch_survives(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, tail: str
+) -> None:
+    log = make_log()
+    for _ in range(5):
+        append(log, 3)
+    good = log.read(0, 1 << 20)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    segment = crashed / "00000000000000000000.log"
+    next_batch = records.encode_batch([Record(15, 0, b"k", b"v" * 50)], base_offset=15)
+    with open(segment, "r+b") as handle:
+        if tail == "half_batch":
+            handle.seek(0, os.SEEK_END)
+            handle.write(next_batch[: len(next_batch) // 2])
+        elif tail == "garbage":
+            handle.seek(0, os.SEEK_END)
+            handle.write(os.urandom(37))
+        else:  # a complete last batch whose bytes were not all written
+            handle.seek(0, os.SEEK_END)
+            corrupt = bytearray(next_batch)
+            corrupt[-5:] = b"\x00" * 5
+            handle.write(corrupt)
+    torn_size = segment.stat().st_size
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        recovered = make_log(crashed)
+    assert f"truncating {torn_size - len(good)} bytes" in caplog.text
+    assert str(segment) in caplog.text
+    assert segment.stat().st_size == len(good)
+    assert recovered.log_end_offset == 15
+    assert recovered.read(0, 1 << 20) == good
+    append(recovered, 1)
+    assert batch_bases(recovered.read(14, 1 << 20)) == [12, 15]
+
+
+def test_unclean_open_rescans_all_segments_and_rebuilds_indexes(make_log: LogFactory, tmp_path: Path) -> None:
+    log = make_log(segment_bytes=400, index_interval_bytes=0)
+    for _ in range(15):
+        append(log, 2)
+    expected = log.read(0, 1 << 20)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    (crashed / "00000000000000000000.index").write_bytes(b"\x00\x00\x00\x05\x00\x00\x10\x00")  # a wrong entry
+    recovered = make_log(crashed, segment_bytes=400, index_interval_bytes=0)
+    assert recovered.read(0, 1 << 20) == expected
+    for offset in range(30):
+        assert batch_bases(recovered.read(offset, 1))[0] == offset - offset % 2
+
+
+def test_corrupt_middle_segment_is_cut_and_later_segments_kept(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(segment_bytes=400)
+    for _ in range(15):
+        append(log, 2)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    first = crashed / "00000000000000000000.log"
+    size = first.stat().st_size
+    with open(first, "r+b") as handle:
+        handle.truncate(size - 10)
+    with caplog.at_level(logging.WARNING):
+        recovered = make_log(crashed, segment_bytes=400)
+    assert "truncating" in caplog.text
+    assert recovered.log_end_offset == 30
+    second_base = int(recovered.segment_files()[1].stem)
+    assert batch_bases(recovered.read(0, 1 << 20))[-1] == 28
+    assert second_base in batch_bases(recovered.read(0, 1 << 20))
+
+
+def test_clean_open_rebuilds_inconsistent_index_files(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=400, index_interval_bytes=0)
+    for _ in range(15):
+        append(log, 2)
+    expected = log.read(0, 1 << 20)
+    log.close()
+    (log.directory / "00000000000000000000.index").write_bytes(b"\x01\x02\x03")
+    (log.directory / "00000000000000000000.timeindex").unlink()
+    reopened = make_log(segment_bytes=400, index_interval_bytes=0)
+    assert reopened.read(0, 1 << 20) == expected
+    assert reopened.offset_for_timestamp(1001) == (1, 1001)
+
+
+def test_leftovers_of_interrupted_work_are_removed(make_log: LogFactory) -> None:
+    log = make_log()
+    append(log, 3)
+    log.close()
+    (log.directory / "00000000000000000000.log.cleaned").write_bytes(b"half written")
+    (log.directory / "00000000000000000099.index").write_bytes(b"")
+    (log.directory / "log-start-offset.tmp").write_bytes(b"7")
+    reopened = make_log()
+    names = sorted(path.name for path in reopened.directory.iterdir())
+    assert names == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "log-start-offset",
+    ]
+    assert reopened.log_end_offset == 3
+
+
+def test_bad_checkpoint_and_config_are_rejected_with_a_fix(make_log: LogFactory, tmp_path: Path) -> None:
+    directory = tmp_path / "bad-0"
+    directory.mkdir()
+    (directory / "log-start-offset").write_text("twelve")
+    with pytest.raises(ValueError, match="fix or delete it"):
+        make_log(directory)
+    with pytest.raises(ValueError, match="cleanup_policy"):
+        LogConfig(cleanup_policy="forever")
+    with pytest.raises(ValueError, match="segment_bytes"):
+        LogConfig(segment_bytes=10)
+    with pytest.raises(ValueError, match="retention_ms"):
+        LogConfig(retention_ms=-2)
+    with pytest.raises(ValueError, match="flush_messages"):
+        LogConfig(flush_messages=0)
+
+
+# ---- lookups by time ---------------------------------------------------------------------------
+
+
+def test_offset_for_timestamp(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=300, index_interval_bytes=0)
+    for timestamp in (100, 200, 150, 400, 300, 500):  # two records each: t and t+1
+        append(log, 2, timestamp=timestamp)
+    assert log.offset_for_timestamp(0) == (0, 100)
+    assert log.offset_for_timestamp(101) == (1, 101)
+    assert log.offset_for_timestamp(102) == (2, 200)
+    assert log.offset_for_timestamp(250) == (6, 400)
+    assert log.offset_for_timestamp(401) == (7, 401)
+    assert log.offset_for_timestamp(402) == (10, 500)
+    assert log.offset_for_timestamp(502) is None
+    log.delete_records_before(3)
+    assert log.offset_for_timestamp(0) == (3, 201)
+
+
+def test_max_timestamp_offset(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=300, index_interval_bytes=0)
+    assert log.max_timestamp_offset() is None
+    for timestamp in (100, 900, 150, 899):
+        append(log, 2, timestamp=timestamp)
+    assert log.max_timestamp_offset() == (3, 901)
+    log.close()
+    assert make_log(segment_bytes=300, index_interval_bytes=0).max_timestamp_offset() == (3, 901)
+
+
+# ---- DeleteRecords and retention ---------------------------------------------------------------
+
+
+def test_delete_records_before(make_log: LogFactory, tmp_path: Path) -> None:
+    log = make_log(segment_bytes=300)
+    for _ in range(10):
+        append(log, 2)
+    files_before = log.segment_files()
+    second_base = int(files_before[1].stem)
+    assert log.delete_records_before(second_base + 1) == second_base + 1
+    assert log.segment_files() == files_before[1:]
+    assert batch_bases(log.read(second_base + 1, 1))[0] <= second_base + 1
+    with pytest.raises(BrokerError) as below:
+        log.read(second_base, 10)
+    assert below.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert log.delete_records_before(1) == second_base + 1  # never moves back
+    with pytest.raises(BrokerError, match="larger than the log end offset 20") as past_end:
+        log.delete_records_before(21)
+    assert past_end.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    assert make_log(crashed, segment_bytes=300).log_start_offset == second_base + 1
+    assert log.delete_records_before(20) == 20
+    assert log.read(20, 10) == b""
+    log.close()
+    reopened = make_log(segment_bytes=300)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (20, 20)
+
+
+def test_retention_by_time_drops_old_closed_segments_only(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=300, retention_ms=DAY_MS)
+    for i in range(10):
+        append(log, 2, timestamp=1000 + i)
+    now = 1000 + DAY_MS + 5  # segments whose newest record is older than 1005 are expired
+    files = log.segment_files()
+    removed = log.enforce_retention(now)
+    assert removed >= 1
+    assert log.segment_files() == files[removed:]
+    assert log.log_start_offset == int(files[removed].stem)
+    assert log.enforce_retention(10 * DAY_MS) == len(files) - removed - 1  # never the active segment
+    assert log.segment_files() == files[-1:]
+
+
+def test_retention_by_size(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=300, retention_ms=-1, retention_bytes=700)
+    for _ in range(12):
+        append(log, 2)
+    assert log.enforce_retention(0) > 0
+    assert log.size_bytes() >= 700
+    assert log.size_bytes() - os.path.getsize(log.segment_files()[0]) < 700
+    compact_only = make_log(log.directory.parent / "other-0", cleanup_policy="compact", retention_bytes=0)
+    assert compact_only.enforce_retention(0) == 0
+
+
+# ---- compaction --------------------------------------------------------------------------------
+
+
+def compacted_log(make_log: LogFactory, **config: Any) -> PartitionLog:
+    return make_log(segment_bytes=250, cleanup_policy="compact", **config)
+
+
+def test_compaction_keeps_only_the_newest_value_per_key_with_original_offsets(make_log: LogFactory) -> None:
+    log = compacted_log(make_log)
+    for i in range(12):
+        append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
+    before = all_records(log)
+    active_base = int(log.segment_files()[-1].stem)
+    removed = log.compact(now_ms=0)
+    after = all_records(log)
+    newest = {record.key: record.offset for record in before}
+    expected = [r for r in before if r.offset >= active_base or newest[r.key] == r.offset]
+    assert after == expected
+    assert removed == len(before) - len(after)
+    assert log.log_end_offset == 12
+    assert batch_bases(log.read(0, 1 << 20))[0] == after[0].offset
+    assert log.compact(now_ms=0) == 0  # already clean
+    log.close()
+    assert all_records(make_log(segment_bytes=250, cleanup_policy="compact")) == expected
+
+
+def test_compaction_keeps_tombstones_until_their_delete_horizon(make_log: LogFactory) -> None:
+    log = compacted_log(make_log, delete_retention_ms=1000)
+    append(log, 1, keys=[b"gone"], values=[b"old"])
+    append(log, 1, keys=[b"gone"], values=[None])
+    for i in range(8):
+        append(log, 1, keys=[b"other%d" % i], values=[b"x"])
+    log.compact(now_ms=50_000)
+    tombstone = [r for r in all_records(log) if r.key == b"gone"]
+    assert tombstone == [Record(1, 1000, b"gone", None)]
+    [horizon] = [h.delete_horizon_ms for h, _ in log.iter_batches() if h.base_offset == 1]
+    assert horizon == 51_000
+    log.compact(now_ms=50_999)
+    assert [r.key for r in all_records(log)].count(b"gone") == 1
+    log.compact(now_ms=51_000)
+    assert b"gone" not in [r.key for r in all_records(log)]
+
+
+def test_compaction_removes_aborted_data_without_losing_committed_values(make_log: LogFactory) -> None:
+    log = compacted_log(make_log)
+    append(log, 1, keys=[b"k"], values=[b"committed"])
+    append(log, 1, keys=[b"k"], values=[b"aborted"], producer_id=7, transactional=True)
+    end_transaction(log, 7, commit=False)
+    append(log, 1, keys=[b"j"], values=[b"txn-committed"], producer_id=8, transactional=True)
+    end_transaction(log, 8, commit=True)
+    for i in range(10):
+        append(log, 1, keys=[b"filler%d" % i], values=[b"x"])
+    log.compact(now_ms=0)
+    kept = {(r.key, r.value) for r in all_records(log)}
+    assert (b"k", b"committed") in kept
+    assert (b"k", b"aborted") not in kept
+    assert (b"j", b"txn-committed") in kept
+    markers = [records.control_marker(b) for h, b in log.iter_batches() if h.is_control]
+    assert markers == [("ABORT", 0), ("COMMIT", 0)]  # control batches are kept
+    # The aborted batch was producer 7's last data batch: an empty header keeps its sequence range.
+    [empty] = [h for h, _ in log.iter_batches() if h.producer_id == 7 and not h.is_control]
+    assert (empty.record_count, empty.base_offset, empty.last_offset, empty.base_sequence) == (0, 1, 1, 1)
+
+
+def test_is_aborted_callback_marks_more_batches_aborted(make_log: LogFactory) -> None:
+    log = compacted_log(make_log)
+    append(log, 1, keys=[b"k"], values=[b"old"])
+    append(log, 1, keys=[b"k"], values=[b"new"], producer_id=3, transactional=True)
+    end_transaction(log, 3, commit=True)
+    for i in range(10):
+        append(log, 1, keys=[b"f%d" % i], values=[b"x"])
+    calls: list[tuple[int, int]] = []
+
+    def is_aborted(producer_id: int, offset: int) -> bool:
+        calls.append((producer_id, offset))
+        return True
+
+    log.compact(now_ms=0, is_aborted=is_aborted)
+    assert calls == [(3, 1)]
+    assert {(r.key, r.value) for r in all_records(log) if r.key == b"k"} == {(b"k", b"old")}
+
+
+def test_open_transaction_neither_supersedes_nor_is_removed(make_log: LogFactory) -> None:
+    log = compacted_log(make_log)
+    append(log, 1, keys=[b"k"], values=[b"committed"])
+    append(log, 1, keys=[b"k"], values=[b"pending"], producer_id=5, transactional=True)
+    for i in range(10):
+        append(log, 1, keys=[b"k"], values=[b"later-%d" % i])  # past the stable bound: cannot supersede yet
+    assert log.compact(now_ms=0) == 0
+    assert len(all_records(log)) == 12
+
+
+def test_compaction_keeps_each_batch_codec(make_log: LogFactory) -> None:
+    log = compacted_log(make_log)
+    append(log, 4, keys=[b"a", b"b", b"c", b"d"], values=[b"1" * 40] * 4, compression=1)
+    for _ in range(6):
+        append(log, 2, keys=[b"a", b"b"], values=[b"2", b"3"])
+    log.compact(now_ms=0)
+    first_header, first_batch = next(iter(log.iter_batches()))
+    assert first_header.compression == 1
+    assert [r.key for r in records.decode_records(first_batch)] == [b"c", b"d"]
+    assert first_header.last_offset == 3  # original offset range kept
+
+
+def test_compaction_respects_min_compaction_lag(make_log: LogFactory) -> None:
+    log = compacted_log(make_log, min_compaction_lag_ms=10_000)
+    for i in range(12):
+        append(log, 1, keys=[b"k"], values=[b"v%d" % i], timestamp=1000 + i * 1000)
+    assert log.compact(now_ms=1000 + 4_000 + 10_000) > 0
+    remaining = [r.value for r in all_records(log)]
+    assert b"v0" not in remaining and b"v5" in remaining  # records younger than the lag stay
+    assert make_log(log.directory.parent / "delete-0").compact(now_ms=0) == 0  # delete policy: no-op
+
+
+def test_crash_during_compaction_loses_nothing(make_log: LogFactory, tmp_path: Path) -> None:
+    log = compacted_log(make_log)
+    for i in range(12):
+        append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
+    before = all_records(log)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    # Interrupted before the rename: a half-written .cleaned next to the intact original.
+    (crashed / "00000000000000000000.log.cleaned").write_bytes(log.read(0, 1)[:30])
+    recovered = make_log(crashed, segment_bytes=250, cleanup_policy="compact")
+    assert all_records(recovered) == before
+    assert not (crashed / "00000000000000000000.log.cleaned").exists()
+    # Interrupted after the rename, before clean shutdown: rescanned, and compaction can simply run again.
+    log.compact(now_ms=0)
+    after = all_records(log)
+    crashed_after = crash_copy(log, tmp_path / "crashed-1")
+    (crashed_after / "00000000000000000000.index").write_bytes(b"\x00\x00\x00\x09\x00\x00\x01\x00")
+    recovered_after = make_log(crashed_after, segment_bytes=250, cleanup_policy="compact")
+    assert all_records(recovered_after) == after
+    assert recovered_after.compact(now_ms=0) == 0
+
+
+def test_recovery_and_reads_across_scan_chunk_boundaries(make_log: LogFactory, tmp_path: Path) -> None:
+    log = make_log(index_interval_bytes=64 * 1024)
+    for i in range(2500):  # ~1.2 KB batches: some straddle every 64 KiB header chunk and 1 MiB scan chunk
+        append(log, 1, values=[b"%05d" % i * 240])
+    big = append(log, 1, values=[os.urandom(1_500_000)])  # larger than one scan chunk
+    append(log, 1)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    recovered = make_log(crashed, index_interval_bytes=64 * 1024)
+    assert recovered.log_end_offset == 2502
+    assert [header.base_offset for header, _ in recovered.iter_batches()] == list(range(2502))
+    assert recovered.read(0, 1 << 30) == log.read(0, 1 << 30)
+    assert batch_bases(recovered.read(big, 1)) == [big]
+    assert batch_bases(recovered.read(1777, 1)) == [1777]
