@@ -6,6 +6,7 @@ import typer
 
 from sparkafka import __version__
 from sparkafka.commands import broker as broker_commands
+from sparkafka.commands import pipeline as pipeline_commands
 
 EPILOG = """\
 Examples:
@@ -43,6 +44,7 @@ def root(
 
 app.command("broker")(broker_commands.broker)
 app.command("dump-log")(broker_commands.dump_log)
+app.command("run")(pipeline_commands.run)
 
 
 def main() -> None:

@@ -110,6 +110,9 @@ def dump_log(
     """Print a topic's log batch by batch, as Kafka's kafka-dump-log.sh --print-data-log does."""
     from sparkafka.broker import records
 
+    if not data_dir.is_dir():
+        typer.echo(f"data directory {data_dir} does not exist (or is not a directory)", err=True)
+        raise typer.Exit(1)
     directories = sorted(
         (d for d in data_dir.glob(f"{topic}-*") if d.is_dir() and d.name.rpartition("-")[2].isdigit()),
         key=lambda d: int(d.name.rpartition("-")[2]),

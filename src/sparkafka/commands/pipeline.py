@@ -1,0 +1,105 @@
+"""`sparkafka run`: a Kafka -> Spark -> Kafka pipeline from the command line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from sparkafka.commands.common import parse_key_values
+
+
+def run(
+    bootstrap_servers: str = typer.Option(
+        "localhost:9092", "--bootstrap-servers", help="Kafka cluster to read and write."
+    ),
+    source_topic: list[str] = typer.Option([], "--source-topic", help="Topic to read (repeatable)."),
+    source_pattern: str = typer.Option(
+        None, "--source-pattern", help="Regex of topics to read (instead of --source-topic)."
+    ),
+    sink_topic: str = typer.Option(..., "--sink-topic", help="Topic to write."),
+    sql: str = typer.Option(
+        None, "--sql", help="SELECT ... FROM input (the source's columns: key, value, topic, ...)."
+    ),
+    transform: str = typer.Option(
+        None, "--transform", help="module:function taking and returning a DataFrame."
+    ),
+    checkpoint: str = typer.Option(
+        ..., "--checkpoint", help="Checkpoint directory: offsets and state survive restarts here."
+    ),
+    trigger: str = typer.Option("1s", "--trigger", help="Micro-batch interval, e.g. 1s, 500ms, 1 minute."),
+    delivery_guarantee: str = typer.Option(
+        "exactly-once", "--delivery-guarantee", help="exactly-once, at-least-once or none."
+    ),
+    restart_attempts: int = typer.Option(
+        0, "--restart-attempts", min=0, help="Restarts from the checkpoint after a failure."
+    ),
+    restart_delay: str = typer.Option("2s", "--restart-delay", help="Wait before each restart."),
+    source_option: list[str] = typer.Option(
+        [], "--source-option", help="KEY=VALUE for the source (repeatable), e.g. maxOffsetsPerTrigger=1000."
+    ),
+    sink_option: list[str] = typer.Option(
+        [],
+        "--sink-option",
+        help="KEY=VALUE for the sink (repeatable), e.g. kafka.transaction.timeout.ms=60000.",
+    ),
+    master: str = typer.Option("local[*]", "--master", help="Spark master."),
+) -> None:
+    """Run a pipeline until SIGINT/SIGTERM; prints one line per micro-batch.
+
+    Example: sparkafka run --source-topic in --sink-topic out --checkpoint ./ckpt
+      --sql "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
+    """
+    from sparkafka.errors import SparkafkaError
+    from sparkafka.options import parse_duration_ms
+    from sparkafka.pipeline import SEED_MAP_SQL, BatchProgress, Pipeline, PipelineConfig
+    from sparkafka.session import spark_session
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = PipelineConfig(
+            bootstrap_servers=bootstrap_servers,
+            sink_topic=sink_topic,
+            checkpoint=checkpoint,
+            source_topics=source_topic,
+            source_pattern=source_pattern,
+            sql=sql if sql or transform else SEED_MAP_SQL,
+            transform=transform,
+            trigger=_spark_interval(trigger),
+            delivery_guarantee=delivery_guarantee,
+            source_options=parse_key_values("--source-option", source_option),
+            sink_options=parse_key_values("--sink-option", sink_option),
+        )
+        delay_s = parse_duration_ms("--restart-delay", restart_delay) / 1000
+    except SparkafkaError as error:
+        raise typer.BadParameter(str(error)) from None
+
+    def report(progress: BatchProgress) -> None:
+        lag = "?" if progress.lag is None else str(progress.lag)
+        out = "?" if progress.output_rows < 0 else str(progress.output_rows)
+        typer.echo(
+            f"batch {progress.batch_id}: in={progress.input_rows} out={out} lag={lag} "
+            f"time={progress.duration_ms} ms"
+        )
+
+    spark = spark_session("sparkafka-run", master=master)
+    pipeline = Pipeline(
+        spark, config, restart_attempts=restart_attempts, restart_delay_s=delay_s, on_progress=report
+    )
+    pipeline.install_signal_handlers()
+    try:
+        pipeline.run()
+    except SparkafkaError as error:
+        typer.echo(f"sparkafka run: {error}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        spark.stop()
+    sys.stdout.flush()
+
+
+def _spark_interval(value: str) -> str:
+    """`1s` -> `1000 milliseconds` (Spark's processingTime accepts interval strings)."""
+    from sparkafka.options import parse_duration_ms
+
+    return f"{parse_duration_ms('--trigger', value)} milliseconds"

@@ -1,0 +1,30 @@
+"""The ``sparkafka`` data source: one format name for reading (source) and writing (sink)."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+from sparkafka.sink import (
+    KafkaBatchWriter,
+    KafkaStreamWriter,
+    SinkOptions,
+    ensure_marker_topic,
+    validate_input_schema,
+)
+from sparkafka.source import KafkaDataSource as _SourceDataSource
+
+
+class KafkaDataSource(_SourceDataSource):
+    """``spark.readStream.format("sparkafka")`` and ``df.writeStream.format("sparkafka")``."""
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        options = SinkOptions.parse(self.options)
+        validate_input_schema(schema, options)
+        if options.delivery_guarantee == "exactly-once":
+            ensure_marker_topic(options)
+        return KafkaStreamWriter(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        options = SinkOptions.parse(self.options)
+        validate_input_schema(schema, options)
+        return KafkaBatchWriter(options)

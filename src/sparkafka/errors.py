@@ -1,0 +1,32 @@
+"""Exceptions raised by the sparkafka connector.
+
+Every error carries a message meant for the person running the pipeline: it names the option, topic,
+partition or server involved and, where there is one, the fix. Spark wraps exceptions raised inside
+Python data sources in its own exception types, but keeps this message in their text.
+"""
+
+from __future__ import annotations
+
+
+class SparkafkaError(Exception):
+    """Base class of every error the connector raises on purpose."""
+
+
+class SparkafkaOptionError(SparkafkaError, ValueError):
+    """An option is unknown, missing, contradictory or has a value that cannot be used."""
+
+
+class KafkaUnavailableError(SparkafkaError, ConnectionError):
+    """The Kafka cluster did not answer within the configured time."""
+
+
+class TopicNotFoundError(SparkafkaError, LookupError):
+    """A topic named by `subscribe` or `assign` does not exist."""
+
+
+class DataLossError(SparkafkaError, RuntimeError):
+    """Offsets the query still has to read are gone (retention, deleted or recreated topic)."""
+
+
+class KafkaReadError(SparkafkaError, RuntimeError):
+    """Reading an offset range failed or made no progress within the poll timeout."""

@@ -1,0 +1,305 @@
+"""Cluster metadata, offsets and consumer-group offsets through confluent-kafka's AdminClient.
+
+Shared by the source and the sink. Every call is bounded by ``timeout_s`` and turns librdkafka's
+errors into the connector's exceptions with the bootstrap servers in the message, so a wrong address
+or a firewall shows up as one clear sentence instead of a hang or a bare ``_TRANSPORT`` code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from sparkafka.errors import KafkaUnavailableError, SparkafkaOptionError
+from sparkafka.options import java_only_property_hint
+
+TopicPartitionKey = tuple[str, int]
+"""(topic, partition): hashable, sortable and picklable, unlike confluent-kafka's TopicPartition."""
+
+PartitionOffsets = dict[TopicPartitionKey, int]
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+LIBRDKAFKA_LOGGER = logging.getLogger("sparkafka.librdkafka")
+
+# Properties only a consumer understands; librdkafka warns when an admin client gets them.
+_CONSUMER_ONLY_PREFIXES = (
+    "group.",
+    "fetch.",
+    "queued.",
+    "auto.",
+    "enable.auto.",
+    "enable.partition.eof",
+    "isolation.level",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "max.partition.fetch.bytes",
+    "check.crcs",
+    "coordinator.query.interval.ms",
+    "max.poll.interval.ms",
+    "consume.callback.max.messages",
+    "allow.auto.create.topics",
+)
+
+_UNAVAILABLE_CODES = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+)
+_UNKNOWN_PARTITION_CODES = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._NOENT,
+    }
+)
+
+T = TypeVar("T")
+
+
+def admin_config(client_config: Mapping[str, str]) -> dict[str, str]:
+    """The client properties an AdminClient accepts without warnings (consumer-only ones removed)."""
+    return {key: value for key, value in client_config.items() if not key.startswith(_CONSUMER_ONLY_PREFIXES)}
+
+
+def validate_consumer_config(client_config: Mapping[str, str]) -> None:
+    """Let librdkafka itself reject unknown or malformed properties, before any query starts.
+
+    Creating a consumer connects to nothing until it is used, so this is cheap and offline."""
+    config: dict[str, object] = {"group.id": "sparkafka-config-check", **client_config}
+    config["logger"] = LIBRDKAFKA_LOGGER
+    try:
+        consumer = Consumer(config)
+    except (KafkaException, ValueError, TypeError) as error:
+        detail = str(error.args[0]) if error.args else str(error)
+        for key in client_config:
+            if key in detail:
+                hint = java_only_property_hint(key)
+                if hint is not None:
+                    raise SparkafkaOptionError(hint) from None
+                raise SparkafkaOptionError(
+                    f"Kafka option 'kafka.{key}' was rejected by librdkafka: {detail}"
+                ) from None
+        raise SparkafkaOptionError(f"the kafka.* options were rejected by librdkafka: {detail}") from None
+    consumer.close()
+
+
+def error_code(error: BaseException) -> int | None:
+    """The librdkafka error code carried by a KafkaException, if any."""
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return int(error.args[0].code())
+    return None
+
+
+class KafkaAdmin:
+    """Bounded, retrying admin operations against one cluster.
+
+    The underlying AdminClient is created on first use and never pickled, so objects holding a
+    ``KafkaAdmin`` can travel to Spark workers."""
+
+    def __init__(
+        self,
+        client_config: Mapping[str, str],
+        *,
+        timeout_s: float,
+        attempts: int = 3,
+        retry_interval_s: float = 1.0,
+    ) -> None:
+        self.config = admin_config(client_config)
+        self.bootstrap_servers = str(client_config.get("bootstrap.servers", ""))
+        self.timeout_s = timeout_s
+        self.attempts = max(1, attempts)
+        self.retry_interval_s = retry_interval_s
+        self._client: AdminClient | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self) -> AdminClient:
+        if self._client is None:
+            config: dict[str, Any] = {**self.config, "logger": LIBRDKAFKA_LOGGER}
+            self._client = AdminClient(config)
+        return self._client
+
+    def close(self) -> None:
+        self._client = None
+
+    # -- metadata ---------------------------------------------------------------------------------
+
+    def topic_partitions(self) -> dict[str, list[int]]:
+        """Every non-internal topic with its sorted partition numbers.
+
+        Always asks for all topics: a metadata request naming a missing topic may auto-create it on
+        clusters with ``auto.create.topics.enable``, and reading must never create topics."""
+
+        def fetch() -> dict[str, list[int]]:
+            metadata = self.client.list_topics(timeout=self.timeout_s)
+            topics: dict[str, list[int]] = {}
+            for name, topic in metadata.topics.items():
+                if name in INTERNAL_TOPICS or (
+                    topic.error is not None and topic.error.code() in _UNKNOWN_PARTITION_CODES
+                ):
+                    continue
+                topics[name] = sorted(topic.partitions)
+            return topics
+
+        return self._with_retries("list topics", fetch)
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
+        """Log start offset of each partition; partitions that do not exist are left out."""
+        return self._list_offsets(
+            {tp: OffsetSpec.earliest() for tp in partitions}, IsolationLevel.READ_UNCOMMITTED
+        )
+
+    def latest_offsets(
+        self, partitions: Iterable[TopicPartitionKey], *, read_committed: bool
+    ) -> PartitionOffsets:
+        """End offset of each partition: the last stable offset with ``read_committed`` (so never past
+        an open transaction), else the high watermark. Partitions that do not exist are left out."""
+        isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        return self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, isolation)
+
+    def offsets_for_timestamps(
+        self, timestamps: Mapping[TopicPartitionKey, int], *, read_committed: bool
+    ) -> dict[TopicPartitionKey, int | None]:
+        """The first offset whose record timestamp is >= the given one (ms), None when there is none."""
+        isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        found = self._list_offsets(
+            {tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()}, isolation
+        )
+        return {tp: (found[tp] if found.get(tp, -1) >= 0 else None) for tp in timestamps}
+
+    def _list_offsets(
+        self, specs: Mapping[TopicPartitionKey, OffsetSpec], isolation: IsolationLevel
+    ) -> PartitionOffsets:
+        if not specs:
+            return {}
+
+        def fetch() -> PartitionOffsets:
+            request = {TopicPartition(topic, partition): spec for (topic, partition), spec in specs.items()}
+            futures = self.client.list_offsets(
+                request, isolation_level=isolation, request_timeout=self.timeout_s
+            )
+            result: PartitionOffsets = {}
+            missing = False
+            for tp, future in futures.items():
+                try:
+                    info = self._result(future)
+                except KafkaException as error:
+                    if error_code(error) in _UNKNOWN_PARTITION_CODES:
+                        missing = True
+                        continue
+                    raise
+                result[(tp.topic, tp.partition)] = int(info.offset)
+            if missing and len(result) < len(specs):
+                # One unknown partition can fail the whole request; ask again for those that exist.
+                existing = self.topic_partitions()
+                still_there = {
+                    tp: spec
+                    for tp, spec in specs.items()
+                    if tp[1] in existing.get(tp[0], ()) and tp not in result
+                }
+                if still_there and len(still_there) < len(specs):
+                    result.update(self._list_offsets(still_there, isolation))
+            return result
+
+        return self._with_retries("list offsets", fetch)
+
+    # -- consumer groups --------------------------------------------------------------------------
+
+    def committed_offsets(self, group_id: str, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
+        """Offsets committed by a consumer group; partitions without a commit are left out."""
+        wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
+        if not wanted:
+            return {}
+
+        def fetch() -> PartitionOffsets:
+            futures = self.client.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group_id, wanted)], request_timeout=self.timeout_s
+            )
+            answer = self._result(futures[group_id])
+            return {
+                (tp.topic, tp.partition): int(tp.offset)
+                for tp in answer.topic_partitions
+                if tp.error is None and tp.offset >= 0
+            }
+
+        return self._with_retries(f"fetch offsets of consumer group '{group_id}'", fetch)
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Store offsets for a consumer group, as a consumer's commit would (no group membership)."""
+        partitions = [
+            TopicPartition(topic, partition, offset) for (topic, partition), offset in sorted(offsets.items())
+        ]
+        if not partitions:
+            return
+
+        def commit() -> None:
+            futures = self.client.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group_id, partitions)], request_timeout=self.timeout_s
+            )
+            answer = self._result(futures[group_id])
+            failed = [tp for tp in answer.topic_partitions if tp.error is not None]
+            if failed:
+                raise KafkaException(failed[0].error)
+
+        self._with_retries(f"commit offsets of consumer group '{group_id}'", commit)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _result(self, future: Future[T]) -> T:
+        try:
+            return future.result(timeout=self.timeout_s + 5)
+        except FutureTimeoutError:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer")) from None
+        finally:
+            # Serves queued librdkafka log lines to the Python logger.
+            self.client.poll(0)
+
+    def _with_retries(self, what: str, operation: Callable[[], T]) -> T:
+        """Run ``operation``; retry retriable Kafka errors, never a timeout (the timeout is the bound)."""
+        last_error: KafkaException | None = None
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return operation()
+            except KafkaException as error:
+                last_error = error
+                code = error_code(error)
+                if code in _UNAVAILABLE_CODES:
+                    raise self.unavailable(what, error) from None
+                kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+                if kafka_error is None or not kafka_error.retriable() or attempt == self.attempts:
+                    raise
+                LIBRDKAFKA_LOGGER.warning("attempt %d to %s failed (%s); retrying", attempt, what, error)
+                time.sleep(self.retry_interval_s)
+                self.close()
+        assert last_error is not None
+        raise last_error
+
+    def unavailable(self, what: str, error: BaseException) -> KafkaUnavailableError:
+        reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
+        return KafkaUnavailableError(
+            f"could not {what}: Kafka at bootstrap servers '{self.bootstrap_servers}' did not answer within "
+            f"{self.timeout_s:g} s ({reason}). Check kafka.bootstrap.servers, that the brokers are up and "
+            "reachable, and the security settings (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*); "
+            "the wait is set by the option kafka.default.api.timeout.ms"
+        )

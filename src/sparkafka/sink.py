@@ -1,0 +1,810 @@
+"""The Kafka sink: ``writeStream.format("sparkafka")`` with ``deliveryGuarantee`` exactly-once,
+at-least-once or none.
+
+Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`` of query ``q``):
+
+1. The transactional id is ``{prefix}-{p}``; the prefix defaults to ``sparkafka-{q}``. Spark keeps
+   the query id in the checkpoint, so a restarted query uses the same ids, and two queries never
+   share a prefix unless a user sets the same ``transactionalIdPrefix`` for both.
+2. The Python worker keeps one producer per transactional id across micro-batches. A new producer
+   calls ``init_transactions()``: the broker aborts whatever a crashed or zombie attempt with the same
+   id left open and fences it (its later requests fail with PRODUCER_FENCED).
+3. A new producer then reads, with read_committed, the latest commit marker of its id from the
+   compacted commit-marker topic (key = transactional id). It tracks the marker locally from then on.
+4. If the marker has the same query id and a batch id >= ``b``, batch ``b`` is a replay whose output
+   this id already committed: the task writes nothing. A marker of another query id (a deleted
+   checkpoint reusing a fixed prefix) never causes a skip; it is logged.
+5. Otherwise: begin a transaction, produce the rows, produce the new marker (id, query, batch,
+   partition, record count, time) in the same transaction, commit. Output and marker become visible
+   together or not at all. An empty partition opens no transaction.
+6. Any failure aborts the transaction when the producer still can; a fenced or failed producer is
+   discarded, and the task fails so Spark retries it — the retry starts again at step 2.
+
+The driver's ``commit`` checks every task reported; on the first batch after a (re)start it also
+fences transactional ids of partitions the query no longer has (a restart with fewer partitions),
+found through registration records the tasks write to the marker topic. ``abort`` re-initialises
+the ids of failed tasks, so read_committed readers are not held back until the transaction times out.
+No transaction ever spans two processes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from sparkafka.errors import SparkafkaError, SparkafkaOptionError
+from sparkafka.kafka_admin import LIBRDKAFKA_LOGGER, admin_config, error_code
+from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
+
+log = logging.getLogger(__name__)
+
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+NONE = "none"
+DEFAULT_MARKER_TOPIC = "_sparkafka_commit_markers"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+MARKER_PARTITION = 0
+_REGISTRATION_KEY_PREFIX = "registration/"
+
+SINK_OPTIONS = (
+    OptionSpec("topic", "topic to write every row to (else each row's 'topic' column)"),
+    OptionSpec("deliveryGuarantee", "exactly-once, at-least-once (default) or none"),
+    OptionSpec("transactionalIdPrefix", "prefix of the transactional ids (default sparkafka-<query id>)"),
+    OptionSpec("commitMarkerTopic", f"compacted topic of commit markers (default {DEFAULT_MARKER_TOPIC})"),
+    OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
+    OptionSpec("checkpointLocation"),
+    OptionSpec("path"),
+    OptionSpec(
+        "debug.pauseAt", "beforeProduce, beforeCommit or driverCommit: where to pause (demos, chaos tests)"
+    ),
+    OptionSpec("debug.pauseMs", "how long debug.pauseAt pauses (default 30s)"),
+    OptionSpec("debug.pausePartitions", "comma-separated write partitions that pause (default all)"),
+    OptionSpec("operationTimeoutMs", "bound on each Kafka call of the sink (default 60s)"),
+)
+
+# Producer properties the sink owns, with what to do instead (Spark's sink rejects the same keys).
+_FORBIDDEN_PRODUCER_PARAMS = {
+    "key.serializer": "Keys are written as binary; cast the 'key' column to string or binary.",
+    "value.serializer": "Values are written as binary; cast the 'value' column to string or binary.",
+    "transactional.id": "Use the sink option 'transactionalIdPrefix'; the sink appends the partition number.",
+    "enable.idempotence": "Idempotence follows 'deliveryGuarantee' (on for exactly-once and at-least-once).",
+}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    client_config: dict[str, str]
+    topic: str | None
+    delivery_guarantee: str
+    transactional_id_prefix: str | None
+    marker_topic: str
+    transaction_timeout_ms: int
+    operation_timeout_s: float
+    pause_at: str | None = None
+    pause_s: float = 0.0
+    pause_partitions: frozenset[int] | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        reader = OptionReader(options, SINK_OPTIONS, component="sink")
+        params = reader.kafka_params()
+        if not params.get("bootstrap.servers"):
+            raise SparkafkaOptionError(
+                "option 'kafka.bootstrap.servers' is required, e.g. .option('kafka.bootstrap.servers', "
+                "'localhost:9092')"
+            )
+        reject_forbidden_kafka_params(params, _FORBIDDEN_PRODUCER_PARAMS)
+        guarantee = reader.choice("deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE, NONE), AT_LEAST_ONCE)
+        timeout_ms = int(params.pop("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+        if timeout_ms <= 0:
+            raise SparkafkaOptionError(
+                f"option 'kafka.transaction.timeout.ms' must be positive, got {timeout_ms}"
+            )
+        prefix = reader.string("transactionalIdPrefix")
+        if prefix is not None and not prefix:
+            raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
+        return cls(
+            client_config=params,
+            topic=reader.string("topic") or None,
+            delivery_guarantee=guarantee,
+            transactional_id_prefix=prefix,
+            marker_topic=reader.string("commitMarkerTopic", DEFAULT_MARKER_TOPIC) or DEFAULT_MARKER_TOPIC,
+            transaction_timeout_ms=timeout_ms,
+            operation_timeout_s=reader.duration_ms("operationTimeoutMs", "60s") / 1000,
+            pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
+            pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
+            pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
+        )
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.client_config["bootstrap.servers"]
+
+    def pause(self, point: str, *, partition: int | None, batch_id: int | None) -> None:
+        """Demo and chaos-test hook: hold still at a named point of the protocol so a kill lands there.
+        Announced on stderr, which Spark forwards from its Python workers to the pipeline's output."""
+        if self.pause_at != point.lower():
+            return
+        if (
+            partition is not None
+            and self.pause_partitions is not None
+            and partition not in self.pause_partitions
+        ):
+            return
+        print(
+            f"sparkafka debug pause: {point} partition={partition} batch={batch_id} for {self.pause_s:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(self.pause_s)
+
+
+PAUSE_POINTS = ("beforeproduce", "beforecommit", "drivercommit")
+
+
+def _parse_partitions(value: str | None) -> frozenset[int] | None:
+    if value is None:
+        return None
+    try:
+        return frozenset(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise SparkafkaOptionError(
+            f"option 'debug.pausePartitions' must be comma-separated partition numbers, got '{value}'"
+        ) from None
+
+
+def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
+    """Spark's Kafka sink columns: value (required), key, topic, partition, headers; each with a clear
+    message naming the column and the cast that fixes it."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise SparkafkaOptionError(
+            f"the sink needs a 'value' column (string or binary); the input has {schema.simpleString()}. "
+            'Select or alias one, e.g. df.selectExpr("CAST(x AS STRING) AS value")'
+        )
+    for column in ("key", "value"):
+        if column in fields and not isinstance(fields[column], StringType | BinaryType):
+            raise SparkafkaOptionError(
+                f"column '{column}' must be string or binary, not {fields[column].simpleString()}; "
+                f"cast it, e.g. CAST({column} AS STRING)"
+            )
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise SparkafkaOptionError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise SparkafkaOptionError(
+            f"column 'partition' must be an int, not {fields['partition'].simpleString()}; cast it with "
+            "CAST(partition AS INT)"
+        )
+    if "headers" in fields:
+        headers_type = fields["headers"].simpleString()
+        if headers_type not in (
+            "array<struct<key:string,value:binary>>",
+            "array<struct<key:string,value:string>>",
+        ):
+            raise SparkafkaOptionError(
+                f"column 'headers' must be array<struct<key:string,value:binary>>, not {headers_type}"
+            )
+    if options.topic is None and "topic" not in fields:
+        raise SparkafkaOptionError(
+            "no topic to write to: set .option('topic', ...) or provide a 'topic' column in each row"
+        )
+
+
+# -- commit markers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitMarker:
+    transactional_id: str
+    query_id: str
+    batch_id: int
+    partition: int
+    records: int
+    time_ms: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "transactional_id": self.transactional_id,
+                "query_id": self.query_id,
+                "batch_id": self.batch_id,
+                "partition": self.partition,
+                "records": self.records,
+                "time_ms": self.time_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CommitMarker:
+        data = json.loads(raw)
+        return cls(
+            data["transactional_id"],
+            data["query_id"],
+            int(data["batch_id"]),
+            int(data["partition"]),
+            int(data["records"]),
+            int(data["time_ms"]),
+        )
+
+
+def ensure_marker_topic(options: SinkOptions) -> None:
+    """Create the compacted commit-marker topic unless it exists (racing creators are fine)."""
+    admin_settings: dict[str, Any] = {**admin_config(options.client_config), "logger": LIBRDKAFKA_LOGGER}
+    admin = AdminClient(admin_settings)
+    try:
+        metadata = admin.list_topics(timeout=options.operation_timeout_s)
+    except KafkaException as error:
+        raise _unreachable(options, error) from None
+    if options.marker_topic in metadata.topics and metadata.topics[options.marker_topic].error is None:
+        return
+    topic = NewTopic(
+        options.marker_topic, 1, -1, config={"cleanup.policy": "compact", "segment.bytes": "16777216"}
+    )
+    try:
+        admin.create_topics([topic], operation_timeout=options.operation_timeout_s)[
+            options.marker_topic
+        ].result(options.operation_timeout_s)
+        log.info("created commit-marker topic %s", options.marker_topic)
+    except KafkaException as error:
+        if error_code(error) != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise SparkafkaError(
+                f"cannot create the commit-marker topic '{options.marker_topic}' on "
+                f"{options.bootstrap_servers}: {error.args[0]}. Create it yourself with "
+                "cleanup.policy=compact, "
+                "or name an existing one with option 'commitMarkerTopic'"
+            ) from None
+
+
+def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None) -> dict[str, bytes]:
+    """Latest committed value per key of the marker partition (restricted to ``want`` when given).
+
+    Reads with read_committed up to the high watermark seen at the start. Until every transaction
+    open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
+    committed after it would be missed; so this waits — bounded by the transaction timeout, after
+    which the broker aborts a crashed writer's transaction — rather than answer from a partial view."""
+    consumer = Consumer(
+        {
+            **options.client_config,
+            "group.id": "sparkafka-marker-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "logger": LIBRDKAFKA_LOGGER,
+        }
+    )
+    partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
+    try:
+        low, high = _watermarks_uncommitted(options, partition)
+        latest: dict[str, bytes] = {}
+        if high <= low:
+            return latest
+        consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
+        deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            failure = message.error() if message is not None else None
+            if failure is not None:
+                if failure.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(failure)
+            elif message is not None:
+                key = (message.key() or b"").decode("utf-8", "replace")
+                if want is None or key in want:
+                    latest[key] = message.value() or b""
+            position = consumer.position([partition])[0].offset
+            if position >= high:
+                return latest
+        raise SparkafkaError(
+            f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
+            f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms: "
+            "an open transaction holds read_committed readers back and was not aborted by the broker"
+        )
+    finally:
+        consumer.close()
+
+
+def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:
+    probe = Consumer(
+        {
+            **options.client_config,
+            "group.id": "sparkafka-marker-reader",
+            "isolation.level": "read_uncommitted",
+            "logger": LIBRDKAFKA_LOGGER,
+        }
+    )
+    try:
+        low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
+        return int(low), int(high)
+    except KafkaException as error:
+        raise _unreachable(options, error) from None
+    finally:
+        probe.close()
+
+
+def _unreachable(options: SinkOptions, error: KafkaException) -> SparkafkaError:
+    return SparkafkaError(
+        f"Kafka at {options.bootstrap_servers} did not answer within {options.operation_timeout_s:.0f} s "
+        f"({error.args[0]}); check kafka.bootstrap.servers and that the brokers are reachable"
+    )
+
+
+# -- producers cached per Python worker --------------------------------------------------------------
+
+
+@dataclass
+class _CachedProducer:
+    producer: Producer
+    transactional_id: str | None
+    marker: CommitMarker | None = None
+    fresh: bool = True
+    delivery_errors: list[KafkaError] = field(default_factory=list)
+    # (key, value) of this id's registration record, sent with its first transaction.
+    pending_registration: tuple[str, str] | None = None
+
+
+_producers: dict[tuple[str, str | None, str], _CachedProducer] = {}
+_producers_lock = threading.Lock()
+
+
+def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict[str, Any]:
+    config: dict[str, Any] = {**options.client_config, "logger": LIBRDKAFKA_LOGGER}
+    config.setdefault("linger.ms", 5)
+    if options.delivery_guarantee == EXACTLY_ONCE:
+        config["transactional.id"] = transactional_id
+        config["transaction.timeout.ms"] = options.transaction_timeout_ms
+        config.setdefault("message.timeout.ms", min(options.transaction_timeout_ms, 300_000))
+    elif options.delivery_guarantee == AT_LEAST_ONCE:
+        config["enable.idempotence"] = True
+        config["acks"] = "all"
+    else:
+        config["acks"] = 0
+    return config
+
+
+def _cache_key(options: SinkOptions, transactional_id: str | None) -> tuple[str, str | None, str]:
+    return (options.bootstrap_servers, transactional_id, options.delivery_guarantee)
+
+
+def _discard(options: SinkOptions, transactional_id: str | None) -> None:
+    with _producers_lock:
+        cached = _producers.pop(_cache_key(options, transactional_id), None)
+    if cached is not None:
+        try:
+            cached.producer.flush(0)
+        except Exception:  # a broken producer may fail to flush; it is being thrown away anyway
+            log.debug("discarding producer %s", transactional_id, exc_info=True)
+
+
+def transaction_timeout_error(options: SinkOptions) -> SparkafkaError:
+    return SparkafkaError(
+        f"the sink's transaction timeout kafka.transaction.timeout.ms={options.transaction_timeout_ms} is "
+        "larger than the broker's transaction.max.timeout.ms, so the broker refused to start transactions "
+        "(INVALID_TRANSACTION_TIMEOUT). Fix: lower the sink option kafka.transaction.timeout.ms below the "
+        "broker's transaction.max.timeout.ms (Kafka's default is 900000 ms), or raise "
+        "transaction.max.timeout.ms on every broker"
+    )
+
+
+def _transactional_producer(
+    options: SinkOptions, transactional_id: str, query_id: str, partition: int
+) -> _CachedProducer:
+    key = _cache_key(options, transactional_id)
+    with _producers_lock:
+        cached = _producers.get(key)
+    if cached is not None:
+        cached.fresh = False
+        return cached
+    producer = Producer(_producer_config(options, transactional_id))
+    try:
+        producer.init_transactions(options.operation_timeout_s)
+    except KafkaException as error:
+        if error_code(error) == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            raise transaction_timeout_error(options) from None
+        if error_code(error) in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+            raise _unreachable(options, error) from None
+        raise SparkafkaError(
+            f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
+        ) from None
+    # Registration lets a restart with fewer partitions find this id and fence it.
+    registration = json.dumps(
+        {"transactional_id": transactional_id, "query_id": query_id, "partition": partition}
+    )
+    cached = _CachedProducer(
+        producer,
+        transactional_id,
+        pending_registration=(f"{_REGISTRATION_KEY_PREFIX}{transactional_id}", registration),
+    )
+    found = read_marker_partition(options, want={transactional_id})
+    if transactional_id in found:
+        cached.marker = CommitMarker.decode(found[transactional_id])
+    with _producers_lock:
+        _producers[key] = cached
+    return cached
+
+
+def _plain_producer(options: SinkOptions) -> _CachedProducer:
+    key = _cache_key(options, None)
+    with _producers_lock:
+        cached = _producers.get(key)
+        if cached is None:
+            cached = _CachedProducer(Producer(_producer_config(options, None)), None)
+            _producers[key] = cached
+    return cached
+
+
+def registered_transactional_ids(options: SinkOptions, prefix: str) -> dict[int, str]:
+    """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration."""
+    found: dict[int, str] = {}
+    for key in read_marker_partition(options):
+        if key.startswith(f"{_REGISTRATION_KEY_PREFIX}{prefix}-"):
+            transactional_id = key[len(_REGISTRATION_KEY_PREFIX) :]
+            suffix = transactional_id[len(prefix) + 1 :]
+            if suffix.isdigit():
+                found[int(suffix)] = transactional_id
+    return found
+
+
+def fence_query_transactions(options: SinkOptions, prefix: str, *, from_partition: int = 0) -> list[str]:
+    """Initialise every registered id ``{prefix}-{n}`` with n >= ``from_partition`` once, aborting any
+    transaction it left open. Returns the ids fenced."""
+    fenced = []
+    for partition, transactional_id in sorted(registered_transactional_ids(options, prefix).items()):
+        if partition >= from_partition:
+            log.info("fencing %s (aborts a transaction it left open)", transactional_id)
+            fence_transactional_id(options, transactional_id)
+            fenced.append(transactional_id)
+    return fenced
+
+
+def fence_transactional_id(options: SinkOptions, transactional_id: str) -> None:
+    """Abort whatever transaction ``transactional_id`` has open by initialising it once."""
+    _discard(options, transactional_id)
+    producer = Producer(_producer_config(options, transactional_id))
+    try:
+        producer.init_transactions(options.operation_timeout_s)
+    finally:
+        producer.flush(0)
+
+
+# -- the writer --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    partition: int
+    transactional_id: str | None
+    records: int
+    skipped_replay: bool
+    fresh_producer: bool
+    transactional_id_prefix: str | None
+    query_id: str | None
+
+
+def _task_identity() -> tuple[int, str | None, int | None]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise SparkafkaError("the sparkafka sink's write() must run inside a Spark task")
+    query_id = context.getLocalProperty("sql.streaming.queryId")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    return context.partitionId(), query_id, int(batch) if batch is not None else None
+
+
+class _RowEncoder:
+    """Turns Arrow batches of the input into produce() arguments without per-row Spark Row objects."""
+
+    def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
+        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+        self.length = batch.num_rows
+
+        def column(name: str) -> list[Any] | None:
+            return batch.column(names[name]).to_pylist() if name in names else None
+
+        self.values = column("value") or [None] * self.length
+        self.keys = column("key")
+        self.topics = column("topic")
+        self.partitions = column("partition")
+        self.headers = column("headers")
+        self.default_topic = default_topic
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        for i in range(self.length):
+            topic = self.default_topic or (self.topics[i] if self.topics else None)
+            if not topic:
+                raise SparkafkaError(
+                    "a row has a null 'topic' and no 'topic' option is set; every row needs a topic"
+                )
+            row: dict[str, Any] = {"topic": topic, "value": _as_bytes(self.values[i])}
+            if self.keys is not None and self.keys[i] is not None:
+                row["key"] = _as_bytes(self.keys[i])
+            if self.partitions is not None and self.partitions[i] is not None:
+                row["partition"] = self.partitions[i]
+            if self.headers is not None and self.headers[i]:
+                row["headers"] = [(h["key"], _as_bytes(h["value"])) for h in self.headers[i]]
+            yield row
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Runs ``write`` in the executors' Python workers, ``commit``/``abort`` on the driver side."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    # -- executor side ----------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        partition, query_id, batch_id = _task_identity()
+        batches = (b for b in iterator if b.num_rows)
+        first = next(batches, None)
+        if self.options.delivery_guarantee != EXACTLY_ONCE:
+            records = 0 if first is None else self._write_without_transaction(first, batches)
+            return SinkCommitMessage(partition, None, records, False, False, None, query_id)
+        if query_id is None or batch_id is None:
+            raise SparkafkaError(
+                "deliveryGuarantee=exactly-once needs a streaming query (writeStream); for batch writes use "
+                "at-least-once"
+            )
+        prefix = self.options.transactional_id_prefix or f"sparkafka-{query_id}"
+        transactional_id = f"{prefix}-{partition}"
+        if first is None:
+            # No rows, no transaction. The producer is still created on a fresh worker so that the
+            # id's leftover transaction from a crash is aborted now, not at the broker's timeout.
+            cached = _transactional_producer(self.options, transactional_id, query_id, partition)
+            return SinkCommitMessage(partition, transactional_id, 0, False, cached.fresh, prefix, query_id)
+        cached = _transactional_producer(self.options, transactional_id, query_id, partition)
+        fresh = cached.fresh
+        marker = cached.marker
+        if marker is not None and marker.query_id != query_id:
+            log.warning(
+                "transactional id %s last committed batch %d of another query (%s); this query (%s) does not "
+                "skip any batch because of it. A fixed transactionalIdPrefix shared by two queries, or a "
+                "deleted checkpoint, leads here",
+                transactional_id,
+                marker.batch_id,
+                marker.query_id,
+                query_id,
+            )
+        elif marker is not None and batch_id <= marker.batch_id:
+            log.info(
+                "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
+                batch_id,
+                query_id,
+                transactional_id,
+                marker.batch_id,
+            )
+            return SinkCommitMessage(partition, transactional_id, 0, True, fresh, prefix, query_id)
+        records = self._write_transaction(
+            cached, transactional_id, query_id, batch_id, partition, first, batches
+        )
+        return SinkCommitMessage(partition, transactional_id, records, False, fresh, prefix, query_id)
+
+    def _write_transaction(
+        self,
+        cached: _CachedProducer,
+        transactional_id: str,
+        query_id: str,
+        batch_id: int,
+        partition: int,
+        first: pa.RecordBatch,
+        rest: Iterator[pa.RecordBatch],
+    ) -> int:
+        producer = cached.producer
+        cached.delivery_errors.clear()
+        records = 0
+        try:
+            self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
+            producer.begin_transaction()
+            for batch in _chain(first, rest):
+                records += self._produce_batch(producer, batch, cached.delivery_errors)
+            marker = CommitMarker(
+                transactional_id, query_id, batch_id, partition, records, int(time.time() * 1000)
+            )
+            registration = cached.pending_registration
+            if registration is not None:
+                producer.produce(
+                    self.options.marker_topic,
+                    key=registration[0],
+                    value=registration[1],
+                    partition=MARKER_PARTITION,
+                )
+            producer.produce(
+                self.options.marker_topic,
+                key=transactional_id,
+                value=marker.encode(),
+                partition=MARKER_PARTITION,
+            )
+            if self.options.pause_at == "beforecommit":
+                producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
+                self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
+            producer.commit_transaction(self.options.operation_timeout_s)
+            self._raise_delivery_errors(cached.delivery_errors)
+        except BaseException as error:
+            self._abort_after_failure(cached, transactional_id, error)
+            raise self._explain(error, transactional_id) from None
+        cached.marker = marker
+        cached.pending_registration = None
+        return records
+
+    def _produce_batch(self, producer: Producer, batch: pa.RecordBatch, errors: list[KafkaError]) -> int:
+        def on_delivery(error: KafkaError | None, message: Any) -> None:
+            if error is not None:
+                errors.append(error)
+
+        count = 0
+        for row in _RowEncoder(batch, self.options.topic).rows():
+            while True:
+                try:
+                    producer.produce(on_delivery=on_delivery, **row)
+                    break
+                except BufferError:
+                    # The local queue is full: let librdkafka send, then try again.
+                    producer.poll(0.1)
+            count += 1
+            if count % 10_000 == 0:
+                producer.poll(0)
+        return count
+
+    def _raise_delivery_errors(self, errors: list[KafkaError]) -> None:
+        if errors:
+            raise KafkaException(errors[0])
+
+    def _abort_after_failure(
+        self, cached: _CachedProducer, transactional_id: str, error: BaseException
+    ) -> None:
+        kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
+        abortable = isinstance(kafka_error, KafkaError) and kafka_error.txn_requires_abort()
+        if abortable or not isinstance(kafka_error, KafkaError) or not kafka_error.fatal():
+            try:
+                cached.producer.abort_transaction(self.options.operation_timeout_s)
+            except KafkaException:
+                log.warning(
+                    "could not abort the transaction of %s; discarding its producer", transactional_id
+                )
+        # A failed producer is never reused: the retry re-initialises the id, which aborts anything
+        # left open and re-reads the marker.
+        _discard(self.options, transactional_id)
+
+    def _explain(self, error: BaseException, transactional_id: str) -> BaseException:
+        if not isinstance(error, KafkaException) or not error.args:
+            return error
+        kafka_error = error.args[0]
+        code = kafka_error.code()
+        if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+            return SparkafkaError(
+                f"transactional id '{transactional_id}' was fenced by a newer producer with the same id (a "
+                "retried or duplicated task); this attempt's transaction was aborted and Spark retries "
+                "the task"
+            )
+        if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+            return SparkafkaError(
+                f"a record is larger than the broker accepts ({kafka_error.str()}); raise the topic's "
+                "max.message.bytes (and the sink option kafka.message.max.bytes) or write smaller values"
+            )
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return SparkafkaError(
+                f"the output topic does not exist on {self.options.bootstrap_servers} ({kafka_error.str()}); "
+                "create it first (sparkafka topics create ...) or enable auto.create.topics.enable on the "
+                "brokers"
+            )
+        if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            return transaction_timeout_error(self.options)
+        return SparkafkaError(
+            f"writing with transactional id '{transactional_id}' failed: {kafka_error.str()}"
+        )
+
+    def _write_without_transaction(self, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> int:
+        cached = _plain_producer(self.options)
+        cached.delivery_errors.clear()
+        records = sum(
+            self._produce_batch(cached.producer, batch, cached.delivery_errors)
+            for batch in _chain(first, rest)
+        )
+        remaining = cached.producer.flush(self.options.operation_timeout_s)
+        if self.options.delivery_guarantee == AT_LEAST_ONCE:
+            if remaining:
+                _discard(self.options, None)
+                raise SparkafkaError(
+                    f"{remaining} record(s) were not acknowledged by {self.options.bootstrap_servers} within "
+                    f"{self.options.operation_timeout_s:.0f} s; the task fails so Spark retries it"
+                )
+            if cached.delivery_errors:
+                error = cached.delivery_errors[0]
+                _discard(self.options, None)
+                raise self._explain(KafkaException(error), "<none: at-least-once>")
+        return records
+
+    # -- driver side ------------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        reports = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        if len(reports) != len(messages):
+            raise SparkafkaError(
+                f"batch {batchId}: {len(messages) - len(reports)} of {len(messages)} write tasks reported no "
+                "result; refusing to mark the batch committed"
+            )
+        written = sum(r.records for r in reports)
+        skipped = sum(1 for r in reports if r.skipped_replay)
+        log.info(
+            "batch %d committed: %d task(s) wrote %d record(s) (%s); %d replayed task(s) skipped",
+            batchId,
+            len(reports),
+            written,
+            self.options.delivery_guarantee,
+            skipped,
+        )
+        if self.options.delivery_guarantee == EXACTLY_ONCE and any(r.fresh_producer for r in reports):
+            prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
+            if prefix is not None:
+                # After a restart with fewer write partitions, abort what the vanished ids left open.
+                fence_query_transactions(self.options, prefix, from_partition=len(messages))
+        self.options.pause("driverCommit", partition=None, batch_id=batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.options.delivery_guarantee != EXACTLY_ONCE:
+            return
+        prefix = self.options.transactional_id_prefix or next(
+            (m.transactional_id_prefix for m in messages if isinstance(m, SinkCommitMessage)), None
+        )
+        failed = [index for index, message in enumerate(messages) if message is None]
+        if prefix is None:
+            log.warning(
+                "batch %d aborted before any task reported its transactional id; open transactions are "
+                "aborted when the ids are initialised again or after kafka.transaction.timeout.ms",
+                batchId,
+            )
+            return
+        for index in failed:
+            transactional_id = f"{prefix}-{index}"
+            try:
+                fence_transactional_id(self.options, transactional_id)
+            except KafkaException as error:
+                log.warning(
+                    "could not re-initialise %s after batch %d failed: %s", transactional_id, batchId, error
+                )
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("sparkafka")``: at-least-once (or none) writes of a bounded DataFrame.
+
+    A batch write has no micro-batch id that a retried job could be matched against, so it cannot
+    skip output an earlier attempt committed; exactly-once needs a streaming query (a bounded input
+    can be written once with ``writeStream.trigger(availableNow=True)``)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        if options.delivery_guarantee == EXACTLY_ONCE:
+            raise SparkafkaOptionError(
+                "deliveryGuarantee=exactly-once needs a streaming write (df.writeStream ... "
+                ".trigger(availableNow=True) for a bounded input); df.write supports at-least-once and none"
+            )
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return KafkaStreamWriter(self.options).write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        written = sum(m.records for m in messages if isinstance(m, SinkCommitMessage))
+        log.info("batch write committed: %d task(s) wrote %d record(s)", len(messages), written)

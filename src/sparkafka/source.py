@@ -1,0 +1,1308 @@
+"""The Kafka source: ``spark.readStream.format("sparkafka")`` and ``spark.read.format("sparkafka")``.
+
+A PySpark Python data source on top of confluent-kafka. Options and output schema are those of
+Spark's built-in Kafka source (``subscribe``, ``startingOffsets``, ``maxOffsetsPerTrigger`` …), plus
+a few from Flink's connector (``startingOffsets=group``, ``commitOffsetsOnBatch``,
+``partitionDiscoveryIntervalMs``). It must never import ``sparkafka.broker``: it runs against real
+clusters.
+
+Offsets
+    A source offset is ``{"topic": {"partition": next offset to read}}``, Spark's format, with
+    topics and partitions always in sorted order so that equal offsets serialise to equal JSON
+    (the engine compares offsets as JSON text to decide whether there is new data).
+
+Exactly-once reading rests on three invariants:
+
+1. ``partitions(start, end)`` depends on nothing but ``start`` and ``end``: a micro-batch replayed
+   after a failure plans the same offset ranges.
+2. ``read()`` of range ``[start, end)`` returns exactly the records of that range visible at the
+   configured isolation level, however often it runs (unless retention removed them: data loss).
+3. End offsets never pass the last stable offset (``read_committed``, the default) so a range never
+   covers records of a transaction that is still open and might later abort.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, cast
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sparkafka.errors import (
+    DataLossError,
+    KafkaReadError,
+    KafkaUnavailableError,
+    SparkafkaOptionError,
+    TopicNotFoundError,
+)
+from sparkafka.kafka_admin import (
+    LIBRDKAFKA_LOGGER,
+    KafkaAdmin,
+    PartitionOffsets,
+    TopicPartitionKey,
+    validate_consumer_config,
+)
+from sparkafka.options import (
+    OptionReader,
+    OptionSpec,
+    parse_choice,
+    parse_int,
+    parse_partition_numbers,
+    parse_topic_partitions,
+    reject_forbidden_kafka_params,
+)
+
+logger = logging.getLogger(__name__)
+
+SOURCE_NAME = "sparkafka"
+
+# Spark's spelling of ListOffsets sentinels inside startingOffsets / endingOffsets JSON.
+LATEST_SENTINEL = -1
+EARLIEST_SENTINEL = -2
+
+# -- options ----------------------------------------------------------------------------------------
+
+SUBSCRIBE = "subscribe"
+SUBSCRIBE_PATTERN = "subscribePattern"
+ASSIGN = "assign"
+STRATEGY_OPTIONS = (ASSIGN, SUBSCRIBE, SUBSCRIBE_PATTERN)
+
+STARTING_OFFSETS = "startingOffsets"
+STARTING_OFFSETS_BY_TIMESTAMP = "startingOffsetsByTimestamp"
+STARTING_TIMESTAMP = "startingTimestamp"
+STARTING_TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
+ENDING_OFFSETS = "endingOffsets"
+ENDING_OFFSETS_BY_TIMESTAMP = "endingOffsetsByTimestamp"
+ENDING_TIMESTAMP = "endingTimestamp"
+ENDING_OPTIONS = (ENDING_OFFSETS, ENDING_OFFSETS_BY_TIMESTAMP, ENDING_TIMESTAMP)
+
+SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(SUBSCRIBE, "comma-separated topics"),
+    OptionSpec(SUBSCRIBE_PATTERN, "regular expression matching whole topic names"),
+    OptionSpec(ASSIGN, 'JSON {"topic":[partitions]}'),
+    OptionSpec(STARTING_OFFSETS, "earliest, latest, group or JSON offsets"),
+    OptionSpec(STARTING_OFFSETS_BY_TIMESTAMP, 'JSON {"topic":{"partition":timestamp ms}}'),
+    OptionSpec(STARTING_TIMESTAMP, "timestamp in ms for every partition"),
+    OptionSpec(STARTING_TIMESTAMP_STRATEGY, "error or latest, when no record has the timestamp"),
+    OptionSpec(ENDING_OFFSETS, "batch only: latest or JSON offsets"),
+    OptionSpec(ENDING_OFFSETS_BY_TIMESTAMP, "batch only"),
+    OptionSpec(ENDING_TIMESTAMP, "batch only"),
+    OptionSpec("failOnDataLoss", "true or false"),
+    OptionSpec("includeHeaders", "true or false"),
+    OptionSpec("maxOffsetsPerTrigger", "streaming: upper bound of records per micro-batch"),
+    OptionSpec("minOffsetsPerTrigger", "streaming: wait for this many new records"),
+    OptionSpec("maxTriggerDelay", "streaming: longest wait for minOffsetsPerTrigger"),
+    OptionSpec("minPartitions", "split offset ranges into at least this many Spark partitions"),
+    OptionSpec("maxRecordsPerPartition", "split offset ranges larger than this"),
+    OptionSpec("groupIdPrefix", "prefix of the generated consumer group id"),
+    OptionSpec("groupOffsetsFallback", "earliest, latest or none for startingOffsets=group"),
+    OptionSpec("commitOffsetsOnBatch", "publish processed offsets to kafka.group.id for monitoring"),
+    OptionSpec("partitionDiscoveryIntervalMs", "how often new partitions and topics are looked for"),
+    OptionSpec("kafkaConsumer.pollTimeoutMs", "longest time a read may make no progress"),
+    OptionSpec("fetchOffset.numRetries", "attempts of a failed offset request"),
+    OptionSpec("fetchOffset.retryIntervalMs", "wait between those attempts"),
+)
+
+# Kafka client properties the source controls itself (Spark's KafkaSourceProvider list and wording).
+FORBIDDEN_KAFKA_PARAMS: Mapping[str, str] = {
+    "auto.offset.reset": (
+        "Instead set the source option 'startingOffsets' to 'earliest', 'latest' or 'group' to specify "
+        "where to start. The source manages which offsets are consumed itself (they are kept in Spark's "
+        "checkpoint), rather than relying on the Kafka consumer to do it; 'startingOffsets' only applies "
+        "when a new streaming query is started, and resuming always picks up from where the query left off."
+    ),
+    "enable.auto.commit": (
+        "Offsets are kept in Spark's checkpoint. To publish progress to a consumer group for lag "
+        "monitoring, set 'kafka.group.id' and keep 'commitOffsetsOnBatch' (default true)."
+    ),
+    "key.deserializer": (
+        "Keys are always returned as bytes (a binary column). Use DataFrame operations to explicitly "
+        "deserialize the keys."
+    ),
+    "value.deserializer": (
+        "Values are always returned as bytes (a binary column). Use DataFrame operations to explicitly "
+        "deserialize the values."
+    ),
+    "interceptor.classes": "Interceptors can modify the payload, so they are not safe.",
+}
+
+DEFAULT_API_TIMEOUT = "30000"
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+DEFAULT_DISCOVERY_INTERVAL_MS = 30_000
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+ARROW_BATCH_ROWS = 10_000
+
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SubscribePattern:
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Assign:
+    partitions: tuple[TopicPartitionKey, ...]
+
+
+Strategy = Subscribe | SubscribePattern | Assign
+
+BoundaryKind = Literal["earliest", "latest", "group", "offsets", "timestamps", "timestamp"]
+
+
+@dataclass(frozen=True)
+class OffsetBoundary:
+    """Where a range starts or ends, as the user specified it (resolved against the cluster later).
+
+    ``offsets`` holds per-partition offsets (``kind="offsets"``, with -2 earliest and -1 latest) or
+    per-partition timestamps (``kind="timestamps"``); ``timestamp`` the single ``*Timestamp`` value."""
+
+    kind: BoundaryKind
+    option: str
+    offsets: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+EARLIEST = OffsetBoundary("earliest", STARTING_OFFSETS)
+LATEST = OffsetBoundary("latest", STARTING_OFFSETS)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Every option of the source, parsed and validated. Picklable: it travels to the executors."""
+
+    client_config: Mapping[str, str]
+    strategy: Strategy
+    starting: OffsetBoundary | None
+    ending: OffsetBoundary | None
+    timestamp_strategy: str
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    group_id: str | None
+    group_id_prefix: str | None
+    group_offsets_fallback: str
+    commit_offsets_on_batch: bool
+    partition_discovery_interval_ms: int
+    api_timeout_ms: int
+    poll_timeout_ms: int
+    fetch_offset_attempts: int
+    fetch_offset_retry_interval_ms: int
+    read_committed: bool
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.client_config["bootstrap.servers"]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Validate the options common to streaming and batch reads (Spark's validateGeneralOptions)."""
+        reader = OptionReader(options, SOURCE_OPTIONS, component="source")
+        kafka_params = reader.kafka_params()
+        reject_forbidden_kafka_params(kafka_params, FORBIDDEN_KAFKA_PARAMS)
+        if not kafka_params.get("bootstrap.servers", "").strip():
+            raise SparkafkaOptionError(
+                "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
+            )
+        # Read by the connector (bounded waits on the driver), not a librdkafka property.
+        api_timeout_ms = parse_int(
+            "kafka.default.api.timeout.ms",
+            kafka_params.pop("default.api.timeout.ms", DEFAULT_API_TIMEOUT),
+            minimum=1,
+        )
+        isolation = parse_choice(
+            "kafka.isolation.level", kafka_params.get("isolation.level", "read_committed"), ISOLATION_LEVELS
+        )
+        kafka_params["isolation.level"] = isolation
+        group_id = kafka_params.get("group.id")
+
+        min_offsets = reader.optional_integer("minOffsetsPerTrigger", minimum=1)
+        max_offsets = reader.optional_integer("maxOffsetsPerTrigger", minimum=1)
+        if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+            raise SparkafkaOptionError(
+                f"The value of minOffsetPerTrigger({min_offsets}) is higher than the "
+                f"maxOffsetsPerTrigger({max_offsets})."
+            )
+        starting = _parse_boundary(
+            reader, STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS
+        )
+        if starting is not None and starting.kind == "group" and not group_id:
+            raise SparkafkaOptionError(
+                "startingOffsets=group resumes from the committed offsets of a consumer group: "
+                "set the option 'kafka.group.id' to name it"
+            )
+        return cls(
+            client_config=kafka_params,
+            strategy=_parse_strategy(reader),
+            starting=starting,
+            ending=_parse_boundary(reader, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP, ENDING_OFFSETS),
+            timestamp_strategy=reader.choice(STARTING_TIMESTAMP_STRATEGY, ("error", "latest"), "error"),
+            fail_on_data_loss=reader.boolean("failOnDataLoss", True),
+            include_headers=reader.boolean("includeHeaders", False),
+            max_offsets_per_trigger=max_offsets,
+            min_offsets_per_trigger=min_offsets,
+            max_trigger_delay_ms=reader.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
+            min_partitions=reader.optional_integer("minPartitions", minimum=1),
+            max_records_per_partition=reader.optional_integer("maxRecordsPerPartition", minimum=1),
+            group_id=group_id,
+            group_id_prefix=reader.string("groupIdPrefix"),
+            group_offsets_fallback=reader.choice(
+                "groupOffsetsFallback", ("earliest", "latest", "none"), "latest"
+            ),
+            commit_offsets_on_batch=reader.boolean("commitOffsetsOnBatch", True),
+            partition_discovery_interval_ms=reader.integer(
+                "partitionDiscoveryIntervalMs", DEFAULT_DISCOVERY_INTERVAL_MS
+            ),
+            api_timeout_ms=api_timeout_ms,
+            poll_timeout_ms=reader.integer("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, minimum=1),
+            fetch_offset_attempts=reader.integer("fetchOffset.numRetries", 3, minimum=1),
+            fetch_offset_retry_interval_ms=reader.integer("fetchOffset.retryIntervalMs", 1000, minimum=0),
+            read_committed=isolation == "read_committed",
+        )
+
+    def for_stream(self) -> SourceOptions:
+        """Streaming queries start at ``latest`` by default and have no end."""
+        if self.ending is not None:
+            raise SparkafkaOptionError(
+                f"option '{self.ending.option}' is not valid in streaming queries: a stream has no end "
+                "(use Trigger.AvailableNow to stop at the offsets available when the query starts)"
+            )
+        return self
+
+    def for_batch(self) -> SourceOptions:
+        """Batch reads default to ``[earliest, latest)``; latest cannot start and earliest cannot end."""
+        starting = self.starting or EARLIEST
+        ending = self.ending or OffsetBoundary("latest", ENDING_OFFSETS)
+        if starting.kind == "latest":
+            raise SparkafkaOptionError("starting offset can't be latest for batch queries on Kafka")
+        if ending.kind == "earliest":
+            raise SparkafkaOptionError("ending offset can't be earliest for batch queries on Kafka")
+        if starting.kind == "offsets":
+            for (topic, partition), offset in sorted(starting.offsets.items()):
+                if offset == LATEST_SENTINEL:
+                    raise SparkafkaOptionError(
+                        f"startingOffsets for {topic}-{partition} can't be latest for batch queries on Kafka"
+                    )
+        if ending.kind == "offsets":
+            for (topic, partition), offset in sorted(ending.offsets.items()):
+                if offset == EARLIEST_SENTINEL:
+                    raise SparkafkaOptionError(
+                        f"ending offset for {topic}-{partition} can't be earliest for batch queries on Kafka"
+                    )
+        if starting.kind == ending.kind and starting.kind in ("offsets", "timestamps"):
+            if set(starting.offsets) != set(ending.offsets):
+                raise SparkafkaOptionError(
+                    f"{starting.option} and {ending.option} must name the same topic partitions: "
+                    f"{_format_partitions(starting.offsets)} vs {_format_partitions(ending.offsets)}"
+                )
+            for tp, start in sorted(starting.offsets.items()):
+                end = ending.offsets[tp]
+                if start >= 0 and end >= 0 and start > end:
+                    raise SparkafkaOptionError(
+                        f"{starting.option} for {tp[0]}-{tp[1]} ({start}) is greater than "
+                        f"{ending.option} ({end})"
+                    )
+        return replace(self, starting=starting, ending=ending)
+
+    def executor_consumer_config(self) -> dict[str, Any]:
+        """librdkafka settings of the consumers reading offset ranges on executors.
+
+        They never join a group and never commit: ``assign`` at the range start, read to the range
+        end. ``auto.offset.reset=error`` turns an offset removed by retention into an error event
+        instead of a silent jump, and partition EOF events mark the end of a partition."""
+        prefix = self.group_id_prefix or "sparkafka-source"
+        return {
+            **self.client_config,
+            "group.id": self.group_id or f"{prefix}-{uuid.uuid4()}-executor",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "logger": LIBRDKAFKA_LOGGER,
+        }
+
+    def admin(self) -> KafkaAdmin:
+        return KafkaAdmin(
+            self.client_config,
+            timeout_s=self.api_timeout_ms / 1000,
+            attempts=self.fetch_offset_attempts,
+            retry_interval_s=self.fetch_offset_retry_interval_ms / 1000,
+        )
+
+
+def _parse_strategy(reader: OptionReader) -> Strategy:
+    given = [name for name in STRATEGY_OPTIONS if reader.has(name)]
+    if not given:
+        raise SparkafkaOptionError(
+            "One of the following options must be specified for Kafka source: "
+            f"{', '.join(STRATEGY_OPTIONS)}. See the docs for more details."
+        )
+    if len(given) > 1:
+        raise SparkafkaOptionError(
+            "Only one of the following options can be specified for Kafka source: "
+            f"{', '.join(STRATEGY_OPTIONS)} (got {', '.join(given)}). See the docs for more details."
+        )
+    name = given[0]
+    value = reader.raw(name) or ""
+    if name == SUBSCRIBE:
+        topics = tuple(sorted({topic.strip() for topic in value.split(",") if topic.strip()}))
+        if not topics:
+            raise SparkafkaOptionError(
+                f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'"
+            )
+        return Subscribe(topics)
+    if name == SUBSCRIBE_PATTERN:
+        pattern = value.strip()
+        if not pattern:
+            raise SparkafkaOptionError(
+                f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise SparkafkaOptionError(
+                f"option 'subscribePattern' is not a valid regular expression ({error}): '{pattern}'"
+            ) from None
+        return SubscribePattern(pattern)
+    return Assign(tuple(parse_topic_partitions(ASSIGN, value)))
+
+
+def _parse_boundary(
+    reader: OptionReader, timestamp_option: str, by_timestamp_option: str, offsets_option: str
+) -> OffsetBoundary | None:
+    """Spark's preference order: one timestamp for all partitions, then per-partition timestamps,
+    then earliest / latest / group / per-partition offsets."""
+    timestamp = reader.string(timestamp_option)
+    if timestamp is not None:
+        try:
+            return OffsetBoundary("timestamp", timestamp_option, timestamp=int(timestamp))
+        except ValueError:
+            raise SparkafkaOptionError(
+                f"option '{timestamp_option}': expected a single long value (ms since the epoch), "
+                f"got '{timestamp}'"
+            ) from None
+    by_timestamp = reader.string(by_timestamp_option)
+    if by_timestamp is not None:
+        timestamps = parse_partition_numbers(by_timestamp_option, by_timestamp)
+        return OffsetBoundary("timestamps", by_timestamp_option, offsets=timestamps)
+    value = reader.string(offsets_option)
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in ("earliest", "latest"):
+        return OffsetBoundary("earliest" if lowered == "earliest" else "latest", offsets_option)
+    if lowered == "group" and offsets_option == STARTING_OFFSETS:
+        return OffsetBoundary("group", offsets_option)
+    if not value.startswith("{"):
+        allowed = "earliest, latest, group" if offsets_option == STARTING_OFFSETS else "latest"
+        raise SparkafkaOptionError(
+            f"option '{offsets_option}' must be {allowed} or JSON such as "
+            f'{{"topicA":{{"0":23,"1":-1}}}} (-2 = earliest, -1 = latest), got \'{value}\''
+        )
+    offsets = parse_partition_numbers(offsets_option, value)
+    for (topic, partition), offset in sorted(offsets.items()):
+        if offset < EARLIEST_SENTINEL:
+            raise SparkafkaOptionError(
+                f"option '{offsets_option}': offset {offset} for {topic}-{partition} is not an offset "
+                "(use -2 for earliest, -1 for latest)"
+            )
+    return OffsetBoundary("offsets", offsets_option, offsets=offsets)
+
+
+def _format_partitions(partitions: Mapping[TopicPartitionKey, Any] | Sequence[TopicPartitionKey]) -> str:
+    return "[" + ", ".join(f"{topic}-{partition}" for topic, partition in sorted(partitions)) + "]"
+
+
+# -- schema -----------------------------------------------------------------------------------------
+
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema (KafkaRecordToRowConverter.kafkaSchema)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+def kafka_arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema PySpark expects for :func:`kafka_schema` (TimestampType is UTC microseconds)."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(pa.field("element", header))))
+    return pa.schema(fields)
+
+
+# -- offsets ----------------------------------------------------------------------------------------
+
+
+def encode_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    """``{(topic, partition): offset}`` -> Spark's ``{"topic": {"partition": offset}}``, sorted."""
+    encoded: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(offsets):
+        encoded.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    return encoded
+
+
+def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, by_partition in encoded.items()
+        for partition, offset in by_partition.items()
+    }
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One Spark input partition: records of ``topic``/``partition`` with ``start <= offset < end``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        """Offsets in the range; the number of records may be lower (control records, aborted data)."""
+        return self.end - self.start
+
+
+def offset_ranges(
+    start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]
+) -> list[OffsetRange]:
+    """The non-empty ranges between two source offsets, in topic-partition order.
+
+    A partition only in ``end`` was discovered while planning ``end``: its end value is where
+    reading will begin, so it contributes nothing to this batch. A partition only in ``start`` is
+    gone. A partition whose end is below its start was reset (see ``latestOffset``)."""
+    return [
+        OffsetRange(topic, partition, start[(topic, partition)], until)
+        for (topic, partition), until in sorted(end.items())
+        if (topic, partition) in start and until > start[(topic, partition)]
+    ]
+
+
+def split_offset_ranges(
+    ranges: Sequence[OffsetRange], *, min_partitions: int | None, max_records_per_partition: int | None
+) -> list[OffsetRange]:
+    """Split large ranges so that no range exceeds ``max_records_per_partition`` and there are at
+    least ``min_partitions`` ranges (when the offsets allow it).
+
+    Like Spark's KafkaOffsetRangeCalculator, ranges are split in proportion to their size, small
+    ranges stay whole, and the result depends only on the input (deterministic replay)."""
+    result = [r for r in ranges if r.size > 0]
+    if max_records_per_partition is not None:
+        result = [
+            piece for r in result for piece in _split_evenly(r, math.ceil(r.size / max_records_per_partition))
+        ]
+    if min_partitions is None or len(result) >= min_partitions:
+        return result
+
+    total = sum(r.size for r in result)
+
+    def part_count(size: int, of_total: int, parts: int) -> int:
+        return max(math.floor(size / of_total * parts + 0.5), 1)
+
+    unsplit = [r for r in result if part_count(r.size, total, min_partitions) == 1]
+    split_total = total - sum(r.size for r in unsplit)
+    split_parts = max(min_partitions - len(unsplit), 1)
+    proportional = [
+        piece
+        for r in result
+        for piece in _split_evenly(r, 1 if r in unsplit else part_count(r.size, split_total, split_parts))
+    ]
+    # Rounding can leave fewer ranges than asked for: halve the largest until there are enough.
+    while len(proportional) < min_partitions:
+        largest = max(proportional, key=lambda r: r.size)
+        if largest.size < 2:
+            break
+        index = proportional.index(largest)
+        proportional[index : index + 1] = _split_evenly(largest, 2)
+    return proportional
+
+
+def _split_evenly(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    parts = max(1, min(parts, r.size))
+    pieces = []
+    start = r.start
+    remaining = r.size
+    for part in range(parts):
+        length = remaining // (parts - part)
+        pieces.append(OffsetRange(r.topic, r.partition, start, start + length))
+        start += length
+        remaining -= length
+    return pieces
+
+
+def rate_limit(
+    limit: int, start: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int]
+) -> PartitionOffsets:
+    """Cap the offsets of one micro-batch at ``limit`` in total, shared by the partitions in
+    proportion to their backlog (Spark's KafkaMicroBatchStream.rateLimit).
+
+    A partition with a backlog gets at least one offset so small partitions are never starved;
+    partitions without a start offset (newly discovered) keep their end value unchanged."""
+    backlog = {tp: until - start[tp] for tp, until in latest.items() if tp in start and until - start[tp] > 0}
+    total = sum(backlog.values())
+    if total < 1:
+        return dict(latest)
+    limited: PartitionOffsets = {}
+    for tp, until in latest.items():
+        if tp not in backlog:
+            limited[tp] = until
+            continue
+        share = limit * (backlog[tp] / total)
+        offsets = math.ceil(share) if share < 1 else math.floor(share)
+        limited[tp] = min(until, start[tp] + offsets)
+    return limited
+
+
+def count_new_offsets(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]) -> int:
+    return sum(max(0, until - start[tp]) for tp, until in end.items() if tp in start)
+
+
+# -- discovering partitions and resolving offsets ---------------------------------------------------
+
+
+class OffsetResolver:
+    """Driver-side questions to the cluster, in the terms of the source's options."""
+
+    def __init__(self, options: SourceOptions, admin: KafkaAdmin) -> None:
+        self.options = options
+        self.admin = admin
+
+    def partitions(self, *, require_topics: bool) -> list[TopicPartitionKey]:
+        """The topic partitions the strategy selects right now, sorted.
+
+        With ``require_topics`` a topic named by ``subscribe`` or ``assign`` that does not exist is
+        an error (a typo should not silently read nothing); otherwise its partitions are just absent
+        and the caller treats them as gone."""
+        topics = self.admin.topic_partitions()
+        strategy = self.options.strategy
+        if isinstance(strategy, SubscribePattern):
+            pattern = re.compile(strategy.pattern)
+            return sorted(
+                (topic, partition)
+                for topic, partitions in topics.items()
+                if pattern.fullmatch(topic)
+                for partition in partitions
+            )
+        if isinstance(strategy, Subscribe):
+            wanted_topics: Sequence[str] = strategy.topics
+            if require_topics:
+                self._require_topics(wanted_topics, topics, SUBSCRIBE)
+            return sorted(
+                (topic, partition) for topic in wanted_topics for partition in topics.get(topic, ())
+            )
+        wanted = strategy.partitions
+        if require_topics:
+            self._require_topics(sorted({topic for topic, _ in wanted}), topics, ASSIGN)
+            missing = [(t, p) for t, p in wanted if p not in topics[t]]
+            if missing:
+                raise TopicNotFoundError(
+                    f"option 'assign' names partitions that do not exist: {_format_partitions(missing)} "
+                    f"(topic '{missing[0][0]}' has {len(topics[missing[0][0]])} partitions)"
+                )
+        return sorted(tp for tp in wanted if tp[1] in topics.get(tp[0], ()))
+
+    def _require_topics(self, wanted: Sequence[str], existing: Mapping[str, list[int]], option: str) -> None:
+        missing = [topic for topic in wanted if topic not in existing]
+        if missing:
+            names = ", ".join(f"'{topic}'" for topic in missing)
+            raise TopicNotFoundError(
+                f"topic {names} named by option '{option}' does not exist on the Kafka cluster at "
+                f"'{self.options.bootstrap_servers}'" + ("" if len(missing) == 1 else " (none of them do)")
+            )
+
+    def latest(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
+        return self.admin.latest_offsets(partitions, read_committed=self.options.read_committed)
+
+    def resolve(
+        self,
+        boundary: OffsetBoundary,
+        partitions: Sequence[TopicPartitionKey],
+        *,
+        starting: bool,
+        latest_snapshot: Mapping[TopicPartitionKey, int] | None = None,
+    ) -> PartitionOffsets:
+        """Concrete offsets for every partition in ``partitions``.
+
+        Steps: ask the cluster for what the boundary refers to (log start, last stable offset,
+        group commits, offsets of timestamps); fill sentinels (-2/-1) and fallbacks; check that
+        explicitly requested offsets still exist (data loss otherwise) and are not in the future."""
+        wanted = list(partitions)
+        if boundary.kind in ("offsets", "timestamps"):
+            named = set(boundary.offsets)
+            if named != set(wanted):
+                raise SparkafkaOptionError(
+                    f"If {boundary.option} contains specific offsets, you must specify all TopicPartitions.\n"
+                    "Use -1 for latest, -2 for earliest.\n"
+                    f"Specified: {_format_partitions(list(named))} Assigned: {_format_partitions(wanted)}"
+                )
+
+        cache: dict[str, PartitionOffsets] = {}
+
+        def earliest() -> PartitionOffsets:
+            if "earliest" not in cache:
+                cache["earliest"] = self.admin.earliest_offsets(wanted)
+            return cache["earliest"]
+
+        def latest() -> PartitionOffsets:
+            if "latest" not in cache:
+                cache["latest"] = (
+                    dict(latest_snapshot) if latest_snapshot is not None else self.latest(wanted)
+                )
+            return cache["latest"]
+
+        if boundary.kind == "earliest":
+            resolved = earliest()
+        elif boundary.kind == "latest":
+            resolved = latest()
+        elif boundary.kind == "group":
+            resolved = self._group_offsets(wanted, earliest, latest)
+        elif boundary.kind == "offsets":
+            resolved = {}
+            for tp, offset in boundary.offsets.items():
+                if offset == EARLIEST_SENTINEL:
+                    resolved[tp] = earliest()[tp]
+                elif offset == LATEST_SENTINEL:
+                    resolved[tp] = latest()[tp]
+                else:
+                    resolved[tp] = self._checked_offset(
+                        boundary, tp, offset, earliest()[tp], latest()[tp], starting
+                    )
+        else:
+            timestamps = (
+                boundary.offsets
+                if boundary.kind == "timestamps"
+                else dict.fromkeys(wanted, boundary.timestamp or 0)
+            )
+            found = self.admin.offsets_for_timestamps(timestamps, read_committed=self.options.read_committed)
+            resolved = {}
+            for tp in wanted:
+                match = found.get(tp)
+                if match is not None:
+                    resolved[tp] = match
+                    continue
+                if starting and self.options.timestamp_strategy == "error":
+                    raise SparkafkaOptionError(
+                        "No offset matched from request of topic-partition "
+                        f"{tp[0]}-{tp[1]} and timestamp {timestamps[tp]} ({boundary.option}): "
+                        "no record has a timestamp at or after it. "
+                        f"Set {STARTING_TIMESTAMP_STRATEGY}=latest to start at the latest offset instead."
+                    )
+                resolved[tp] = latest()[tp]
+        missing = [tp for tp in wanted if tp not in resolved]
+        if missing:
+            raise TopicNotFoundError(
+                f"partitions {_format_partitions(missing)} disappeared while resolving {boundary.option}"
+            )
+        return {tp: resolved[tp] for tp in wanted}
+
+    def _group_offsets(
+        self,
+        partitions: list[TopicPartitionKey],
+        earliest: Callable[[], PartitionOffsets],
+        latest: Callable[[], PartitionOffsets],
+    ) -> PartitionOffsets:
+        group_id = self.options.group_id
+        assert group_id is not None, "validated by SourceOptions.parse"
+        committed = self.admin.committed_offsets(group_id, partitions)
+        uncommitted = [tp for tp in partitions if tp not in committed]
+        fallback = self.options.group_offsets_fallback
+        if uncommitted and fallback == "none":
+            raise SparkafkaOptionError(
+                f"consumer group '{group_id}' has no committed offset for {_format_partitions(uncommitted)} "
+                "and groupOffsetsFallback=none; set groupOffsetsFallback to earliest or latest to start "
+                "those partitions there"
+            )
+        if uncommitted:
+            logger.info(
+                "consumer group %r has no committed offset for %s; starting them at %s",
+                group_id,
+                _format_partitions(uncommitted),
+                fallback,
+            )
+        resolved = dict(committed)
+        for tp in uncommitted:
+            resolved[tp] = (earliest() if fallback == "earliest" else latest())[tp]
+        log_start = earliest()
+        for tp in committed:
+            if committed[tp] < log_start[tp]:
+                resolved[tp] = report_data_loss(
+                    self.options,
+                    f"consumer group '{group_id}' committed offset {committed[tp]} for topic '{tp[0]}' "
+                    f"partition {tp[1]}, but the earliest available offset is {log_start[tp]}",
+                    resume_at=log_start[tp],
+                )
+        return resolved
+
+    def _checked_offset(
+        self,
+        boundary: OffsetBoundary,
+        tp: TopicPartitionKey,
+        offset: int,
+        log_start: int,
+        log_end: int,
+        starting: bool,
+    ) -> int:
+        if offset > log_end:
+            raise SparkafkaOptionError(
+                f"{boundary.option} for topic '{tp[0]}' partition {tp[1]} is {offset}, beyond the latest "
+                f"offset {log_end}"
+            )
+        if starting and offset < log_start:
+            return report_data_loss(
+                self.options,
+                f"{boundary.option} for topic '{tp[0]}' partition {tp[1]} was {offset} but the earliest "
+                f"available offset is {log_start}",
+                resume_at=log_start,
+            )
+        return offset
+
+
+DATA_LOSS_CAUSE = (
+    "Some data may have been lost because they are not available in Kafka any more; either the data was "
+    "aged out by Kafka (retention) or the topic may have been deleted (and recreated) before all the "
+    "data in the topic was processed."
+)
+
+
+def report_data_loss(options: SourceOptions, message: str, *, resume_at: int) -> int:
+    """Fail (``failOnDataLoss=true``) or warn and return the offset to continue from."""
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{message}. {DATA_LOSS_CAUSE} If you want your streaming query to continue from the earliest "
+            'available offset instead of failing, set the source option "failOnDataLoss" to "false".'
+        )
+    logger.warning("%s. %s Continuing (failOnDataLoss=false).", message, DATA_LOSS_CAUSE)
+    return resume_at
+
+
+# -- streaming --------------------------------------------------------------------------------------
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Lives in one Python process on the driver for the whole query; a copy
+    without the admin client is pickled to the executors, where only :meth:`read` runs."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._admin: KafkaAdmin | None = None
+        # Spark asks for the initial offset more than once; resolving it twice could differ.
+        self._initial: PartitionOffsets | None = None
+        # Trigger.AvailableNow: latest offsets when the query started; never read past them.
+        self._available_now_target: PartitionOffsets | None = None
+        self._known_partitions: list[TopicPartitionKey] | None = None
+        self._discovered_at = 0.0
+        self._last_trigger_at: float | None = None
+        self._latest: PartitionOffsets | None = None
+        self._published: PartitionOffsets | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_admin"] = None
+        return state
+
+    @property
+    def resolver(self) -> OffsetResolver:
+        if self._admin is None:
+            self._admin = self.options.admin()
+        return OffsetResolver(self.options, self._admin)
+
+    # -- offsets --
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        """Offsets a new query starts from (``startingOffsets``, default latest). A query restarted
+        from its checkpoint does not call this: it resumes from the checkpointed offsets."""
+        if self._initial is None:
+            partitions = self._partitions(require_topics=True)
+            boundary = self.options.starting or LATEST
+            self._initial = self.resolver.resolve(
+                boundary, partitions, starting=True, latest_snapshot=self._snapshot_for(partitions)
+            )
+            logger.info("initial offsets: %s", encode_offsets(self._initial))
+        return encode_offsets(self._initial)
+
+    def _snapshot_for(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets | None:
+        """Under AvailableNow "latest" means the target recorded at prepare time, not a newer one."""
+        target = self._available_now_target
+        if target is not None and all(tp in target for tp in partitions):
+            return {tp: target[tp] for tp in partitions}
+        return None
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # Python's ReadLimit cannot combine min and max; latestOffset applies both from the options
+        # whenever the engine does not ask for everything (ReadAllAvailable).
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        partitions = self._partitions(require_topics=False, force=True)
+        self._available_now_target = self.resolver.latest(partitions)
+        logger.info("Trigger.AvailableNow reads up to %s", encode_offsets(self._available_now_target))
+
+    def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        """End offsets of the next micro-batch, or ``start`` itself when there is nothing to do.
+
+        Steps:
+        1. Publish ``start`` to the consumer group (``commitOffsetsOnBatch``): the engine only asks
+           for new offsets once the batch ending at ``start`` is complete.
+        2. The partitions to consider: re-discovered every ``partitionDiscoveryIntervalMs``; under
+           AvailableNow exactly those of the target recorded at prepare time.
+        3. Latest offsets (the last stable offset with read_committed), capped by the AvailableNow
+           target.
+        4. Partitions of ``start`` that are gone, or whose latest offset went below the start (topic
+           recreated), are data loss: fail, or drop / reset them to their earliest offset.
+        5. New partitions enter ``end`` at their earliest offset and are read from the next batch
+           on, so that ``partitions(start, end)`` never has to ask the cluster where they begin.
+        6. Unless the engine asks for everything: wait for ``minOffsetsPerTrigger`` (at most
+           ``maxTriggerDelay``; never under AvailableNow) and cap at ``maxOffsetsPerTrigger``.
+        """
+        start_offsets = decode_offsets(start)
+        self._publish_progress(start_offsets)
+        resolver = self.resolver
+        target = self._available_now_target
+        if target is not None:
+            # A partition of start missing from the target appeared between prepare and the initial
+            # offsets: it is not gone, it just has nothing to read under AvailableNow.
+            partitions = sorted(set(target) | set(start_offsets))
+        else:
+            partitions = self._partitions(require_topics=False)
+        latest = resolver.latest(partitions)
+        self._latest = latest
+        end: PartitionOffsets = {}
+
+        gone = sorted(tp for tp in start_offsets if tp not in latest)
+        if gone:
+            report_data_loss(
+                self.options,
+                f"partitions {_format_partitions(gone)} are gone (topic deleted or no longer selected by the "
+                "subscription) with records possibly not yet read",
+                resume_at=0,
+            )
+        reset: list[TopicPartitionKey] = []
+        for tp, begin in start_offsets.items():
+            if tp not in latest:
+                continue
+            if latest[tp] < begin:
+                report_data_loss(
+                    self.options,
+                    f"topic '{tp[0]}' partition {tp[1]}: the latest offset went back from {begin} "
+                    f"to {latest[tp]} "
+                    "(topic deleted and recreated, or the log was truncated)",
+                    resume_at=0,
+                )
+                reset.append(tp)
+                continue
+            ceiling = target.get(tp, begin) if target is not None else latest[tp]
+            end[tp] = max(begin, min(latest[tp], ceiling))
+
+        discovered = [tp for tp in latest if tp not in start_offsets]
+        restart_at = resolver.admin.earliest_offsets(discovered + reset) if discovered or reset else {}
+        for tp in reset:
+            # Empty range this batch (end < start); the next batch reads the new log from its start.
+            end[tp] = restart_at.get(tp, 0)
+        for tp in discovered:
+            if tp not in restart_at:
+                continue
+            first = restart_at[tp]
+            if first != 0:
+                first = report_data_loss(
+                    self.options,
+                    f"added partition {tp[0]}-{tp[1]} starts from offset {first} instead of 0",
+                    resume_at=first,
+                )
+            end[tp] = min(first, target[tp]) if target is not None else first
+            logger.info("discovered partition %s-%d; reading it from offset %d", tp[0], tp[1], end[tp])
+
+        if not isinstance(limit, ReadAllAvailable):
+            end = self._apply_read_limits(start_offsets, end, limit)
+        encoded = encode_offsets(end)
+        return start if encoded == start else encoded
+
+    def _apply_read_limits(
+        self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit
+    ) -> PartitionOffsets:
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.options.min_offsets_per_trigger
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_offsets_per_trigger
+        if min_rows is not None and self._available_now_target is None:
+            now = time.monotonic()
+            waited_ms = math.inf if self._last_trigger_at is None else (now - self._last_trigger_at) * 1000
+            if waited_ms < self.options.max_trigger_delay_ms and count_new_offsets(start, end) < min_rows:
+                return dict(start)
+            self._last_trigger_at = now
+        if max_rows is not None:
+            end = rate_limit(max_rows, start, end)
+        return end
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        return encode_offsets(self._latest) if self._latest else None
+
+    def _partitions(self, *, require_topics: bool, force: bool = False) -> list[TopicPartitionKey]:
+        """Topic partitions to read, re-discovered when the discovery interval has passed (or on
+        first use; a non-positive interval means only on first use)."""
+        interval_s = self.options.partition_discovery_interval_ms / 1000
+        now = time.monotonic()
+        stale = self._known_partitions is None or (interval_s > 0 and now - self._discovered_at >= interval_s)
+        if force or require_topics or stale:
+            self._known_partitions = self.resolver.partitions(require_topics=require_topics)
+            self._discovered_at = now
+        assert self._known_partitions is not None
+        return self._known_partitions
+
+    # -- planning and reading --
+
+    def partitions(
+        self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
+    ) -> Sequence[InputPartition]:
+        ranges = offset_ranges(decode_offsets(start), decode_offsets(end))
+        return split_offset_ranges(
+            ranges,
+            min_partitions=self.options.min_partitions,
+            max_records_per_partition=self.options.max_records_per_partition,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_offset_range(partition, self.options)
+
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
+        self._publish_progress(decode_offsets(end))
+
+    def _publish_progress(self, offsets: PartitionOffsets) -> None:
+        """Store processed offsets in ``kafka.group.id`` for lag monitoring. Never read back for
+        recovery (the checkpoint is the truth), so a failure is logged, not raised."""
+        group_id = self.options.group_id
+        if (
+            not self.options.commit_offsets_on_batch
+            or not group_id
+            or not offsets
+            or offsets == self._published
+        ):
+            return
+        try:
+            self.resolver.admin.commit_offsets(group_id, offsets)
+            self._published = dict(offsets)
+        except Exception as error:
+            logger.warning(
+                "could not commit offsets to consumer group %r (monitoring only): %s", group_id, error
+            )
+
+    def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+
+# -- batch ------------------------------------------------------------------------------------------
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read``: one job over ``[startingOffsets, endingOffsets)``."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        admin = self.options.admin()
+        try:
+            resolver = OffsetResolver(self.options, admin)
+            topic_partitions = resolver.partitions(require_topics=True)
+            assert self.options.starting is not None and self.options.ending is not None, "set by for_batch()"
+            latest = resolver.latest(topic_partitions)
+            start = resolver.resolve(
+                self.options.starting, topic_partitions, starting=True, latest_snapshot=latest
+            )
+            end = resolver.resolve(
+                self.options.ending, topic_partitions, starting=False, latest_snapshot=latest
+            )
+        finally:
+            admin.close()
+        for tp in topic_partitions:
+            if start[tp] > end[tp]:
+                raise SparkafkaOptionError(
+                    f"the starting offset {start[tp]} of topic '{tp[0]}' partition {tp[1]} "
+                    "is after its ending "
+                    f"offset {end[tp]} ({self.options.starting.option} / {self.options.ending.option})"
+                )
+        return split_offset_ranges(
+            offset_ranges(start, end),
+            min_partitions=self.options.min_partitions,
+            max_records_per_partition=self.options.max_records_per_partition,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_offset_range(partition, self.options)
+
+
+# -- reading one offset range -----------------------------------------------------------------------
+
+# confluent-kafka's timestamp types -> Kafka's TimestampType ids, which Spark's timestampType shows.
+_TIMESTAMP_TYPE_IDS = {0: -1, 1: 0, 2: 1}
+
+_EOF = KafkaError._PARTITION_EOF
+_OFFSET_GONE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+
+
+class _Columns:
+    """Column lists of the records read so far, turned into one Arrow RecordBatch at a time."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self.schema = kafka_arrow_schema(include_headers)
+        self.clear()
+
+    def clear(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int | None] = []
+        self.timestamps: list[int] = []
+        self.timestamp_types: list[int] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def append(self, messages: Sequence[Message]) -> None:
+        keys, values, offsets = self.keys.append, self.values.append, self.offsets.append
+        timestamps, timestamp_types = self.timestamps.append, self.timestamp_types.append
+        type_ids = _TIMESTAMP_TYPE_IDS
+        for message in messages:
+            keys(message.key())
+            values(message.value())
+            offsets(message.offset())
+            timestamp_type, timestamp_ms = message.timestamp()
+            # Kafka: ms since the epoch; Spark TimestampType: µs. Spark shows -1 ms when there is none.
+            timestamps(timestamp_ms * 1000)
+            timestamp_types(type_ids.get(timestamp_type, -1))
+        if self.include_headers:
+            for message in messages:
+                headers = cast(list[tuple[str, bytes | None]] | None, message.headers())
+                self.headers.append(
+                    [{"key": key, "value": value} for key, value in headers] if headers else None
+                )
+
+    def to_batch(self) -> pa.RecordBatch:
+        count = len(self.offsets)
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), count),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), count),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(self.timestamp_types, pa.int32()),
+        ]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, self.schema.field("headers").type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self.clear()
+        return batch
+
+
+def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the records with ``start <= offset < end`` in one topic partition.
+
+    Offsets may be non-consecutive: with read_committed the client skips control records and
+    aborted records, so the record at ``end - 1`` may never be seen. The read is complete as soon
+    as any of these holds:
+
+    * a record with offset >= ``end`` arrives (it is not returned);
+    * the consumer position (next offset to fetch, past skipped records) reaches ``end``;
+    * a partition EOF event reports an offset >= ``end`` (the range ends with skipped records at
+      the end of the partition, where no later record moves the position).
+
+    If none holds for ``kafkaConsumer.pollTimeoutMs`` the read fails with a clear error instead of
+    hanging. Offsets removed by retention are data loss: fail, or continue at the log start."""
+    if not isinstance(partition, OffsetRange) or partition.size <= 0:
+        return
+    topic, number, end = partition.topic, partition.partition, partition.end
+    timeout_s = options.api_timeout_ms / 1000
+    consumer = Consumer(options.executor_consumer_config())
+    try:
+        position = partition.start
+        log_start, _ = _watermarks(consumer, topic, number, timeout_s, options)
+        if position < log_start:
+            position = _range_data_loss(partition, position, log_start, options)
+        if position >= end:
+            return
+        consumer.assign([TopicPartition(topic, number, position)])
+        columns = _Columns(topic, number, options.include_headers)
+        last_progress = time.monotonic()
+        done = False
+        while not done:
+            messages = consumer.consume(num_messages=min(ARROW_BATCH_ROWS, end - position), timeout=0.1)
+            records: list[Message] = []
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    code = error.code()
+                    if code == _EOF:
+                        done = done or cast(int, message.offset()) >= end
+                        continue
+                    if code in _OFFSET_GONE:
+                        log_start, _ = _watermarks(consumer, topic, number, timeout_s, options)
+                        if log_start > position:
+                            position = _range_data_loss(partition, position, log_start, options)
+                        done = position >= end
+                        if not done:
+                            consumer.assign([TopicPartition(topic, number, position)])
+                        break
+                    raise KafkaReadError(
+                        f"reading topic '{topic}' partition {number} offsets "
+                        f"[{partition.start}, {end}) failed at "
+                        f"offset {position}: {error.str()}"
+                    )
+                offset = cast(int, message.offset())
+                if offset >= end:
+                    done = True
+                    break
+                records.append(message)
+                position = offset + 1
+            if records:
+                columns.append(records)
+                last_progress = time.monotonic()
+            if not done:
+                done = position >= end or _consumer_position(consumer, topic, number) >= end
+            if columns and (done or len(columns) >= ARROW_BATCH_ROWS):
+                yield columns.to_batch()
+            if not done and time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
+                _, log_end = _watermarks(consumer, topic, number, timeout_s, options)
+                if log_end < end:
+                    report_data_loss(
+                        options,
+                        f"topic '{topic}' partition {number}: offsets up to {end} were planned "
+                        "but the partition "
+                        f"now ends at {log_end} (topic deleted and recreated, or the log was truncated)",
+                        resume_at=log_end,
+                    )
+                    return
+                raise KafkaReadError(
+                    f"reading topic '{topic}' partition {number} offsets "
+                    f"[{partition.start}, {end}) made no progress "
+                    f"for {options.poll_timeout_ms} ms at offset {position} (kafkaConsumer.pollTimeoutMs)"
+                )
+    finally:
+        consumer.close()
+
+
+def _consumer_position(consumer: Consumer, topic: str, partition: int) -> int:
+    position = consumer.position([TopicPartition(topic, partition)])[0].offset
+    return int(position) if position is not None else -1
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float, options: SourceOptions
+) -> tuple[int, int]:
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout_s, cached=False
+        )
+    except Exception as error:
+        raise KafkaUnavailableError(
+            f"could not read the offsets of topic '{topic}' partition {partition} from Kafka at "
+            f"'{options.bootstrap_servers}' within {timeout_s:g} s: {error}"
+        ) from None
+    return int(low), int(high)
+
+
+def _range_data_loss(partition: OffsetRange, requested: int, available: int, options: SourceOptions) -> int:
+    return report_data_loss(
+        options,
+        f"Cannot read topic '{partition.topic}' partition {partition.partition} from offset {requested}: the "
+        f"earliest available offset is {available} "
+        f"(requested offset {requested}, available offset {available})",
+        resume_at=available,
+    )
+
+
+# -- the data source --------------------------------------------------------------------------------
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("sparkafka")`` / ``spark.read.format("sparkafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        # Runs when the DataFrame is created (load()), so option mistakes surface there.
+        options = SourceOptions.parse(self.options)
+        validate_consumer_config(options.client_config)
+        return kafka_schema(options.include_headers)
+
+    def reader(self, schema: StructType) -> KafkaBatchReader:
+        options = SourceOptions.parse(self.options)
+        _require_fixed_schema(schema, options)
+        return KafkaBatchReader(options.for_batch())
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        options = SourceOptions.parse(self.options)
+        _require_fixed_schema(schema, options)
+        return KafkaStreamReader(options.for_stream())
+
+
+def _require_fixed_schema(schema: StructType, options: SourceOptions) -> None:
+    expected = kafka_schema(options.include_headers)
+    if schema != expected:
+        raise SparkafkaOptionError(
+            "Kafka source has a fixed schema and cannot be set with a custom one: "
+            f"expected {expected.simpleString()}, got {schema.simpleString()}"
+        )
