@@ -80,6 +80,10 @@ def validate_consumer_config(client_config: Mapping[str, str]) -> None:
     """Let librdkafka itself reject unknown or malformed properties, before any query starts.
 
     Creating a consumer connects to nothing until it is used, so this is cheap and offline."""
+    for key in sorted(client_config):
+        hint = java_only_property_hint(key)
+        if hint is not None:
+            raise SparkafkaOptionError(hint)
     config: dict[str, object] = {"group.id": "sparkafka-config-check", **client_config}
     config["logger"] = LIBRDKAFKA_LOGGER
     try:
@@ -88,9 +92,6 @@ def validate_consumer_config(client_config: Mapping[str, str]) -> None:
         detail = str(error.args[0]) if error.args else str(error)
         for key in client_config:
             if key in detail:
-                hint = java_only_property_hint(key)
-                if hint is not None:
-                    raise SparkafkaOptionError(hint) from None
                 raise SparkafkaOptionError(
                     f"Kafka option 'kafka.{key}' was rejected by librdkafka: {detail}"
                 ) from None
@@ -245,8 +246,12 @@ class KafkaAdmin:
 
         return self._with_retries(f"fetch offsets of consumer group '{group_id}'", fetch)
 
-    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Store offsets for a consumer group, as a consumer's commit would (no group membership)."""
+    def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartitionKey, int], *, retry: bool = True
+    ) -> None:
+        """Store offsets for a consumer group, as a consumer's commit would (no group membership).
+
+        ``retry=False`` makes one attempt only, for callers to whom the commit is best effort."""
         partitions = [
             TopicPartition(topic, partition, offset) for (topic, partition), offset in sorted(offsets.items())
         ]
@@ -262,7 +267,9 @@ class KafkaAdmin:
             if failed:
                 raise KafkaException(failed[0].error)
 
-        self._with_retries(f"commit offsets of consumer group '{group_id}'", commit)
+        self._with_retries(
+            f"commit offsets of consumer group '{group_id}'", commit, attempts=None if retry else 1
+        )
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -275,10 +282,11 @@ class KafkaAdmin:
             # Serves queued librdkafka log lines to the Python logger.
             self.client.poll(0)
 
-    def _with_retries(self, what: str, operation: Callable[[], T]) -> T:
+    def _with_retries(self, what: str, operation: Callable[[], T], *, attempts: int | None = None) -> T:
         """Run ``operation``; retry retriable Kafka errors, never a timeout (the timeout is the bound)."""
         last_error: KafkaException | None = None
-        for attempt in range(1, self.attempts + 1):
+        attempts = attempts or self.attempts
+        for attempt in range(1, attempts + 1):
             try:
                 return operation()
             except KafkaException as error:
@@ -287,7 +295,7 @@ class KafkaAdmin:
                 if code in _UNAVAILABLE_CODES:
                     raise self.unavailable(what, error) from None
                 kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
-                if kafka_error is None or not kafka_error.retriable() or attempt == self.attempts:
+                if kafka_error is None or not kafka_error.retriable() or attempt == attempts:
                     raise
                 LIBRDKAFKA_LOGGER.warning("attempt %d to %s failed (%s); retrying", attempt, what, error)
                 time.sleep(self.retry_interval_s)

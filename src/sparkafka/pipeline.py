@@ -44,6 +44,8 @@ class PipelineConfig:
     source_options: dict[str, str] = field(default_factory=dict)
     sink_options: dict[str, str] = field(default_factory=dict)
     query_name: str | None = None
+    # append for stateless maps and watermarked windows, update for running aggregates
+    output_mode: str = "append"
 
     def __post_init__(self) -> None:
         if bool(self.source_topics) == bool(self.source_pattern):
@@ -52,6 +54,10 @@ class PipelineConfig:
             )
         if self.sql and self.transform:
             raise SparkafkaOptionError("give --sql or --transform, not both")
+        if self.output_mode not in ("append", "update", "complete"):
+            raise SparkafkaOptionError(
+                f"output mode must be append, update or complete, got {self.output_mode!r}"
+            )
 
 
 def load_transform(spec: str) -> Callable[[DataFrame], DataFrame]:
@@ -89,6 +95,7 @@ def build_query(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
         .option("topic", config.sink_topic)
         .option("deliveryGuarantee", config.delivery_guarantee)
         .option("checkpointLocation", config.checkpoint)
+        .outputMode(config.output_mode)
         .trigger(processingTime=config.trigger)
     )
     for key, value in config.sink_options.items():
@@ -135,6 +142,8 @@ def _flatten_offsets(encoded: Any) -> dict[str, int]:
     if encoded is None:
         return {}
     data = json.loads(encoded) if isinstance(encoded, str) else encoded
+    if not data:
+        return {}
     return {f"{t}-{p}": int(o) for t, parts in data.items() for p, o in parts.items()}
 
 

@@ -615,6 +615,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             producer.begin_transaction()
             for batch in _chain(first, rest):
                 records += self._produce_batch(producer, batch, cached.delivery_errors)
+            if self.options.pause_at == "beforecommit":
+                producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
+                self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
+            # The marker goes last, just before the commit: the marker partition is shared by every
+            # writer, and an open transaction there would hold back every reader of the markers.
             marker = CommitMarker(
                 transactional_id, query_id, batch_id, partition, records, int(time.time() * 1000)
             )
@@ -632,9 +637,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 value=marker.encode(),
                 partition=MARKER_PARTITION,
             )
-            if self.options.pause_at == "beforecommit":
-                producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
-                self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
             producer.commit_transaction(self.options.operation_timeout_s)
             self._raise_delivery_errors(cached.delivery_errors)
         except BaseException as error:

@@ -6,6 +6,37 @@ a few from Flink's connector (``startingOffsets=group``, ``commitOffsetsOnBatch`
 ``partitionDiscoveryIntervalMs``). It must never import ``sparkafka.broker``: it runs against real
 clusters.
 
+Options (names as in Spark's source; keys are case-insensitive)
+    ``kafka.bootstrap.servers``          required. Every ``kafka.*`` option goes to librdkafka without
+                                         the prefix (``kafka.security.protocol``, ``kafka.sasl.*``,
+                                         ``kafka.ssl.*``, ``kafka.client.rack`` …), except those below.
+    ``kafka.isolation.level``            ``read_committed`` (default, unlike Spark) or ``read_uncommitted``.
+    ``kafka.group.id``                   group for ``startingOffsets=group`` and ``commitOffsetsOnBatch``;
+                                         the source never joins it (it assigns partitions itself).
+    ``kafka.default.api.timeout.ms``     bound on every driver-side request (default 30000); not passed
+                                         to librdkafka.
+    ``subscribe`` | ``subscribePattern`` | ``assign``   exactly one.
+    ``startingOffsets``                  ``earliest``, ``latest`` (streaming default), ``group``, or
+                                         JSON ``{"t":{"0":23,"1":-2}}`` (-2 earliest, -1 latest);
+                                         ``startingOffsetsByTimestamp`` / ``startingTimestamp`` (with
+                                         ``startingOffsetsByTimestampStrategy`` error|latest) win over it.
+    ``groupOffsetsFallback``             where ``startingOffsets=group`` starts partitions the group has
+                                         no commit for: ``latest`` (default, like Flink's
+                                         setStartFromGroupOffsets with Kafka's default reset),
+                                         ``earliest``, or ``none`` (fail).
+    ``endingOffsets`` (``endingOffsetsByTimestamp``, ``endingTimestamp``)   batch only; default latest.
+    ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (default 15m)   streaming.
+    ``minPartitions``, ``maxRecordsPerPartition``   split large offset ranges into more Spark tasks.
+    ``failOnDataLoss`` (default true), ``includeHeaders`` (default false), ``groupIdPrefix``.
+    ``commitOffsetsOnBatch``             default true: processed offsets are committed to
+                                         ``kafka.group.id`` (when set) so lag tools see progress.
+                                         Monitoring only: recovery always uses the checkpoint.
+    ``partitionDiscoveryIntervalMs``     default 30000: how often new partitions of subscribed topics
+                                         and new topics matching ``subscribePattern`` are looked for;
+                                         they are read from their earliest offset. <= 0: never.
+    ``kafkaConsumer.pollTimeoutMs`` (default 120000), ``fetchOffset.numRetries`` (3),
+    ``fetchOffset.retryIntervalMs`` (1000)   as in Spark.
+
 Offsets
     A source offset is ``{"topic": {"partition": next offset to read}}``, Spark's format, with
     topics and partitions always in sorted order so that equal offsets serialise to equal JSON
@@ -33,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -65,6 +96,7 @@ from sparkafka.kafka_admin import (
     KafkaAdmin,
     PartitionOffsets,
     TopicPartitionKey,
+    error_code,
     validate_consumer_config,
 )
 from sparkafka.options import (
@@ -238,6 +270,7 @@ class SourceOptions:
             raise SparkafkaOptionError(
                 "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
             )
+        strategy = _parse_strategy(reader)
         # Read by the connector (bounded waits on the driver), not a librdkafka property.
         api_timeout_ms = parse_int(
             "kafka.default.api.timeout.ms",
@@ -254,7 +287,7 @@ class SourceOptions:
         max_offsets = reader.optional_integer("maxOffsetsPerTrigger", minimum=1)
         if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
             raise SparkafkaOptionError(
-                f"The value of minOffsetPerTrigger({min_offsets}) is higher than the "
+                f"The value of minOffsetsPerTrigger({min_offsets}) is higher than the "
                 f"maxOffsetsPerTrigger({max_offsets})."
             )
         starting = _parse_boundary(
@@ -267,7 +300,7 @@ class SourceOptions:
             )
         return cls(
             client_config=kafka_params,
-            strategy=_parse_strategy(reader),
+            strategy=strategy,
             starting=starting,
             ending=_parse_boundary(reader, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP, ENDING_OFFSETS),
             timestamp_strategy=reader.choice(STARTING_TIMESTAMP_STRATEGY, ("error", "latest"), "error"),
@@ -942,9 +975,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if latest[tp] < begin:
                 report_data_loss(
                     self.options,
-                    f"topic '{tp[0]}' partition {tp[1]}: the latest offset went back from {begin} "
-                    f"to {latest[tp]} "
-                    "(topic deleted and recreated, or the log was truncated)",
+                    f"topic '{tp[0]}' partition {tp[1]}: the latest offset went back from {begin} to "
+                    f"{latest[tp]} (topic deleted and recreated, or the log was truncated)",
                     resume_at=0,
                 )
                 reset.append(tp)
@@ -971,19 +1003,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             logger.info("discovered partition %s-%d; reading it from offset %d", tp[0], tp[1], end[tp])
 
         if not isinstance(limit, ReadAllAvailable):
-            end = self._apply_read_limits(start_offsets, end, limit)
+            # A changed set of partitions is never delayed: the warnings above would repeat every
+            # trigger until the batch runs.
+            partitions_changed = bool(gone or reset or discovered)
+            end = self._apply_read_limits(start_offsets, end, limit, may_wait=not partitions_changed)
         encoded = encode_offsets(end)
         return start if encoded == start else encoded
 
     def _apply_read_limits(
-        self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit
+        self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit, *, may_wait: bool
     ) -> PartitionOffsets:
+        """Spark's admission control: ``minOffsetsPerTrigger`` holds the batch back (returns
+        ``start``) until enough new offsets exist or ``maxTriggerDelay`` has passed since the last
+        batch; ``maxOffsetsPerTrigger`` then caps it. AvailableNow never waits: nothing new comes."""
         min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.options.min_offsets_per_trigger
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_offsets_per_trigger
         if min_rows is not None and self._available_now_target is None:
             now = time.monotonic()
             waited_ms = math.inf if self._last_trigger_at is None else (now - self._last_trigger_at) * 1000
-            if waited_ms < self.options.max_trigger_delay_ms and count_new_offsets(start, end) < min_rows:
+            enough = count_new_offsets(start, end) >= min_rows
+            if may_wait and not enough and waited_ms < self.options.max_trigger_delay_ms:
                 return dict(start)
             self._last_trigger_at = now
         if max_rows is not None:
@@ -1034,9 +1073,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             or offsets == self._published
         ):
             return
+        # Remembered even if the commit fails: the engine asks for offsets many times a second when
+        # idle, and a group with active members rejects commits until they leave.
+        self._published = dict(offsets)
         try:
-            self.resolver.admin.commit_offsets(group_id, offsets)
-            self._published = dict(offsets)
+            self.resolver.admin.commit_offsets(group_id, offsets, retry=False)
         except Exception as error:
             logger.warning(
                 "could not commit offsets to consumer group %r (monitoring only): %s", group_id, error
@@ -1075,9 +1116,8 @@ class KafkaBatchReader(DataSourceReader):
         for tp in topic_partitions:
             if start[tp] > end[tp]:
                 raise SparkafkaOptionError(
-                    f"the starting offset {start[tp]} of topic '{tp[0]}' partition {tp[1]} "
-                    "is after its ending "
-                    f"offset {end[tp]} ({self.options.starting.option} / {self.options.ending.option})"
+                    f"the starting offset {start[tp]} of topic '{tp[0]}' partition {tp[1]} is after its "
+                    f"ending offset {end[tp]} ({self.options.starting.option} / {self.options.ending.option})"
                 )
         return split_offset_ranges(
             offset_ranges(start, end),
@@ -1096,6 +1136,9 @@ _TIMESTAMP_TYPE_IDS = {0: -1, 1: 0, 2: 1}
 
 _EOF = KafkaError._PARTITION_EOF
 _OFFSET_GONE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+_PARTITION_GONE = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
 
 
 class _Columns:
@@ -1177,9 +1220,12 @@ def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iter
     consumer = Consumer(options.executor_consumer_config())
     try:
         position = partition.start
-        log_start, _ = _watermarks(consumer, topic, number, timeout_s, options)
-        if position < log_start:
-            position = _range_data_loss(partition, position, log_start, options)
+        marks = _watermarks(consumer, topic, number, timeout_s, options)
+        if marks is None:
+            _partition_gone(options, partition, position, "it does not exist")
+            return
+        if position < marks[0]:
+            position = _range_data_loss(partition, position, marks[0], options)
         if position >= end:
             return
         consumer.assign([TopicPartition(topic, number, position)])
@@ -1196,18 +1242,25 @@ def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iter
                     if code == _EOF:
                         done = done or cast(int, message.offset()) >= end
                         continue
+                    if code in _PARTITION_GONE:
+                        _partition_gone(options, partition, position, error.str())
+                        done = True
+                        break
                     if code in _OFFSET_GONE:
-                        log_start, _ = _watermarks(consumer, topic, number, timeout_s, options)
-                        if log_start > position:
-                            position = _range_data_loss(partition, position, log_start, options)
+                        marks = _watermarks(consumer, topic, number, timeout_s, options)
+                        if marks is None:
+                            _partition_gone(options, partition, position, error.str())
+                            done = True
+                            break
+                        if marks[0] > position:
+                            position = _range_data_loss(partition, position, marks[0], options)
                         done = position >= end
                         if not done:
                             consumer.assign([TopicPartition(topic, number, position)])
                         break
                     raise KafkaReadError(
-                        f"reading topic '{topic}' partition {number} offsets "
-                        f"[{partition.start}, {end}) failed at "
-                        f"offset {position}: {error.str()}"
+                        f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) "
+                        f"failed at offset {position}: {error.str()}"
                     )
                 offset = cast(int, message.offset())
                 if offset >= end:
@@ -1223,20 +1276,15 @@ def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iter
             if columns and (done or len(columns) >= ARROW_BATCH_ROWS):
                 yield columns.to_batch()
             if not done and time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
-                _, log_end = _watermarks(consumer, topic, number, timeout_s, options)
-                if log_end < end:
-                    report_data_loss(
-                        options,
-                        f"topic '{topic}' partition {number}: offsets up to {end} were planned "
-                        "but the partition "
-                        f"now ends at {log_end} (topic deleted and recreated, or the log was truncated)",
-                        resume_at=log_end,
-                    )
+                marks = _watermarks(consumer, topic, number, timeout_s, options)
+                if marks is None or marks[1] < end:
+                    detail = "it does not exist" if marks is None else f"it now ends at offset {marks[1]}"
+                    _partition_gone(options, partition, position, detail)
                     return
                 raise KafkaReadError(
-                    f"reading topic '{topic}' partition {number} offsets "
-                    f"[{partition.start}, {end}) made no progress "
-                    f"for {options.poll_timeout_ms} ms at offset {position} (kafkaConsumer.pollTimeoutMs)"
+                    f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) made no "
+                    f"progress for {options.poll_timeout_ms} ms at offset {position} "
+                    "(option kafkaConsumer.pollTimeoutMs)"
                 )
     finally:
         consumer.close()
@@ -1249,17 +1297,30 @@ def _consumer_position(consumer: Consumer, topic: str, partition: int) -> int:
 
 def _watermarks(
     consumer: Consumer, topic: str, partition: int, timeout_s: float, options: SourceOptions
-) -> tuple[int, int]:
+) -> tuple[int, int] | None:
+    """(log start offset, high watermark), or None when the partition does not exist (any more)."""
     try:
         low, high = consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=timeout_s, cached=False
         )
-    except Exception as error:
+    except KafkaException as error:
+        if error_code(error) in _PARTITION_GONE:
+            return None
         raise KafkaUnavailableError(
             f"could not read the offsets of topic '{topic}' partition {partition} from Kafka at "
             f"'{options.bootstrap_servers}' within {timeout_s:g} s: {error}"
         ) from None
     return int(low), int(high)
+
+
+def _partition_gone(options: SourceOptions, partition: OffsetRange, position: int, detail: str) -> None:
+    report_data_loss(
+        options,
+        f"topic '{partition.topic}' partition {partition.partition} lost offsets "
+        f"[{position}, {partition.end}) that were still to be read: {detail} "
+        "(the topic was deleted or recreated, or its log truncated)",
+        resume_at=partition.end,
+    )
 
 
 def _range_data_loss(partition: OffsetRange, requested: int, available: int, options: SourceOptions) -> int:

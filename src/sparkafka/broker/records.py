@@ -402,7 +402,7 @@ def validate_produce_payload(
         )
 
     try:
-        records = decode_records(view[:size])
+        keyless = keyless_record_indexes(view[:size], header)
     except InvalidRecordError as exc:
         raise BrokerError(invalid, str(exc)) from exc
     except (DecompressionError, CodecUnavailableError) as exc:
@@ -411,8 +411,7 @@ def validate_produce_payload(
     if require_keys:
         errors = [
             (index, f"Compacted topic cannot accept message without key in topic partition {tp}")
-            for index, record in enumerate(records)
-            if record.key is None
+            for index in keyless
         ]
         if errors:
             shown = ", ".join(
@@ -576,6 +575,139 @@ def _decode_record_bytes(header: BatchHeader, data: bytes) -> list[Record]:
     if pos != end:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
     return records
+
+
+class _NotFast(Exception):
+    """Internal: the fast record walk met something only the full decoder may judge."""
+
+
+def _varint_end(data: bytes, pos: int, max_bytes: int) -> int:
+    """Position after the varint at `pos` (no value needed); _NotFast if it is longer than max_bytes."""
+    for end in range(pos, pos + max_bytes):
+        if data[end] < 0x80:
+            return end + 1
+    raise _NotFast
+
+
+def _varint_value(data: bytes, pos: int) -> tuple[int, int]:
+    """(zigzag-decoded value, next position) of the int32 varint at `pos`; _NotFast past 5 bytes."""
+    result = shift = 0
+    for end in range(pos, pos + 5):
+        byte = data[end]
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), end + 1
+        shift += 7
+    raise _NotFast
+
+
+def _keyless_indexes_fast(data: bytes, count: int) -> list[int] | None:
+    """The produce hot path: walk `count` records without building them and return the indexes of the
+    keyless ones, or None when anything is unusual (malformed, overlong varint, bytes left over), in which
+    case the full decoder must run and raise Kafka's exact error.
+
+    It accepts exactly the records _decode_record_bytes accepts: the same fields in the same order, the
+    record and the batch ending exactly where declared (a read past its record's end always leaves the
+    position past that end, since every field read advances it). One- and two-byte varints, nearly all
+    of them, are decoded inline."""
+    keyless: list[int] = []
+    end = len(data)
+    pos = 0
+    try:
+        for index in range(count):
+            # length (varint)
+            byte = data[pos]
+            if byte < 0x80:
+                size = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                size = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                size, pos = _varint_value(data, pos)
+            record_end = pos + size
+            if size < 0 or record_end > end:
+                return None
+            pos += 1  # record attributes
+            # timestamp delta (varlong) and offset delta (varint): only skipped
+            if data[pos] < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                pos += 2
+            else:
+                pos = _varint_end(data, pos, 10)
+            if data[pos] < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                pos += 2
+            else:
+                pos = _varint_end(data, pos, 5)
+            # key length and key
+            byte = data[pos]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = _varint_value(data, pos)
+            if length < 0:
+                keyless.append(index)
+            else:
+                pos += length
+            # value length and value
+            byte = data[pos]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = _varint_value(data, pos)
+            if length > 0:
+                pos += length
+            # headers
+            if pos >= record_end:
+                return None  # the header count must still follow
+            if data[pos] == 0:  # none: the common case
+                pos += 1
+            else:
+                header_count, pos = _varint_value(data, pos)
+                if header_count < 0 or header_count > record_end - pos:
+                    return None
+                for _ in range(header_count):
+                    header_key_size, pos = _varint_value(data, pos)
+                    if header_key_size < 0:
+                        return None
+                    header_value_size, pos = _varint_value(data, pos + header_key_size)
+                    if header_value_size > 0:
+                        pos += header_value_size
+                    if pos > record_end:
+                        return None
+            if pos != record_end:
+                return None
+    except (_NotFast, IndexError):
+        return None
+    return keyless if pos == end else None
+
+
+def keyless_record_indexes(batch: Buffer, header: BatchHeader) -> list[int]:
+    """Validate every record of one whole batch as decode_records does (same errors) and return the indexes
+    of the records without a key; cheap for well-formed batches, which are not decoded into Records."""
+    blob = bytes(memoryview(batch)[HEADER_SIZE : header.size])
+    if header.compression:
+        blob = _decompress(header, blob)
+    if header.record_count >= 0:
+        fast = _keyless_indexes_fast(blob, header.record_count)
+        if fast is not None:
+            return fast
+    records = _decode_record_bytes(header, blob)
+    return [index for index, record in enumerate(records) if record.key is None]
 
 
 def decode_records(batch: Buffer) -> list[Record]:

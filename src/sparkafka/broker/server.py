@@ -25,6 +25,7 @@ from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
+from sparkafka.broker.handlers.admin import plain_authentication_error
 from sparkafka.broker.journal import Journal
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_configs, validate_topic_name
@@ -282,11 +283,18 @@ class Connection:
         self.client_host = f"/{peer[0]}" if peer else "/unknown"
         self.authenticated = not broker.config.sasl_plain_users
         self.sasl_mechanism: str | None = None
+        # After a SaslHandshake v0 the client sends one raw, size-prefixed SASL token (no request header).
+        self.raw_sasl_token_expected = False
+        # Set by a handler whose answer ends the connection (failed authentication), as Kafka does.
+        self.close_after_response = False
         self.task: asyncio.Task[Any] | None = None
         self._logged_bad_input = False
 
     def close(self) -> None:
         self.writer.close()
+
+    def log_authentication_failure(self, reason: str) -> None:
+        log.info("failed authentication with %s (%s)", self.client_host, reason)
 
     def _log_bad_input_once(self, message: str) -> None:
         if not self._logged_bad_input:
@@ -311,18 +319,35 @@ class Connection:
                     frame = await self.reader.readexactly(size)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                response = await self._respond(frame)
+                response: bytes | bool | None
+                if self.raw_sasl_token_expected:
+                    response = self._raw_sasl_token(frame)
+                else:
+                    response = await self._respond(frame)
                 if response is False:
                     return
                 if isinstance(response, bytes):
                     self.writer.write(response)
                     await self.writer.drain()
+                if self.close_after_response:
+                    return
         except ConnectionError:
             return
         except Exception:
             log.exception("unexpected error serving %s; connection closed", self.client_host)
         finally:
             self.writer.close()
+
+    def _raw_sasl_token(self, token: bytes) -> bytes | bool:
+        """The SASL/PLAIN token that follows a SaslHandshake v0: on success the (empty) server challenge,
+        size-prefixed; on failure the connection is closed without an answer, as Kafka does."""
+        self.raw_sasl_token_expected = False
+        error = plain_authentication_error(self.broker, token)
+        if error is not None:
+            self.log_authentication_failure(error)
+            return False
+        self.authenticated = True
+        return struct.pack(">i", 0)
 
     async def _respond(self, frame: bytes) -> bytes | bool | None:
         """The encoded response, None when none is due (acks=0), False to close the connection."""

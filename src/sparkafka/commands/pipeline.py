@@ -44,6 +44,11 @@ def run(
         "--sink-option",
         help="KEY=VALUE for the sink (repeatable), e.g. kafka.transaction.timeout.ms=60000.",
     ),
+    output_mode: str = typer.Option(
+        "append",
+        "--output-mode",
+        help="append (maps, watermarked windows), update (running aggregates) or complete.",
+    ),
     master: str = typer.Option("local[*]", "--master", help="Spark master."),
 ) -> None:
     """Run a pipeline until SIGINT/SIGTERM; prints one line per micro-batch.
@@ -70,6 +75,7 @@ def run(
             delivery_guarantee=delivery_guarantee,
             source_options=parse_key_values("--source-option", source_option),
             sink_options=parse_key_values("--sink-option", sink_option),
+            output_mode=output_mode,
         )
         delay_s = parse_duration_ms("--restart-delay", restart_delay) / 1000
     except SparkafkaError as error:

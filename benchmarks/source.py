@@ -1,0 +1,250 @@
+"""Throughput of the sparkafka source against a bare confluent-kafka consume loop, same data, one run.
+
+Starts an embedded broker (a child process), writes ``--records`` records of ``--value-bytes`` bytes,
+then times
+
+* a bare confluent-kafka loop (one consumer, every partition assigned, counting records), and
+* ``spark.readStream.format("sparkafka")`` with ``Trigger.AvailableNow`` and a ``count()`` per
+  micro-batch, from query start to termination (the SparkSession is started before timing),
+
+prints a markdown table and replaces the "Source" section of docs/benchmarks.md.
+
+    python -m benchmarks.source                   # 1,000,000 records of 100 B
+    python benchmarks/source.py --records 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparkafka.broker.runner import BrokerProcess
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs" / "benchmarks.md"
+SECTION_START = "<!-- benchmark:source:start -->"
+SECTION_END = "<!-- benchmark:source:end -->"
+TOPIC = "bench-source"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    reader: str
+    records: int
+    seconds: float
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else float("inf")
+
+
+def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> float:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(60)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "enable.idempotence": True,
+        }
+    )
+    value = b"x" * value_bytes
+    started = time.perf_counter()
+    for index in range(records):
+        while True:
+            try:
+                producer.produce(TOPIC, value=value, partition=index % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    remaining = producer.flush(300)
+    if remaining:
+        raise RuntimeError(f"{remaining} records were not delivered")
+    return time.perf_counter() - started
+
+
+def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-bare",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(TOPIC, partition, 0) for partition in range(partitions)])
+    count = 0
+    deadline = time.monotonic() + 600
+    while count < records and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=10_000, timeout=0.5):
+            error = message.error()
+            if error is None:
+                count += 1
+            elif error.code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"consumer error: {error}")
+    seconds = time.perf_counter() - started
+    consumer.close()
+    if count != records:
+        raise RuntimeError(f"the bare consumer read {count} of {records} records")
+    return Measurement("confluent-kafka consume loop (1 consumer)", count, seconds)
+
+
+def spark_readers(bootstrap: str, records: int, checkpoint: Path) -> list[Measurement]:
+    """Time a batch ``count()`` and an AvailableNow streaming query, after one untimed warm-up read
+    (the first Spark job of a JVM pays for class loading and Python worker start-up)."""
+    from sparkafka.session import spark_session
+
+    spark = spark_session(
+        "sparkafka-benchmark", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}
+    )
+    try:
+
+        def batch_frame() -> DataFrame:
+            return (
+                spark.read.format("sparkafka")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", TOPIC)
+                .load()
+            )
+
+        batch_frame().count()  # warm-up
+        started = time.perf_counter()
+        batch_count = batch_frame().count()
+        batch_seconds = time.perf_counter() - started
+
+        counts: list[int] = []
+        stream = (
+            spark.readStream.format("sparkafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        started = time.perf_counter()
+        query = (
+            stream.writeStream.foreachBatch(lambda batch, _batch_id: counts.append(batch.count()))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        stream_seconds = time.perf_counter() - started
+        executing_ms = sum(
+            progress["durationMs"].get("triggerExecution", 0) for progress in query.recentProgress
+        )
+    finally:
+        spark.stop()
+    for name, count in (("batch", batch_count), ("stream", sum(counts))):
+        if count != records:
+            raise RuntimeError(f"the {name} read returned {count} of {records} records")
+    return [
+        Measurement("sparkafka `spark.read` + count() (local[2])", batch_count, batch_seconds),
+        Measurement(
+            "sparkafka AvailableNow + count() per batch, wall time (local[2])", records, stream_seconds
+        ),
+        Measurement(
+            "same query, micro-batch execution only (triggerExecution)", records, executing_ms / 1000
+        ),
+    ]
+
+
+def render(
+    measurements: list[Measurement], *, records: int, value_bytes: int, partitions: int, produce_s: float
+) -> str:
+    baseline = measurements[0].records_per_second
+    lines = [
+        f"{records:,} records of {value_bytes} B in {partitions} partitions on the embedded broker "
+        f"(written in {produce_s:.1f} s); {platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.",
+        "",
+        "| reader | records | seconds | records/s | vs bare loop |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for m in measurements:
+        lines.append(
+            f"| {m.reader} | {m.records:,} | {m.seconds:.2f} | {m.records_per_second:,.0f} | "
+            f"{m.records_per_second / baseline:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def update_docs(table: str, command: str) -> None:
+    section = "\n".join(
+        [
+            SECTION_START,
+            "## Source",
+            "",
+            f"Measured with `{command}` (see `benchmarks/source.py`). The SparkSession is created and one",
+            "untimed read warms it up before timing; the AvailableNow wall time includes starting the query.",
+            "One run, not a median: expect noticeable run-to-run variation on a small shared machine.",
+            "",
+            table,
+            SECTION_END,
+        ]
+    )
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(SECTION_START) + ".*?" + re.escape(SECTION_END), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _match: section, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    DOCS.write_text(text.rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--no-docs", action="store_true", help="print only, leave docs/benchmarks.md alone")
+    args = parser.parse_args(argv)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work,
+        BrokerProcess(Path(work) / "data") as broker,
+    ):
+        bootstrap = broker.bootstrap_servers
+        print(f"writing {args.records:,} records ...", file=sys.stderr)
+        produce_s = produce(bootstrap, args.records, args.partitions, args.value_bytes)
+        time.sleep(2)  # let the broker finish writing before anything is timed
+        print("bare consume loop ...", file=sys.stderr)
+        bare = bare_consume(bootstrap, args.records, args.partitions)
+        print("spark source ...", file=sys.stderr)
+        spark = spark_readers(bootstrap, args.records, Path(work) / "checkpoint")
+    table = render(
+        [bare, *spark],
+        records=args.records,
+        value_bytes=args.value_bytes,
+        partitions=args.partitions,
+        produce_s=produce_s,
+    )
+    print(table)
+    if not args.no_docs:
+        command = "python -m benchmarks.source" + (
+            f" --records {args.records}" if args.records != 1_000_000 else ""
+        )
+        update_docs(table, command)
+        print(f"\nupdated {DOCS.relative_to(REPO)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""`sparkafka run` as a child process in its own process group, so a test can SIGKILL all of it
+(driver JVM, Python workers) the way `kill -9` does in seed 001."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class PipelineProcess:
+    def __init__(self, log_path: Path, args: list[str], *, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+
+    def start(self) -> PipelineProcess:
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sparkafka", "run", *self.args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.env,
+            )
+        return self
+
+    def output(self) -> str:
+        """What this run (since the last start) printed."""
+        with open(self.log_path, "rb") as handle:
+            handle.seek(self._log_offset)
+            return handle.read().decode("utf-8", "replace")
+
+    def wait_for(self, text: str, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(
+                    f"pipeline exited ({self.process.returncode}) before printing {text!r}:\n"
+                    f"{self.output()[-4000:]}"
+                )
+            time.sleep(0.2)
+        raise AssertionError(
+            f"pipeline did not print {text!r} within {timeout_s} s:\n{self.output()[-4000:]}"
+        )
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole process group: nothing is flushed, closed or aborted."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def terminate(self, timeout_s: float = 120) -> int:
+        """SIGTERM the pipeline (a clean stop) and wait for it to exit; returns its exit code."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process = None
+        return code

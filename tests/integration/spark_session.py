@@ -1,0 +1,45 @@
+"""One local SparkSession for the whole test session, shared by the tests that need Spark.
+
+Import the fixture into a test module with ``from .spark_session import spark_fixture  # noqa: F401``;
+tests then ask for ``spark``. The session has the ``sparkafka`` format registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+import sparkafka
+
+
+def local_spark_session(app_name: str = "sparkafka-tests") -> SparkSession:
+    """A small local[2] session: two cores, two shuffle partitions, no UI, quiet logs."""
+    # Workers must run this interpreter: it is the one with sparkafka and its dependencies installed.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    sparkafka.register(spark)
+    return spark
+
+
+@pytest.fixture(scope="session", name="spark")
+def spark_fixture() -> Iterator[SparkSession]:
+    spark = local_spark_session()
+    yield spark
+    spark.stop()

@@ -1,0 +1,230 @@
+"""Retention (cleanup.policy=delete) and compaction (cleanup.policy=compact) through a running broker,
+observed with real clients: ListOffsets earliest, OFFSET_OUT_OF_RANGE handling, what a reader sees."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, producer, read_all, transactional_producer
+from .raw_kafka import RawConnection, produce_batch
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cleaning_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data_dir = tmp_path_factory.mktemp("retention") / "data"
+    args = ["--group-initial-rebalance-delay-ms", "0", "--retention-check-interval-ms", "200"]
+    with BrokerProcess(data_dir, extra_args=args) as process:
+        yield process
+
+
+def _deliver(sender: Producer, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+    errors: list[KafkaError] = []
+    for key, value in records:
+        sender.produce(topic, key=key, value=value, on_delivery=lambda e, _m: e and errors.append(e))
+    assert sender.flush(30) == 0
+    assert not errors, errors
+
+
+def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+
+
+def _wait_for(condition, timeout_s: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _read_to_end(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, bytes | None, int]]:
+    """(key, value, offset) of every record from the start to the end of partition 0."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    found: list[tuple[str, bytes | None, int]] = []
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                return found
+            found.append((message.key().decode(), message.value(), message.offset()))
+    finally:
+        consumer.close()
+    raise AssertionError(f"did not reach the end of {topic}-0 in 10 s")
+
+
+def _consume_from_zero(bootstrap: str, topic: str, reset: str) -> list[object]:
+    """What a consumer assigned at offset 0 sees with auto.offset.reset=`reset`: (offset, value) pairs up to
+    the end of the partition, or the error it stopped at."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reset-{reset}-{time.monotonic_ns()}",
+            "auto.offset.reset": reset,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen: list[object] = []
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    seen.append(message.error())
+                return seen
+            seen.append((message.offset(), message.value()))
+    finally:
+        consumer.close()
+    raise AssertionError(f"auto.offset.reset={reset}: neither the end of {topic}-0 nor an error in 10 s")
+
+
+def test_retention_deletes_old_segments_and_moves_the_log_start(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = cleaning_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"retention.ms": "100", "segment.bytes": "1024"})
+    sender = producer(bootstrap, acks="all", linger_ms=0, batch_num_messages=5)
+    for start in range(0, 100, 5):
+        _deliver(sender, topic_name, [(None, f"v{i:03d}".encode() * 10) for i in range(start, start + 5)])
+
+    directory = cleaning_broker.data_dir / f"{topic_name}-0"
+    _wait_for(lambda: len(list(directory.glob("*.log"))) == 1, what="retention to delete the closed segments")
+    low, high = _watermarks(bootstrap, topic_name)
+    assert high == 100
+    active_base = int(next(directory.glob("*.log")).stem)
+    assert 0 < low == active_base < high  # ListOffsets earliest = the first offset still stored
+    assert "retention deletes segment" in cleaning_broker.log_path.read_text()
+
+    # Offset 0 is out of range now; each auto.offset.reset policy handles it as Kafka's clients do.
+    earliest = _consume_from_zero(bootstrap, topic_name, "earliest")
+    assert earliest == [(o, f"v{o:03d}".encode() * 10) for o in range(low, high)]
+    assert _consume_from_zero(bootstrap, topic_name, "latest") == []
+    [failed] = _consume_from_zero(bootstrap, topic_name, "error")
+    assert isinstance(failed, KafkaError) and failed.code() == KafkaError._AUTO_OFFSET_RESET, failed
+    assert "out of range" in failed.str().lower()
+
+    # The moved log start is checkpointed: a restart keeps it.
+    cleaning_broker.terminate()
+    cleaning_broker.start()
+    assert _watermarks(cleaning_broker.bootstrap_servers, topic_name) == (low, high)
+
+
+def test_compaction_keeps_the_latest_committed_value_per_key(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = cleaning_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"cleanup.policy": "compact", "segment.bytes": "300"})
+    plain = producer(bootstrap, acks="all", linger_ms=0)
+    for version in range(3):  # three generations of k-plain-0..2, each key in its own batch
+        for key in range(3):
+            _deliver(plain, topic_name, [(f"plain-{key}".encode(), f"plain-{key}-v{version}".encode())])
+    _deliver(plain, topic_name, [(b"deleted", b"soon gone"), (b"deleted", None)])  # a tombstone
+
+    transactional = transactional_producer(bootstrap, f"tx-{topic_name}", linger_ms=0)
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    transactional.produce(topic_name, key=b"txn", value=b"txn-committed")
+    transactional.commit_transaction(30)
+    transactional.begin_transaction()
+    transactional.produce(topic_name, key=b"txn", value=b"txn-aborted")  # must not supersede
+    transactional.produce(topic_name, key=b"plain-0", value=b"plain-0-aborted")
+    transactional.flush(10)
+    transactional.abort_transaction(30)
+    # Later writes roll the segments above, so they are closed and can be cleaned (never the active one).
+    for i in range(4):
+        _deliver(plain, topic_name, [(f"filler-{i}".encode(), b"x" * 100)])
+
+    expected = {
+        "plain-0": b"plain-0-v2",
+        "plain-1": b"plain-1-v2",
+        "plain-2": b"plain-2-v2",
+        "deleted": None,  # the tombstone stays until delete.retention.ms (a day by default)
+        "txn": b"txn-committed",
+        **{f"filler-{i}": b"x" * 100 for i in range(4)},
+    }
+
+    def compacted() -> bool:
+        return len(_read_to_end(bootstrap, topic_name, "read_uncommitted")) == len(expected)
+
+    _wait_for(compacted, what="compaction", timeout_s=20)
+    for isolation in ("read_committed", "read_uncommitted"):
+        # One record per key, the latest committed value; the aborted transaction's records are gone too.
+        seen = _read_to_end(bootstrap, topic_name, isolation)
+        assert len(seen) == len(expected), seen
+        assert {key: value for key, value, _ in seen} == expected
+        offsets = [offset for *_, offset in seen]
+        assert offsets == sorted(offsets)
+    # Compaction never changes offsets: 9 + 2 plain records, 1 committed record and its marker, 2 aborted
+    # records and their marker, 4 fillers.
+    assert _watermarks(bootstrap, topic_name) == (0, 20)
+    assert "compaction removed" in cleaning_broker.log_path.read_text()
+
+
+def test_keyless_records_are_rejected_on_compacted_topics(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = cleaning_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"cleanup.policy": "compact"})
+    errors: list[KafkaError] = []
+    sender = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "retries": 0})
+    sender.produce(topic_name, value=b"no key", on_delivery=lambda e, _m: errors.append(e))
+    sender.flush(30)
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() == KafkaError.INVALID_RECORD
+
+    # On the wire: Kafka's message, and the rejected record's index (Produce v8 record errors).
+    batch = encode_batch([Record(0, int(time.time() * 1000), None, b"no key")], base_offset=0)
+    with RawConnection(cleaning_broker.port) as connection:
+        from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+        partition_class = ProduceRequest.TopicProduceData.PartitionProduceData
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=topic_name, partition_data=[partition_class(index=0, records=batch)]
+                )
+            ],
+        )
+        response = connection.roundtrip(request, ProduceResponse, version=8)
+        result = response.responses[0].partition_responses[0]
+        assert result.error_code == 87  # INVALID_RECORD
+        message = f"Compacted topic cannot accept message without key in topic partition {topic_name}-0"
+        assert message in result.error_message
+        assert [(e.batch_index, e.batch_index_error_message) for e in result.record_errors] == [(0, message)]
+        keyed = encode_batch([Record(0, int(time.time() * 1000), b"k", b"keyed")], base_offset=0)
+        assert produce_batch(connection, topic_name, 0, keyed) == (0, 0)  # keyed records still go in
+    assert [m.value() for m in read_all(bootstrap, topic_name, expect=1)] == [b"keyed"]
+    assert not list(Path(cleaning_broker.data_dir).glob(f"{topic_name}-1"))

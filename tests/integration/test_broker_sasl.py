@@ -1,0 +1,275 @@
+"""SASL/PLAIN authentication (`sparkafka broker --sasl-plain-user USER:PASSWORD`), as a Kafka
+SASL_PLAINTEXT listener behaves: SaslHandshake v1 + SaslAuthenticate (what librdkafka, kafka-python and
+the Java client send), raw tokens after a SaslHandshake v0, and nothing served before authentication."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .raw_kafka import RawConnection, idempotent_batch, produce_batch
+
+pytestmark = pytest.mark.integration
+
+USER, PASSWORD = "alice", "secret"
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data_dir = tmp_path_factory.mktemp("sasl") / "data"
+    args = ["--group-initial-rebalance-delay-ms", "0", "--sasl-plain-user", f"{USER}:{PASSWORD}"]
+    args += ["--sasl-plain-user", "bob:hunter2"]
+    with BrokerProcess(data_dir, extra_args=args) as process:
+        yield process
+
+
+def _sasl(bootstrap: str, username: str = USER, password: str = PASSWORD, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": username,
+        "sasl.password": password,
+        **extra,
+    }
+
+
+def _create_topic(config: dict[str, Any], name: str) -> None:
+    admin = AdminClient(config)  # kept referenced until the result is in: destroying it fails the future
+    futures = admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)
+    futures[name].result(timeout=30)
+
+
+def _topic_log_bytes(broker: BrokerProcess, topic: str) -> int:
+    return sum(p.stat().st_size for p in (broker.data_dir / f"{topic}-0").glob("*.log"))
+
+
+def test_right_password_produces_and_consumes_transactionally(sasl_broker: BrokerProcess) -> None:
+    topic = f"sasl-{uuid.uuid4().hex[:8]}"
+    config = _sasl(sasl_broker.bootstrap_servers)
+    _create_topic(config, topic)
+    producer = Producer({**config, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"authenticated")
+    producer.commit_transaction(30)
+
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    received = []
+    deadline = time.monotonic() + 20
+    while not received and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            received.append(message.value())
+    consumer.commit(asynchronous=False)
+    committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    consumer.close()
+    assert received == [b"authenticated"]
+    assert committed[0].offset == 1  # librdkafka commits the last consumed offset + 1
+
+
+def test_second_user_is_accepted_too(sasl_broker: BrokerProcess) -> None:
+    metadata = AdminClient(_sasl(sasl_broker.bootstrap_servers, "bob", "hunter2")).list_topics(timeout=10)
+    assert metadata.brokers
+
+
+def test_wrong_password_fails_with_an_authentication_error(sasl_broker: BrokerProcess) -> None:
+    errors: list[KafkaError] = []
+    config = _sasl(sasl_broker.bootstrap_servers, password="wrong", error_cb=errors.append)
+    producer = Producer(config)
+    producer.produce("never-written", value=b"x")
+    deadline = time.monotonic() + 10
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+        producer.poll(0.2)
+    authentication = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    assert authentication, errors
+    assert "Invalid username or password" in authentication[0].str()
+    assert producer.flush(0) == 1  # nothing was delivered
+    with pytest.raises(KafkaException):
+        AdminClient(_sasl(sasl_broker.bootstrap_servers, "nobody", PASSWORD)).list_topics(timeout=1)
+    assert not (sasl_broker.data_dir / "never-written-0").exists()
+
+
+def test_client_without_sasl_is_disconnected_before_any_data(sasl_broker: BrokerProcess) -> None:
+    topic = f"sasl-{uuid.uuid4().hex[:8]}"
+    _create_topic(_sasl(sasl_broker.bootstrap_servers), topic)
+    producer = Producer({**_sasl(sasl_broker.bootstrap_servers), "enable.idempotence": True})
+    producer.produce(topic, value=b"secret-data")
+    assert producer.flush(30) == 0
+    size = _topic_log_bytes(sasl_broker, topic)
+
+    # A PLAINTEXT client gets nothing, not even metadata.
+    with pytest.raises(KafkaException) as raised:
+        AdminClient({"bootstrap.servers": sasl_broker.bootstrap_servers}).list_topics(timeout=3)
+    assert raised.value.args[0].code() == KafkaError._TRANSPORT
+
+    # On the wire: ApiVersions is answered (clients need it to authenticate), everything else closes
+    # the connection without an answer.
+    with RawConnection(sasl_broker.port) as connection:
+        versions = connection.roundtrip(ApiVersionsRequest(), ApiVersionsResponse, version=3)
+        assert versions.error_code == 0
+        connection.send_frame(_encoded(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12))
+        assert connection.closed_by_peer()
+    fetch = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=0, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    with RawConnection(sasl_broker.port) as connection, pytest.raises(ConnectionError):
+        connection.roundtrip(fetch, FetchResponse, version=11)
+    with RawConnection(sasl_broker.port) as connection, pytest.raises(ConnectionError):
+        produce_batch(
+            connection,
+            topic,
+            0,
+            idempotent_batch([b"intruder"], producer_id=-1, epoch=-1, base_sequence=-1),
+        )
+    assert _topic_log_bytes(sasl_broker, topic) == size  # nothing appended
+
+
+def _encoded(request: Any, version: int) -> bytes:
+    """A request's bytes without the size prefix (RawConnection.send_frame adds it)."""
+    request.with_header(correlation_id=99, client_id="raw")
+    return bytes(request.encode(version=version, header=True, framed=False))
+
+
+def test_handshake_v1_then_sasl_authenticate_on_the_wire(sasl_broker: BrokerProcess) -> None:
+    with RawConnection(sasl_broker.port) as connection:
+        handshake = connection.roundtrip(
+            SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1
+        )
+        assert (handshake.error_code, handshake.mechanisms) == (0, ["PLAIN"])
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        answer = connection.roundtrip(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
+        assert (answer.error_code, answer.session_lifetime_ms) == (0, 0)
+        metadata = connection.roundtrip(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False), MetadataResponse, version=12
+        )
+        assert metadata.brokers[0].port == sasl_broker.port
+        # Authenticated connections are told a new handshake or authenticate is out of place.
+        again = connection.roundtrip(
+            SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1
+        )
+        assert again.error_code == 34  # ILLEGAL_SASL_STATE
+        repeat = connection.roundtrip(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
+        assert repeat.error_code == 34
+        assert repeat.error_message == "SaslAuthenticate request received after successful authentication"
+
+    with RawConnection(sasl_broker.port) as connection:
+        connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+        wrong = connection.roundtrip(
+            SaslAuthenticateRequest(auth_bytes=f"\0{USER}\0nope".encode()), SaslAuthenticateResponse, 2
+        )
+        assert wrong.error_code == 58  # SASL_AUTHENTICATION_FAILED
+        assert wrong.error_message == "Authentication failed: Invalid username or password"
+        assert connection.closed_by_peer()  # as Kafka, the failure ends the connection
+
+    with RawConnection(sasl_broker.port) as connection:
+        connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+        other_identity = f"bob\0{USER}\0{PASSWORD}".encode()  # authorization id differs from the user
+        answer = connection.roundtrip(
+            SaslAuthenticateRequest(auth_bytes=other_identity), SaslAuthenticateResponse, 2
+        )
+        assert answer.error_code == 58
+        assert "authorization id that is different from username" in answer.error_message
+
+    with RawConnection(sasl_broker.port) as connection:
+        # SaslAuthenticate before any SaslHandshake: closed without an answer, as Kafka does.
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        connection.send_frame(_encoded(SaslAuthenticateRequest(auth_bytes=token), 2))
+        assert connection.closed_by_peer()
+
+    with RawConnection(sasl_broker.port) as connection:
+        scram = connection.roundtrip(
+            SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), SaslHandshakeResponse, version=1
+        )
+        assert (scram.error_code, scram.mechanisms) == (33, ["PLAIN"])  # UNSUPPORTED_SASL_MECHANISM
+        assert connection.closed_by_peer()
+
+
+def test_handshake_v0_then_raw_token(sasl_broker: BrokerProcess) -> None:
+    with RawConnection(sasl_broker.port) as connection:
+        handshake = connection.roundtrip(
+            SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=0
+        )
+        assert handshake.error_code == 0
+        connection.send_frame(f"\0{USER}\0{PASSWORD}".encode())
+        assert connection.read_frame() == b"\x00\x00\x00\x00"  # PLAIN's empty server challenge
+        metadata = connection.roundtrip(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False), MetadataResponse, version=12
+        )
+        assert metadata.brokers[0].node_id == 1
+
+    with RawConnection(sasl_broker.port) as connection:
+        connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=0)
+        connection.send_frame(f"\0{USER}\0wrong".encode())
+        assert connection.closed_by_peer()
+
+
+def test_kafka_python_client_authenticates(sasl_broker: BrokerProcess) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = f"sasl-kp-{uuid.uuid4().hex[:8]}"
+    _create_topic(_sasl(sasl_broker.bootstrap_servers), topic)
+    common = {
+        "bootstrap_servers": sasl_broker.bootstrap_servers,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": USER,
+        "sasl_plain_password": PASSWORD,
+    }
+    sender = KafkaProducer(**common)
+    sender.send(topic, b"from kafka-python").get(timeout=30)
+    sender.close()
+    reader = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common)
+    assert next(iter(reader)).value == b"from kafka-python"
+    reader.close()
+
+
+def test_handshake_on_a_listener_without_sasl_is_illegal(broker: BrokerProcess) -> None:
+    # Kafka's KafkaApis answers SaslHandshake outside SASL authentication with ILLEGAL_SASL_STATE.
+    with RawConnection(broker.port) as connection:
+        answer = connection.roundtrip(
+            SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1
+        )
+        assert (answer.error_code, answer.mechanisms) == (34, [])
+        metadata = connection.roundtrip(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False), MetadataResponse, version=12
+        )
+        assert metadata.brokers[0].port == broker.port  # the connection carries on

@@ -1,0 +1,232 @@
+"""Exactly-once through SIGKILL of the whole pipeline at distinct points of the protocol (seed 001,
+automated): real broker process, real Spark in a `sparkafka run` process group, real clients."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
+from .pipeline_process import PipelineProcess
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 40
+
+
+def _send_input(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    sender = producer(bootstrap)
+    lines = [f"a{i},b{i}".encode() for i in range(RECORDS)]
+    for i, line in enumerate(lines):
+        sender.produce(topic, value=line, partition=i % partitions)
+    assert sender.flush(30) == 0
+    return [b"EVENT(" + line + b")" for line in lines]
+
+
+# Each write task writes to the output partition of its input partition, so one task's open
+# transaction does not hide another task's committed output from read_committed readers.
+SAME_PARTITION_MAP = "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
+
+
+def _pipeline(broker: BrokerProcess, tmp_path: Path, *extra: str) -> PipelineProcess:
+    if "--sql" not in extra:
+        extra = ("--sql", SAME_PARTITION_MAP, *extra)
+    args = [
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--source-topic",
+        "in",
+        "--sink-topic",
+        "out",
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--trigger",
+        "500ms",
+        "--master",
+        "local[2]",
+        "--source-option",
+        "startingOffsets=earliest",
+        *extra,
+    ]
+    return PipelineProcess(tmp_path / "pipeline.log", args)
+
+
+def _wait_committed(
+    broker: BrokerProcess, expected: int, partitions: int, timeout_s: float = 120
+) -> list[bytes]:
+    deadline = time.monotonic() + timeout_s
+    got: list[bytes] = []
+    while time.monotonic() < deadline:
+        got = values(
+            read_all(broker.bootstrap_servers, "out", expect=expected, timeout_s=5, partitions=partitions)
+        )
+        if len(got) >= expected:
+            time.sleep(2)  # anything beyond `expected` would be a duplicate: give it time to show
+            return values(read_all(broker.bootstrap_servers, "out", timeout_s=5, partitions=partitions))
+        time.sleep(1)
+    return got
+
+
+def _dump_log(broker: BrokerProcess) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkafka", "dump-log", "--data-dir", str(broker.data_dir), "--topic", "out"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+
+def _no_open_transactions(broker: BrokerProcess, topic: str, partitions: int) -> bool:
+    """read_committed readers are not held back: on every partition the LSO equals the high watermark."""
+    ends = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = Consumer(
+            {"bootstrap.servers": broker.bootstrap_servers, "group.id": "lso", "isolation.level": isolation}
+        )
+        ends[isolation] = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)
+        ]
+        consumer.close()
+    return ends["read_committed"] == ends["read_uncommitted"]
+
+
+@pytest.fixture
+def topics(fresh_broker: BrokerProcess) -> BrokerProcess:
+    create_topic(fresh_broker.bootstrap_servers, "in", partitions=2)
+    create_topic(fresh_broker.bootstrap_servers, "out", partitions=2)
+    return fresh_broker
+
+
+@pytest.mark.parametrize(
+    ("pause", "uncommitted_duplicates"),
+    [
+        (["debug.pauseAt=beforeProduce"], False),
+        (["debug.pauseAt=beforeCommit"], True),
+        (["debug.pauseAt=beforeCommit", "debug.pausePartitions=1"], True),
+        (["debug.pauseAt=driverCommit"], False),
+    ],
+    ids=["before-produce", "mid-transaction", "after-some-tasks-committed", "before-spark-commit-log"],
+)
+def test_sigkill_and_restart_is_exactly_once(
+    topics: BrokerProcess, tmp_path: Path, pause: list[str], uncommitted_duplicates: bool
+) -> None:
+    broker = topics
+    expected = _send_input(broker.bootstrap_servers, "in", 2)
+    sink_options = [arg for option in pause for arg in ("--sink-option", option)]
+    first = _pipeline(broker, tmp_path, *sink_options, "--sink-option", "debug.pauseMs=120s").start()
+    try:
+        first.wait_for("sparkafka debug pause:")
+        if "debug.pausePartitions=1" in pause:
+            # Partition 0's task committed its half; partition 1's transaction is open.
+            assert len(_wait_committed(broker, RECORDS // 2, 2, timeout_s=60)) == RECORDS // 2
+        if "debug.pauseAt=driverCommit" in pause:
+            assert len(_wait_committed(broker, RECORDS, 2, timeout_s=60)) == RECORDS
+    finally:
+        first.kill_group()
+
+    second = _pipeline(broker, tmp_path).start()
+    try:
+        committed = _wait_committed(broker, RECORDS, 2)
+    finally:
+        second.terminate()
+
+    assert sorted(committed) == sorted(expected), (
+        "read_committed output must be the input mapped exactly once"
+    )
+    uncommitted = values(
+        read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
+    )
+    duplicates = sum(n - 1 for n in collections.Counter(uncommitted).values() if n > 1)
+    assert (duplicates > 0) == uncommitted_duplicates
+    dump = _dump_log(broker)
+    assert "endTxnMarker: COMMIT" in dump
+    assert ("endTxnMarker: ABORT" in dump) == uncommitted_duplicates
+    assert _no_open_transactions(broker, "out", 2)
+
+
+def test_restart_with_fewer_partitions_leaves_no_open_transaction(
+    topics: BrokerProcess, tmp_path: Path
+) -> None:
+    broker = topics
+    _send_input(broker.bootstrap_servers, "in", 2)
+    wide = "SELECT /*+ REPARTITION(3) */ concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
+    first = _pipeline(
+        broker,
+        tmp_path,
+        "--sql",
+        wide,
+        "--sink-option",
+        "debug.pauseAt=beforeCommit",
+        "--sink-option",
+        "debug.pausePartitions=2",
+        "--sink-option",
+        "debug.pauseMs=120s",
+    ).start()
+    try:
+        first.wait_for("sparkafka debug pause: beforeCommit partition=2")
+    finally:
+        first.kill_group()
+    assert not _no_open_transactions(broker, "out", 2), "the killed task's transaction should be open"
+
+    narrow = "SELECT /*+ REPARTITION(1) */ concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
+    second = _pipeline(broker, tmp_path, "--sql", narrow).start()
+    try:
+        second.wait_for("batch ")
+        deadline = time.monotonic() + 60
+        while not _no_open_transactions(broker, "out", 2) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _no_open_transactions(broker, "out", 2), (
+            "id -2 of the wider run still holds a transaction open"
+        )
+    finally:
+        second.terminate()
+
+
+def test_zombie_with_the_same_transactional_id_cannot_commit(topics: BrokerProcess, tmp_path: Path) -> None:
+    broker = topics
+    expected = _send_input(broker.bootstrap_servers, "in", 2)
+    zombie = transactional_producer(broker.bootstrap_servers, "fixed-prefix-0")
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce("out", value=b"zombie", partition=0)
+    zombie.flush(10)
+
+    pipeline = _pipeline(broker, tmp_path, "--sink-option", "transactionalIdPrefix=fixed-prefix").start()
+    try:
+        committed = _wait_committed(broker, RECORDS, 2)
+    finally:
+        pipeline.terminate()
+    with pytest.raises(Exception, match=r"(?i)fenc|epoch"):
+        zombie.commit_transaction(10)
+    assert sorted(committed) == sorted(expected)
+
+
+def test_sigterm_stops_cleanly_and_keeps_the_checkpoint(topics: BrokerProcess, tmp_path: Path) -> None:
+    broker = topics
+    expected = _send_input(broker.bootstrap_servers, "in", 2)
+    pipeline = _pipeline(broker, tmp_path).start()
+    assert len(_wait_committed(broker, RECORDS, 2)) == RECORDS
+    assert pipeline.terminate() == 0
+    assert "checkpoint kept" in pipeline.output()
+    assert _no_open_transactions(broker, "out", 2)
+
+    more = [f"c{i},d{i}".encode() for i in range(10)]
+    sender = producer(broker.bootstrap_servers)
+    for line in more:
+        sender.produce("in", value=line, partition=0)
+    sender.flush(10)
+    resumed = _pipeline(broker, tmp_path).start()
+    try:
+        committed = _wait_committed(broker, RECORDS + 10, 2)
+    finally:
+        resumed.terminate()
+    assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more])
