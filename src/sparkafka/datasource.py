@@ -27,4 +27,6 @@ class KafkaDataSource(_SourceDataSource):
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         options = SinkOptions.parse(self.options)
         validate_input_schema(schema, options)
+        if options.delivery_guarantee == "exactly-once":
+            ensure_marker_topic(options)
         return KafkaBatchWriter(options)

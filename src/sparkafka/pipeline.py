@@ -89,17 +89,27 @@ def build_query(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     elif config.sql:
         frame.createOrReplaceTempView("input")
         frame = spark.sql(config.sql)
+    sink_options = {
+        "kafka.bootstrap.servers": config.bootstrap_servers,
+        "topic": config.sink_topic,
+        "deliveryGuarantee": config.delivery_guarantee,
+        **config.sink_options,
+    }
     writer = (
-        frame.writeStream.format("sparkafka")
-        .option("kafka.bootstrap.servers", config.bootstrap_servers)
-        .option("topic", config.sink_topic)
-        .option("deliveryGuarantee", config.delivery_guarantee)
-        .option("checkpointLocation", config.checkpoint)
+        frame.writeStream.option("checkpointLocation", config.checkpoint)
         .outputMode(config.output_mode)
         .trigger(processingTime=config.trigger)
     )
-    for key, value in config.sink_options.items():
-        writer = writer.option(key, value)
+    if config.output_mode == "append":
+        writer = writer.format("sparkafka").options(**sink_options)
+    else:
+        # Python streaming sinks take append mode only; update/complete output goes through
+        # foreachBatch, whose write tasks still know the query and batch ids, so the sink's
+        # exactly-once protocol applies unchanged.
+        def write_batch(batch: DataFrame, batch_id: int) -> None:
+            batch.write.format("sparkafka").options(**sink_options).mode("append").save()
+
+        writer = writer.foreachBatch(write_batch)
     if config.query_name:
         writer = writer.queryName(config.query_name)
     return writer.start()

@@ -71,6 +71,9 @@ SINK_OPTIONS = (
     ),
     OptionSpec("debug.pauseMs", "how long debug.pauseAt pauses (default 30s)"),
     OptionSpec("debug.pausePartitions", "comma-separated write partitions that pause (default all)"),
+    OptionSpec(
+        "debug.failFirstAttemptAt", "beforeCommit: fail each task's first attempt there (chaos tests)"
+    ),
     OptionSpec("operationTimeoutMs", "bound on each Kafka call of the sink (default 60s)"),
 )
 
@@ -95,6 +98,7 @@ class SinkOptions:
     pause_at: str | None = None
     pause_s: float = 0.0
     pause_partitions: frozenset[int] | None = None
+    fail_first_attempt_at: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -126,6 +130,7 @@ class SinkOptions:
             pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
             pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
             pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
+            fail_first_attempt_at=reader.choice("debug.failFirstAttemptAt", ("beforecommit",), "") or None,
         )
 
     @property
@@ -149,6 +154,18 @@ class SinkOptions:
             flush=True,
         )
         time.sleep(self.pause_s)
+
+    def fail_first_attempt(self, point: str) -> None:
+        """Chaos-test hook: fail a task's first attempt at a named point, after it wrote its rows."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if (
+            self.fail_first_attempt_at == point.lower()
+            and context is not None
+            and context.attemptNumber() == 0
+        ):
+            raise RuntimeError(f"injected failure of the first attempt (debug.failFirstAttemptAt={point})")
 
 
 PAUSE_POINTS = ("beforeproduce", "beforecommit", "drivercommit")
@@ -490,6 +507,7 @@ class SinkCommitMessage(WriterCommitMessage):
     fresh_producer: bool
     transactional_id_prefix: str | None
     query_id: str | None
+    batch_id: int | None = None
 
 
 def _task_identity() -> tuple[int, str | None, int | None]:
@@ -557,11 +575,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         first = next(batches, None)
         if self.options.delivery_guarantee != EXACTLY_ONCE:
             records = 0 if first is None else self._write_without_transaction(first, batches)
-            return SinkCommitMessage(partition, None, records, False, False, None, query_id)
+            return SinkCommitMessage(partition, None, records, False, False, None, query_id, batch_id)
         if query_id is None or batch_id is None:
             raise SparkafkaError(
-                "deliveryGuarantee=exactly-once needs a streaming query (writeStream); for batch writes use "
-                "at-least-once"
+                "deliveryGuarantee=exactly-once needs a streaming query: writeStream, or df.write inside "
+                "foreachBatch; for a plain batch write use at-least-once"
             )
         prefix = self.options.transactional_id_prefix or f"sparkafka-{query_id}"
         transactional_id = f"{prefix}-{partition}"
@@ -569,7 +587,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             # No rows, no transaction. The producer is still created on a fresh worker so that the
             # id's leftover transaction from a crash is aborted now, not at the broker's timeout.
             cached = _transactional_producer(self.options, transactional_id, query_id, partition)
-            return SinkCommitMessage(partition, transactional_id, 0, False, cached.fresh, prefix, query_id)
+            return SinkCommitMessage(
+                partition, transactional_id, 0, False, cached.fresh, prefix, query_id, batch_id
+            )
         cached = _transactional_producer(self.options, transactional_id, query_id, partition)
         fresh = cached.fresh
         marker = cached.marker
@@ -591,11 +611,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 transactional_id,
                 marker.batch_id,
             )
-            return SinkCommitMessage(partition, transactional_id, 0, True, fresh, prefix, query_id)
+            return SinkCommitMessage(partition, transactional_id, 0, True, fresh, prefix, query_id, batch_id)
         records = self._write_transaction(
             cached, transactional_id, query_id, batch_id, partition, first, batches
         )
-        return SinkCommitMessage(partition, transactional_id, records, False, fresh, prefix, query_id)
+        return SinkCommitMessage(
+            partition, transactional_id, records, False, fresh, prefix, query_id, batch_id
+        )
 
     def _write_transaction(
         self,
@@ -615,9 +637,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             producer.begin_transaction()
             for batch in _chain(first, rest):
                 records += self._produce_batch(producer, batch, cached.delivery_errors)
-            if self.options.pause_at == "beforecommit":
+            if self.options.pause_at == "beforecommit" or self.options.fail_first_attempt_at:
                 producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
                 self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
+                self.options.fail_first_attempt("beforeCommit")
             # The marker goes last, just before the commit: the marker partition is shared by every
             # writer, and an open transaction there would hold back every reader of the markers.
             marker = CommitMarker(
@@ -790,23 +813,30 @@ def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("sparkafka")``: at-least-once (or none) writes of a bounded DataFrame.
+    """``df.write.format("sparkafka")``: a bounded DataFrame, or one micro-batch inside
+    ``foreachBatch``.
 
-    A batch write has no micro-batch id that a retried job could be matched against, so it cannot
-    skip output an earlier attempt committed; exactly-once needs a streaming query (a bounded input
-    can be written once with ``writeStream.trigger(availableNow=True)``)."""
+    Inside ``foreachBatch`` Spark gives the write tasks the query id and micro-batch id, so
+    exactly-once works exactly as in the streaming sink (same transactional ids, same commit
+    markers): this is how update- and complete-mode queries, which Python streaming sinks cannot
+    take directly, write exactly once. A plain ``df.write`` outside a streaming query has no batch id
+    a retry could be matched against; there exactly-once fails with a clear message in the tasks."""
 
     def __init__(self, options: SinkOptions) -> None:
-        if options.delivery_guarantee == EXACTLY_ONCE:
-            raise SparkafkaOptionError(
-                "deliveryGuarantee=exactly-once needs a streaming write (df.writeStream ... "
-                ".trigger(availableNow=True) for a bounded input); df.write supports at-least-once and none"
-            )
         self.options = options
+        self._writer = KafkaStreamWriter(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return KafkaStreamWriter(self.options).write(iterator)
+        return self._writer.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        written = sum(m.records for m in messages if isinstance(m, SinkCommitMessage))
-        log.info("batch write committed: %d task(s) wrote %d record(s)", len(messages), written)
+        self._writer.commit(messages, _reported_batch_id(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._writer.abort(messages, _reported_batch_id(messages))
+
+
+def _reported_batch_id(messages: list[WriterCommitMessage | None]) -> int:
+    return next(
+        (m.batch_id for m in messages if isinstance(m, SinkCommitMessage) and m.batch_id is not None), -1
+    )

@@ -230,3 +230,90 @@ def test_sigterm_stops_cleanly_and_keeps_the_checkpoint(topics: BrokerProcess, t
     finally:
         resumed.terminate()
     assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more])
+
+
+def test_task_failing_on_its_first_attempt_is_retried_exactly_once(
+    topics: BrokerProcess, tmp_path: Path
+) -> None:
+    broker = topics
+    expected = _send_input(broker.bootstrap_servers, "in", 2)
+    # local[2,2]: two cores, a task may fail once and is retried (Spark's spark.task.maxFailures).
+    pipeline = _pipeline(
+        broker, tmp_path, "--master", "local[2,2]", "--sink-option", "debug.failFirstAttemptAt=beforeCommit"
+    ).start()
+    try:
+        committed = _wait_committed(broker, RECORDS, 2)
+    finally:
+        pipeline.terminate()
+    assert "injected failure of the first attempt" in pipeline.output()
+    assert sorted(committed) == sorted(expected)
+    uncommitted = values(
+        read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
+    )
+    assert len(uncommitted) == 2 * RECORDS  # each first attempt's rows, aborted, then the retry's
+    assert "endTxnMarker: ABORT" in _dump_log(broker)
+
+
+def test_running_count_survives_a_crash_exactly_once(topics: BrokerProcess, tmp_path: Path) -> None:
+    broker = topics
+    keys = [f"k{i}" for i in range(5)]
+    sender = producer(broker.bootstrap_servers)
+    for round_number in range(4):
+        for key in keys:
+            sender.produce("in", value=key.encode(), partition=round_number % 2)
+    sender.flush(10)
+    running_count = (
+        "SELECT CAST(value AS STRING) AS key, CAST(count(*) AS STRING) AS value "
+        "FROM input GROUP BY CAST(value AS STRING)"
+    )
+    args = ("--sql", running_count, "--output-mode", "update")
+    first = _pipeline(
+        broker,
+        tmp_path,
+        *args,
+        "--sink-option",
+        "debug.pauseAt=beforeCommit",
+        "--sink-option",
+        "debug.pauseMs=120s",
+    ).start()
+    try:
+        first.wait_for("sparkafka debug pause: beforeCommit")
+    finally:
+        first.kill_group()
+    for round_number in range(4):
+        for key in keys:
+            sender.produce("in", value=key.encode(), partition=round_number % 2)
+    sender.flush(10)
+    second = _pipeline(broker, tmp_path, *args).start()
+    try:
+        deadline = time.monotonic() + 120
+        final: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            updates = read_all(broker.bootstrap_servers, "out", timeout_s=3, partitions=2)
+            final = {
+                m.key().decode(): int(m.value()) for m in sorted(updates, key=lambda m: m.timestamp()[1])
+            }
+            if final and all(final.get(key) == 8 for key in keys):
+                break
+            time.sleep(1)
+    finally:
+        second.terminate()
+    assert final == dict.fromkeys(keys, 8)
+    updates = read_all(broker.bootstrap_servers, "out", timeout_s=3, partitions=2)
+    pairs = [(m.key(), m.value()) for m in updates]
+    assert len(pairs) == len(set(pairs)), "an update was committed twice"
+
+
+def test_transaction_timeout_above_broker_maximum_fails_clearly(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path / "data", extra_args=["--transaction-max-timeout-ms", "30000"]) as strict:
+        create_topic(strict.bootstrap_servers, "in")
+        create_topic(strict.bootstrap_servers, "out")
+        _send_input(strict.bootstrap_servers, "in", 1)
+        pipeline = _pipeline(strict, tmp_path, "--sink-option", "kafka.transaction.timeout.ms=60000").start()
+        assert pipeline.process is not None
+        code = pipeline.process.wait(timeout=180)
+        output = pipeline.output()
+    assert code == 1
+    assert "kafka.transaction.timeout.ms=60000" in output
+    assert "transaction.max.timeout.ms" in output
+    assert "Fix:" in output
