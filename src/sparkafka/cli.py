@@ -6,6 +6,8 @@ import typer
 
 from sparkafka import __version__
 from sparkafka.commands import broker as broker_commands
+from sparkafka.commands import console as console_commands
+from sparkafka.commands import demo as demo_commands
 from sparkafka.commands import pipeline as pipeline_commands
 
 EPILOG = """\
@@ -45,6 +47,12 @@ def root(
 app.command("broker")(broker_commands.broker)
 app.command("dump-log")(broker_commands.dump_log)
 app.command("run")(pipeline_commands.run)
+app.command("demo")(demo_commands.demo)
+app.command("produce", cls=console_commands.ProduceCommand)(console_commands.produce)
+app.command("consume", cls=console_commands.ConsumeCommand)(console_commands.consume)
+app.add_typer(console_commands.topics_app, name="topics")
+app.add_typer(console_commands.groups_app, name="groups")
+app.add_typer(console_commands.transactions_app, name="transactions")
 
 
 def main() -> None:

@@ -71,6 +71,7 @@ SINK_OPTIONS = (
     ),
     OptionSpec("debug.pauseMs", "how long debug.pauseAt pauses (default 30s)"),
     OptionSpec("debug.pausePartitions", "comma-separated write partitions that pause (default all)"),
+    OptionSpec("debug.pauseFromBatch", "only micro-batches with this id or a later one pause (default 0)"),
     OptionSpec(
         "debug.failFirstAttemptAt", "beforeCommit: fail each task's first attempt there (chaos tests)"
     ),
@@ -98,6 +99,7 @@ class SinkOptions:
     pause_at: str | None = None
     pause_s: float = 0.0
     pause_partitions: frozenset[int] | None = None
+    pause_from_batch: int = 0
     fail_first_attempt_at: str | None = None
 
     @classmethod
@@ -130,6 +132,7 @@ class SinkOptions:
             pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
             pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
             pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
+            pause_from_batch=reader.integer("debug.pauseFromBatch", 0, minimum=0),
             fail_first_attempt_at=reader.choice("debug.failFirstAttemptAt", ("beforecommit",), "") or None,
         )
 
@@ -140,7 +143,7 @@ class SinkOptions:
     def pause(self, point: str, *, partition: int | None, batch_id: int | None) -> None:
         """Demo and chaos-test hook: hold still at a named point of the protocol so a kill lands there.
         Announced on stderr, which Spark forwards from its Python workers to the pipeline's output."""
-        if self.pause_at != point.lower():
+        if self.pause_at != point.lower() or (batch_id is not None and batch_id < self.pause_from_batch):
             return
         if (
             partition is not None

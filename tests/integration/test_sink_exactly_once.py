@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.pipeline_process import PipelineProcess
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
-from .pipeline_process import PipelineProcess
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
-"""`sparkafka run` as a child process in its own process group, so a test can SIGKILL all of it
-(driver JVM, Python workers) the way `kill -9` does in seed 001."""
+"""`sparkafka run` as a child process in its own process group, so the demo, `verify` and the tests
+can SIGKILL all of it (driver JVM, Python workers) the way `kill -9` does in seed 001."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+from sparkafka.errors import SparkafkaError
+
 
 class PipelineProcess:
+    """One `sparkafka run` command line, started (and restarted) as its own process group; its
+    stdout and stderr go to ``log_path``, which :meth:`wait_for` watches."""
+
     def __init__(self, log_path: Path, args: list[str], *, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         self.args = args
@@ -44,12 +49,12 @@ class PipelineProcess:
             if text in self.output():
                 return
             if self.process is not None and self.process.poll() is not None:
-                raise AssertionError(
+                raise SparkafkaError(
                     f"pipeline exited ({self.process.returncode}) before printing {text!r}:\n"
                     f"{self.output()[-4000:]}"
                 )
             time.sleep(0.2)
-        raise AssertionError(
+        raise SparkafkaError(
             f"pipeline did not print {text!r} within {timeout_s} s:\n{self.output()[-4000:]}"
         )
 

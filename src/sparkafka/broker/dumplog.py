@@ -1,0 +1,47 @@
+"""kafka-dump-log for this broker's data directory: the batches of a topic's segment files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from sparkafka.broker import records
+
+
+def partition_directories(data_dir: Path, topic: str, partition: int | None = None) -> list[Path]:
+    """The partition directories ``{topic}-{n}`` of a topic, in partition order."""
+    found = []
+    for directory in data_dir.glob(f"{topic}-*"):
+        name, _, number = directory.name.rpartition("-")
+        wanted = partition is None or (number.isdigit() and int(number) == partition)
+        if directory.is_dir() and name == topic and number.isdigit() and wanted:
+            found.append((int(number), directory))
+    return [directory for _, directory in sorted(found)]
+
+
+def dump_topic(
+    data_dir: Path, topic: str, partition: int | None = None, *, print_records: bool = True
+) -> Iterator[str]:
+    """Lines as Kafka's kafka-dump-log.sh --print-data-log prints them, segment by segment.
+
+    Raises FileNotFoundError when the data directory holds no log of the topic (or partition). A
+    corrupt or torn tail ends the segment's dump with a line saying where, since the broker truncates
+    such a tail on its next start."""
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"data directory {data_dir} does not exist (or is not a directory)")
+    directories = partition_directories(data_dir, topic, partition)
+    if not directories:
+        which = "" if partition is None else f" partition {partition}"
+        raise FileNotFoundError(f"no log for topic {topic!r}{which} in {data_dir}")
+    for directory in directories:
+        for segment in sorted(directory.glob("*.log")):
+            yield f"Dumping {segment}"
+            data = segment.read_bytes()
+            try:
+                for position, header in records.iter_batches(data):
+                    batch = data[position : position + header.size]
+                    yield from records.format_batch_dump(
+                        header, batch, position=position, print_records=print_records
+                    )
+            except records.CorruptBatchError as exc:
+                yield f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}"
