@@ -22,13 +22,15 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
 
 The driver's ``commit`` checks every task reported; on the first batch after a (re)start it also
 fences transactional ids of partitions the query no longer has (a restart with fewer partitions),
-found through registration records the tasks write to the marker topic. ``abort`` re-initialises
+found through the registration record each id commits to the marker topic, in a transaction of its
+own, right after its first ``init_transactions()``. ``abort`` re-initialises
 the ids of failed tasks, so read_committed readers are not held back until the transaction times out.
 No transaction ever spans two processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -370,8 +372,6 @@ class _CachedProducer:
     marker: CommitMarker | None = None
     fresh: bool = True
     delivery_errors: list[KafkaError] = field(default_factory=list)
-    # (key, value) of this id's registration record, sent with its first transaction.
-    pending_registration: tuple[str, str] | None = None
 
 
 _producers: dict[tuple[str, str | None, str], _CachedProducer] = {}
@@ -437,21 +437,37 @@ def _transactional_producer(
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
-    # Registration lets a restart with fewer partitions find this id and fence it.
-    registration = json.dumps(
-        {"transactional_id": transactional_id, "query_id": query_id, "partition": partition}
-    )
-    cached = _CachedProducer(
-        producer,
-        transactional_id,
-        pending_registration=(f"{_REGISTRATION_KEY_PREFIX}{transactional_id}", registration),
-    )
-    found = read_marker_partition(options, want={transactional_id})
+    cached = _CachedProducer(producer, transactional_id)
+    registration_key = f"{_REGISTRATION_KEY_PREFIX}{transactional_id}"
+    found = read_marker_partition(options, want={transactional_id, registration_key})
     if transactional_id in found:
         cached.marker = CommitMarker.decode(found[transactional_id])
+    if registration_key not in found:
+        _register(options, producer, registration_key, query_id, partition)
     with _producers_lock:
         _producers[key] = cached
     return cached
+
+
+def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:
+    """Commit, in a transaction of its own and before any output, that this id exists: a restart with
+    fewer write partitions finds the ids it no longer uses through these records and fences them.
+    Committed first so that even an id whose very first output transaction was cut short is found."""
+    value = json.dumps(
+        {
+            "transactional_id": key[len(_REGISTRATION_KEY_PREFIX) :],
+            "query_id": query_id,
+            "partition": partition,
+        }
+    )
+    try:
+        producer.begin_transaction()
+        producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+        producer.commit_transaction(options.operation_timeout_s)
+    except KafkaException as error:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(options.operation_timeout_s)
+        raise SparkafkaError(f"registering {key} in {options.marker_topic} failed: {error.args[0]}") from None
 
 
 def _plain_producer(options: SinkOptions) -> _CachedProducer:
@@ -649,14 +665,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             marker = CommitMarker(
                 transactional_id, query_id, batch_id, partition, records, int(time.time() * 1000)
             )
-            registration = cached.pending_registration
-            if registration is not None:
-                producer.produce(
-                    self.options.marker_topic,
-                    key=registration[0],
-                    value=registration[1],
-                    partition=MARKER_PARTITION,
-                )
             producer.produce(
                 self.options.marker_topic,
                 key=transactional_id,
@@ -669,7 +677,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self._abort_after_failure(cached, transactional_id, error)
             raise self._explain(error, transactional_id) from None
         cached.marker = marker
-        cached.pending_registration = None
         return records
 
     def _produce_batch(self, producer: Producer, batch: pa.RecordBatch, errors: list[KafkaError]) -> int:

@@ -169,7 +169,10 @@ def test_restart_with_fewer_partitions_leaves_no_open_transaction(
         "--sink-option",
         "debug.pausePartitions=2",
         "--sink-option",
-        "debug.pauseMs=120s",
+        "debug.pauseMs=600s",
+        # Long enough that the broker's own timeout cannot be what aborts the transaction below.
+        "--sink-option",
+        "kafka.transaction.timeout.ms=600000",
     ).start()
     try:
         first.wait_for("sparkafka debug pause: beforeCommit partition=2")
@@ -181,7 +184,7 @@ def test_restart_with_fewer_partitions_leaves_no_open_transaction(
     second = _pipeline(broker, tmp_path, "--sql", narrow).start()
     try:
         second.wait_for("batch ")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 15
         while not _no_open_transactions(broker, "out", 2) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert _no_open_transactions(broker, "out", 2), (

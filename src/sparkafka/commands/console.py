@@ -183,6 +183,12 @@ def _fail(command: str, message: str) -> None:
     raise typer.Exit(1)
 
 
+def _error_code(error: KafkaException) -> int | None:
+    if error.args and isinstance(error.args[0], KafkaError):
+        return int(error.args[0].code())
+    return None
+
+
 def kafka_error_text(error: BaseException | KafkaError) -> str:
     """`topic 'x' already exists (TOPIC_ALREADY_EXISTS)` rather than `KafkaError{code=...,val=...}`."""
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
@@ -216,6 +222,7 @@ class Cluster:
         """The tool's defaults, overridden by the user's -X properties, overridden by what the tool needs."""
         config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
+            "client.id": "sparkafka-console",
             "error_cb": self.client_errors.append,
             "logger": _QUIET_LIBRDKAFKA_LOGGER,
             **(defaults or {}),
@@ -248,9 +255,10 @@ class Cluster:
             raise self.failure(error, "reading cluster metadata") from None
         return metadata
 
-    def failure(self, error: BaseException, action: str) -> ConsoleError:
-        code = error.args[0].code() if isinstance(error, KafkaException) and error.args else None
-        if code in _UNREACHABLE_CODES or code is None:
+    def failure(self, error: KafkaException, action: str) -> ConsoleError:
+        """`cannot reach Kafka at HOST:PORT within 10 s (Connection refused)`, or what else went wrong."""
+        code = _error_code(error)
+        if code is None or code in _UNREACHABLE_CODES:
             return ConsoleError(
                 f"cannot reach Kafka at {self.bootstrap_servers} within {self.timeout_s:g} s{self._reason()}"
             )
@@ -269,11 +277,7 @@ class Cluster:
                 f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_s:g} s ({action})"
             ) from None
         except KafkaException as error:
-            if (
-                error.args
-                and isinstance(error.args[0], KafkaError)
-                and error.args[0].code() in _UNREACHABLE_CODES
-            ):
+            if _error_code(error) in _UNREACHABLE_CODES:
                 raise ConsoleError(
                     f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_s:g} s "
                     f"({action}: {kafka_error_text(error)})"
@@ -285,7 +289,7 @@ class Cluster:
 
 
 def topic_partitions(metadata: ClusterMetadata, topic: str) -> list[int]:
-    """The topic's sorted partition numbers, or a clear error naming the topics that do exist."""
+    """The topic's sorted partition numbers, or a clear error if it does not exist."""
     described = metadata.topics.get(topic)
     if described is None or (described.error is not None and described.error.code() in _MISSING_TOPIC_CODES):
         raise ConsoleError(
@@ -478,29 +482,39 @@ def _open_input(file: Path | None) -> Iterator[IO[bytes]]:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM interrupts a blocking read of stdin just as Ctrl-C does."""
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+def _signals_as_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt, even in a blocking read of stdin.
+
+    SIGINT too: a process started in the background by a non-interactive shell inherits it ignored."""
+    previous = {s: signal.signal(s, signal.default_int_handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _produce_each(
     cluster: Cluster, writer: _RecordWriter, file: Path | None, separator: bytes | None
 ) -> None:
     """Without a transaction each line is sent as it is read; Ctrl-C is a normal way to stop typing."""
-    try:
-        with _sigterm_as_interrupt(), _open_input(file) as source:
-            for line_number, line in enumerate(_lines(source), start=1):
-                writer.send(*_split_key(line, separator, line_number))
-    except KeyboardInterrupt:
-        pass
-    except ConsoleError as error:
-        writer.producer.flush(cluster.timeout_s)
-        raise ConsoleError(f"{error}; {writer.acknowledged} records before it were written") from None
-    writer.flush(cluster.timeout_s)
+    with _signals_as_interrupt():
+        try:
+            with _open_input(file) as source:
+                for line_number, line in enumerate(_lines(source), start=1):
+                    writer.send(*_split_key(line, separator, line_number))
+        except KeyboardInterrupt:
+            pass  # like the end of input: what was sent is still flushed and counted
+        except ConsoleError as error:
+            writer.producer.flush(cluster.timeout_s)
+            raise ConsoleError(f"{error}; {writer.acknowledged} records before it were written") from None
+        try:
+            writer.flush(cluster.timeout_s)
+        except KeyboardInterrupt:
+            raise ConsoleError(
+                f"interrupted while waiting for acknowledgements: {writer.acknowledged} of "
+                f"{writer.sent} records were acknowledged"
+            ) from None
 
 
 def _produce_in_transaction(
@@ -516,27 +530,42 @@ def _produce_in_transaction(
     except KafkaException as error:
         raise cluster.failure(error, f"starting transactions for {transactional_id!r}") from None
     producer.begin_transaction()
-    try:
-        with _sigterm_as_interrupt(), _open_input(file) as source:
-            for line_number, line in enumerate(_lines(source), start=1):
-                writer.send(*_split_key(line, separator, line_number))
-        producer.flush(cluster.timeout_s)
-        writer.raise_failures()
-        producer.commit_transaction(cluster.timeout_s)
-    except KeyboardInterrupt:
-        _abort(cluster, producer)
-        typer.echo(f"interrupted: transaction {transactional_id} aborted, no records written", err=True)
-        raise typer.Exit(130) from None
-    except (ConsoleError, KafkaException) as error:
-        _abort(cluster, producer)
-        detail = str(error) if isinstance(error, ConsoleError) else kafka_error_text(error)
-        raise ConsoleError(f"{detail}; transaction {transactional_id} aborted, no records written") from None
+    committing = False
+    with _signals_as_interrupt():
+        try:
+            with _open_input(file) as source:
+                for line_number, line in enumerate(_lines(source), start=1):
+                    writer.send(*_split_key(line, separator, line_number))
+            producer.flush(cluster.timeout_s)
+            writer.raise_failures()
+            committing = True
+            producer.commit_transaction(cluster.timeout_s)
+        except KeyboardInterrupt:
+            if committing:
+                raise ConsoleError(
+                    f"interrupted while committing transaction {transactional_id}; whether it committed "
+                    "shows in: sparkafka transactions list --all"
+                ) from None
+            _abort(cluster, producer)
+            typer.echo(f"interrupted: transaction {transactional_id} aborted, no records written", err=True)
+            raise typer.Exit(130) from None
+        except (ConsoleError, KafkaException) as error:
+            _abort(cluster, producer)
+            detail = str(error) if isinstance(error, ConsoleError) else kafka_error_text(error)
+            raise ConsoleError(
+                f"{detail}; transaction {transactional_id} aborted, no records written"
+            ) from None
 
 
 def _abort(cluster: Cluster, producer: Producer) -> None:
-    # If this fails too, the coordinator aborts the transaction once transaction.timeout.ms has passed.
-    with suppress(KafkaException):
-        producer.abort_transaction(cluster.timeout_s)
+    """Abort the open transaction, deaf to a second Ctrl-C (the wait is bounded by the timeout)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        # If this fails too, the coordinator aborts the transaction once transaction.timeout.ms has passed.
+        with suppress(KafkaException):
+            producer.abort_transaction(cluster.timeout_s)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # -- consume ----------------------------------------------------------------------------------------
@@ -966,6 +995,12 @@ def groups_list(
             typer.echo(line)
 
 
+_GROUP_OFFSET_HEADERS = [
+    *("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG"),
+    *("LAST-STABLE-OFFSET", "CONSUMER-ID", "HOST", "CLIENT-ID"),
+]
+
+
 @groups_app.command("describe", cls=command_with_example("sparkafka groups describe my-group"))
 def groups_describe(
     group: str = typer.Argument(..., metavar="GROUP", help="Consumer group id."),
@@ -987,72 +1022,48 @@ def groups_describe(
                 admin.describe_consumer_groups([group], **cluster.request_timeouts())[group],
                 "describing group",
             )
-            state = _group_state(description.state)
-            members = list(description.members)
+            state, members = _group_state(description.state), list(description.members)
+            assignor = description.partition_assignor
         except ConsoleError as error:
-            if "GROUP_ID_NOT_FOUND" not in str(error):
+            if "GROUP_ID_NOT_FOUND" not in str(error):  # DescribeGroups v6+ says so instead of state Dead
                 raise
-            state, members, description = "Dead", [], None
-        committed_result = cluster.wait(
-            admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], **cluster.request_timeouts()
-            )[group],
-            "reading committed offsets",
-        )
-        committed = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in committed_result.topic_partitions or []
-            if tp.error is None and tp.offset != OFFSET_INVALID
-        }
-        owners: dict[tuple[str, int], Any] = {}
-        for member in members:
-            for tp in member.assignment.topic_partitions:
-                owners[(tp.topic, tp.partition)] = member
+            state, members, assignor = "Dead", [], ""
+        committed = _committed_offsets(cluster, admin, group)
         if state == "Dead" and not committed:
             raise ConsoleError(f"consumer group {group!r} does not exist")
+        owners = {(tp.topic, tp.partition): m for m in members for tp in m.assignment.topic_partitions}
 
+        typer.echo(f"group={group} state={state} assignor={assignor or '-'} members={len(members)}")
         keys = sorted(set(committed) | set(owners))
-        offsets = _log_offsets(cluster, admin, [TopicPartition(t, p) for t, p in keys])
-        assignor = (
-            f" assignor={description.partition_assignor}"
-            if description and description.partition_assignor
-            else ""
-        )
-        typer.echo(f"group={group} state={state}{assignor} members={len(members)}")
-        rows = []
-        for key in keys:
-            _, end, stable = offsets[key]
-            position = committed.get(key)
-            owner = owners.get(key)
-            rows.append(
-                (
-                    key[0],
-                    key[1],
-                    "-" if position is None else position,
-                    end,
-                    "-" if position is None else max(0, end - position),
-                    stable,
-                    owner.member_id if owner else "-",
-                    owner.host if owner else "-",
-                    owner.client_id if owner else "-",
-                )
-            )
-        headers = [
-            "TOPIC",
-            "PARTITION",
-            "COMMITTED-OFFSET",
-            "LOG-END-OFFSET",
-            "LAG",
-            "LAST-STABLE-OFFSET",
-            "CONSUMER-ID",
-            "HOST",
-            "CLIENT-ID",
-        ]
-        for line in format_table(headers, rows):
-            typer.echo(line)
-        idle = [m for m in members if not m.assignment.topic_partitions]
-        for member in idle:
-            typer.echo(f"member {member.member_id} ({member.client_id}, {member.host}) has no partitions")
+        if not keys:
+            typer.echo("no committed offsets and no assigned partitions")
+        else:
+            offsets = _log_offsets(cluster, admin, [TopicPartition(topic, p) for topic, p in keys])
+            rows = []
+            for key in keys:
+                _, end, stable = offsets[key]
+                position, owner = committed.get(key), owners.get(key)
+                lag = "-" if position is None else max(0, end - position)
+                member = (owner.member_id, owner.host, owner.client_id) if owner else ("-", "-", "-")
+                rows.append((*key, "-" if position is None else position, end, lag, stable, *member))
+            for line in format_table(_GROUP_OFFSET_HEADERS, rows):
+                typer.echo(line)
+        for member in members:
+            if not member.assignment.topic_partitions:
+                typer.echo(f"member {member.member_id} ({member.client_id}, {member.host}) has no partitions")
+
+
+def _committed_offsets(cluster: Cluster, admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
+    request = [ConsumerGroupTopicPartitions(group)]
+    result = cluster.wait(
+        admin.list_consumer_group_offsets(request, **cluster.request_timeouts())[group],
+        "reading committed offsets",
+    )
+    return {
+        (tp.topic, tp.partition): tp.offset
+        for tp in result.topic_partitions or []
+        if tp.error is None and tp.offset != OFFSET_INVALID
+    }
 
 
 # -- transactions -----------------------------------------------------------------------------------
