@@ -20,11 +20,7 @@ from sparkafka.commands.console import ConsoleError, open_transactions, render_b
 
 from .kafka_clients import create_topic, read_all, transactional_producer, values
 
-pytestmark = [
-    pytest.mark.integration,
-    # kafka-python (behind `transactions list`) loads its protocol schemas with deprecated importlib calls.
-    pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
-]
+pytestmark = pytest.mark.integration
 
 RECORD_LINE = re.compile(
     r"partition=(?P<partition>\d+) offset=(?P<offset>\d+) "
@@ -57,11 +53,17 @@ def start(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.Pope
 def run_together(commands: Sequence[Sequence[str]]) -> list[subprocess.CompletedProcess[str]]:
     """Run commands at the same time (each waits on its own timeout) and collect their results."""
     processes = [start(*command) for command in commands]
-    results = []
-    for command, process in zip(commands, processes, strict=True):
-        stdout, stderr = process.communicate(timeout=60)
-        results.append(subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr))
-    return results
+    try:
+        results = []
+        for command, process in zip(commands, processes, strict=True):
+            stdout, stderr = process.communicate(timeout=60)
+            results.append(subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr))
+        return results
+    finally:
+        for process in processes:
+            if process.poll() is None:  # only after a timeout: do not leave it behind
+                process.kill()
+                process.wait()
 
 
 def records(stdout: str) -> list[dict[str, str]]:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -692,8 +693,25 @@ def consume(
                 cluster, consumer, group is not None, max_messages, timeout_ms, print_time
             )
         finally:
-            consumer.close()  # with --group: commits the offsets stored for printed records, leaves the group
+            closed = _close_within(consumer, cluster.timeout_s)
         typer.echo(f"consumed {_plural(printed, 'record')}", err=True)
+        if not closed:
+            typer.echo(
+                f"sparkafka consume: warning: Kafka at {cluster.bootstrap_servers} did not answer while "
+                f"closing within {cluster.timeout_s:g} s; the last offsets may not be committed",
+                err=True,
+            )
+
+
+def _close_within(consumer: Consumer, timeout_s: float) -> bool:
+    """Close the consumer (with a group: commit the stored offsets, leave the group) in bounded time.
+
+    With the coordinator gone, librdkafka's close waits up to session.timeout.ms (45 s) to leave the
+    group; a console tool stopped with Ctrl-C must not, so the close runs in a thread left behind."""
+    closer = threading.Thread(target=consumer.close, name="consumer-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    return not closer.is_alive()
 
 
 def _print_records(

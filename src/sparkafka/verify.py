@@ -1,0 +1,204 @@
+"""`sparkafka verify`: the chaos proof. While keyed records stream in, SIGKILL the pipeline's process
+group (and optionally the broker) at random moments, restart it, and check the read_committed output:
+every input exactly once, per-key order preserved.
+
+The random moments come from a seeded generator; the seed is printed so a failing run can be
+replayed with ``--seed``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sparkafka.errors import SparkafkaError
+from sparkafka.harness import Cluster, Seen, Verdict, judge, readers, wait_until
+from sparkafka.pipeline_process import PipelineProcess
+
+MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    records: int = 2000
+    kills: int = 3
+    partitions: int = 2
+    keys: int = 20
+    delivery_guarantee: str = "exactly-once"
+    bootstrap_servers: str | None = None
+    kill_broker: bool = False
+    seed: int | None = None
+    send_seconds: float = 20.0
+    catch_up_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.records < 1 or self.kills < 0 or self.partitions < 1 or self.keys < 1:
+            raise SparkafkaError("--records, --partitions and --keys must be at least 1, --kills at least 0")
+        if self.kill_broker and self.bootstrap_servers:
+            raise SparkafkaError(
+                "--kill-broker kills the embedded broker; it cannot be used with --bootstrap-servers"
+            )
+
+
+def reordered_keys(records: list[Seen]) -> int:
+    """Keys whose sequence numbers do not increase along the output (read in offset order per partition)."""
+    by_key: dict[bytes | None, list[int]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_key[record.key].append(int(record.value[len(b"EVENT(") : -1]))
+    return sum(
+        1 for sequence in by_key.values() if any(b <= a for a, b in itertools.pairwise(sequence))
+    )
+
+
+class ChaosRun:
+    def __init__(self, console: Console, settings: VerifySettings, work_dir: Path) -> None:
+        self.console = console
+        self.settings = settings
+        self.work_dir = work_dir
+        self.seed = settings.seed if settings.seed is not None else random.SystemRandom().randrange(2**31)
+        self.random = random.Random(self.seed)
+        self.cluster = Cluster(work_dir, settings.bootstrap_servers)
+        self.in_topic = self.cluster.topic("verify-in")
+        self.out_topic = self.cluster.topic("verify-out")
+        self.sent = 0
+        self.send_error: BaseException | None = None
+
+    def _pipeline(self) -> PipelineProcess:
+        return PipelineProcess(
+            self.work_dir / "pipeline.log",
+            [
+                "--bootstrap-servers",
+                self.cluster.bootstrap_servers,
+                "--source-topic",
+                self.in_topic,
+                "--sink-topic",
+                self.out_topic,
+                "--checkpoint",
+                str(self.work_dir / "checkpoint"),
+                "--trigger",
+                "500ms",
+                "--master",
+                "local[2]",
+                "--delivery-guarantee",
+                self.settings.delivery_guarantee,
+                "--restart-attempts",
+                "20",
+                "--restart-delay",
+                "1s",
+                "--source-option",
+                "startingOffsets=earliest",
+                "--sql",
+                MAP_SQL,
+            ],
+        )
+
+    def _send_all(self) -> None:
+        """Send the keyed records spread over ``send_seconds``; idempotent, so a broker restart neither
+        loses nor duplicates input."""
+        try:
+            producer = self.cluster.producer()
+            pause = self.settings.send_seconds / self.settings.records
+            for i in range(self.settings.records):
+                key = f"k{i % self.settings.keys}".encode()
+                producer.produce(self.in_topic, key=key, value=str(i).encode())
+                producer.poll(0)
+                self.sent = i + 1
+                time.sleep(pause)
+            if producer.flush(120):
+                raise SparkafkaError("the input producer could not deliver every record within 120 s")
+        except BaseException as error:
+            self.send_error = error
+
+    def run(self) -> tuple[Verdict, int]:
+        settings = self.settings
+        self.console.print(f"random seed: {self.seed} (replay with --seed {self.seed})", markup=False)
+        kill_times = sorted(self.random.uniform(2, settings.send_seconds) for _ in range(settings.kills))
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=self.console,
+        )
+        self.cluster.start()
+        pipeline: PipelineProcess | None = None
+        try:
+            self.cluster.create_topics([self.in_topic, self.out_topic], settings.partitions)
+            with (
+                progress,
+                readers(self.cluster, self.out_topic, settings.partitions) as (uncommitted, committed),
+            ):
+                task = progress.add_task("starting the pipeline", total=settings.records)
+                pipeline = self._pipeline().start()
+                pipeline.wait_for("batch ", 180)
+                sender = threading.Thread(target=self._send_all, name="verify-input", daemon=True)
+                started = time.monotonic()
+                sender.start()
+                for number, at in enumerate(kill_times, start=1):
+                    while time.monotonic() - started < at:
+                        progress.update(
+                            task, completed=len(committed.records), description="sending and processing"
+                        )
+                        time.sleep(0.2)
+                    progress.update(task, description=f"kill -9 number {number} of {settings.kills}")
+                    pipeline.kill_group()
+                    if settings.kill_broker:
+                        self.cluster.restart_broker(kill=True)
+                    time.sleep(self.random.uniform(0, 2))
+                    pipeline = self._pipeline().start()
+                sender.join()
+                if self.send_error is not None:
+                    raise SparkafkaError(f"sending the input failed: {self.send_error}")
+                progress.update(task, description="waiting for the pipeline to catch up")
+
+                def all_arrived() -> bool:
+                    progress.update(task, completed=len(committed.records))
+                    return len(committed.records) >= settings.records
+
+                caught_up = wait_until(all_arrived, settings.catch_up_timeout_s)
+                time.sleep(3)  # duplicates arrive after the count is reached: give them time to show
+                progress.update(task, completed=len(committed.records))
+                pipeline.terminate()
+                pipeline = None
+                if not caught_up:
+                    self.console.print(
+                        "the pipeline did not catch up in time; the verdict counts what arrived"
+                    )
+            expected = [f"EVENT({i})".encode() for i in range(settings.records)]
+            verdict = judge(
+                expected,
+                committed.values(),
+                uncommitted.values(),
+                reordered=reordered_keys(committed.records),
+            )
+            return verdict, self.seed
+        finally:
+            if pipeline is not None:
+                pipeline.kill_group()
+            self.cluster.stop()
+
+
+def run_verify(console: Console, settings: VerifySettings) -> Verdict:
+    with tempfile.TemporaryDirectory(prefix="sparkafka-verify-") as work:
+        verdict, seed = ChaosRun(console, settings, Path(work)).run()
+    console.print(
+        f"records={settings.records} kills={settings.kills} partitions={settings.partitions} "
+        f"delivery-guarantee={settings.delivery_guarantee} kill-broker={settings.kill_broker} seed={seed}",
+        markup=False,
+    )
+    console.print(
+        f"lost={verdict.lost} duplicates={verdict.duplicates} reordered keys={verdict.reordered} "
+        f"read_uncommitted duplicates={verdict.uncommitted_duplicates}",
+        markup=False,
+    )
+    console.print(verdict.line(), markup=False, highlight=False, soft_wrap=True)
+    return verdict

@@ -1,0 +1,68 @@
+"""`sparkafka verify`: the chaos proof, run small."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_verify_with_pipeline_and_broker_kills_holds_exactly_once() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparkafka",
+            "verify",
+            "--records",
+            "300",
+            "--kills",
+            "2",
+            "--send-seconds",
+            "10",
+            "--kill-broker",
+            "--seed",
+            "7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "random seed: 7 (replay with --seed 7)" in result.stdout
+    assert lines[-1].startswith("exactly-once verified: in=300 out(read_committed)=300 duplicates=0 lost=0")
+    assert "reordered keys=0" in result.stdout
+
+
+def test_verify_rejects_contradictory_options() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparkafka",
+            "verify",
+            "--kill-broker",
+            "--bootstrap-servers",
+            "127.0.0.1:9092",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "--kill-broker" in result.stderr
+
+
+def test_verify_usage_error_shows_usage() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkafka", "verify", "--records", "zero"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "Usage:" in result.stderr
