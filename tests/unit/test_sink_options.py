@@ -1,0 +1,108 @@
+"""The sink's option parsing, input-schema checks and commit markers: every bad input named clearly."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from sparkafka.errors import SparkafkaOptionError
+from sparkafka.sink import CommitMarker, SinkOptions, validate_input_schema
+
+BASE = {"kafka.bootstrap.servers": "localhost:9092", "topic": "out"}
+
+
+def schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, data_type) for name, data_type in fields])  # type: ignore[arg-type]
+
+
+def test_defaults_follow_spark_and_kafka() -> None:
+    options = SinkOptions.parse(BASE)
+    assert options.delivery_guarantee == "at-least-once"
+    assert options.transaction_timeout_ms == 60_000
+    assert options.marker_topic == "_sparkafka_commit_markers"
+    assert options.transactional_id_prefix is None
+    assert options.client_config == {"bootstrap.servers": "localhost:9092"}
+
+
+def test_options_are_case_insensitive_and_pass_kafka_properties() -> None:
+    options = SinkOptions.parse(
+        {
+            **BASE,
+            "DELIVERYGUARANTEE": "exactly-once",
+            "kafka.compression.type": "zstd",
+            "kafka.transaction.timeout.ms": "120000",
+        }
+    )
+    assert options.delivery_guarantee == "exactly-once"
+    assert options.client_config["compression.type"] == "zstd"
+    assert options.transaction_timeout_ms == 120_000
+    assert "transaction.timeout.ms" not in options.client_config
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topic": "out"}, "kafka.bootstrap.servers"),
+        ({**BASE, "deliveryGuarantee": "exactly_once"}, "did you mean 'exactly-once'"),
+        ({**BASE, "deliverGuarantee": "none"}, "did you mean 'deliveryGuarantee'"),
+        ({**BASE, "kafka.transactional.id": "x"}, "transactionalIdPrefix"),
+        ({**BASE, "kafka.value.serializer": "x"}, "value"),
+        ({**BASE, "kafka.transaction.timeout.ms": "0"}, "must be positive"),
+        ({**BASE, "transactionalIdPrefix": ""}, "must not be empty"),
+        ({**BASE, "debug.pausePartitions": "one"}, "partition numbers"),
+        ({**BASE, "debug.pauseAt": "sometime"}, "debug.pauseAt"),
+    ],
+)
+def test_bad_options_are_named(options: dict[str, str], message: str) -> None:
+    with pytest.raises(SparkafkaOptionError, match=message):
+        SinkOptions.parse(options)
+
+
+def test_input_schema_accepts_spark_kafka_sink_columns() -> None:
+    headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+    validate_input_schema(
+        schema(
+            ("key", StringType()),
+            ("value", BinaryType()),
+            ("topic", StringType()),
+            ("partition", IntegerType()),
+            ("headers", headers),
+        ),
+        SinkOptions.parse(BASE),
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ((("key", StringType()),), "needs a 'value' column"),
+        ((("value", LongType()),), "column 'value' must be string or binary"),
+        ((("value", StringType()), ("key", IntegerType())), "column 'key' must be string or binary"),
+        ((("value", StringType()), ("partition", LongType())), "CAST\\(partition AS INT\\)"),
+        ((("value", StringType()), ("topic", IntegerType())), "column 'topic' must be a string"),
+        ((("value", StringType()), ("headers", StringType())), "column 'headers'"),
+    ],
+)
+def test_bad_input_columns_are_named(fields: tuple[tuple[str, object], ...], message: str) -> None:
+    with pytest.raises(SparkafkaOptionError, match=message):
+        validate_input_schema(schema(*fields), SinkOptions.parse(BASE))
+
+
+def test_no_topic_anywhere_is_an_error() -> None:
+    options = SinkOptions.parse({"kafka.bootstrap.servers": "localhost:9092"})
+    with pytest.raises(SparkafkaOptionError, match="no topic to write to"):
+        validate_input_schema(schema(("value", StringType())), options)
+    validate_input_schema(schema(("value", StringType()), ("topic", StringType())), options)
+
+
+def test_commit_marker_round_trips() -> None:
+    marker = CommitMarker("sparkafka-q-3", "q", 17, 3, 250, 1_795_000_000_000)
+    assert CommitMarker.decode(marker.encode()) == marker
