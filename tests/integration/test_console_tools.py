@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -375,6 +376,44 @@ def test_bad_arguments_print_usage_with_an_example(broker: BrokerProcess, topic_
         assert result.returncode == 2, result.stderr
         assert "Example: " in result.stderr and "Traceback" not in result.stderr
     assert "Missing argument 'TOPIC'" in no_topic.stderr
+
+
+def test_client_properties_reach_both_client_libraries(tmp_path: Path) -> None:
+    """-X carries SASL settings to librdkafka and, translated, to kafka-python (`transactions list`)."""
+    with BrokerProcess(tmp_path / "data", extra_args=["--sasl-plain-user", "alice:secret"]) as sasl_broker:
+        bootstrap = sasl_broker.bootstrap_servers
+        login = [
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "-X",
+            "sasl.mechanism=PLAIN",
+            "-X",
+            "sasl.username=alice",
+        ]
+        created, listed, wrong_password, wrong_password_transactions = run_together(
+            [
+                ["topics", "create", "secured", "-b", bootstrap, *login, "-X", "sasl.password=secret"],
+                ["transactions", "list", "-b", bootstrap, *login, "-X", "sasl.password=secret"],
+                ["topics", "list", "-b", bootstrap, *login, "-X", "sasl.password=wrong", "--timeout", "2"],
+                [
+                    "transactions",
+                    "list",
+                    "-b",
+                    bootstrap,
+                    *login,
+                    "-X",
+                    "sasl.password=wrong",
+                    "--timeout",
+                    "2",
+                ],
+            ]
+        )
+    assert created.returncode == 0, created.stderr
+    assert listed.returncode == 0 and listed.stdout.strip() == "no open transactions", listed.stderr
+    for result in (wrong_password, wrong_password_transactions):
+        assert result.returncode == 1
+        assert f"authentication with Kafka at {bootstrap} failed: " in result.stderr
+        assert "Invalid username or password" in result.stderr
 
 
 def test_records_print_on_one_line_whatever_their_bytes() -> None:

@@ -37,7 +37,7 @@ SAME_PARTITION_MAP = "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS val
 
 
 def _pipeline(broker: BrokerProcess, tmp_path: Path, *extra: str) -> PipelineProcess:
-    if "--sql" not in extra:
+    if "--sql" not in extra and "--transform" not in extra:
         extra = ("--sql", SAME_PARTITION_MAP, *extra)
     args = [
         "--bootstrap-servers",
@@ -320,3 +320,37 @@ def test_transaction_timeout_above_broker_maximum_fails_clearly(tmp_path: Path) 
     assert "kafka.transaction.timeout.ms=60000" in output
     assert "transaction.max.timeout.ms" in output
     assert "Fix:" in output
+
+
+@pytest.mark.parametrize("restart_attempts", [0, 1])
+def test_restart_strategy_restarts_the_query_from_its_checkpoint(
+    topics: BrokerProcess, tmp_path: Path, restart_attempts: int
+) -> None:
+    broker = topics
+    expected = _send_input(broker.bootstrap_servers, "in", 2)
+    flag = tmp_path / "fail-once"
+    flag.touch()
+    pipeline = _pipeline(
+        broker,
+        tmp_path,
+        "--transform",
+        "tests.integration.one_shot_failure:fail_once_then_map",
+        "--restart-attempts",
+        str(restart_attempts),
+        "--restart-delay",
+        "1s",
+    )
+    pipeline.env.update({"SPARKAFKA_TEST_FAIL_FLAG": str(flag), "PYTHONPATH": str(Path(__file__).parents[2])})
+    pipeline.start()
+    try:
+        if restart_attempts == 0:
+            assert pipeline.process is not None
+            assert pipeline.process.wait(timeout=180) == 1
+            assert "more than --restart-attempts=0" in pipeline.output()
+            return
+        pipeline.wait_for("restarting from checkpoint")
+        committed = _wait_committed(broker, RECORDS, 2)
+    finally:
+        if pipeline.process is not None:
+            pipeline.terminate()
+    assert sorted(committed) == sorted(expected)
