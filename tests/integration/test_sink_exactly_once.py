@@ -3,7 +3,6 @@ automated): real broker process, real Spark in a `sparkafka run` process group, 
 
 from __future__ import annotations
 
-import collections
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.harness import wait_until
 from sparkafka.pipeline_process import PipelineProcess
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
@@ -106,50 +106,76 @@ def topics(fresh_broker: BrokerProcess) -> BrokerProcess:
     return fresh_broker
 
 
-@pytest.mark.parametrize(
-    ("pause", "uncommitted_duplicates"),
-    [
-        (["debug.pauseAt=beforeProduce"], False),
-        (["debug.pauseAt=beforeCommit"], True),
-        (["debug.pauseAt=beforeCommit", "debug.pausePartitions=1"], True),
-        (["debug.pauseAt=driverCommit"], False),
-    ],
-    ids=["before-produce", "mid-transaction", "after-some-tasks-committed", "before-spark-commit-log"],
-)
-def test_sigkill_and_restart_is_exactly_once(
-    topics: BrokerProcess, tmp_path: Path, pause: list[str], uncommitted_duplicates: bool
+def _count(broker: BrokerProcess, isolation: str) -> int:
+    return len(read_all(broker.bootstrap_servers, "out", isolation=isolation, timeout_s=3, partitions=2))
+
+
+def _kill_when_paused(pipeline: PipelineProcess, pause_line: str) -> None:
+    try:
+        pipeline.wait_for(pause_line)
+    except BaseException:
+        pipeline.kill_group()
+        raise
+
+
+def test_sigkill_at_every_protocol_point_in_a_row_is_exactly_once(
+    topics: BrokerProcess, tmp_path: Path
 ) -> None:
+    """One micro-batch is killed five times in a row, each time at another point of the protocol, each
+    restart recovering from the previous crash — then the output is checked: exactly once."""
     broker = topics
     expected = _send_input(broker.bootstrap_servers, "in", 2)
-    sink_options = [arg for option in pause for arg in ("--sink-option", option)]
-    first = _pipeline(broker, tmp_path, *sink_options, "--sink-option", "debug.pauseMs=120s").start()
-    try:
-        first.wait_for("sparkafka debug pause:")
-        if "debug.pausePartitions=1" in pause:
-            # Partition 0's task committed its half; partition 1's transaction is open.
-            assert len(_wait_committed(broker, RECORDS // 2, 2, timeout_s=60)) == RECORDS // 2
-        if "debug.pauseAt=driverCommit" in pause:
-            assert len(_wait_committed(broker, RECORDS, 2, timeout_s=60)) == RECORDS
-    finally:
-        first.kill_group()
 
-    second = _pipeline(broker, tmp_path).start()
-    try:
-        committed = _wait_committed(broker, RECORDS, 2)
-    finally:
-        second.terminate()
+    def paused_run(*options: str) -> PipelineProcess:
+        args = [a for option in (*options, "debug.pauseMs=600s") for a in ("--sink-option", option)]
+        return _pipeline(broker, tmp_path, *args).start()
 
-    assert sorted(committed) == sorted(expected), (
-        "read_committed output must be the input mapped exactly once"
-    )
+    # 1. Before the tasks produce anything: nothing was written.
+    run = paused_run("debug.pauseAt=beforeProduce")
+    _kill_when_paused(run, "sparkafka debug pause: beforeProduce")
+    run.kill_group()
+    assert _count(broker, "read_uncommitted") == 0
+
+    # 2. Mid-transaction: every row written, nothing committed (seed 001's kill -9).
+    run = paused_run("debug.pauseAt=beforeCommit")
+    _kill_when_paused(run, "sparkafka debug pause: beforeCommit")
+    assert wait_until(lambda: _count(broker, "read_uncommitted") >= RECORDS, 60)
+    run.kill_group()
+    assert _count(broker, "read_committed") == 0
+
+    # 3. After some tasks committed: partition 0's task committed its half, partition 1's is open.
+    run = paused_run("debug.pauseAt=beforeCommit", "debug.pausePartitions=1")
+    _kill_when_paused(run, "sparkafka debug pause: beforeCommit partition=1")
+    assert wait_until(lambda: _count(broker, "read_committed") == RECORDS // 2, 60)
+    run.kill_group()
+
+    # 4. After every task committed, before Spark's commit log: task 0 skips its replay (its
+    # commit marker shows batch 0 done), task 1 writes and commits its half.
+    run = paused_run("debug.pauseAt=driverCommit")
+    _kill_when_paused(run, "sparkafka debug pause: driverCommit")
+    assert wait_until(lambda: _count(broker, "read_committed") == RECORDS, 60)
+    run.kill_group()
+
+    # 5. A clean restart replays batch 0 once more: both tasks skip it; then new input flows.
+    more = [f"c{i},d{i}".encode() for i in range(10)]
+    sender = producer(broker.bootstrap_servers)
+    for line in more:
+        sender.produce("in", value=line, partition=0)
+    sender.flush(10)
+    final = _pipeline(broker, tmp_path).start()
+    try:
+        committed = _wait_committed(broker, RECORDS + len(more), 2)
+    finally:
+        final.terminate()
+
+    assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more])
     uncommitted = values(
         read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
     )
-    duplicates = sum(n - 1 for n in collections.Counter(uncommitted).values() if n > 1)
-    assert (duplicates > 0) == uncommitted_duplicates
+    # Aborted: run 2's 40 rows and run 3's partition-1 half.
+    assert len(uncommitted) == len(committed) + RECORDS + RECORDS // 2
     dump = _dump_log(broker)
-    assert "endTxnMarker: COMMIT" in dump
-    assert ("endTxnMarker: ABORT" in dump) == uncommitted_duplicates
+    assert "endTxnMarker: COMMIT" in dump and "endTxnMarker: ABORT" in dump
     assert _no_open_transactions(broker, "out", 2)
 
 
