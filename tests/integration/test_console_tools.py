@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.commands.console import ConsoleError, open_transactions, render_bytes
+from sparkafka.commands.console import ConsoleError, iso_timestamp, open_transactions, render_bytes
 
 from .kafka_clients import create_topic, read_all, transactional_producer, values
 
@@ -119,11 +119,12 @@ def test_read_committed_hides_an_aborted_transaction_read_uncommitted_shows_it(
         sender.flush(10)
         sender.commit_transaction(30) if commit else sender.abort_transaction(30)
 
-    base = ["consume", topic_name, "-b", bootstrap, "--from-beginning", "--timeout-ms", "1500"]
+    # --max-messages ends each reader as soon as it has what it should see; --timeout-ms is a safety net.
+    base = ["consume", topic_name, "-b", bootstrap, "--from-beginning", "--timeout-ms", "10000"]
     committed, uncommitted = run_together(
         [
-            [*base, "--isolation-level", "read_committed"],
-            [*base, "--isolation-level", "read_uncommitted"],
+            [*base, "--isolation-level", "read_committed", "--max-messages", "2"],
+            [*base, "--isolation-level", "read_uncommitted", "--max-messages", "3"],
         ]
     )
     assert committed.returncode == 0 and uncommitted.returncode == 0, committed.stderr + uncommitted.stderr
@@ -169,26 +170,26 @@ def test_produce_in_a_transaction_commits_at_end_of_input_and_aborts_on_ctrl_c(
 def test_topics_create_list_describe_delete(broker: BrokerProcess, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     created = sparkafka(
-        "topics",
-        "create",
-        topic_name,
-        "-b",
-        bootstrap,
-        "--partitions",
-        "3",
-        "--config",
-        "retention.ms=3600000",
+        "topics", "create", topic_name, "-b", bootstrap, "-p", "3", "-c", "retention.ms=3600000"
     )
     assert created.returncode == 0, created.stderr
     assert created.stdout.strip() == f"created topic {topic_name} with 3 partitions"
-    again = sparkafka("topics", "create", topic_name, "-b", bootstrap)
+    assert (
+        sparkafka("produce", topic_name, "-b", bootstrap, "--partition", "2", stdin="a\nb\n").returncode == 0
+    )
+
+    again, if_not_exists, listed, described, all_configs = run_together(
+        [
+            ["topics", "create", topic_name, "-b", bootstrap],
+            ["topics", "create", topic_name, "-b", bootstrap, "--if-not-exists"],
+            ["topics", "list", "-b", bootstrap],
+            ["topics", "describe", topic_name, "-b", bootstrap],
+            ["topics", "describe", topic_name, "-b", bootstrap, "--all-configs"],
+        ]
+    )
     assert again.returncode == 1 and f"topic '{topic_name}' already exists" in again.stderr
-    assert sparkafka("topics", "create", topic_name, "-b", bootstrap, "--if-not-exists").returncode == 0
-
-    assert topic_name in sparkafka("topics", "list", "-b", bootstrap).stdout.splitlines()
-    sparkafka("produce", topic_name, "-b", bootstrap, "--partition", "2", stdin="a\nb\n")
-
-    described = sparkafka("topics", "describe", topic_name, "-b", bootstrap)
+    assert if_not_exists.returncode == 0, if_not_exists.stderr
+    assert topic_name in listed.stdout.splitlines()
     assert described.returncode == 0, described.stderr
     lines = described.stdout.splitlines()
     assert lines[0] == f"topic={topic_name} partitions=3 replication-factor=1"
@@ -202,9 +203,8 @@ def test_topics_create_list_describe_delete(broker: BrokerProcess, topic_name: s
         ("1", "0", "0", "0"),
         ("2", "0", "2", "2"),
     ]
-    all_configs = sparkafka("topics", "describe", topic_name, "-b", bootstrap, "--all-configs").stdout
-    assert re.search(r"retention\.ms\s+3600000\s+DYNAMIC_TOPIC_CONFIG", all_configs)
-    assert re.search(r"cleanup\.policy\s+delete\s+DEFAULT_CONFIG", all_configs)
+    assert re.search(r"retention\.ms\s+3600000\s+DYNAMIC_TOPIC_CONFIG", all_configs.stdout)
+    assert re.search(r"cleanup\.policy\s+delete\s+DEFAULT_CONFIG", all_configs.stdout)
 
     deleted = sparkafka("topics", "delete", topic_name, "-b", bootstrap)
     assert deleted.returncode == 0 and deleted.stdout.strip() == f"deleted topic {topic_name}"
@@ -264,7 +264,7 @@ def test_transactions_list_shows_an_open_transaction_until_it_commits(
     listed, committed_reader, described = run_together(
         [
             ["transactions", "list", "-b", bootstrap],
-            ["consume", topic_name, "-b", bootstrap, "--from-beginning", "--timeout-ms", "1500"],
+            ["consume", topic_name, "-b", bootstrap, "--from-beginning", "--timeout-ms", "2500"],
             ["topics", "describe", topic_name, "-b", bootstrap],
         ]
     )
@@ -417,6 +417,7 @@ def test_client_properties_reach_both_client_libraries(tmp_path: Path) -> None:
 
 
 def test_records_print_on_one_line_whatever_their_bytes() -> None:
+    assert iso_timestamp(1795255200123) == "2026-11-21T10:00:00.123Z"
     assert render_bytes(None) == "null"
     assert render_bytes(b"") == ""
     assert render_bytes("EVENT(é)".encode()) == "EVENT(é)"

@@ -34,6 +34,8 @@ from sparkafka.broker.transactions import TransactionCoordinator
 log = logging.getLogger("sparkafka.broker")
 
 READY_LINE = "sparkafka broker ready on {host}:{port}"
+# Kafka's connection.failed.authentication.delay.ms default.
+FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
 
 
 @dataclass(slots=True)
@@ -330,6 +332,10 @@ class Connection:
                     self.writer.write(response)
                     await self.writer.drain()
                 if self.close_after_response:
+                    # Kafka closes a connection that failed authentication only after
+                    # connection.failed.authentication.delay.ms (default 100 ms); closing at once makes
+                    # clients such as kafka-python see the disconnect before they read the answer.
+                    await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
                     return
         except ConnectionError:
             return

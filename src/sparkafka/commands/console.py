@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import contextmanager, suppress
@@ -59,11 +60,40 @@ from sparkafka.errors import SparkafkaOptionError
 
 T = TypeVar("T")
 
-# librdkafka logs every failed connection attempt on stderr; the tools report failures themselves, in
-# one line, so its log goes nowhere unless the user asks for it with -X debug=...
-_QUIET_LIBRDKAFKA_LOGGER = logging.getLogger("sparkafka.console.librdkafka")
-_QUIET_LIBRDKAFKA_LOGGER.addHandler(logging.NullHandler())
-_QUIET_LIBRDKAFKA_LOGGER.propagate = False
+
+class _LastConnectionFailure(logging.Handler):
+    """Remembers the last connection failure a client logged, e.g. `Connection refused`.
+
+    Installed on a client's logger with propagation off: the tools report failures themselves, in one
+    line, so the clients' own logs (every retry of every connection) stay off stderr."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.pattern = re.compile(pattern)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.pattern.search(record.getMessage())
+        if found:
+            self.last = _most_telling([self.last, found.group("reason")])
+
+
+def _most_telling(reasons: Sequence[str | None]) -> str | None:
+    """The first authentication failure, else the last reason: after a rejected login the server closes
+    the connection, and what the retries report then (disconnects, timeouts) would hide why."""
+    known = [reason for reason in reasons if reason]
+    about_login = [reason for reason in known if "authentication" in reason.lower()]
+    if about_login:
+        return about_login[0]
+    return known[-1] if known else None
+
+
+# librdkafka hands its log to this logger (unless the user asks for it on stderr with -X debug=...).
+_LIBRDKAFKA_LOGGER = logging.getLogger("sparkafka.console.librdkafka")
+_LIBRDKAFKA_FAILURES = _LastConnectionFailure(r"^FAIL \[[^\]]*\] \[[^\]]*\]: (?P<reason>.*)")
+_LIBRDKAFKA_LOGGER.addHandler(_LIBRDKAFKA_FAILURES)
+_LIBRDKAFKA_LOGGER.propagate = False
+_LIBRDKAFKA_LOGGER.setLevel(logging.INFO)  # connection failures come as INFO (syslog level 6)
 
 _UNREACHABLE_CODES = frozenset(
     {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
@@ -184,6 +214,13 @@ def _fail(command: str, message: str) -> None:
     raise typer.Exit(1)
 
 
+def cannot_reach(bootstrap_servers: str, timeout_s: float, reason: str | None) -> ConsoleError:
+    if reason and "authentication" in reason.lower():
+        return ConsoleError(f"authentication with Kafka at {bootstrap_servers} failed: {reason}")
+    detail = f" ({reason})" if reason else ""
+    return ConsoleError(f"cannot reach Kafka at {bootstrap_servers} within {timeout_s:g} s{detail}")
+
+
 def _error_code(error: KafkaException) -> int | None:
     if error.args and isinstance(error.args[0], KafkaError):
         return int(error.args[0].code())
@@ -225,7 +262,7 @@ class Cluster:
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": "sparkafka-console",
             "error_cb": self.client_errors.append,
-            "logger": _QUIET_LIBRDKAFKA_LOGGER,
+            "logger": _LIBRDKAFKA_LOGGER,
             **(defaults or {}),
             **self.client_properties,
             **(required or {}),
@@ -260,14 +297,12 @@ class Cluster:
         """`cannot reach Kafka at HOST:PORT within 10 s (Connection refused)`, or what else went wrong."""
         code = _error_code(error)
         if code is None or code in _UNREACHABLE_CODES:
-            return ConsoleError(
-                f"cannot reach Kafka at {self.bootstrap_servers} within {self.timeout_s:g} s{self._reason()}"
-            )
+            return cannot_reach(self.bootstrap_servers, self.timeout_s, self._reason())
         return ConsoleError(f"{action} failed: {kafka_error_text(error)}")
 
-    def _reason(self) -> str:
-        reasons = [e for e in self.client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
-        return f" ({reasons[-1].str()})" if reasons else ""
+    def _reason(self) -> str | None:
+        reasons = [e.str() for e in self.client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+        return _most_telling(reasons) or _LIBRDKAFKA_FAILURES.last
 
     def wait(self, future: Future[T], action: str) -> T:
         """The result of an admin call, bounded by the timeout, failures told in one line."""
@@ -578,7 +613,7 @@ class IsolationLevel(StrEnum):
 
 
 def iso_timestamp(epoch_ms: int) -> str:
-    """1795260000123 -> 2026-11-21T10:00:00.123Z"""
+    """1795255200123 -> 2026-11-21T10:00:00.123Z"""
     moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -1087,23 +1122,6 @@ def _committed_offsets(cluster: Cluster, admin: AdminClient, group: str) -> dict
 # -- transactions -----------------------------------------------------------------------------------
 
 
-class _KafkaPythonConnectionFailure(logging.Handler):
-    """Keeps kafka-python's last `Connection failed: ...` (e.g. ECONNREFUSED) for the one-line error.
-
-    Installed on the `kafka` logger without propagation, so none of its log reaches stderr."""
-
-    PREFIX = "Connection failed: "
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.last: str | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith(self.PREFIX):
-            self.last = message.removeprefix(self.PREFIX)
-
-
 def _kafka_python_settings(cluster: Cluster) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for key, value in cluster.client_properties.items():
@@ -1121,8 +1139,8 @@ def _kafka_python_admin(cluster: Cluster) -> Iterator[Any]:
     from kafka.errors import KafkaTimeoutError
 
     kafka_logger = logging.getLogger("kafka")
-    last_error = _KafkaPythonConnectionFailure()
-    kafka_logger.addHandler(last_error)
+    last_failure = _LastConnectionFailure(r"Connection (?:failed|lost): (?P<reason>.*)")
+    kafka_logger.addHandler(last_failure)
     propagated, kafka_logger.propagate = kafka_logger.propagate, False
     timeout_ms = int(cluster.timeout_s * 1000)
     try:
@@ -1135,16 +1153,14 @@ def _kafka_python_admin(cluster: Cluster) -> Iterator[Any]:
                 **_kafka_python_settings(cluster),
             )
         except KafkaTimeoutError as error:
-            reason = last_error.last or str(error)
-            raise ConsoleError(
-                f"cannot reach Kafka at {cluster.bootstrap_servers} within {cluster.timeout_s:g} s ({reason})"
-            ) from None
+            reason = last_failure.last or f"{type(error).__name__}: {error}"
+            raise cannot_reach(cluster.bootstrap_servers, cluster.timeout_s, reason) from None
         try:
             yield admin
         finally:
             admin.close()
     finally:
-        kafka_logger.removeHandler(last_error)
+        kafka_logger.removeHandler(last_failure)
         kafka_logger.propagate = propagated
 
 
