@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from confluent_kafka.admin import AdminClient
+
+from sparkafka.broker.runner import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +40,19 @@ def test_demo_reports_an_unreachable_cluster_clearly() -> None:
     )
     assert result.returncode == 1
     assert "did not answer" in result.stderr and "127.0.0.1:1" in result.stderr
+
+
+def test_demo_on_an_existing_cluster_uses_prefixed_topics(broker: BrokerProcess) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkafka", "demo", "--bootstrap-servers", broker.bootstrap_servers],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert (
+        result.stdout.strip().splitlines()[-1].startswith("exactly-once verified: in=6 out(read_committed)=6")
+    )
+    topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
+    demo_topics = sorted(t for t in topics if t.startswith("sparkafka-demo-"))
+    assert len(demo_topics) == 2 and demo_topics[0].endswith("-in") and demo_topics[1].endswith("-out")
