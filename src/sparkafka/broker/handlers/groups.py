@@ -130,16 +130,23 @@ async def leave_group(broker: Broker, request: Any, context: RequestContext) -> 
     )
 
 
-async def offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
-    offsets = {
+def requested_offsets(
+    topics: list[Any], *, with_leader_epoch: bool
+) -> dict[tuple[str, int], tuple[int, int, str | None]]:
+    """(topic, partition) -> (offset, leader epoch, metadata) of an OffsetCommit/TxnOffsetCommit."""
+    return {
         (t.name, p.partition_index): (
             p.committed_offset,
-            p.committed_leader_epoch if context.version >= 6 else -1,
+            p.committed_leader_epoch if with_leader_epoch else -1,
             p.committed_metadata,
         )
-        for t in request.topics
+        for t in topics
         for p in t.partitions
     }
+
+
+async def offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
+    offsets = requested_offsets(request.topics, with_leader_epoch=context.version >= 6)
     unknown = {tp for tp in offsets if tp not in broker.partitions}
     known = {tp: v for tp, v in offsets.items() if tp not in unknown}
     errors = broker.groups.commit_offsets(
@@ -180,60 +187,56 @@ def _fetch_group_offsets(
     return by_topic
 
 
+def _offset_fetch_topics(
+    topic_class: Any,
+    partition_class: Any,
+    by_topic: dict[str, list[tuple[int, tuple[int, int, str | None, ErrorCode]]]],
+) -> list[Any]:
+    """Topics of an OffsetFetch answer (v8+ nests them per group, under other class names)."""
+    return [
+        topic_class(
+            name=name,
+            partitions=[
+                partition_class(
+                    partition_index=index,
+                    committed_offset=offset,
+                    committed_leader_epoch=epoch,
+                    metadata=metadata,
+                    error_code=error,
+                )
+                for index, (offset, epoch, metadata, error) in entries
+            ],
+        )
+        for name, entries in by_topic.items()
+    ]
+
+
 async def offset_fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
     require_stable = bool(request.require_stable) if context.version >= 7 else False
     if context.version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
-        topic_class = group_class.OffsetFetchResponseTopics
-        partition_class = topic_class.OffsetFetchResponsePartitions
-        groups = []
-        for group in request.groups:
-            by_topic = _fetch_group_offsets(broker, group.group_id, group.topics, require_stable)
-            groups.append(
-                group_class(
-                    group_id=group.group_id,
-                    error_code=ErrorCode.NONE,
-                    topics=[
-                        topic_class(
-                            name=name,
-                            partitions=[
-                                partition_class(
-                                    partition_index=index,
-                                    committed_offset=offset,
-                                    committed_leader_epoch=epoch,
-                                    metadata=metadata,
-                                    error_code=error,
-                                )
-                                for index, (offset, epoch, metadata, error) in entries
-                            ],
-                        )
-                        for name, entries in by_topic.items()
-                    ],
-                )
+        groups = [
+            group_class(
+                group_id=group.group_id,
+                error_code=ErrorCode.NONE,
+                topics=_offset_fetch_topics(
+                    group_class.OffsetFetchResponseTopics,
+                    group_class.OffsetFetchResponseTopics.OffsetFetchResponsePartitions,
+                    _fetch_group_offsets(broker, group.group_id, group.topics, require_stable),
+                ),
             )
+            for group in request.groups
+        ]
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    topic_class = OffsetFetchResponse.OffsetFetchResponseTopic
-    partition_class = topic_class.OffsetFetchResponsePartition
     by_topic = _fetch_group_offsets(broker, request.group_id, request.topics, require_stable)
     return OffsetFetchResponse(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
-        topics=[
-            topic_class(
-                name=name,
-                partitions=[
-                    partition_class(
-                        partition_index=index,
-                        committed_offset=offset,
-                        committed_leader_epoch=epoch,
-                        metadata=metadata,
-                        error_code=error,
-                    )
-                    for index, (offset, epoch, metadata, error) in entries
-                ],
-            )
-            for name, entries in by_topic.items()
-        ],
+        topics=_offset_fetch_topics(
+            OffsetFetchResponse.OffsetFetchResponseTopic,
+            OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition,
+            by_topic,
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from kafka.protocol.producer import (
 
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.handlers.groups import requested_offsets
 from sparkafka.broker.transactions import TxnState
 
 if TYPE_CHECKING:
@@ -101,15 +102,7 @@ async def end_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
 
 
 async def txn_offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
-    offsets = {
-        (t.name, p.partition_index): (
-            p.committed_offset,
-            p.committed_leader_epoch if context.version >= 2 else -1,
-            p.committed_metadata,
-        )
-        for t in request.topics
-        for p in t.partitions
-    }
+    offsets = requested_offsets(request.topics, with_leader_epoch=context.version >= 2)
     errors: dict[tuple[str, int], ErrorCode] = {}
     try:
         broker.transactions.verify_offset_commit(
