@@ -29,7 +29,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from sparkafka.errors import SparkafkaError
 from sparkafka.harness import Cluster, TopicReader, Verdict, judge, readers, wait_until
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.pipeline_process import PipelineProcess, run_arguments
 
 FIRST_WAVE = [b"aa,bb", b"cc,dd"]
 SECOND_WAVE = [b"xx,yy", b"zz,aa", b"cc,dd", b"mm,nn"]
@@ -67,28 +67,14 @@ class Demo:
         self.out_topic = self.cluster.topic("out")
 
     def _pipeline(self, *sink_options: str) -> PipelineProcess:
-        args = [
-            "--bootstrap-servers",
+        args = run_arguments(
             self.cluster.bootstrap_servers,
-            "--source-topic",
             self.in_topic,
-            "--sink-topic",
             self.out_topic,
-            "--checkpoint",
-            str(self.work_dir / "checkpoint"),
-            "--trigger",
-            "1s",
-            "--master",
-            "local[2]",
-            "--delivery-guarantee",
-            "exactly-once",
-            "--source-option",
-            "startingOffsets=earliest",
-            "--sql",
-            "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input",
-        ]
-        for option in sink_options:
-            args += ["--sink-option", option]
+            self.work_dir / "checkpoint",
+            sql="SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input",
+            sink_options=sink_options,
+        )
         return PipelineProcess(self.work_dir / "pipeline.log", args)
 
     def _send(self, lines: list[bytes]) -> None:

@@ -78,3 +78,34 @@ class PipelineProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
         self.process = None
         return code
+
+
+def run_arguments(
+    bootstrap_servers: str,
+    source_topic: str,
+    sink_topic: str,
+    checkpoint: Path,
+    *,
+    sql: str,
+    trigger: str = "1s",
+    delivery_guarantee: str = "exactly-once",
+    master: str = "local[2]",
+    sink_options: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """`sparkafka run` arguments for a pipeline reading ``source_topic`` from its beginning."""
+    args = [
+        "--bootstrap-servers", bootstrap_servers,
+        "--source-topic", source_topic,
+        "--sink-topic", sink_topic,
+        "--checkpoint", str(checkpoint),
+        "--trigger", trigger,
+        "--master", master,
+        "--delivery-guarantee", delivery_guarantee,
+        "--source-option", "startingOffsets=earliest",
+        "--sql", sql,
+        *extra,
+    ]  # fmt: skip
+    for option in sink_options:
+        args += ["--sink-option", option]
+    return args

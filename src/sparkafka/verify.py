@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sparkafka.errors import SparkafkaError
 from sparkafka.harness import Cluster, Seen, Verdict, judge, readers, wait_until
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.pipeline_process import PipelineProcess, run_arguments
 
 MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
 
@@ -54,9 +54,7 @@ def reordered_keys(records: list[Seen]) -> int:
     by_key: dict[bytes | None, list[int]] = defaultdict(list)
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         by_key[record.key].append(int(record.value[len(b"EVENT(") : -1]))
-    return sum(
-        1 for sequence in by_key.values() if any(b <= a for a, b in itertools.pairwise(sequence))
-    )
+    return sum(1 for sequence in by_key.values() if any(b <= a for a, b in itertools.pairwise(sequence)))
 
 
 class ChaosRun:
@@ -73,33 +71,17 @@ class ChaosRun:
         self.send_error: BaseException | None = None
 
     def _pipeline(self) -> PipelineProcess:
-        return PipelineProcess(
-            self.work_dir / "pipeline.log",
-            [
-                "--bootstrap-servers",
-                self.cluster.bootstrap_servers,
-                "--source-topic",
-                self.in_topic,
-                "--sink-topic",
-                self.out_topic,
-                "--checkpoint",
-                str(self.work_dir / "checkpoint"),
-                "--trigger",
-                "500ms",
-                "--master",
-                "local[2]",
-                "--delivery-guarantee",
-                self.settings.delivery_guarantee,
-                "--restart-attempts",
-                "20",
-                "--restart-delay",
-                "1s",
-                "--source-option",
-                "startingOffsets=earliest",
-                "--sql",
-                MAP_SQL,
-            ],
+        args = run_arguments(
+            self.cluster.bootstrap_servers,
+            self.in_topic,
+            self.out_topic,
+            self.work_dir / "checkpoint",
+            sql=MAP_SQL,
+            trigger="500ms",
+            delivery_guarantee=self.settings.delivery_guarantee,
+            extra=("--restart-attempts", "20", "--restart-delay", "1s"),
         )
+        return PipelineProcess(self.work_dir / "pipeline.log", args)
 
     def _send_all(self) -> None:
         """Send the keyed records spread over ``send_seconds``; idempotent, so a broker restart neither
