@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -19,8 +20,11 @@ from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.server import READY_LINE, Broker
 
 
-def run_forever(config: BrokerConfig) -> None:
-    """Serve until SIGTERM or SIGINT; print the ready line once connections are accepted."""
+def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT; print the ready line once connections are accepted.
+
+    With ``schema_registry`` (host, port) a Schema Registry is served there too, storing its schemas
+    in the broker's own ``_schemas`` topic; its ready line follows the broker's."""
 
     async def main() -> None:
         broker = Broker(config)
@@ -30,12 +34,50 @@ def run_forever(config: BrokerConfig) -> None:
             loop.add_signal_handler(signum, stop.set)
         await broker.start()
         print(READY_LINE.format(host=config.host, port=broker.port), flush=True)
+        registry = None
         try:
+            if schema_registry is not None:
+                from sparkafka.broker.schema_registry import READY_LINE as REGISTRY_READY_LINE
+                from sparkafka.broker.schema_registry import SchemaRegistryServer
+
+                registry = SchemaRegistryServer(*schema_registry, _own_client_config(config, broker.port))
+                # Off the event loop: loading reads _schemas from this very broker.
+                try:
+                    await asyncio.to_thread(registry.start)
+                except Exception as error:  # the finally below still closes what start() opened
+                    host, port = schema_registry
+                    raise RuntimeError(
+                        f"the schema registry could not start on {host}:{port}: {error}. Pick a free port "
+                        "with --schema-registry HOST:PORT (port 0 picks one)"
+                    ) from error
+                print(REGISTRY_READY_LINE.format(url=registry.url), flush=True)
             await stop.wait()
         finally:
+            if registry is not None:
+                await asyncio.to_thread(registry.stop)
             await broker.stop()
 
     asyncio.run(main())
+
+
+def _own_client_config(config: BrokerConfig, port: int) -> dict[str, object]:
+    """Kafka client settings for components of the broker process that talk to its own listener."""
+    host = "127.0.0.1" if config.host in ("", "0.0.0.0", "::") else config.host
+    client: dict[str, object] = {
+        "bootstrap.servers": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        "logger": logging.getLogger("sparkafka.broker.librdkafka"),
+    }
+    if config.sasl_plain_users:
+        user = config.sasl_plain_users[0]
+        client.update(
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "PLAIN",
+                "sasl.username": user.username,
+                "sasl.password": user.password,
+            }
+        )
+    return client
 
 
 class EmbeddedBroker:
@@ -82,7 +124,9 @@ class BrokerProcess:
     """``sparkafka broker`` as a child process with its own data directory.
 
     ``kill()`` sends SIGKILL (nothing flushed, nothing closed), ``terminate()`` SIGTERM; ``start()``
-    again restarts it on the same port and data directory."""
+    again restarts it on the same port and data directory. ``schema_registry=True`` also serves a
+    Schema Registry (``--schema-registry``) at ``schema_registry_url``, on the same port after a
+    restart."""
 
     def __init__(
         self,
@@ -91,17 +135,32 @@ class BrokerProcess:
         port: int = 0,
         extra_args: list[str] | None = None,
         startup_timeout_s: float = 60.0,
+        schema_registry: bool = False,
+        schema_registry_port: int = 0,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.extra_args = list(extra_args or [])
         self.startup_timeout_s = startup_timeout_s
+        self.schema_registry = schema_registry
+        self.schema_registry_port = schema_registry_port
+        self._schema_registry_url: str | None = None
         self.process: subprocess.Popen[str] | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def schema_registry_url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the Schema Registry (started with ``schema_registry=True``)."""
+        if self._schema_registry_url is None:
+            raise RuntimeError(
+                "this broker runs no schema registry: create BrokerProcess(..., schema_registry=True) "
+                "(or pass --schema-registry HOST:PORT in extra_args) and start() it"
+            )
+        return self._schema_registry_url
 
     def start(self) -> BrokerProcess:
         command = [
@@ -115,19 +174,29 @@ class BrokerProcess:
             str(self.data_dir),
             *self.extra_args,
         ]
+        self._schema_registry_url = None
+        if self.schema_registry:
+            command += ["--schema-registry", f"127.0.0.1:{self.schema_registry_port}"]
+        wants_registry = "--schema-registry" in command
         log_file = open(self.log_path, "a")  # noqa: SIM115 - owned by the child process
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log_file, text=True, start_new_session=True
         )
         log_file.close()
         assert self.process.stdout is not None
+        broker_ready = False
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
             if ready:
-                line = self.process.stdout.readline()
+                line = self.process.stdout.readline().strip()
                 if line.startswith("sparkafka broker ready on "):
                     self.port = int(line.rsplit(":", 1)[1])
+                    broker_ready = True
+                elif line.startswith("sparkafka schema registry ready on "):
+                    self._schema_registry_url = line.rsplit(" ", 1)[1]
+                    self.schema_registry_port = int(self._schema_registry_url.rsplit(":", 1)[1])
+                if broker_ready and (not wants_registry or self._schema_registry_url is not None):
                     return self
             if self.process.poll() is not None:
                 break

@@ -63,6 +63,12 @@ def broker(
         "--sasl-plain-user",
         help="USER:PASSWORD accepted over SASL/PLAIN (repeatable); without it no authentication is required.",
     ),
+    schema_registry: str | None = typer.Option(
+        None,
+        "--schema-registry",
+        help="HOST:PORT to also serve a Confluent-compatible Schema Registry on (Avro; schemas kept in the "
+        "broker's compacted _schemas topic); port 0 picks a free port.",
+    ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
 ) -> None:
     """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
@@ -73,6 +79,7 @@ def broker(
         raise typer.BadParameter(f"unknown log level {log_level!r}; use DEBUG, INFO, WARNING or ERROR")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = parse_listen(listen)
+    registry_address = parse_listen(schema_registry) if schema_registry is not None else None
     users = []
     for entry in sasl_plain_user:
         username, separator, password = entry.partition(":")
@@ -93,7 +100,7 @@ def broker(
         sasl_plain_users=users,
     )
     try:
-        run_forever(config)
+        run_forever(config, schema_registry=registry_address)
     except (RuntimeError, OSError) as exc:
         typer.echo(f"sparkafka broker: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -1,0 +1,851 @@
+"""A Confluent-compatible Schema Registry for the embedded broker (``sparkafka broker --schema-registry``).
+
+It serves the subset of Confluent's REST API (v1) that serializers, deserializers and
+``confluent_kafka.schema_registry.SchemaRegistryClient`` use, for Avro schemas:
+
+    POST   /subjects/{subject}/versions                  register; answers {"id": ...}
+    POST   /subjects/{subject}                           look a schema up under a subject
+    GET    /subjects                                     subject names
+    GET    /subjects/{subject}/versions                  version numbers
+    GET    /subjects/{subject}/versions/{version|latest} one version
+    GET    /schemas/ids/{id}                             a schema by id (plus .../versions, .../subjects)
+    GET    /schemas/types                                ["AVRO"]
+    POST   /compatibility/subjects/{subject}/versions[/{version|latest}]
+    GET|PUT /config, GET|PUT|DELETE /config/{subject}    compatibility level
+
+Errors have Confluent's shape ``{"error_code": N, "message": "..."}`` and codes: 40401 subject not
+found, 40402 version not found, 40403 schema not found, 40408 no subject-level config, 409
+incompatible schema, 42201 invalid schema, 42202 invalid version, 42203 invalid compatibility level,
+50001 the store (Kafka) failed.
+
+Storage, as Confluent's registry does it: every change is a record of the compacted topic
+``_schemas`` on the broker itself, written through a Kafka client to the broker's own listener
+before the change is applied in memory and answered; at start the whole topic is read back to
+rebuild the in-memory state, so schemas, ids and configs survive restarts (and SIGKILL: a record
+is acknowledged only once it is in the log). Keys and values are Confluent's JSON formats —
+``{"keytype":"SCHEMA","subject":s,"version":v,"magic":1}`` -> ``{"subject","version","id","schema",
+"deleted"}`` and ``{"keytype":"CONFIG","subject":s|null,"magic":0}`` -> ``{"compatibilityLevel"}``
+(a null value deletes a subject's config) — so the topic reads like a real registry's.
+
+One registry process writes the topic (the embedded broker is a single node), so ids are allocated
+under a lock in memory; there is no leader election. Schema references, soft or hard deletes and
+JSON/Protobuf schemas are not supported. Independent of Spark: only fastavro and confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import fastavro
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+log = logging.getLogger(__name__)
+
+SCHEMAS_TOPIC = "_schemas"
+READY_LINE = "sparkafka schema registry ready on {url}"
+DEFAULT_COMPATIBILITY = "BACKWARD"
+COMPATIBILITY_LEVELS = (
+    "NONE",
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+)
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+_MAX_VERSION = 2**31 - 1
+
+# Confluent's error codes (io.confluent.kafka.schemaregistry.rest.exceptions.Errors).
+SUBJECT_NOT_FOUND = 40401
+VERSION_NOT_FOUND = 40402
+SCHEMA_NOT_FOUND = 40403
+SUBJECT_COMPATIBILITY_NOT_CONFIGURED = 40408
+INCOMPATIBLE_SCHEMA = 409
+INVALID_SCHEMA = 42201
+INVALID_VERSION = 42202
+INVALID_COMPATIBILITY_LEVEL = 42203
+STORE_ERROR = 50001
+
+
+class RegistryError(Exception):
+    """An error answered to the client as ``{"error_code": code, "message": message}``."""
+
+    def __init__(self, status: int, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+
+
+def _subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(404, SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
+
+
+# -- Avro schemas and compatibility -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedAvro:
+    """A schema as fastavro parsed it, with the named types it defines (full name -> definition)."""
+
+    schema: Any
+    named: dict[str, Any]
+
+
+def parse_avro(schema_text: str) -> ParsedAvro:
+    """Parse and validate an Avro schema; a RegistryError 42201 names what is wrong."""
+    try:
+        document = json.loads(schema_text)
+    except json.JSONDecodeError:
+        # A bare primitive name ("string") is valid Avro text that is not JSON.
+        document = schema_text.strip()
+    named: dict[str, Any] = {}
+    problem = _missing_attribute(document)
+    if problem is None:
+        try:
+            parsed = fastavro.parse_schema(document, named, _write_hint=False)
+        except Exception as error:  # fastavro raises several unrelated types for bad schemas
+            problem = f"{type(error).__name__}: {error}"
+    if problem is not None:
+        raise RegistryError(422, INVALID_SCHEMA, f"Invalid schema {schema_text}, details: {problem}")
+    return ParsedAvro(parsed, named)
+
+
+_REQUIRED_ATTRIBUTES = {"record": "fields", "error": "fields", "enum": "symbols", "fixed": "size"}
+
+
+def _missing_attribute(document: Any) -> str | None:
+    """What Avro requires and fastavro lets pass (a record without "fields") or reports only as a
+    KeyError: the first complex type lacking its required attribute."""
+    if isinstance(document, list):
+        return next((p for p in map(_missing_attribute, document) if p is not None), None)
+    if not isinstance(document, dict):
+        return None
+    kind = document.get("type")
+    required = _REQUIRED_ATTRIBUTES.get(kind) if isinstance(kind, str) else None
+    if kind == "array":
+        required = "items"
+    elif kind == "map":
+        required = "values"
+    if required is not None and required not in document:
+        return f"an Avro {kind} needs the attribute {required!r}"
+    children: list[Any] = [kind] if isinstance(kind, dict | list) else []
+    children += [document.get("items"), document.get("values")]
+    children += [f.get("type") for f in document.get("fields") or [] if isinstance(f, dict)]
+    return next((p for p in map(_missing_attribute, children) if p is not None), None)
+
+
+def canonical_text(schema_text: str) -> str:
+    """The form two registrations are compared in: the JSON with whitespace removed and keys sorted
+    (a stand-in for Confluent's canonical string; docs and defaults still count, as in Confluent's)."""
+    try:
+        return json.dumps(json.loads(schema_text), sort_keys=True, separators=(",", ":"))
+    except json.JSONDecodeError:
+        return json.dumps(schema_text.strip())
+
+
+_PROMOTIONS = {
+    "int": {"long", "float", "double"},
+    "long": {"float", "double"},
+    "float": {"double"},
+    "string": {"bytes"},
+    "bytes": {"string"},
+}
+_NAMED_TYPES = ("record", "enum", "fixed")
+
+
+def _resolve(schema: Any, named: dict[str, Any]) -> Any:
+    """A named reference becomes its definition; ``{"type": "int", ...}`` becomes ``"int"`` (logical
+    types do not take part in Avro schema resolution, as in Avro's own compatibility checker)."""
+    if isinstance(schema, str):
+        return named.get(schema, schema)
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str):
+        kind = schema["type"]
+        if kind not in (*_NAMED_TYPES, "array", "map"):
+            return _resolve(kind, named)
+    return schema
+
+
+def _type_name(schema: Any) -> str:
+    if isinstance(schema, list):
+        return "union"
+    if isinstance(schema, dict):
+        return str(schema["type"])
+    return str(schema)
+
+
+def reader_incompatibilities(reader: ParsedAvro, writer: ParsedAvro) -> list[str]:
+    """Why data written with ``writer`` cannot be read with ``reader`` (Avro schema resolution rules),
+    empty when it can. Each message names the path in the reader schema."""
+    problems: list[str] = []
+    _check(reader.schema, writer.schema, reader.named, writer.named, "", problems, set())
+    return problems
+
+
+def _names_match(reader: dict[str, Any], writer: dict[str, Any]) -> bool:
+    def short(name: str) -> str:
+        return name.rpartition(".")[2]
+
+    aliases = {short(alias) for alias in reader.get("aliases", [])}
+    return short(reader["name"]) == short(writer["name"]) or short(writer["name"]) in aliases
+
+
+def _check(
+    reader_schema: Any,
+    writer_schema: Any,
+    reader_named: dict[str, Any],
+    writer_named: dict[str, Any],
+    path: str,
+    problems: list[str],
+    in_progress: set[tuple[str, str]],
+) -> None:
+    reader = _resolve(reader_schema, reader_named)
+    writer = _resolve(writer_schema, writer_named)
+    where = path or "/"
+    if isinstance(writer, list):
+        # Every branch the writer may have used must be readable.
+        for index, branch in enumerate(writer):
+            _check(reader, branch, reader_named, writer_named, path, problems, in_progress)
+            if problems and index < len(writer) - 1:
+                break
+        return
+    if isinstance(reader, list):
+        for branch in reader:
+            attempt: list[str] = []
+            _check(branch, writer, reader_named, writer_named, path, attempt, in_progress)
+            if not attempt:
+                return
+        problems.append(
+            f"TYPE_MISMATCH at {where}: the reader's union has no branch that reads the writer's "
+            f"{_type_name(writer)}"
+        )
+        return
+    reader_kind, writer_kind = _type_name(reader), _type_name(writer)
+    if reader_kind != writer_kind:
+        if reader_kind not in _PROMOTIONS.get(writer_kind, set()):
+            problems.append(
+                f"TYPE_MISMATCH at {where}: reader type {reader_kind} cannot read writer type {writer_kind}"
+            )
+        return
+    if reader_kind in _NAMED_TYPES and not _names_match(reader, writer):
+        problems.append(f"NAME_MISMATCH at {where}: reader {reader['name']} vs writer {writer['name']}")
+        return
+    if reader_kind == "record":
+        pair = (reader["name"], writer["name"])
+        if pair in in_progress:  # a recursive type already being compared further up
+            return
+        in_progress.add(pair)
+        writer_fields = {f["name"]: f for f in writer["fields"]}
+        for reader_field in reader["fields"]:
+            names = [reader_field["name"], *reader_field.get("aliases", [])]
+            match = next((writer_fields[n] for n in names if n in writer_fields), None)
+            field_path = f"{path}/{reader_field['name']}"
+            if match is not None:
+                _check(
+                    reader_field["type"],
+                    match["type"],
+                    reader_named,
+                    writer_named,
+                    field_path,
+                    problems,
+                    in_progress,
+                )
+            elif "default" not in reader_field:
+                problems.append(
+                    f"READER_FIELD_MISSING_DEFAULT_VALUE at {field_path}: field '{reader_field['name']}' "
+                    "is missing in the writer schema and has no default"
+                )
+        in_progress.discard(pair)
+    elif reader_kind == "enum":
+        missing = [s for s in writer["symbols"] if s not in reader["symbols"]]
+        if missing and "default" not in reader:
+            problems.append(f"MISSING_ENUM_SYMBOLS at {where}: the reader lacks symbols {missing}")
+    elif reader_kind == "fixed":
+        if reader["size"] != writer["size"]:
+            problems.append(f"FIXED_SIZE_MISMATCH at {where}: size {reader['size']} vs {writer['size']}")
+    elif reader_kind == "array":
+        _check(
+            reader["items"],
+            writer["items"],
+            reader_named,
+            writer_named,
+            f"{path}/items",
+            problems,
+            in_progress,
+        )
+    elif reader_kind == "map":
+        _check(
+            reader["values"],
+            writer["values"],
+            reader_named,
+            writer_named,
+            f"{path}/values",
+            problems,
+            in_progress,
+        )
+
+
+def compatibility_problems(
+    level: str, candidate: ParsedAvro, existing: list[tuple[int, ParsedAvro]], *, transitive_ok: bool = True
+) -> list[str]:
+    """Problems of registering ``candidate`` after ``existing`` (version, schema), oldest first.
+
+    BACKWARD: the candidate reads data of the latest version; FORWARD: the latest version reads the
+    candidate's data; FULL: both. ``*_TRANSITIVE`` checks every version instead of the latest only."""
+    if level == "NONE" or not existing:
+        return []
+    against = existing if level.endswith("_TRANSITIVE") and transitive_ok else existing[-1:]
+    problems = []
+    for version, old in against:
+        if level.startswith(("BACKWARD", "FULL")):
+            problems += [
+                f"{p} (the new schema cannot read data written with version {version})"
+                for p in reader_incompatibilities(candidate, old)
+            ]
+        if level.startswith(("FORWARD", "FULL")):
+            problems += [
+                f"{p} (version {version} cannot read data written with the new schema)"
+                for p in reader_incompatibilities(old, candidate)
+            ]
+    return problems
+
+
+# -- in-memory state, rebuilt from _schemas ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    subject: str
+    version: int
+    schema_id: int
+    schema: str
+
+    def response(self) -> dict[str, Any]:
+        return {"subject": self.subject, "version": self.version, "id": self.schema_id, "schema": self.schema}
+
+
+@dataclass
+class RegistryState:
+    """Everything the registry knows; changed only by applying ``_schemas`` records, so that the
+    live state and the state rebuilt at start are the same function of the topic."""
+
+    subjects: dict[str, dict[int, SchemaVersion]] = field(default_factory=dict)
+    schemas_by_id: dict[int, str] = field(default_factory=dict)
+    ids_by_canonical: dict[str, int] = field(default_factory=dict)
+    global_compatibility: str = DEFAULT_COMPATIBILITY
+    subject_compatibility: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def next_id(self) -> int:
+        return max(self.schemas_by_id, default=0) + 1
+
+    def apply(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
+        keytype = key.get("keytype")
+        if keytype == "SCHEMA":
+            subject, version = str(key["subject"]), int(key["version"])
+            versions = self.subjects.setdefault(subject, {})
+            if value is None or value.get("deleted"):
+                versions.pop(version, None)
+                if not versions:
+                    del self.subjects[subject]
+                return
+            schema_id = int(value["id"])
+            schema = str(value["schema"])
+            versions[version] = SchemaVersion(subject, version, schema_id, schema)
+            self.schemas_by_id[schema_id] = schema
+            self.ids_by_canonical.setdefault(canonical_text(schema), schema_id)
+        elif keytype == "CONFIG":
+            config_subject: str | None = key.get("subject")
+            level = None if value is None else value.get("compatibilityLevel")
+            if config_subject is None:
+                self.global_compatibility = level or DEFAULT_COMPATIBILITY
+            elif level is None:
+                self.subject_compatibility.pop(config_subject, None)
+            else:
+                self.subject_compatibility[config_subject] = level
+        # Other key types of Confluent's registry (NOOP, MODE, DELETE_SUBJECT ...) carry nothing we use.
+
+
+def schema_key(subject: str, version: int) -> dict[str, Any]:
+    return {"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}
+
+
+def config_key(subject: str | None) -> dict[str, Any]:
+    return {"keytype": "CONFIG", "subject": subject, "magic": 0}
+
+
+def _encode(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+# -- the Kafka-backed store ----------------------------------------------------------------------------
+
+
+class KafkaSchemaStore:
+    """Reads and appends ``_schemas`` through Kafka clients connected to the broker's own listener."""
+
+    def __init__(
+        self, client_config: dict[str, Any], topic: str = SCHEMAS_TOPIC, timeout_s: float = 30.0
+    ) -> None:
+        self.client_config = dict(client_config)
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self._producer: Producer | None = None
+
+    def ensure_topic(self) -> None:
+        admin = AdminClient(self.client_config)
+        metadata = admin.list_topics(timeout=self.timeout_s)
+        if self.topic in metadata.topics and metadata.topics[self.topic].error is None:
+            return
+        new_topic = NewTopic(self.topic, 1, -1, config={"cleanup.policy": "compact"})
+        try:
+            admin.create_topics([new_topic], operation_timeout=self.timeout_s)[self.topic].result(
+                self.timeout_s
+            )
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def read_all(self) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+        """Every (key, value) of the topic from its start to the end offset seen now, in order."""
+        consumer = Consumer(
+            {
+                **self.client_config,
+                "group.id": "sparkafka-schema-registry",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        partition = TopicPartition(self.topic, 0)
+        try:
+            low, high = consumer.get_watermark_offsets(partition, timeout=self.timeout_s)
+            if high <= low:
+                return
+            consumer.assign([TopicPartition(self.topic, 0, low)])
+            deadline = time.monotonic() + self.timeout_s
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None:
+                    failure = message.error()
+                    if failure is None:
+                        raw_value = message.value()
+                        yield (
+                            json.loads(message.key() or b"{}"),
+                            json.loads(raw_value) if raw_value is not None else None,
+                        )
+                    elif failure.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(failure)
+                if consumer.position([partition])[0].offset >= high:
+                    return
+            raise TimeoutError(
+                f"reading {self.topic} up to offset {high} took longer than {self.timeout_s:.0f} s"
+            )
+        finally:
+            consumer.close()
+
+    def append(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
+        """Write one record and return once the broker acknowledged it (acks=all)."""
+        if self._producer is None:
+            self._producer = Producer(
+                {**self.client_config, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+            )
+        outcome: list[KafkaError | None] = []
+        self._producer.produce(
+            self.topic,
+            key=_encode(key),
+            value=None if value is None else _encode(value),
+            partition=0,
+            on_delivery=lambda error, _message: outcome.append(error),
+        )
+        self._producer.flush(self.timeout_s)
+        if not outcome:
+            raise RegistryError(
+                500,
+                STORE_ERROR,
+                f"writing to {self.topic} was not acknowledged within {self.timeout_s:.0f} s",
+            )
+        if outcome[0] is not None:
+            raise RegistryError(500, STORE_ERROR, f"writing to {self.topic} failed: {outcome[0]}")
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(self.timeout_s)
+            self._producer = None
+
+
+# -- the registry's operations (no HTTP) ---------------------------------------------------------------
+
+
+def _parse_version(text: str) -> int | None:
+    """``latest`` (or -1) -> None; else a version number in Confluent's allowed range."""
+    if text in ("latest", "-1"):
+        return None
+    if text.isdigit() and 1 <= int(text) <= _MAX_VERSION:
+        return int(text)
+    raise RegistryError(
+        422,
+        INVALID_VERSION,
+        f"The specified version '{text}' is not a valid version id. "
+        f'Allowed values are between [1, {_MAX_VERSION}] and the string "latest"',
+    )
+
+
+def _schema_text(body: Any) -> str:
+    if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
+        raise RegistryError(422, INVALID_SCHEMA, 'Invalid schema: the request body needs a "schema" string')
+    schema_type = body.get("schemaType") or "AVRO"
+    if schema_type != "AVRO":
+        raise RegistryError(
+            422,
+            INVALID_SCHEMA,
+            f"Invalid schema: schemaType {schema_type!r} is not supported by sparkafka's schema registry "
+            "(AVRO only)",
+        )
+    if body.get("references"):
+        raise RegistryError(
+            422,
+            INVALID_SCHEMA,
+            "Invalid schema: schema references are not supported by sparkafka's schema registry",
+        )
+    return body["schema"]
+
+
+class SchemaRegistry:
+    """The REST semantics over a store; thread-safe (one lock around every read and change)."""
+
+    def __init__(self, store: KafkaSchemaStore) -> None:
+        self.store = store
+        self.state = RegistryState()
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        self.store.ensure_topic()
+        state = RegistryState()
+        for key, value in self.store.read_all():
+            state.apply(key, value)
+        with self._lock:
+            self.state = state
+        log.info(
+            "schema registry loaded %d subject(s), %d schema(s) from %s",
+            len(state.subjects),
+            len(state.schemas_by_id),
+            self.store.topic,
+        )
+
+    def _write(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
+        """Log first, then apply (under the caller's lock): memory never holds a change the topic
+        lacks, so what a client was told survives a crash, and a failed write changes nothing."""
+        self.store.append(key, value)
+        self.state.apply(key, value)
+
+    def _versions(self, subject: str) -> dict[int, SchemaVersion]:
+        versions = self.state.subjects.get(subject)
+        if not versions:
+            raise _subject_not_found(subject)
+        return versions
+
+    def _version(self, subject: str, version_text: str) -> SchemaVersion:
+        version = _parse_version(version_text)
+        versions = self._versions(subject)
+        number = max(versions) if version is None else version
+        if number not in versions:
+            raise RegistryError(404, VERSION_NOT_FOUND, f"Version {version_text} not found.")
+        return versions[number]
+
+    def compatibility_level(self, subject: str | None) -> str:
+        if subject is not None and subject in self.state.subject_compatibility:
+            return self.state.subject_compatibility[subject]
+        return self.state.global_compatibility
+
+    # -- subjects and schemas
+
+    def register(self, subject: str, body: Any) -> dict[str, Any]:
+        text = _schema_text(body)
+        candidate = parse_avro(text)
+        canonical = canonical_text(text)
+        with self._lock:
+            versions = self.state.subjects.get(subject, {})
+            for existing in versions.values():
+                if canonical_text(existing.schema) == canonical:
+                    return {"id": existing.schema_id, "version": existing.version}
+            history = [
+                (v.version, parse_avro(v.schema)) for v in sorted(versions.values(), key=lambda v: v.version)
+            ]
+            problems = compatibility_problems(self.compatibility_level(subject), candidate, history)
+            if problems:
+                raise RegistryError(
+                    409,
+                    INCOMPATIBLE_SCHEMA,
+                    f"Schema being registered is incompatible with an earlier schema for subject "
+                    f'"{subject}", details: {problems}',
+                )
+            schema_id = self.state.ids_by_canonical.get(canonical, self.state.next_id)
+            version = max(versions, default=0) + 1
+            stored = (
+                json.dumps(json.loads(text), separators=(",", ":"))
+                if text.strip().startswith(("{", "["))
+                else text
+            )
+            self._write(
+                schema_key(subject, version),
+                {"subject": subject, "version": version, "id": schema_id, "schema": stored, "deleted": False},
+            )
+            log.info("registered %s version %d as schema id %d", subject, version, schema_id)
+            return {"id": schema_id, "version": version}
+
+    def lookup(self, subject: str, body: Any) -> dict[str, Any]:
+        text = _schema_text(body)
+        parse_avro(text)
+        canonical = canonical_text(text)
+        with self._lock:
+            for existing in self._versions(subject).values():
+                if canonical_text(existing.schema) == canonical:
+                    return existing.response()
+        raise RegistryError(404, SCHEMA_NOT_FOUND, "Schema not found")
+
+    def subjects(self) -> list[str]:
+        with self._lock:
+            return sorted(self.state.subjects)
+
+    def versions(self, subject: str) -> list[int]:
+        with self._lock:
+            return sorted(self._versions(subject))
+
+    def version(self, subject: str, version_text: str) -> dict[str, Any]:
+        with self._lock:
+            return self._version(subject, version_text).response()
+
+    def schema_by_id(self, schema_id_text: str) -> dict[str, Any]:
+        with self._lock:
+            schema_id = int(schema_id_text) if schema_id_text.isdigit() else -1
+            if schema_id not in self.state.schemas_by_id:
+                raise RegistryError(404, SCHEMA_NOT_FOUND, f"Schema {schema_id_text} not found")
+            return {"schema": self.state.schemas_by_id[schema_id]}
+
+    def schema_versions(self, schema_id_text: str) -> list[dict[str, Any]]:
+        self.schema_by_id(schema_id_text)
+        with self._lock:
+            return [
+                {"subject": v.subject, "version": v.version}
+                for subject in sorted(self.state.subjects)
+                for v in sorted(self.state.subjects[subject].values(), key=lambda v: v.version)
+                if v.schema_id == int(schema_id_text)
+            ]
+
+    # -- compatibility
+
+    def check_compatibility(self, subject: str, version_text: str | None, body: Any) -> dict[str, Any]:
+        """Against one version (``version_text``), or against what the level requires (None)."""
+        candidate = parse_avro(_schema_text(body))
+        with self._lock:
+            level = self.compatibility_level(subject)
+            versions = self.state.subjects.get(subject)
+            if not versions:
+                if version_text is None or _parse_version(version_text) is None:
+                    return {"is_compatible": True}  # nothing to be incompatible with, as Confluent's
+                raise _subject_not_found(subject)
+            if version_text is None:
+                history = [
+                    (v.version, parse_avro(v.schema))
+                    for v in sorted(versions.values(), key=lambda v: v.version)
+                ]
+                problems = compatibility_problems(level, candidate, history)
+            else:
+                target = self._version(subject, version_text)
+                problems = compatibility_problems(
+                    level, candidate, [(target.version, parse_avro(target.schema))]
+                )
+        answer: dict[str, Any] = {"is_compatible": not problems}
+        if problems:
+            answer["messages"] = problems
+        return answer
+
+    def get_config(self, subject: str | None, default_to_global: bool) -> dict[str, Any]:
+        with self._lock:
+            if subject is None or subject in self.state.subject_compatibility or default_to_global:
+                return {"compatibilityLevel": self.compatibility_level(subject)}
+        raise RegistryError(
+            404,
+            SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+            f"Subject '{subject}' does not have subject-level compatibility configured",
+        )
+
+    def put_config(self, subject: str | None, body: Any) -> dict[str, Any]:
+        level = body.get("compatibility") if isinstance(body, dict) else None
+        if not isinstance(level, str) or level.upper() not in COMPATIBILITY_LEVELS:
+            raise RegistryError(
+                422,
+                INVALID_COMPATIBILITY_LEVEL,
+                f"Invalid compatibility level {level!r}. Valid values are {', '.join(COMPATIBILITY_LEVELS)}",
+            )
+        with self._lock:
+            self._write(config_key(subject), {"compatibilityLevel": level.upper()})
+        return {"compatibility": level.upper()}
+
+    def delete_config(self, subject: str) -> dict[str, Any]:
+        with self._lock:
+            previous = self.compatibility_level(subject)
+            self._write(config_key(subject), None)
+        return {"compatibilityLevel": previous}
+
+
+# -- HTTP ----------------------------------------------------------------------------------------------
+
+Route = tuple[str, re.Pattern[str], Callable[["SchemaRegistry", list[str], dict[str, list[str]], Any], Any]]
+
+
+def _flag(query: dict[str, list[str]], name: str) -> bool:
+    return query.get(name, ["false"])[-1].lower() == "true"
+
+
+_ROUTES: list[Route] = [
+    ("GET", re.compile(r"subjects"), lambda r, p, q, b: r.subjects()),
+    ("GET", re.compile(r"subjects/([^/]+)/versions"), lambda r, p, q, b: r.versions(p[0])),
+    ("GET", re.compile(r"subjects/([^/]+)/versions/([^/]+)"), lambda r, p, q, b: r.version(p[0], p[1])),
+    ("POST", re.compile(r"subjects/([^/]+)/versions"), lambda r, p, q, b: r.register(p[0], b)),
+    ("POST", re.compile(r"subjects/([^/]+)"), lambda r, p, q, b: r.lookup(p[0], b)),
+    ("GET", re.compile(r"schemas/types"), lambda r, p, q, b: ["AVRO"]),
+    ("GET", re.compile(r"schemas/ids/([^/]+)"), lambda r, p, q, b: r.schema_by_id(p[0])),
+    ("GET", re.compile(r"schemas/ids/([^/]+)/versions"), lambda r, p, q, b: r.schema_versions(p[0])),
+    (
+        "GET",
+        re.compile(r"schemas/ids/([^/]+)/subjects"),
+        lambda r, p, q, b: sorted({v["subject"] for v in r.schema_versions(p[0])}),
+    ),
+    (
+        "POST",
+        re.compile(r"compatibility/subjects/([^/]+)/versions/([^/]+)"),
+        lambda r, p, q, b: r.check_compatibility(p[0], p[1], b),
+    ),
+    (
+        "POST",
+        re.compile(r"compatibility/subjects/([^/]+)/versions"),
+        lambda r, p, q, b: r.check_compatibility(p[0], None, b),
+    ),
+    ("GET", re.compile(r"config"), lambda r, p, q, b: r.get_config(None, True)),
+    ("PUT", re.compile(r"config"), lambda r, p, q, b: r.put_config(None, b)),
+    (
+        "GET",
+        re.compile(r"config/([^/]+)"),
+        lambda r, p, q, b: r.get_config(p[0], _flag(q, "defaultToGlobal")),
+    ),
+    ("PUT", re.compile(r"config/([^/]+)"), lambda r, p, q, b: r.put_config(p[0], b)),
+    ("DELETE", re.compile(r"config/([^/]+)"), lambda r, p, q, b: r.delete_config(p[0])),
+]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 so clients (httpx) keep their connection; every answer has a Content-Length.
+    protocol_version = "HTTP/1.1"
+    server: _RegistryHTTPServer
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_body = self.rfile.read(length) if length else b""
+        # Split before unquoting: subjects may contain an encoded '/' (%2F).
+        path = url.path.strip("/")
+        try:
+            body = json.loads(raw_body) if raw_body else None
+        except json.JSONDecodeError:
+            self._send(400, {"error_code": 400, "message": "The request body is not valid JSON"})
+            return
+        try:
+            self._send(200, self._dispatch(method, path, parse_qs(url.query), body))
+        except RegistryError as error:
+            self._send(error.status, {"error_code": error.error_code, "message": error.message})
+        except Exception as error:  # answer rather than drop the connection; the log has the traceback
+            log.exception("schema registry: %s %s failed", method, self.path)
+            self._send(500, {"error_code": 50001, "message": f"Error in the backend data store: {error}"})
+
+    def _dispatch(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> Any:
+        path_exists = False
+        for route_method, pattern, action in _ROUTES:
+            match = pattern.fullmatch(path)
+            if match is None:
+                continue
+            path_exists = True
+            if route_method == method:
+                return action(self.server.registry, [unquote(g) for g in match.groups()], query, body)
+        if path_exists:
+            raise RegistryError(405, 405, f"HTTP {method} is not supported on /{path}")
+        raise RegistryError(404, 404, f"HTTP 404 Not Found: /{path}")
+
+    def _send(self, status: int, document: Any) -> None:
+        payload = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("schema registry %s: " + format, self.address_string(), *args)
+
+
+class _RegistryHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], registry: SchemaRegistry) -> None:
+        super().__init__(address, _Handler)
+        self.registry = registry
+
+
+class SchemaRegistryServer:
+    """The registry over HTTP in a background thread. ``start()`` reads ``_schemas`` (the broker must
+    already accept connections on ``client_config['bootstrap.servers']``), then listens."""
+
+    def __init__(self, host: str, port: int, client_config: dict[str, Any]) -> None:
+        self.host = host
+        self.port = port
+        self.registry = SchemaRegistry(KafkaSchemaStore(client_config))
+        self._server: _RegistryHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> SchemaRegistryServer:
+        self.registry.load()
+        self._server = _RegistryHTTPServer((self.host, self.port), self.registry)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="sparkafka-schema-registry", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.registry.store.close()
