@@ -105,9 +105,11 @@ def _produce(cluster: Cluster, topic: str, records: int, value_bytes: int, rate:
     producer.flush(120)
 
 
-def _wait(watcher: OutputWatcher, count: int, timeout_s: float) -> None:
+def _wait(watcher: OutputWatcher, count: int, timeout_s: float, pipeline: PipelineProcess) -> None:
     deadline = time.monotonic() + timeout_s
     while len(watcher.arrivals) < count and time.monotonic() < deadline:
+        if pipeline.process is None or pipeline.process.poll() is not None:
+            raise RuntimeError(f"the pipeline exited; its output ends with:\n{pipeline.output()[-3000:]}")
         time.sleep(0.2)
     if len(watcher.arrivals) < count:
         raise RuntimeError(
@@ -148,12 +150,12 @@ def measure(
     started = time.time()
     pipeline.start()
     try:
-        _wait(watcher, args.records, args.timeout)
+        _wait(watcher, args.records, args.timeout, pipeline)
         first, last = watcher.arrivals[0][0], watcher.arrivals[args.records - 1][0]
         throughput = args.records / max(last - first, 1e-3)
         steady = int(args.rate * args.seconds)
         _produce(cluster, in_topic, steady, args.value_bytes, args.rate)
-        _wait(watcher, args.records + steady, args.timeout)
+        _wait(watcher, args.records + steady, args.timeout, pipeline)
         latencies = [visible * 1000 - created for visible, created in watcher.arrivals[args.records :]]
         quantiles = statistics.quantiles(latencies, n=100)
     finally:

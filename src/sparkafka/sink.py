@@ -31,13 +31,17 @@ No transaction ever spans two processes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
+import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -376,6 +380,7 @@ class _CachedProducer:
 
 _producers: dict[tuple[str, str | None, str], _CachedProducer] = {}
 _producers_lock = threading.Lock()
+_WORKER_STARTED_NS = time.time_ns()
 
 
 def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict[str, Any]:
@@ -423,12 +428,16 @@ def _transactional_producer(
     key = _cache_key(options, transactional_id)
     with _producers_lock:
         cached = _producers.get(key)
-    if cached is not None:
+    if cached is not None and _initialised_here_last(transactional_id):
         cached.fresh = False
         return cached
+    if cached is not None:
+        # Another Python worker of this machine initialised the id since: this producer is fenced.
+        _discard(options, transactional_id)
     producer = Producer(_producer_config(options, transactional_id))
     try:
         producer.init_transactions(options.operation_timeout_s)
+        _claim(transactional_id)
     except KafkaException as error:
         if error_code(error) == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise transaction_timeout_error(options) from None
@@ -510,8 +519,41 @@ def fence_transactional_id(options: SinkOptions, transactional_id: str) -> None:
     producer = Producer(_producer_config(options, transactional_id))
     try:
         producer.init_transactions(options.operation_timeout_s)
+        _claim(transactional_id)
     finally:
         producer.flush(0)
+
+
+# Spark runs a task in any idle Python worker of its executor, so one transactional id moves between
+# workers: whoever initialises it fences the others' cached producers. Each initialisation is
+# recorded in a small file per id, shared by the workers of one machine; a worker reuses its cached
+# producer only while the file still names it, and otherwise initialises the id again (which also
+# makes the locally tracked commit marker stale, so it is read again). An id moving to another
+# machine (a rescheduled task) is caught by the broker: the stale producer is fenced, its task
+# fails, and Spark's retry initialises the id afresh.
+def _ownership_file(transactional_id: str) -> Path:
+    directory = Path(tempfile.gettempdir()) / f"sparkafka-producers-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return directory / hashlib.sha256(transactional_id.encode()).hexdigest()
+
+
+def _worker_identity() -> str:
+    # The pid alone could be reused by a later worker; the start time makes the identity unique.
+    return f"{os.getpid()}:{_WORKER_STARTED_NS}"
+
+
+def _claim(transactional_id: str) -> None:
+    target = _ownership_file(transactional_id)
+    temporary = target.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(_worker_identity())
+    os.replace(temporary, target)
+
+
+def _initialised_here_last(transactional_id: str) -> bool:
+    try:
+        return _ownership_file(transactional_id).read_text() == _worker_identity()
+    except FileNotFoundError:
+        return False
 
 
 # -- the writer --------------------------------------------------------------------------------------

@@ -380,3 +380,28 @@ def test_restart_strategy_restarts_the_query_from_its_checkpoint(
         if pipeline.process is not None:
             pipeline.terminate()
     assert sorted(committed) == sorted(expected)
+
+
+def test_many_batches_over_more_partitions_than_cores(fresh_broker: BrokerProcess, tmp_path: Path) -> None:
+    """Spark runs each task in any idle Python worker, so a transactional id moves between workers
+    from batch to batch; the cached producers must never write with a fenced id."""
+    broker = fresh_broker
+    create_topic(broker.bootstrap_servers, "in", partitions=4)
+    create_topic(broker.bootstrap_servers, "out", partitions=4)
+    sender = producer(broker.bootstrap_servers)
+    pipeline = _pipeline(broker, tmp_path).start()
+    expected = []
+    try:
+        for wave in range(8):
+            for i in range(20):
+                line = f"w{wave}-{i},x".encode()
+                sender.produce("in", value=line, partition=i % 4)
+                expected.append(b"EVENT(" + line + b")")
+            sender.flush(10)
+            time.sleep(1.5)
+        committed = _wait_committed(broker, len(expected), 4)
+    finally:
+        code = pipeline.terminate() if pipeline.process is not None else None
+    assert code == 0, pipeline.output()[-3000:]
+    assert sorted(committed) == sorted(expected)
+    assert "fenced" not in pipeline.output()
