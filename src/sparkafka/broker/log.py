@@ -24,9 +24,10 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.records import (
@@ -102,6 +103,43 @@ class LogConfig:
     @property
     def compacts(self) -> bool:
         return "compact" in self.cleanup_policy
+
+
+class FileRegion:
+    """`count` bytes at `offset` of a file this object holds open (a dup of a segment's descriptor).
+
+    What a fetch response sends with sendfile instead of copying the bytes through Python; close() it
+    once sent (or if it never will be). `fileno()` makes it usable as the file of loop.sendfile."""
+
+    __slots__ = ("count", "fd", "offset")
+
+    def __init__(self, fd: int, offset: int, count: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, offset={self.offset}, count={self.count})"
+
+    def fileno(self) -> int:
+        if self.fd < 0:
+            raise ValueError("the file region is closed")
+        return self.fd
+
+    def read(self) -> bytes:
+        """The region's bytes (what sendfile would send)."""
+        data = os.pread(self.fileno(), self.count, self.offset)
+        if len(data) != self.count:
+            raise OSError(f"{self!r} is shorter than it was: {len(data)} bytes")
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
 
 
 @dataclass(eq=False)
@@ -210,7 +248,7 @@ def _write_file_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | bytearray) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -487,7 +525,7 @@ class PartitionLog:
 
     # ---- append and read ---------------------------------------------------------------------------
 
-    def append(self, batches: list[bytes], *, now_ms: int) -> int:
+    def append(self, batches: Sequence[bytes | bytearray], *, now_ms: int) -> int:
         """Write batches that already carry their offsets (starting at log_end_offset); return the new end.
 
         Steps: check every batch (whole, contiguous offsets, no larger than a segment) before writing any;
@@ -553,6 +591,31 @@ class PartitionLog:
         before exceeding max_bytes, except that with min_one_batch the first batch is returned whole (KIP-74).
         Raises OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]; returns b"" at the end.
         """
+        chunks, _, _ = self.read_chunks(
+            offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch
+        )
+        return b"".join(cast(list[bytes], chunks))
+
+    def read_chunks(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        upper_bound: int | None = None,
+        min_one_batch: bool = True,
+        region_min_bytes: int | None = None,
+    ) -> tuple[list[bytes | FileRegion], int, int]:
+        """What read() returns, as (chunks, their total size, last offset of the last batch or offset - 1).
+
+        One chunk per segment touched: its bytes, or, when it is at least `region_min_bytes` long, a
+        FileRegion on a dup() of the segment file that the caller must close (after sending it with
+        sendfile). A region stays valid whatever happens to the log meanwhile: segment files are only
+        appended to, and a deleted or compacted segment's old file lives on while the dup is open.
+
+        Steps: find the segment holding `offset`; from its offset-index position scan batch headers only
+        (never the records), skipping batches that end before `offset`; stop at the bound or the byte
+        budget; then read (or reference) each segment's contiguous byte span once.
+        """
         with self._lock:
             self._ensure_open()
             if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -562,8 +625,9 @@ class PartitionLog:
                     f"have log segments in the range {self.log_start_offset} to {self.log_end_offset}.",
                 )
             bound = self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
-            pieces: list[bytes] = []
+            chunks: list[bytes | FileRegion] = []
             total = 0
+            last_offset = offset - 1
             done = offset >= bound
             for segment in self._segments[self._segment_slot(offset) :]:
                 if done:
@@ -579,9 +643,13 @@ class PartitionLog:
                     start = position if start < 0 else start
                     end = position + header.size
                     total += header.size
+                    last_offset = header.last_offset
                 if start >= 0:
-                    pieces.append(os.pread(segment.fd, end - start, start))
-            return b"".join(pieces)
+                    if region_min_bytes is not None and end - start >= region_min_bytes:
+                        chunks.append(FileRegion(os.dup(segment.fd), start, end - start))
+                    else:
+                        chunks.append(os.pread(segment.fd, end - start, start))
+            return chunks, total, last_offset
 
     def iter_batches(self, from_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
         """(header, batch bytes) of every stored batch whose last offset is >= from_offset, in order.

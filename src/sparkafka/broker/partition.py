@@ -17,10 +17,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import LogConfig, PartitionLog
+from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Partition:
 
     def append_from_client(
         self,
-        payload: bytes,
+        payload: records.Buffer,
         *,
         now_ms: int,
         max_message_bytes: int,
@@ -146,8 +147,11 @@ class Partition:
            ongoing transaction (KIP-890 verification), and its first batch opens the transaction here;
         4. assign offsets from the log end offset and append.
         """
+        # The one copy of the records: validated where it is, then its offsets are patched in place (the
+        # payload may be a view into the request frame).
+        batch = bytearray(payload)
         headers = records.validate_produce_payload(
-            payload,
+            batch,
             max_batch_bytes=max_message_bytes,
             topic_partition=f"{self.topic}-{self.index}",
             produce_version=produce_version,
@@ -168,10 +172,12 @@ class Partition:
                 )
         base = self.log.log_end_offset
         position = 0
-        assigned: list[bytes] = []
+        assigned: list[bytearray] = []
         offset = base
         for header in headers:
-            assigned.append(records.assign_offset(payload[position : position + header.size], offset))
+            piece = batch if header.size == len(batch) else batch[position : position + header.size]
+            records.assign_offset_in_place(piece, offset)
+            assigned.append(piece)
             if header.producer_id >= 0:
                 self._record_batch(header, offset)
             position += header.size
@@ -273,6 +279,22 @@ class Partition:
     ) -> tuple[bytes, list[AbortedTxn]]:
         """Whole batches from ``offset`` up to the HW (read_uncommitted) or the LSO (read_committed), and
         for read_committed the aborted transactions overlapping the returned range."""
+        chunks, _, aborted = self.read_chunks(
+            offset, max_bytes, read_committed=read_committed, min_one_batch=min_one_batch
+        )
+        return b"".join(cast(list[bytes], chunks)), aborted
+
+    def read_chunks(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        read_committed: bool,
+        min_one_batch: bool = True,
+        region_min_bytes: int | None = None,
+    ) -> tuple[list[bytes | FileRegion], int, list[AbortedTxn]]:
+        """What read() returns, as PartitionLog.read_chunks chunks (bytes or file regions to close) with
+        their total size, and the aborted transactions."""
         upper = self.last_stable_offset if read_committed else self.high_watermark
         if offset < self.log_start_offset or offset > self.high_watermark:
             raise BrokerError(
@@ -281,15 +303,18 @@ class Partition:
                 f"of {self.topic}-{self.index}",
             )
         if offset >= upper:
-            return b"", []
-        data = self.log.read(offset, max_bytes, upper_bound=upper, min_one_batch=min_one_batch)
-        if not read_committed or not data:
-            return data, []
-        last_offset = offset
-        for _, header in records.iter_batches(data):
-            last_offset = header.last_offset
+            return [], 0, []
+        chunks, size, last_offset = self.log.read_chunks(
+            offset,
+            max_bytes,
+            upper_bound=upper,
+            min_one_batch=min_one_batch,
+            region_min_bytes=region_min_bytes,
+        )
+        if not read_committed or not size:
+            return chunks, size, []
         aborted = [t for t in self.aborted if t.last_offset >= offset and t.first_offset <= last_offset]
-        return data, aborted
+        return chunks, size, aborted
 
     def delete_records_before(self, offset: int) -> int:
         start = self.log.delete_records_before(offset)

@@ -140,7 +140,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def peek_header(frame: bytes) -> RequestHeader:
+def peek_header(frame: bytes | bytearray) -> RequestHeader:
     """Read the fixed, version-independent start of a request header (api key, version, correlation id,
     client id). Enough to answer or reject a request whose body cannot be decoded."""
     if len(frame) < 10:
@@ -157,7 +157,7 @@ def is_supported(api_key: int, api_version: int) -> bool:
     return bounds is not None and bounds[0] <= api_version <= bounds[1]
 
 
-def decode_request(header: RequestHeader, frame: bytes) -> Any:
+def decode_request(header: RequestHeader, frame: bytes | bytearray) -> Any:
     """Decode a whole request frame (header included) with the schema of its api key and version."""
     request_class = REQUEST_CLASSES[header.api_key]
     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import crc32c
 
@@ -402,7 +402,7 @@ def validate_produce_payload(
         )
 
     try:
-        keyless = keyless_record_indexes(view[:size], header)
+        keyless = keyless_record_indexes(buf if len(buf) == size else view[:size], header)
     except InvalidRecordError as exc:
         raise BrokerError(invalid, str(exc)) from exc
     except (DecompressionError, CodecUnavailableError) as exc:
@@ -424,6 +424,16 @@ def validate_produce_payload(
                 errors,
             )
     return [header]
+
+
+def assign_offset_in_place(batch: bytearray, base_offset: int, *, partition_leader_epoch: int = 0) -> None:
+    """Rewrite baseOffset and partitionLeaderEpoch of the batch at the start of `batch` (CRC unaffected)."""
+    if len(batch) < HEADER_SIZE:
+        raise ValueError(
+            f"cannot assign an offset to {len(batch)} bytes: a v2 batch has >= {HEADER_SIZE} bytes"
+        )
+    _INT64.pack_into(batch, 0, base_offset)
+    _INT32.pack_into(batch, _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
 
 
 def assign_offset(batch: Buffer, base_offset: int, *, partition_leader_epoch: int = 0) -> bytes:
@@ -581,7 +591,7 @@ class _NotFast(Exception):
     """Internal: the fast record walk met something only the full decoder may judge."""
 
 
-def _varint_end(data: bytes, pos: int, max_bytes: int) -> int:
+def _varint_end(data: bytes | bytearray, pos: int, max_bytes: int) -> int:
     """Position after the varint at `pos` (no value needed); _NotFast if it is longer than max_bytes."""
     for end in range(pos, pos + max_bytes):
         if data[end] < 0x80:
@@ -589,7 +599,7 @@ def _varint_end(data: bytes, pos: int, max_bytes: int) -> int:
     raise _NotFast
 
 
-def _varint_value(data: bytes, pos: int) -> tuple[int, int]:
+def _varint_value(data: bytes | bytearray, pos: int) -> tuple[int, int]:
     """(zigzag-decoded value, next position) of the int32 varint at `pos`; _NotFast past 5 bytes."""
     result = shift = 0
     for end in range(pos, pos + 5):
@@ -601,96 +611,233 @@ def _varint_value(data: bytes, pos: int) -> tuple[int, int]:
     raise _NotFast
 
 
-def _keyless_indexes_fast(data: bytes, count: int) -> list[int] | None:
-    """The produce hot path: walk `count` records without building them and return the indexes of the
-    keyless ones, or None when anything is unusual (malformed, overlong varint, bytes left over), in which
-    case the full decoder must run and raise Kafka's exact error.
+# Bytes sets for bytes.lstrip: how many leading bytes of a strided slice satisfy one run constraint.
+_CONTINUATION_BYTES = bytes(range(0x80, 0x100))  # a varint byte with more to follow
+_FINAL_BYTES = bytes(range(0x80))  # the last byte of a varint
+_EXACT_BYTES = tuple(bytes([value]) for value in range(256))
+# The walk tries a run after the first _FIRST_RUN_TRY records and _RUN_INTERVAL records after each run
+# that paid (at least _MIN_RUN records); after one that did not it waits _RUN_BACKOFF records, doubling
+# each time, so that batches of varied sizes pay for O(log records) tries only.
+_FIRST_RUN_TRY = 3
+_RUN_INTERVAL = 16
+_MIN_RUN = 16
+_RUN_BACKOFF = 64
+
+
+def _record_template(
+    data: bytes | bytearray, pos: int, end: int
+) -> tuple[int, list[tuple[int, bytes]], bool] | None:
+    """Parse the record at `pos` the way _decode_record_bytes does and describe its shape: (its size
+    including the length varint, [(byte position relative to its start, bytes that byte may be)], keyless),
+    or None if it is malformed or unusual.
+
+    A record whose bytes at those positions are in those sets parses the same way: the varints whose value
+    matters (lengths, key and value sizes, header count and sizes) have identical bytes, the two it only
+    skips (timestamp and offset delta) have the same width, and everything else is payload."""
+    shape: list[tuple[int, bytes]] = []
+    start = pos
+
+    def varint(exact: bool, max_bytes: int) -> int:
+        nonlocal pos
+        result = shift = 0
+        for i in range(max_bytes):
+            byte = data[pos + i]
+            result |= (byte & 0x7F) << shift
+            if exact:
+                shape.append((pos + i - start, _EXACT_BYTES[byte]))
+            else:
+                shape.append((pos + i - start, _CONTINUATION_BYTES if byte >= 0x80 else _FINAL_BYTES))
+            if byte < 0x80:
+                pos += i + 1
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+        raise _NotFast
+
+    try:
+        size = varint(True, 5)
+        record_end = pos + size
+        if size < 0 or record_end > end:
+            return None
+        pos += 1  # attributes
+        varint(False, 10)  # timestamp delta
+        varint(False, 5)  # offset delta
+        key_size = varint(True, 5)
+        pos += max(key_size, 0)
+        value_size = varint(True, 5)
+        pos += max(value_size, 0)
+        if pos >= record_end:
+            return None
+        header_count = varint(True, 5)
+        if header_count < 0 or header_count > record_end - pos:
+            return None
+        for _ in range(header_count):
+            header_key_size = varint(True, 5)
+            if header_key_size < 0:
+                return None
+            pos += header_key_size
+            header_value_size = varint(True, 5)
+            pos += max(header_value_size, 0)
+            if pos > record_end:
+                return None
+    except (_NotFast, IndexError):
+        return None
+    if pos != record_end:
+        return None
+    return record_end - start, shape, key_size < 0
+
+
+def _uniform_run(data: bytes | bytearray, pos: int, end: int, limit: int) -> tuple[int, int, bool]:
+    """(records, their size, keyless) of the run of same-shaped records starting at `pos`, at most
+    `limit`; (0, 0, False) if the record at `pos` is not one the fast walk accepts.
+
+    Each constrained byte position is checked for the whole run at once: a strided slice picks that byte
+    out of every record and lstrip counts how many leading records have an allowed value there."""
+    template = _record_template(data, pos, end)
+    if template is None:
+        return 0, 0, False
+    period, shape, keyless = template
+    count = min(limit, (end - pos) // period)
+    for relative, allowed in shape:
+        if count <= 1:
+            break
+        first = pos + relative
+        column = data[first : first + (count - 1) * period + 1 : period]
+        count = min(count, len(column) - len(column.lstrip(allowed)))
+    return count, period, keyless
+
+
+def _skip_headers(data: bytes | bytearray, pos: int, record_end: int) -> int:
+    """Position after a record's headers (count, then per header key size, key, value size, value), or
+    -1 when they are malformed; _NotFast for an overlong varint."""
+    if pos >= record_end:
+        return -1  # the header count must still follow
+    header_count, pos = _varint_value(data, pos)
+    if header_count < 0 or header_count > record_end - pos:
+        return -1
+    for _ in range(header_count):
+        header_key_size, pos = _varint_value(data, pos)
+        if header_key_size < 0:
+            return -1
+        header_value_size, pos = _varint_value(data, pos + header_key_size)
+        if header_value_size > 0:
+            pos += header_value_size
+        if pos > record_end:
+            return -1
+    return pos
+
+
+def _keyless_indexes_fast(data: bytes | bytearray, count: int, start: int = 0) -> list[int] | None:
+    """The produce hot path: walk the `count` records in data[start:] without building them and return the
+    indexes of the keyless ones, or None when anything is unusual (malformed, overlong varint, bytes left
+    over), in which case the full decoder must run and raise Kafka's exact error.
 
     It accepts exactly the records _decode_record_bytes accepts: the same fields in the same order, the
     record and the batch ending exactly where declared (a read past its record's end always leaves the
     position past that end, since every field read advances it). One- and two-byte varints, nearly all
-    of them, are decoded inline."""
+    of them, are decoded inline.
+
+    Batches of same-sized records (fixed-size values: common, and what benchmarks send) are checked a run
+    at a time: now and then (see _FIRST_RUN_TRY) _uniform_run takes the next record as a template and
+    checks, column by column in C (strided slices), how many following records have exactly its shape;
+    those are valid for the same reason the template is. Runs that do not pay back off exponentially, so
+    batches of varied sizes cost little more than the per-record walk."""
     keyless: list[int] = []
     end = len(data)
-    pos = 0
+    pos = start
+    index = 0
+    next_try = _FIRST_RUN_TRY
+    backoff = _RUN_BACKOFF
     try:
-        for index in range(count):
-            # length (varint)
-            byte = data[pos]
-            if byte < 0x80:
-                size = (byte >> 1) ^ -(byte & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                raw = (byte & 0x7F) | (data[pos + 1] << 7)
-                size = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                size, pos = _varint_value(data, pos)
-            record_end = pos + size
-            if size < 0 or record_end > end:
-                return None
-            pos += 1  # record attributes
-            # timestamp delta (varlong) and offset delta (varint): only skipped
-            if data[pos] < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                pos += 2
-            else:
-                pos = _varint_end(data, pos, 10)
-            if data[pos] < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                pos += 2
-            else:
-                pos = _varint_end(data, pos, 5)
-            # key length and key
-            byte = data[pos]
-            if byte < 0x80:
-                length = (byte >> 1) ^ -(byte & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                raw = (byte & 0x7F) | (data[pos + 1] << 7)
-                length = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                length, pos = _varint_value(data, pos)
-            if length < 0:
-                keyless.append(index)
-            else:
-                pos += length
-            # value length and value
-            byte = data[pos]
-            if byte < 0x80:
-                length = (byte >> 1) ^ -(byte & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                raw = (byte & 0x7F) | (data[pos + 1] << 7)
-                length = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                length, pos = _varint_value(data, pos)
-            if length > 0:
-                pos += length
-            # headers
-            if pos >= record_end:
-                return None  # the header count must still follow
-            if data[pos] == 0:  # none: the common case
-                pos += 1
-            else:
-                header_count, pos = _varint_value(data, pos)
-                if header_count < 0 or header_count > record_end - pos:
+        while index < count:
+            tried = False
+            for current in range(index, count):
+                # Zigzag varints: a one-byte varint is negative iff its low bit is set, else its value is
+                # byte >> 1; for two bytes the same holds for raw = low 7 bits | second byte << 7.
+                # length (varint), then the record attributes (one byte, unused)
+                byte = data[pos]
+                if byte < 0x80:
+                    if byte & 1:
+                        return None
+                    record_end = pos + 1 + (byte >> 1)
+                    pos += 2
+                elif data[pos + 1] < 0x80:
+                    raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                    if raw & 1:
+                        return None
+                    record_end = pos + 2 + (raw >> 1)
+                    pos += 3
+                else:
+                    size, pos = _varint_value(data, pos)
+                    if size < 0:
+                        return None
+                    record_end = pos + size
+                    pos += 1
+                if record_end > end:
                     return None
-                for _ in range(header_count):
-                    header_key_size, pos = _varint_value(data, pos)
-                    if header_key_size < 0:
-                        return None
-                    header_value_size, pos = _varint_value(data, pos + header_key_size)
-                    if header_value_size > 0:
-                        pos += header_value_size
-                    if pos > record_end:
-                        return None
-            if pos != record_end:
-                return None
+                # timestamp delta (varlong) and offset delta (varint): only skipped; offset deltas past
+                # 8191 take three bytes
+                if data[pos] < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    pos += 2
+                else:
+                    pos = _varint_end(data, pos, 10)
+                if data[pos] < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    pos += 2
+                elif data[pos + 2] < 0x80:
+                    pos += 3
+                else:
+                    pos = _varint_end(data, pos, 5)
+                # key length and key (a negative length is a null key)
+                byte = data[pos]
+                if byte < 0x80:
+                    if byte & 1:
+                        keyless.append(current)
+                        pos += 1
+                    else:
+                        pos += 1 + (byte >> 1)
+                else:
+                    length, pos = _varint_value(data, pos)
+                    if length < 0:
+                        keyless.append(current)
+                    else:
+                        pos += length
+                # value length and value (a negative length is a null value)
+                byte = data[pos]
+                if byte < 0x80:
+                    pos += 1 if byte & 1 else 1 + (byte >> 1)
+                elif data[pos + 1] < 0x80:
+                    raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                    pos += 2 if raw & 1 else 2 + (raw >> 1)
+                else:
+                    length, pos = _varint_value(data, pos)
+                    if length > 0:
+                        pos += length
+                # headers: none, the common case, is one zero byte that ends the record
+                if (pos + 1 != record_end or data[pos] != 0) and _skip_headers(
+                    data, pos, record_end
+                ) != record_end:
+                    return None
+                pos = record_end
+                if current != next_try:
+                    continue
+                tried = True
+                break
+            if not tried:
+                break  # every record walked
+            index = current + 1
+            run, period, run_keyless = _uniform_run(data, pos, end, count - index)
+            if run_keyless:
+                keyless.extend(range(index, index + run))
+            index += run
+            pos += run * period
+            if run >= _MIN_RUN:
+                next_try = index + _RUN_INTERVAL
+            else:
+                next_try = index + backoff
+                backoff *= 2
     except (_NotFast, IndexError):
         return None
     return keyless if pos == end else None
@@ -698,11 +845,20 @@ def _keyless_indexes_fast(data: bytes, count: int) -> list[int] | None:
 
 def keyless_record_indexes(batch: Buffer, header: BatchHeader) -> list[int]:
     """Validate every record of one whole batch as decode_records does (same errors) and return the indexes
-    of the records without a key; cheap for well-formed batches, which are not decoded into Records."""
+    of the records without a key; cheap for well-formed batches, which are not decoded into Records.
+
+    An uncompressed batch given as exactly its own bytes is walked where it is; otherwise the records
+    are copied out (and decompressed) first. Whatever the fast walk does not accept goes to the full
+    decoder, which raises Kafka's error for it."""
+    in_place = isinstance(batch, bytes | bytearray) and len(batch) == header.size and not header.compression
+    if in_place and header.record_count >= 0:
+        fast = _keyless_indexes_fast(cast(bytes | bytearray, batch), header.record_count, HEADER_SIZE)
+        if fast is not None:
+            return fast
     blob = bytes(memoryview(batch)[HEADER_SIZE : header.size])
     if header.compression:
         blob = _decompress(header, blob)
-    if header.record_count >= 0:
+    if header.record_count >= 0 and not in_place:
         fast = _keyless_indexes_fast(blob, header.record_count)
         if fast is not None:
             return fast

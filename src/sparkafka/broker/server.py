@@ -9,6 +9,7 @@ Kafka does by muting a channel while its request is in flight.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import shutil
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from sparkafka.broker import protocol
 from sparkafka.broker.clock import now_ms
@@ -26,7 +27,9 @@ from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
 from sparkafka.broker.handlers.admin import plain_authentication_error
+from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
+from sparkafka.broker.log import FileRegion
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_configs, validate_topic_name
 from sparkafka.broker.transactions import TransactionCoordinator
@@ -69,8 +72,11 @@ class Broker:
             GroupConfig(initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms),
             now_ms=now_ms,
         )
+        self._transaction_journal = Journal(
+            config.data_dir / "__transaction_state.journal", fsync=config.flush_messages == 1
+        )
         self.transactions = TransactionCoordinator(
-            Journal(config.data_dir / "__transaction_state.journal", fsync=config.flush_messages == 1),
+            self._transaction_journal,
             max_timeout_ms=config.transaction_max_timeout_ms,
             write_marker=self._write_marker,
             complete_offsets=lambda group, pid, commit: self.groups.complete_transaction(
@@ -192,8 +198,8 @@ class Broker:
 
     async def start(self) -> None:
         self._data_arrived = asyncio.Event()
-        self._server = await asyncio.start_server(
-            self._accept, self.config.host, self.config.port, reuse_address=True, limit=1 << 20
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         sockets = self._server.sockets or ()
         self.port = sockets[0].getsockname()[1]
@@ -240,18 +246,10 @@ class Broker:
 
     def close_storage(self) -> None:
         self.groups.shutdown()
+        self._transaction_journal.close()
         for partition in self.partitions.values():
             partition.close()
         self._lock_file.close()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = Connection(self, reader, writer)
-        connection.task = asyncio.current_task()
-        self._connections.add(connection)
-        try:
-            await connection.serve()
-        finally:
-            self._connections.discard(connection)
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -274,15 +272,37 @@ def _lock_data_dir(data_dir: Path) -> Any:
     return handle
 
 
-class Connection:
-    """One client connection: read frames, handle them in order, write responses."""
+# Frames up to this size are received into a connection's reusable buffer and copied out; larger ones
+# (produce batches) are received straight into a buffer of their own, with no further copy. Small
+# enough that thousands of idle connections cost little memory.
+_RECEIVE_BUFFER_BYTES = 64 * 1024
+# Read-ahead: stop reading from a client once this many bytes of requests wait to be handled, resume
+# below half of it. Requests are still handled one at a time and answered in order.
+_MAX_QUEUED_BYTES = 8 * 1024 * 1024
+_SIZE = struct.Struct(">i")
 
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+@dataclass(frozen=True, slots=True)
+class _BadSize:
+    """Queued in place of a frame whose announced size is out of bounds: the connection closes there."""
+
+    size: int
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: receive frames, handle them one at a time in order, write responses.
+
+    Receiving (get_buffer/buffer_updated, called by the event loop): size-prefixed frames are cut from
+    the received bytes and queued; a frame too large for the receive buffer gets a buffer of its own
+    that the socket fills directly. A task (_serve) takes frames from the queue, handles each and writes
+    its response before taking the next, as Kafka handles a connection's requests in order. Responses
+    are bytes, or pieces (bytes and file regions sent with sendfile) from the fast fetch path.
+    """
+
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        self.transport: asyncio.Transport | None = None
+        self.client_host = "/unknown"
         self.authenticated = not broker.config.sasl_plain_users
         self.sasl_mechanism: str | None = None
         # After a SaslHandshake v0 the client sends one raw, size-prefixed SASL token (no request header).
@@ -291,9 +311,183 @@ class Connection:
         self.close_after_response = False
         self.task: asyncio.Task[Any] | None = None
         self._logged_bad_input = False
+        self._max_request_bytes = broker.config.socket_request_max_bytes
+        # Receive state: the first _end bytes of _buffer are received but not yet cut into frames; a
+        # large frame being received goes to _frame, of which _filled bytes have arrived.
+        self._buffer = bytearray(_RECEIVE_BUFFER_BYTES)
+        self._buffer_view = memoryview(self._buffer)
+        self._end = 0
+        self._frame: bytearray | None = None
+        self._filled = 0
+        self._stopped_receiving = False
+        self._frames: collections.deque[bytes | bytearray | _BadSize] = collections.deque()
+        self._queued_bytes = 0
+        self._reading_paused = False
+        self._eof = False
+        self._frame_waiter: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+
+    # -- asyncio protocol callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        self.broker._connections.add(self)  # now, so that a stop() from here on closes it
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled :]
+        return self._buffer_view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._stopped_receiving:
+            return
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._enqueue(frame)
+            return
+        self._end += nbytes
+        self._cut_frames()
+
+    def eof_received(self) -> bool:
+        # Keep the transport open for the answers to requests already received (a half-closed client).
+        self._eof = True
+        self._wake_serve()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._wake_serve()
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("connection lost"))
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- receiving --------------------------------------------------------------------------------
+
+    def _cut_frames(self) -> None:
+        """Queue every complete frame in the receive buffer; start a large frame's own buffer; move the
+        rest to the buffer's start so a frame that fits the buffer always finds room."""
+        buffer = self._buffer_view
+        start, end = 0, self._end
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buffer, start)
+            if size < 0 or size > self._max_request_bytes:
+                self._enqueue(_BadSize(size))
+                self._stopped_receiving = True  # nothing after a bad size is a request
+                start = end
+                break
+            if end - start - 4 >= size:
+                self._enqueue(bytes(buffer[start + 4 : start + 4 + size]))
+                start += 4 + size
+            elif size + 4 > len(buffer):
+                frame = bytearray(size)
+                received = end - start - 4
+                frame[:received] = buffer[start + 4 : end]
+                self._frame, self._filled = frame, received
+                start = end
+                break
+            else:
+                break
+        if start:
+            remaining = end - start
+            buffer[:remaining] = bytes(buffer[start:end])
+            self._end = remaining
+
+    def _enqueue(self, frame: bytes | bytearray | _BadSize) -> None:
+        self._frames.append(frame)
+        if not isinstance(frame, _BadSize):
+            self._queued_bytes += len(frame)
+        if self._queued_bytes > _MAX_QUEUED_BYTES and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake_serve()
+
+    def _wake_serve(self) -> None:
+        waiter, self._frame_waiter = self._frame_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _next_frame(self) -> bytes | bytearray | _BadSize | None:
+        """The next received frame, or None once the client closed and every frame was handled."""
+        while not self._frames:
+            if self._eof:
+                return None
+            self._frame_waiter = asyncio.get_running_loop().create_future()
+            await self._frame_waiter
+        frame = self._frames.popleft()
+        if not isinstance(frame, _BadSize):
+            self._queued_bytes -= len(frame)
+            if self._reading_paused and self._queued_bytes <= _MAX_QUEUED_BYTES // 2:
+                self._reading_paused = False
+                assert self.transport is not None
+                self.transport.resume_reading()
+        return frame
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    async def _write(self, response: bytes | list[Any]) -> None:
+        """Write a response: bytes, or pieces of which file regions go out with sendfile (each closed once
+        sent). Returns when the transport's buffer is below its high-water mark."""
+        transport = self.transport
+        assert transport is not None
+        if isinstance(response, bytes):
+            # A memoryview: the transport then keeps what the socket did not take without a copy first.
+            transport.write(memoryview(response) if len(response) > 65536 else response)
+        else:
+            try:
+                for piece in response:
+                    if isinstance(piece, FileRegion):
+                        await self._send_region(piece)
+                    else:
+                        transport.write(piece)
+            finally:
+                for piece in response:
+                    if isinstance(piece, FileRegion):
+                        piece.close()
+        if self._writing_paused:
+            if transport.is_closing():
+                raise ConnectionResetError("connection lost")
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            await self._drain_waiter
+
+    async def _send_region(self, region: FileRegion) -> None:
+        transport = self.transport
+        assert transport is not None
+        if transport.is_closing():
+            raise ConnectionResetError("connection lost")
+        try:
+            await asyncio.get_running_loop().sendfile(
+                transport, cast(Any, region), region.offset, region.count, fallback=False
+            )
+        except (asyncio.SendfileNotAvailableError, NotImplementedError, RuntimeError):
+            # An event loop, transport or platform without native sendfile (RuntimeError: "not
+            # supported for transport"): the bytes go through memory instead.
+            if transport.is_closing():
+                raise ConnectionResetError("connection lost") from None
+            transport.write(region.read())
+        finally:
+            region.close()
+
+    # -- handling ---------------------------------------------------------------------------------
 
     def close(self) -> None:
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
     def log_authentication_failure(self, reason: str) -> None:
         log.info("failed authentication with %s (%s)", self.client_host, reason)
@@ -303,34 +497,27 @@ class Connection:
             self._logged_bad_input = True
             log.warning("closing connection from %s: %s", self.client_host, message)
 
-    async def serve(self) -> None:
+    async def _serve(self) -> None:
         try:
             while True:
-                try:
-                    size_bytes = await self.reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                frame = await self._next_frame()
+                if frame is None:
                     return
-                (size,) = struct.unpack(">i", size_bytes)
-                if size < 0 or size > self.broker.config.socket_request_max_bytes:
+                if isinstance(frame, _BadSize):
                     self._log_bad_input_once(
-                        f"request size {size} is outside [0, socket.request.max.bytes="
-                        f"{self.broker.config.socket_request_max_bytes}]"
+                        f"request size {frame.size} is outside [0, socket.request.max.bytes="
+                        f"{self._max_request_bytes}]"
                     )
                     return
-                try:
-                    frame = await self.reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                response: bytes | bool | None
+                response: bytes | list[Any] | Literal[False] | None
                 if self.raw_sasl_token_expected:
-                    response = self._raw_sasl_token(frame)
+                    response = self._raw_sasl_token(bytes(frame))
                 else:
                     response = await self._respond(frame)
                 if response is False:
                     return
-                if isinstance(response, bytes):
-                    self.writer.write(response)
-                    await self.writer.drain()
+                if response is not None:
+                    await self._write(response)
                 if self.close_after_response:
                     # Kafka closes a connection that failed authentication only after
                     # connection.failed.authentication.delay.ms (default 100 ms); closing at once makes
@@ -342,9 +529,10 @@ class Connection:
         except Exception:
             log.exception("unexpected error serving %s; connection closed", self.client_host)
         finally:
-            self.writer.close()
+            self.close()
+            self.broker._connections.discard(self)
 
-    def _raw_sasl_token(self, token: bytes) -> bytes | bool:
+    def _raw_sasl_token(self, token: bytes) -> bytes | Literal[False]:
         """The SASL/PLAIN token that follows a SaslHandshake v0: on success the (empty) server challenge,
         size-prefixed; on failure the connection is closed without an answer, as Kafka does."""
         self.raw_sasl_token_expected = False
@@ -355,8 +543,9 @@ class Connection:
         self.authenticated = True
         return struct.pack(">i", 0)
 
-    async def _respond(self, frame: bytes) -> bytes | bool | None:
-        """The encoded response, None when none is due (acks=0), False to close the connection."""
+    async def _respond(self, frame: bytes | bytearray) -> bytes | list[Any] | Literal[False] | None:
+        """The encoded response (bytes, or pieces from a fast handler), None when none is due (acks=0),
+        False to close the connection."""
         try:
             header = protocol.peek_header(frame)
         except protocol.MalformedRequest as exc:
@@ -383,11 +572,6 @@ class Connection:
         ):
             self._log_bad_input_once(f"api key {header.api_key} before SASL authentication")
             return False
-        try:
-            request = protocol.decode_request(header, frame)
-        except protocol.MalformedRequest as exc:
-            self._log_bad_input_once(str(exc))
-            return False
         context = RequestContext(
             header.api_key,
             header.api_version,
@@ -396,6 +580,16 @@ class Connection:
             self.client_host,
             self,
         )
+        fast_handler = FAST_HANDLERS.get(header.api_key)  # type: ignore[call-overload]
+        if fast_handler is not None:
+            fast_response = await fast_handler(self.broker, frame, context)
+            if fast_response is not NOT_HANDLED:
+                return cast("bytes | list[Any] | None", fast_response)
+        try:
+            request = protocol.decode_request(header, frame)
+        except protocol.MalformedRequest as exc:
+            self._log_bad_input_once(str(exc))
+            return False
         response = await self.broker.handle(request, context)
         if response is None:
             return None

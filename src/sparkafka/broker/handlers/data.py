@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from kafka.protocol.admin import DeleteRecordsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.producer import ProduceResponse
 
+from sparkafka.broker import fastpath
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.fastpath import Buffer, PartitionFetchResult, PartitionProduceResult
+from sparkafka.broker.log import FileRegion
+from sparkafka.broker.protocol import ApiKey
 from sparkafka.broker.records import RecordValidationError
 
 if TYPE_CHECKING:
@@ -24,142 +29,282 @@ _EARLIEST = -2
 _MAX_TIMESTAMP = -3
 _READ_COMMITTED = 1
 
+# Returned by a fast handler that leaves the request to the general codec and handler.
+NOT_HANDLED: Any = object()
 
-async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
-    """Append each partition's batches; answer per partition (nothing at all for acks=0).
+
+# Record chunks at least this large are sent from the segment file with sendfile by the fast fetch path;
+# smaller ones are read into memory, where one write costs less than a sendfile round.
+SENDFILE_MIN_BYTES = 256 * 1024
+
+ProduceTopics = Iterable[tuple[str, Iterable[tuple[int, Buffer | None]]]]
+
+
+def _produce(
+    broker: Broker, acks: int, topics: ProduceTopics, version: int
+) -> list[tuple[str, list[PartitionProduceResult]]]:
+    """Append each partition's batches and say how each went; shared by the general and fast paths.
 
     Every partition is attempted independently: one partition's failure never blocks another's
     append, and each error names the partition and the reason."""
-    topic_class = ProduceResponse.TopicProduceResponse
-    partition_class = topic_class.PartitionProduceResponse
-    acks_ok = request.acks in (-1, 0, 1)
-    responses = []
+    acks_ok = acks in (-1, 0, 1)
+    responses: list[tuple[str, list[PartitionProduceResult]]] = []
     appended = False
     now = now_ms()
-    for topic_data in request.topic_data:
-        topic = broker.topics.topics.get(topic_data.name)
-        partition_results = []
-        for entry in topic_data.partition_data:
-            base_offset, log_start, error, message = -1, -1, ErrorCode.NONE, None
-            record_errors: list[Any] = []
+    known_topics = broker.topics.topics
+    for name, partition_data in topics:
+        topic = known_topics.get(name)
+        max_message_bytes = int(topic.config("max.message.bytes", broker.config)) if topic else 0
+        results: list[PartitionProduceResult] = []
+        for index, records in partition_data:
+            result = PartitionProduceResult(index)
             try:
                 if not acks_ok:
                     raise BrokerError(
-                        ErrorCode.INVALID_REQUIRED_ACKS,
-                        f"acks={request.acks} is invalid; use -1 (all), 0 or 1",
+                        ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is invalid; use -1 (all), 0 or 1"
                     )
                 if topic is None:
-                    raise BrokerError(
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic_data.name!r} does not exist"
-                    )
-                partition = broker.partition(topic.name, entry.index)
-                if entry.records is None:
+                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                partition = broker.partition(topic.name, index)
+                if records is None:
                     raise BrokerError(ErrorCode.INVALID_RECORD, "produce request without records")
-                result = partition.append_from_client(
-                    bytes(entry.records),
+                appended_at = partition.append_from_client(
+                    records,
                     now_ms=now,
-                    max_message_bytes=int(topic.config("max.message.bytes", broker.config)),
+                    max_message_bytes=max_message_bytes,
                     verify_transaction=broker.transactions.verify_partition,
-                    produce_version=context.version,
+                    produce_version=version,
                 )
-                base_offset, log_start = result.base_offset, partition.log_start_offset
-                appended = appended or not result.duplicate
+                result.base_offset = appended_at.base_offset
+                result.log_start_offset = partition.log_start_offset
+                appended = appended or not appended_at.duplicate
             except BrokerError as exc:
-                error, message = exc.code, exc.message
+                result.error_code, result.error_message = exc.code, exc.message
                 if isinstance(exc, RecordValidationError):
                     # Produce v8+: which records of the batch were rejected and why (KIP-467).
-                    record_errors = [
-                        partition_class.BatchIndexAndErrorMessage(
-                            batch_index=index, batch_index_error_message=text
-                        )
-                        for index, text in exc.record_errors
-                    ]
-                log.debug("produce to %s-%d rejected: %s", topic_data.name, entry.index, exc.message)
-            partition_results.append(
-                partition_class(
-                    index=entry.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time_ms=-1,
-                    log_start_offset=log_start,
-                    record_errors=record_errors,
-                    error_message=message,
-                )
-            )
-        responses.append(topic_class(name=topic_data.name, partition_responses=partition_results))
+                    result.record_errors = list(exc.record_errors)
+                log.debug("produce to %s-%d rejected: %s", name, index, exc.message)
+            results.append(result)
+        responses.append((name, results))
     if appended:
         broker.notify_data()
+    return responses
+
+
+async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """Produce through the general codec: append, answer per partition (nothing at all for acks=0)."""
+    results = _produce(
+        broker,
+        request.acks,
+        ((t.name, ((p.index, p.records) for p in t.partition_data)) for t in request.topic_data),
+        context.version,
+    )
     if request.acks == 0:
         return None
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    return produce_response_object(results)
 
 
-async def fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
+def produce_response_object(results: Iterable[tuple[str, Iterable[PartitionProduceResult]]]) -> Any:
+    """The general codec's ProduceResponse for these results (fastpath encodes the same bytes)."""
+    topic_class = ProduceResponse.TopicProduceResponse
+    partition_class = topic_class.PartitionProduceResponse
+    error_class = partition_class.BatchIndexAndErrorMessage
+    return ProduceResponse(
+        responses=[
+            topic_class(
+                name=name,
+                partition_responses=[
+                    partition_class(
+                        index=r.index,
+                        error_code=r.error_code,
+                        base_offset=r.base_offset,
+                        log_append_time_ms=r.log_append_time_ms,
+                        log_start_offset=r.log_start_offset,
+                        record_errors=[
+                            error_class(batch_index=i, batch_index_error_message=m)
+                            for i, m in r.record_errors
+                        ],
+                        error_message=r.error_message,
+                    )
+                    for r in partitions
+                ],
+            )
+            for name, partitions in results
+        ],
+        throttle_time_ms=0,
+    )
+
+
+async def produce_frame(broker: Broker, frame: Buffer, context: RequestContext) -> Any:
+    """Produce through the hand-written codec (fastpath.py): NOT_HANDLED when the request needs the
+    general one, else the framed response bytes, or None for acks=0. Same semantics as produce()."""
+    request = fastpath.decode_produce_request(frame, context.version)
+    if request is None:
+        return NOT_HANDLED
+    results = _produce(broker, request.acks, request.topics, context.version)
+    if request.acks == 0:
+        return None
+    return fastpath.encode_produce_response(context.version, context.correlation_id, results)
+
+
+async def _fetch(
+    broker: Broker,
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    isolation_level: int,
+    topics: list[tuple[str, list[tuple[int, int, int]]]],
+    version: int,
+    region_min_bytes: int | None,
+) -> list[tuple[str, list[PartitionFetchResult]]]:
     """Read up to ``max_bytes`` across the requested partitions, waiting up to ``max_wait_ms`` for
     ``min_bytes``. read_committed reads stop at each partition's last stable offset and carry the
-    aborted transactions overlapping the returned range."""
+    aborted transactions overlapping the returned range. Chunks of at least ``region_min_bytes`` are file
+    regions (see log.FileRegion) that the caller must send or close."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    deadline = loop.time() + max(max_wait_ms, 0) / 1000
     while True:
-        responses, total_bytes, had_error = _read_fetch(broker, request, context.version)
+        responses, total_bytes, had_error = _read_fetch(
+            broker, max_bytes, isolation_level, topics, version, region_min_bytes
+        )
         remaining = deadline - loop.time()
-        if total_bytes >= request.min_bytes or had_error or remaining <= 0:
-            return FetchResponse(
-                throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses
-            )
+        if total_bytes >= min_bytes or had_error or remaining <= 0:
+            return responses
+        close_regions(responses)
         await broker.wait_for_data(remaining)
 
 
-def _read_fetch(broker: Broker, request: Any, version: int) -> tuple[list[Any], int, bool]:
+def close_regions(responses: Iterable[tuple[str, Iterable[PartitionFetchResult]]]) -> None:
+    """Close the file regions of fetch results that will not be sent."""
+    for _, partitions in responses:
+        for result in partitions:
+            for chunk in result.records:
+                if isinstance(chunk, FileRegion):
+                    chunk.close()
+
+
+async def fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """Fetch through the general codec."""
+    results = await _fetch(
+        broker,
+        max_wait_ms=request.max_wait_ms,
+        min_bytes=request.min_bytes,
+        max_bytes=request.max_bytes,
+        isolation_level=request.isolation_level,
+        topics=[
+            (t.topic, [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in t.partitions])
+            for t in request.topics
+        ],
+        version=context.version,
+        region_min_bytes=None,
+    )
+    return fetch_response_object(results)
+
+
+def fetch_response_object(results: Iterable[tuple[str, Iterable[PartitionFetchResult]]]) -> Any:
+    """The general codec's FetchResponse for these results, whose records must all be bytes (fastpath
+    encodes the same bytes)."""
     topic_class = FetchResponse.FetchableTopicResponse
     partition_class = topic_class.PartitionData
     aborted_class = partition_class.AbortedTransaction
-    read_committed = request.isolation_level == _READ_COMMITTED
-    budget = request.max_bytes if version >= 3 else 2**31 - 1
+    return FetchResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        session_id=0,
+        responses=[
+            topic_class(
+                topic=name,
+                partitions=[
+                    partition_class(
+                        partition_index=r.partition_index,
+                        error_code=r.error_code,
+                        high_watermark=r.high_watermark,
+                        last_stable_offset=r.last_stable_offset,
+                        log_start_offset=r.log_start_offset,
+                        aborted_transactions=None
+                        if r.aborted_transactions is None
+                        else [
+                            aborted_class(producer_id=producer_id, first_offset=first_offset)
+                            for producer_id, first_offset in r.aborted_transactions
+                        ],
+                        preferred_read_replica=r.preferred_read_replica,
+                        records=b"".join(cast(list[bytes], r.records)),
+                    )
+                    for r in partitions
+                ],
+            )
+            for name, partitions in results
+        ],
+    )
+
+
+async def fetch_frame(broker: Broker, frame: Buffer, context: RequestContext) -> Any:
+    """Fetch through the hand-written codec: NOT_HANDLED when the request needs the general one, else the
+    response as pieces (bytes and file regions) for the connection to write. Same semantics as fetch()."""
+    request = fastpath.decode_fetch_request(frame, context.version)
+    if request is None:
+        return NOT_HANDLED
+    results = await _fetch(
+        broker,
+        max_wait_ms=request.max_wait_ms,
+        min_bytes=request.min_bytes,
+        max_bytes=request.max_bytes,
+        isolation_level=request.isolation_level,
+        topics=request.topics,
+        version=context.version,
+        region_min_bytes=SENDFILE_MIN_BYTES,
+    )
+    try:
+        return fastpath.encode_fetch_response(context.version, context.correlation_id, results)
+    except BaseException:
+        close_regions(results)
+        raise
+
+
+def _read_fetch(
+    broker: Broker,
+    max_bytes: int,
+    isolation_level: int,
+    topics: list[tuple[str, list[tuple[int, int, int]]]],
+    version: int,
+    region_min_bytes: int | None,
+) -> tuple[list[tuple[str, list[PartitionFetchResult]]], int, bool]:
+    read_committed = isolation_level == _READ_COMMITTED
+    budget = max_bytes if version >= 3 else 2**31 - 1
     first_data = True
     total = 0
     had_error = False
-    responses = []
-    for wanted_topic in request.topics:
-        partitions = []
-        for wanted in wanted_topic.partitions:
-            data, aborted = b"", None
-            high_watermark = last_stable = log_start = -1
-            error = ErrorCode.NONE
+    responses: list[tuple[str, list[PartitionFetchResult]]] = []
+    for name, wanted_partitions in topics:
+        results: list[PartitionFetchResult] = []
+        for index, fetch_offset, partition_max_bytes in wanted_partitions:
+            result = PartitionFetchResult(index)
             try:
-                partition = broker.partition(wanted_topic.topic, wanted.partition)
-                high_watermark = partition.high_watermark
-                last_stable = partition.last_stable_offset
-                log_start = partition.log_start_offset
-                limit = min(wanted.partition_max_bytes, max(budget, 0))
-                data, aborted_txns = partition.read(
-                    wanted.fetch_offset, limit, read_committed=read_committed, min_one_batch=first_data
+                partition = broker.partition(name, index)
+                result.high_watermark = partition.high_watermark
+                result.last_stable_offset = partition.last_stable_offset
+                result.log_start_offset = partition.log_start_offset
+                limit = min(partition_max_bytes, max(budget, 0))
+                chunks, size, aborted_txns = partition.read_chunks(
+                    fetch_offset,
+                    limit,
+                    read_committed=read_committed,
+                    min_one_batch=first_data,
+                    region_min_bytes=region_min_bytes,
                 )
-                if data:
+                result.records = chunks
+                if size:
                     first_data = False
-                    budget -= len(data)
-                    total += len(data)
+                    budget -= size
+                    total += size
                 if read_committed:
-                    aborted = [
-                        aborted_class(producer_id=t.producer_id, first_offset=t.first_offset)
-                        for t in aborted_txns
-                    ]
+                    result.aborted_transactions = [(t.producer_id, t.first_offset) for t in aborted_txns]
             except BrokerError as exc:
-                error = exc.code
+                result.error_code = exc.code
                 had_error = True
-            partitions.append(
-                partition_class(
-                    partition_index=wanted.partition,
-                    error_code=error,
-                    high_watermark=high_watermark,
-                    last_stable_offset=last_stable,
-                    log_start_offset=log_start,
-                    aborted_transactions=aborted,
-                    preferred_read_replica=-1,
-                    records=data,
-                )
-            )
-        responses.append(topic_class(topic=wanted_topic.topic, partitions=partitions))
+            results.append(result)
+        responses.append((name, results))
     return responses, total, had_error
 
 
@@ -234,3 +379,7 @@ async def delete_records(broker: Broker, request: Any, context: RequestContext) 
             )
         topics.append(topic_class(name=wanted_topic.name, partitions=partitions))
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+
+# Handlers that take the raw request frame (see server.Connection): tried first for their api key.
+FAST_HANDLERS = {ApiKey.PRODUCE: produce_frame, ApiKey.FETCH: fetch_frame}
