@@ -82,6 +82,7 @@ from pyspark.sql.types import (
 )
 
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
+from sparkafka.eventtime import drop_heartbeats, is_heartbeat
 
 __all__ = [
     "DEAD_LETTER_TYPE",
@@ -92,10 +93,12 @@ __all__ = [
     "SOURCE_TOPIC_HEADER",
     "DeadLetter",
     "dead_letter",
+    "drop_heartbeats",
     "from_avro",
     "from_confluent_avro",
     "from_json",
     "is_dead_letter",
+    "is_heartbeat",
     "route_dead_letters",
     "to_avro",
     "to_confluent_avro",

@@ -34,6 +34,10 @@ Options (names as in Spark's source; keys are case-insensitive)
     ``partitionDiscoveryIntervalMs``     default 30000: how often new partitions of subscribed topics
                                          and new topics matching ``subscribePattern`` are looked for;
                                          they are read from their earliest offset. <= 0: never.
+    ``idleHeartbeatIntervalMs``          streaming, default off: once no partition has had new records
+                                         for this long, one micro-batch per interval carries a synthetic
+                                         heartbeat row, so event-time windows close while the input is
+                                         idle (see "Idle heartbeats" below and ``sparkafka.eventtime``).
     ``kafkaConsumer.pollTimeoutMs`` (default 120000), ``fetchOffset.numRetries`` (3),
     ``fetchOffset.retryIntervalMs`` (1000)   as in Spark.
 
@@ -50,6 +54,27 @@ Exactly-once reading rests on three invariants:
    configured isolation level, however often it runs (unless retention removed them: data loss).
 3. End offsets never pass the last stable offset (``read_committed``, the default) so a range never
    covers records of a transaction that is still open and might later abort.
+
+Idle heartbeats (``idleHeartbeatIntervalMs``)
+    Spark's watermark only moves when rows arrive, so once the whole input is idle the last
+    event-time window of an append-mode query never closes. With the option set, ``latestOffset``
+    adds a synthetic entry ``{"sparkafka:idleHeartbeat": {"0": <wall-clock ms>}}`` to the end
+    offsets when the input has been idle for the interval. ``:`` cannot occur in a Kafka topic name,
+    so the key never collides with a topic. The time is part of the checkpointed offsets: a replayed
+    batch plans and emits exactly the same heartbeat (invariant 1 holds). ``partitions(start, end)``
+    turns an entry that grew between ``start`` and ``end`` into one :class:`HeartbeatPartition`,
+    whose ``read()`` yields one row: key and value null, topic ``""``, partition -1, offset -1,
+    timestamp = the heartbeat time (not shifted), timestampType -1 (not a Kafka timestamp). Queries
+    drop it after ``withWatermark`` with :func:`sparkafka.eventtime.drop_heartbeats`.
+
+    Invariants: a heartbeat is only planned when the micro-batch would otherwise not run (no
+    partition has unread offsets, none was added, reset or lost), so heartbeat batches carry no
+    records and never count in rate limits; none while an open transaction holds a partition's last
+    stable offset back (its records may carry older timestamps); none under Trigger.AvailableNow.
+    Heartbeat times only increase. Every function that treats offset keys as topics
+    (:func:`decode_offsets`, hence data-loss checks, partition discovery, rate limits and
+    ``commitOffsetsOnBatch``) never sees the entry; ``latestOffset`` carries it forward unchanged
+    from ``start`` until the next heartbeat replaces it.
 """
 
 from __future__ import annotations
@@ -155,6 +180,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("groupOffsetsFallback", "earliest, latest or none for startingOffsets=group"),
     OptionSpec("commitOffsetsOnBatch", "publish processed offsets to kafka.group.id for monitoring"),
     OptionSpec("partitionDiscoveryIntervalMs", "how often new partitions and topics are looked for"),
+    OptionSpec("idleHeartbeatIntervalMs", "streaming: a heartbeat row after the input was idle this long"),
     OptionSpec("kafkaConsumer.pollTimeoutMs", "longest time a read may make no progress"),
     OptionSpec("fetchOffset.numRetries", "attempts of a failed offset request"),
     OptionSpec("fetchOffset.retryIntervalMs", "wait between those attempts"),
@@ -255,6 +281,8 @@ class SourceOptions:
     fetch_offset_attempts: int
     fetch_offset_retry_interval_ms: int
     read_committed: bool
+    # None: no heartbeats (the default).
+    idle_heartbeat_interval_ms: int | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -325,6 +353,7 @@ class SourceOptions:
             fetch_offset_attempts=reader.integer("fetchOffset.numRetries", 3, minimum=1),
             fetch_offset_retry_interval_ms=reader.integer("fetchOffset.retryIntervalMs", 1000, minimum=0),
             read_committed=isolation == "read_committed",
+            idle_heartbeat_interval_ms=reader.optional_integer("idleHeartbeatIntervalMs", minimum=1),
         )
 
     def for_stream(self) -> SourceOptions:
@@ -520,20 +549,93 @@ def kafka_arrow_schema(include_headers: bool) -> pa.Schema:
 # -- offsets ----------------------------------------------------------------------------------------
 
 
-def encode_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
-    """``{(topic, partition): offset}`` -> Spark's ``{"topic": {"partition": offset}}``, sorted."""
+# The idle heartbeat's entry in a source offset: {HEARTBEAT_OFFSET_KEY: {HEARTBEAT_SLOT: time in ms}}.
+# ':' is not allowed in Kafka topic names, so no topic can ever be mistaken for it (or vice versa).
+HEARTBEAT_OFFSET_KEY = "sparkafka:idleHeartbeat"
+HEARTBEAT_SLOT = "0"
+# What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
+# (-1 is Kafka's "no partition" / "no offset" / NoTimestampType), so that no real record can look
+# like one. Only its timestamp is meaningful.
+HEARTBEAT_TOPIC = ""
+HEARTBEAT_PARTITION = -1
+HEARTBEAT_OFFSET = -1
+HEARTBEAT_TIMESTAMP_TYPE = -1
+
+
+def encode_offsets(
+    offsets: Mapping[TopicPartitionKey, int], *, heartbeat_ms: int | None = None
+) -> dict[str, dict[str, int]]:
+    """``{(topic, partition): offset}`` -> Spark's ``{"topic": {"partition": offset}}``, sorted, plus
+    the idle heartbeat entry when ``heartbeat_ms`` is given (sorted in among the topics)."""
     encoded: dict[str, dict[str, int]] = {}
     for topic, partition in sorted(offsets):
         encoded.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    if heartbeat_ms is not None:
+        encoded[HEARTBEAT_OFFSET_KEY] = {HEARTBEAT_SLOT: int(heartbeat_ms)}
+        encoded = dict(sorted(encoded.items()))
     return encoded
 
 
 def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """Spark's offset JSON -> ``{(topic, partition): offset}``: real topic partitions only, the idle
+    heartbeat entry is left out (read it with :func:`heartbeat_of`)."""
     return {
         (topic, int(partition)): int(offset)
         for topic, by_partition in encoded.items()
+        if topic != HEARTBEAT_OFFSET_KEY
         for partition, offset in by_partition.items()
     }
+
+
+def heartbeat_of(encoded: Mapping[str, Mapping[str, int]]) -> int | None:
+    """The idle heartbeat time (ms) recorded in a source offset, None if it has none."""
+    entry = encoded.get(HEARTBEAT_OFFSET_KEY)
+    if not entry or HEARTBEAT_SLOT not in entry:
+        return None
+    return int(entry[HEARTBEAT_SLOT])
+
+
+def next_heartbeat_ms(previous_ms: int | None, now_ms: int) -> int:
+    """The time of a new heartbeat: the wall clock, but strictly after the previous heartbeat even if
+    the clock went back, so heartbeat times only increase (a smaller one would not be new)."""
+    return now_ms if previous_ms is None else max(now_ms, previous_ms + 1)
+
+
+@dataclass(frozen=True)
+class HeartbeatPartition(InputPartition):
+    """One Spark input partition whose read yields the single heartbeat row of time ``timestamp_ms``."""
+
+    timestamp_ms: int
+
+
+def heartbeat_partition(
+    start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]
+) -> HeartbeatPartition | None:
+    """The heartbeat a micro-batch ``(start, end]`` emits: one when ``end`` has a later heartbeat
+    than ``start`` (or ``start`` has none), else None. Depends on nothing but the two offsets, so a
+    replayed batch emits the identical row."""
+    until = heartbeat_of(end)
+    if until is None:
+        return None
+    since = heartbeat_of(start)
+    return HeartbeatPartition(until) if since is None or until > since else None
+
+
+def heartbeat_batch(partition: HeartbeatPartition, include_headers: bool) -> pa.RecordBatch:
+    """The one-row Arrow batch of a heartbeat, in the source's schema."""
+    schema = kafka_arrow_schema(include_headers)
+    columns: list[pa.Array] = [
+        pa.array([None], pa.binary()),
+        pa.array([None], pa.binary()),
+        pa.array([HEARTBEAT_TOPIC], pa.string()),
+        pa.array([HEARTBEAT_PARTITION], pa.int32()),
+        pa.array([HEARTBEAT_OFFSET], pa.int64()),
+        pa.array([partition.timestamp_ms * 1000], pa.timestamp("us", tz="UTC")),
+        pa.array([HEARTBEAT_TIMESTAMP_TYPE], pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array([None], schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 @dataclass(frozen=True)
@@ -882,6 +984,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_at: float | None = None
         self._latest: PartitionOffsets | None = None
         self._published: PartitionOffsets | None = None
+        # Idle heartbeats (monotonic clock): when the input was last seen active, the latest offsets
+        # seen then, when the last heartbeat was planned, and whether the idle period was logged.
+        self._active_at: float | None = None
+        self._latest_when_active: PartitionOffsets | None = None
+        self._heartbeat_planned_at: float | None = None
+        self._idle_reported = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -945,6 +1053,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
            on, so that ``partitions(start, end)`` never has to ask the cluster where they begin.
         6. Unless the engine asks for everything: wait for ``minOffsetsPerTrigger`` (at most
            ``maxTriggerDelay``; never under AvailableNow) and cap at ``maxOffsetsPerTrigger``.
+        7. Idle heartbeat (``idleHeartbeatIntervalMs``): carry ``start``'s heartbeat entry forward, or
+           replace it by a new one when :meth:`_heartbeat_due` says so. Steps 1-6 never see it.
         """
         start_offsets = decode_offsets(start)
         self._publish_progress(start_offsets)
@@ -1007,8 +1117,68 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # trigger until the batch runs.
             partitions_changed = bool(gone or reset or discovered)
             end = self._apply_read_limits(start_offsets, end, limit, may_wait=not partitions_changed)
-        encoded = encode_offsets(end)
+        heartbeat_ms = heartbeat_of(start)
+        if self._heartbeat_due(start_offsets, end, latest, partitions):
+            heartbeat_ms = next_heartbeat_ms(heartbeat_ms, int(time.time() * 1000))
+        encoded = encode_offsets(end, heartbeat_ms=heartbeat_ms)
         return start if encoded == start else encoded
+
+    def _heartbeat_due(
+        self,
+        start: PartitionOffsets,
+        end: PartitionOffsets,
+        latest: PartitionOffsets,
+        partitions: Sequence[TopicPartitionKey],
+    ) -> bool:
+        """Whether the micro-batch planned now should carry a new idle heartbeat.
+
+        Steps:
+        1. Only with ``idleHeartbeatIntervalMs``, and never under AvailableNow: such a run ends with
+           its data, and a heartbeat would declare the data the next run reads late.
+        2. The input is active when this batch reads anything (``end`` differs from ``start``: new
+           offsets, or partitions added, reset or lost), when records wait unread (a backlog held
+           back by ``minOffsetsPerTrigger``), or when a latest offset moved since last seen.
+           Activity restarts the idle clock; so does the first call after a (re)start, since the
+           reader cannot know for how long the input was idle before.
+        3. A heartbeat is due once the last activity and the last heartbeat are both at least an
+           interval old: heartbeats repeat every interval while the input stays idle, so the
+           watermark keeps following the wall clock until the last window has closed.
+        4. Not while an open transaction holds a partition's last stable offset below its high
+           watermark (read_committed): its records are not visible yet, may carry older
+           timestamps, and would be dropped as late once a heartbeat moved the watermark past them.
+        """
+        interval_ms = self.options.idle_heartbeat_interval_ms
+        if interval_ms is None or self._available_now_target is not None:
+            return False
+        now = time.monotonic()
+        reads_something = end != start
+        backlog = count_new_offsets(start, latest) > 0
+        if self._active_at is None or reads_something or backlog or latest != self._latest_when_active:
+            self._active_at = now
+            self._latest_when_active = dict(latest)
+            self._idle_reported = False
+            return False
+        quiet_since = max(self._active_at, self._heartbeat_planned_at or self._active_at)
+        if (now - quiet_since) * 1000 < interval_ms:
+            return False
+        if self.options.read_committed and partitions:
+            high_watermarks = self.resolver.admin.latest_offsets(partitions, read_committed=False)
+            held_back = sorted(tp for tp, high in high_watermarks.items() if high > latest.get(tp, high))
+            if held_back:
+                logger.debug(
+                    "no idle heartbeat: open transactions on %s hold back records not yet visible",
+                    _format_partitions(held_back),
+                )
+                return False
+        self._heartbeat_planned_at = now
+        if not self._idle_reported:
+            self._idle_reported = True
+            logger.info(
+                "input idle for %d ms: planning idle heartbeats every %d ms until records arrive",
+                int((now - self._active_at) * 1000),
+                interval_ms,
+            )
+        return True
 
     def _apply_read_limits(
         self, start: PartitionOffsets, end: PartitionOffsets, limit: ReadLimit, *, may_wait: bool
@@ -1049,17 +1219,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> Sequence[InputPartition]:
-        ranges = offset_ranges(decode_offsets(start), decode_offsets(end))
-        return split_offset_ranges(
-            ranges,
-            min_partitions=self.options.min_partitions,
-            max_records_per_partition=self.options.max_records_per_partition,
+        """The offset ranges between ``start`` and ``end`` and, when ``end`` carries a new idle
+        heartbeat, one :class:`HeartbeatPartition`. Depends only on the two offsets (invariant 1)."""
+        ranges: list[InputPartition] = list(
+            split_offset_ranges(
+                offset_ranges(decode_offsets(start), decode_offsets(end)),
+                min_partitions=self.options.min_partitions,
+                max_records_per_partition=self.options.max_records_per_partition,
+            )
         )
+        heartbeat = heartbeat_partition(start, end)
+        if heartbeat is not None:
+            ranges.append(heartbeat)
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, HeartbeatPartition):
+            return iter([heartbeat_batch(partition, self.options.include_headers)])
         return read_offset_range(partition, self.options)
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:
+        # decode_offsets leaves the heartbeat entry out: it is no partition of the consumer group.
         self._publish_progress(decode_offsets(end))
 
     def _publish_progress(self, offsets: PartitionOffsets) -> None:
