@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sparkafka.broker import records
@@ -20,13 +20,18 @@ def partition_directories(data_dir: Path, topic: str, partition: int | None = No
 
 
 def dump_topic(
-    data_dir: Path, topic: str, partition: int | None = None, *, print_records: bool = True
+    data_dir: Path,
+    topic: str,
+    partition: int | None = None,
+    *,
+    print_records: bool = True,
+    report_corrupt: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
     """Lines as Kafka's kafka-dump-log.sh --print-data-log prints them, segment by segment.
 
     Raises FileNotFoundError when the data directory holds no log of the topic (or partition). A
     corrupt or torn tail ends the segment's dump with a line saying where, since the broker truncates
-    such a tail on its next start."""
+    such a tail on its next start; ``report_corrupt`` receives that line instead, when given."""
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data directory {data_dir} does not exist (or is not a directory)")
     directories = partition_directories(data_dir, topic, partition)
@@ -44,4 +49,8 @@ def dump_topic(
                         header, batch, position=position, print_records=print_records
                     )
             except records.CorruptBatchError as exc:
-                yield f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}"
+                message = f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}"
+                if report_corrupt is None:
+                    yield message
+                else:
+                    report_corrupt(message)

@@ -115,37 +115,18 @@ def dump_log(
     ),
 ) -> None:
     """Print a topic's log batch by batch, as Kafka's kafka-dump-log.sh --print-data-log does."""
-    from sparkafka.broker import records
+    from sparkafka.broker.dumplog import dump_topic
 
-    if not data_dir.is_dir():
-        typer.echo(f"data directory {data_dir} does not exist (or is not a directory)", err=True)
-        raise typer.Exit(1)
-    directories = sorted(
-        (d for d in data_dir.glob(f"{topic}-*") if d.is_dir() and d.name.rpartition("-")[2].isdigit()),
-        key=lambda d: int(d.name.rpartition("-")[2]),
+    lines = dump_topic(
+        data_dir,
+        topic,
+        partition,
+        print_records=print_records,
+        report_corrupt=lambda message: typer.echo(message, err=True),
     )
-    directories = [d for d in directories if d.name.rpartition("-")[0] == topic]
-    if partition is not None:
-        directories = [d for d in directories if int(d.name.rpartition("-")[2]) == partition]
-    if not directories:
-        typer.echo(
-            f"no log for topic {topic!r}{'' if partition is None else f' partition {partition}'} "
-            f"in {data_dir}",
-            err=True,
-        )
-        raise typer.Exit(1)
-    for directory in directories:
-        for segment in sorted(directory.glob("*.log")):
-            typer.echo(f"Dumping {segment}")
-            data = segment.read_bytes()
-            try:
-                for position, header in records.iter_batches(data):
-                    batch = data[position : position + header.size]
-                    for line in records.format_batch_dump(
-                        header, batch, position=position, print_records=print_records
-                    ):
-                        typer.echo(line)
-            except records.CorruptBatchError as exc:
-                typer.echo(
-                    f"corrupt or incomplete batch after byte {exc.valid_bytes} of {segment}: {exc}", err=True
-                )
+    try:
+        for line in lines:
+            typer.echo(line)
+    except FileNotFoundError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
