@@ -38,6 +38,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import sparkafka
 from sparkafka.broker.runner import BrokerProcess
 
+if not __package__:  # run as `python benchmarks/broker.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import load_average, machine_line
+
 SECTION_TITLE = "## Broker"
 SECTION_START = "<!-- benchmark:broker:start -->"
 SECTION_END = "<!-- benchmark:broker:end -->"
@@ -230,35 +235,12 @@ def run_once(broker: Broker, records: int, size: int) -> Result:
     return result
 
 
-def _load_average() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
-
-
-_START_LOAD = _load_average()
+_START_LOAD = load_average()
 
 
 def machine_description() -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    memory = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kib = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
-    load = ""
-    with contextlib.suppress(OSError):
-        load = (
-            f"; load average {_START_LOAD:.1f} when the run started, "
-            f"{os.getloadavg()[0]:.1f} when it finished"
-        )
     return [
-        f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}{load}",
+        machine_line(_START_LOAD),
         f"Python {platform.python_version()}; confluent-kafka {confluent_kafka.__version__} "
         f"(librdkafka {confluent_kafka.libversion()[0]})",
     ]

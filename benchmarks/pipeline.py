@@ -18,23 +18,25 @@ from __future__ import annotations
 
 import argparse
 import platform
-import re
 import statistics
+import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from sparkafka.harness import Cluster
 from sparkafka.pipeline_process import PipelineProcess
 
-REPO = Path(__file__).resolve().parent.parent
+if not __package__:  # run as `python benchmarks/pipeline.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import PARTITIONS, OutputWatcher, update_docs
+
 SECTION_START = "<!-- benchmark:pipeline:start -->"
 SECTION_END = "<!-- benchmark:pipeline:end -->"
-PARTITIONS = 4
 # The input create time rides along in the key so the reader can compute end-to-end latency.
 MAP_SQL = (
     "SELECT CAST(CAST(unix_millis(timestamp) AS STRING) AS BINARY) AS key, "
@@ -53,35 +55,15 @@ class Result:
     latency_p99_ms: float
 
 
-class OutputWatcher:
-    """A read_committed reader of the output topic recording when each record became visible."""
+class CreateTimeWatcher(OutputWatcher):
+    """Records when each output record became visible, with its input's create time (in its key)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.arrivals: list[tuple[float, int]] = []  # (visible at, input create time ms)
-        self._stop = threading.Event()
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-{topic}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__(bootstrap, topic, PARTITIONS)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for message in self._consumer.consume(10_000, 0.1):
-                if message.error() is None:
-                    self.arrivals.append((time.time(), int(message.key() or b"0")))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._consumer.close()
+    def on_record(self, visible_at: float, message: Message) -> None:
+        self.arrivals.append((visible_at, int(message.key() or b"0")))
 
 
 def _produce(cluster: Cluster, topic: str, records: int, value_bytes: int, rate: float | None) -> None:
@@ -105,7 +87,7 @@ def _produce(cluster: Cluster, topic: str, records: int, value_bytes: int, rate:
     producer.flush(120)
 
 
-def _wait(watcher: OutputWatcher, count: int, timeout_s: float, pipeline: PipelineProcess) -> None:
+def _wait(watcher: CreateTimeWatcher, count: int, timeout_s: float, pipeline: PipelineProcess) -> None:
     deadline = time.monotonic() + timeout_s
     while len(watcher.arrivals) < count and time.monotonic() < deadline:
         if pipeline.process is None or pipeline.process.poll() is not None:
@@ -123,7 +105,7 @@ def measure(
     in_topic, out_topic = f"in-{run}", f"out-{run}"
     cluster.create_topics([in_topic, out_topic], PARTITIONS)
     _produce(cluster, in_topic, args.records, args.value_bytes, None)
-    watcher = OutputWatcher(cluster.bootstrap_servers, out_topic)
+    watcher = CreateTimeWatcher(cluster.bootstrap_servers, out_topic).start()
     pipeline = PipelineProcess(
         work / f"pipeline-{run}.log",
         [
@@ -197,16 +179,6 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def update_docs(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{SECTION_START}\n{section}\n{SECTION_END}"
-    pattern = re.compile(re.escape(SECTION_START) + ".*?" + re.escape(SECTION_END), re.S)
-    text = (
-        pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    )
-    path.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -236,7 +208,7 @@ def main() -> None:
     section = render(results, args)
     print(section)
     if args.update_docs is not None:
-        update_docs(args.update_docs, section)
+        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
 
 
 if __name__ == "__main__":

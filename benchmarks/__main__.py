@@ -1,0 +1,250 @@
+"""sparkafka next to the alternatives, in one run on the embedded broker:
+
+* **sparkafka** (`sparkafka run`, Spark local[2], trigger = commit interval), exactly-once and at-least-once;
+* **confluent-kafka loop**: the consume-transform-produce loop a user writes by hand (transactions with
+  ``send_offsets_to_transaction`` for exactly-once; flush, then commit offsets for at-least-once);
+* **Quix Streams** with ``processing_guarantee`` exactly-once and at-least-once (its own virtualenv);
+* **PyFlink** EXACTLY_ONCE and AT_LEAST_ONCE, with a Python UDF and (map only) a Java one (its own
+  virtualenv).
+
+Run from the repository root with the project's venv, after ``pip install -e '.[bench]'``. The first
+run builds the virtualenvs of Quix Streams and PyFlink in ``.bench-venvs/`` (``--setup-only`` does just
+that and exits):
+
+    python -m benchmarks                                   # 1,000,000 records, 3 repetitions
+    python -m benchmarks --update-docs docs/benchmarks.md  # also rewrite its compare section + charts
+    python -m benchmarks --systems sparkafka,quix --workloads map --records 200000 --repeats 1
+
+Every run of every system gets a fresh 4-partition input topic with ``--records`` records of 100 B
+(keys ``k0`` .. ``k999``) and a fresh output topic, which a read_committed consumer in this process
+watches. Workloads: **map** (seed 001: ``EVENT(<value>)`` per input) and **count** (seed 003: a running
+count per key). Within a repetition the systems take turns (ABCD, ABCD, …); the tables show the median
+and the min-max over ``--repeats`` repetitions.
+
+Metrics:
+
+* **records/s**: records / (first output visible → complete). Complete: every input's output is visible
+  (map), every key's latest count equals its total (count).
+* **start-up s**: runner started → first output visible. **start → done s**: runner started → complete.
+* **CPU s**: user+system CPU of the runner's whole process tree (JVM and Python workers included; the
+  broker is not), runner start → complete. **peak RSS MiB**: maximum over 0.25 s samples of the tree's
+  summed RSS. **broker CPU s**: the broker process over the same interval.
+* **latency p50/p99 ms** (map, unless ``--skip-latency``): with the runner caught up, ``--rate`` records/s
+  for ``--seconds``; latency = visible to the read_committed reader minus the produce time carried in
+  the value.
+  **steady rate achieved**: what the producer managed (it shares the machine).
+* **correct**: checked on every run; map: each input exactly once, value ``EVENT(<input>)``, key kept;
+  count: every key's total, never above it, never going down. Failed runs are reported with the reason
+  and left out of the numbers.
+
+Each system is a runner script in ``benchmarks/systems/`` with one command line (see ``runner_args.py``);
+a system whose files or virtualenv are missing is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import REPO, load_average, machine_line
+from benchmarks.compare import docs
+from benchmarks.compare.measure import Config, RunResult, Settings, measure
+from benchmarks.compare.report import rows, table, targets
+from benchmarks.compare.systems import SYSTEMS, System, prepare, select, versions
+
+from sparkafka.harness import Cluster
+
+GUARANTEES = ("exactly-once", "at-least-once")
+WORKLOADS = ("map", "count")
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    names = ",".join(system.name for system in SYSTEMS)
+    add = parser.add_argument
+    add("--systems", default=names, help=f"comma-separated subset of {names} (flink = both)")
+    add("--workloads", default=",".join(WORKLOADS), help="map, count or both (default both)")
+    add("--guarantees", default=",".join(GUARANTEES), help="exactly-once, at-least-once (default both)")
+    add("--records", type=int, default=1_000_000, help="records per run (default 1000000)")
+    add("--repeats", type=int, default=3, help="repetitions (default 3)")
+    add("--rate", type=float, default=20_000, help="records/s of the latency phase (default 20000)")
+    add("--seconds", type=float, default=60, help="seconds of the latency phase (default 60)")
+    add("--skip-latency", action="store_true", help="no steady-rate latency phase")
+    add("--commit-interval-ms", type=int, default=1000, help="transaction / trigger interval (default 1000)")
+    add("--timeout", type=float, default=900, help="seconds a phase of a run may take (default 900)")
+    add("--update-docs", type=Path, help="rewrite this markdown file's compare section, charts beside it")
+    add("--venvs-dir", type=Path, default=REPO / ".bench-venvs", help="default .bench-venvs")
+    add("--setup-only", action="store_true", help="build the virtualenvs and exit")
+    args = parser.parse_args(argv)
+    for option, allowed in (("workloads", WORKLOADS), ("guarantees", GUARANTEES)):
+        chosen = [item.strip() for item in getattr(args, option).split(",") if item.strip()]
+        unknown = sorted(set(chosen) - set(allowed))
+        if unknown or not chosen:
+            given = ", ".join(unknown) or "nothing"
+            parser.error(f"--{option}: {given} given; choose from {', '.join(allowed)}")
+        setattr(args, option, [item for item in allowed if item in chosen])
+    try:
+        args.systems = select(args.systems)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.records < 1 or args.repeats < 1:
+        parser.error("--records and --repeats must be at least 1")
+    return args
+
+
+def prepare_systems(systems: list[System], venvs_dir: Path) -> tuple[dict[str, Path], list[str]]:
+    """The python of every system that can run, and a line for each one that cannot."""
+    pythons: dict[str, Path] = {}
+    skipped: list[str] = []
+    for system in systems:
+        print(f"preparing {system.name} ...", file=sys.stderr, flush=True)
+        python, reason = prepare(system, venvs_dir)
+        if python is None:
+            skipped.append(f"{system.name}: {reason}")
+            print(f"skipping {system.name}: {reason}", file=sys.stderr, flush=True)
+        else:
+            pythons[system.name] = python
+    return pythons, skipped
+
+
+def java_version() -> str:
+    try:
+        completed = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return "no java on PATH"
+    lines = (completed.stderr or completed.stdout).splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def version_lines(systems: list[System], pythons: dict[str, Path]) -> list[str]:
+    lines = [f"Python {platform.python_version()}; Java: {java_version()}"]
+    for system in systems:
+        if system.name not in pythons:
+            continue
+        found = versions(pythons[system.name], system.distributions)
+        librdkafka = found.pop("librdkafka", None)
+        parts = [f"{name} {version}" for name, version in found.items()]
+        if librdkafka and "confluent-kafka" in found:
+            parts = [part + f" (librdkafka {librdkafka})" if part.startswith("confluent-kafka ") else part
+                     for part in parts]  # fmt: skip
+        # Rows of one system that differ only in a variant (PyFlink's UDFs) share one line.
+        line = f"{system.label.split(' (')[0]}: {', '.join(parts)}"
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
+def progress_line(result: RunResult, repeat: int, repeats: int) -> str:
+    head = f"[{repeat}/{repeats}] {result.config.workload:5} {result.config.label:40}"
+    if not result.ok:
+        return f"{head} FAILED: {'; '.join(result.problems)}"
+    line = (
+        f"{head} ok  {result.throughput or 0:>9,.0f} rec/s  start-up {result.startup_s or 0:5.1f} s  "
+        f"CPU {result.cpu_s or 0:6.1f} s  RSS {result.peak_rss_mib or 0:6,.0f} MiB"
+    )
+    if result.latency_p99_ms is not None:
+        line += f"  p50/p99 {result.latency_p50_ms or 0:,.0f}/{result.latency_p99_ms:,.0f} ms"
+    if result.killed:
+        line += f"  (did not stop within {result.stop_s:.0f} s of SIGTERM: killed)"
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    args = parse_arguments(arguments)
+    pythons, skipped = prepare_systems(args.systems, args.venvs_dir)
+    if args.setup_only:
+        for name, python in pythons.items():
+            print(f"{name}: {python}")
+        return 0 if not skipped else 1
+    configs = [
+        Config(system, guarantee, workload)
+        for workload in args.workloads
+        for system in args.systems
+        if system.name in pythons and workload in system.workloads
+        for guarantee in args.guarantees
+    ]
+    if not configs:
+        print("nothing to run: no selected system is available for the selected workloads", file=sys.stderr)
+        return 1
+    settings = Settings(
+        records=args.records,
+        rate=args.rate,
+        seconds=args.seconds,
+        latency=not args.skip_latency,
+        commit_interval_ms=args.commit_interval_ms,
+        timeout_s=args.timeout,
+    )
+    start_load = load_average()
+    results: list[RunResult] = []
+    with tempfile.TemporaryDirectory(prefix="sparkafka-compare-") as temporary:
+        work = Path(temporary)
+        cluster = Cluster(work).start()
+        try:
+            for repeat in range(1, args.repeats + 1):
+                for number, config in enumerate(configs, 1):
+                    run_id = f"r{repeat}-{number}-{config.workload}-{config.system.name}-{config.guarantee}"
+                    result = measure(
+                        cluster, pythons[config.system.name], config, settings, work / run_id, run_id, repeat
+                    )
+                    results.append(result)
+                    print(progress_line(result, repeat, args.repeats), file=sys.stderr, flush=True)
+        finally:
+            cluster.stop()
+        # Runner logs vanish with the temporary directory: keep those of failed runs.
+        kept = _keep_failed_logs(results, work)
+    all_rows = rows(results)
+    for workload in args.workloads:
+        workload_rows = [row for row in all_rows if row.config.workload == workload]
+        if workload_rows:
+            print(f"\n{workload} ({args.records:,} records, {args.repeats} repetition(s))")
+            print("\n".join(table(workload_rows, with_latency=workload == "map" and settings.latency)))
+    print("\ntargets:")
+    print("\n".join(f"- {line}" for line in targets(all_rows, args.commit_interval_ms, args.rate)))
+    for line in skipped:
+        print(f"not measured: {line}")
+    for path in kept:
+        print(f"log of a failed run: {path}")
+    if args.update_docs is not None:
+        context = docs.RunContext(
+            command=shlex.join(["python", "-m", "benchmarks", *arguments]),
+            records=args.records,
+            repeats=args.repeats,
+            rate=args.rate,
+            seconds=args.seconds,
+            latency=settings.latency,
+            commit_interval_ms=args.commit_interval_ms,
+            machine=machine_line(start_load),
+            versions=version_lines(args.systems, pythons),
+            skipped=skipped,
+        )
+        plot_dir = args.update_docs.parent / "benchmarks"
+        section = docs.render_section(all_rows, context, args.update_docs, plot_dir, args.workloads)
+        docs.write(args.update_docs, section)
+        print(f"updated {args.update_docs} (charts in {plot_dir})", file=sys.stderr)
+    return 0 if all(result.ok for result in results) else 1
+
+
+def _keep_failed_logs(results: list[RunResult], work: Path) -> list[Path]:
+    kept = []
+    keep_dir = Path(tempfile.gettempdir()) / f"sparkafka-compare-logs-{time.strftime('%Y%m%d-%H%M%S')}"
+    for result in results:
+        if not result.ok and result.log.exists():
+            keep_dir.mkdir(exist_ok=True)
+            target = keep_dir / f"{result.log.parent.name}.log"
+            target.write_bytes(result.log.read_bytes())
+            result.log = target
+            kept.append(target)
+    return kept
+
+
+if __name__ == "__main__":
+    sys.exit(main())

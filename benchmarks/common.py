@@ -1,0 +1,118 @@
+"""What the benchmark scripts share: the markdown section writer, a read_committed watcher of an output
+topic, and a description of the machine a run was measured on."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Self
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+REPO = Path(__file__).resolve().parent.parent
+PARTITIONS = 4
+
+
+def update_docs(path: Path, section: str, start_marker: str, end_marker: str) -> None:
+    """Replace the text between ``start_marker`` and ``end_marker`` in ``path`` with ``section`` (or
+    append a marked section); the rest of the file, other benchmarks' sections included, stays as is."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{start_marker}\n{section}\n{end_marker}"
+    pattern = re.compile(re.escape(start_marker) + ".*?" + re.escape(end_marker), re.S)
+    text = (
+        pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    )
+    path.write_text(text)
+
+
+class OutputWatcher:
+    """A read_committed reader of every partition of a topic from offset 0, in a background thread.
+
+    Subclasses decide what to keep of each record in :meth:`on_record`, which runs in that thread and is
+    given the wall-clock time at which the record became visible to the reader. Call :meth:`start` once
+    the subclass is set up, and :meth:`stop` at the end; an exception in the thread lands in ``error``.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-{topic}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                # Short fetch waits: the arrival time is the latency being measured.
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._thread = threading.Thread(target=self._run, name=f"watch-{topic}", daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def on_record(self, visible_at: float, message: Message) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                # consume(n, timeout) waits for n records or the whole timeout, which would delay the
+                # arrival times; poll() returns with the first record, consume(n, 0) takes what is queued.
+                first = self._consumer.poll(0.1)
+                if first is None:
+                    continue
+                visible_at = time.time()
+                for message in [first, *self._consumer.consume(10_000, 0)]:
+                    if message.error() is None:
+                        self.on_record(visible_at, message)
+        except BaseException as error:  # the main thread reports it; a dead watcher must not look idle
+            self.error = error
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._consumer.close()
+
+
+def load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def memory_description() -> str:
+    """``, 24 GiB RAM`` (empty where /proc/meminfo is not available)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        return f", {kib / 1024 / 1024:.0f} GiB RAM"
+    return ""
+
+
+def machine_line(start_load: float) -> str:
+    """CPU model, cores, RAM, OS and kernel, and the 1-minute load average at the start and now."""
+    load = ""
+    with contextlib.suppress(OSError):
+        end_load = os.getloadavg()[0]
+        load = f"; load average {start_load:.1f} when the run started, {end_load:.1f} when it finished"
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores{memory_description()}; "
+        f"{platform.system()} {platform.release()}{load}"
+    )

@@ -1,0 +1,110 @@
+"""The marked section of docs/benchmarks.md for a comparison, and its PNG charts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.common import update_docs
+from benchmarks.compare import plots
+from benchmarks.compare.report import Row, table, targets
+
+SECTION_START = "<!-- benchmark:compare:start -->"
+SECTION_END = "<!-- benchmark:compare:end -->"
+WORKLOAD_TITLES = {
+    "map": "map: seed 001's EVENT(a,b), one output per input",
+    "count": "count: seed 003's keyed running count",
+}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the section says about how the numbers were obtained."""
+
+    command: str
+    records: int
+    repeats: int
+    rate: float
+    seconds: float
+    latency: bool
+    commit_interval_ms: int
+    machine: str
+    versions: list[str]
+    skipped: list[str]
+
+
+def _method(context: RunContext) -> str:
+    latency = (
+        f" Then, the runner caught up, {context.rate:,.0f} records/s are produced for "
+        f"{context.seconds:.0f} s (map only) and latency is the time a record became visible to the "
+        "read_committed reader minus the produce time carried in the input value."
+        if context.latency
+        else ""
+    )
+    return (
+        f"Every system runs the same workloads on the embedded broker (its own process), {context.repeats} "
+        "repetition(s), the systems alternating within each repetition; cells show the median and, in "
+        "parentheses, the min-max over the repetitions. Each run pre-produces "
+        f"{context.records:,} records of 100 B (1,000 keys) into a fresh 4-partition topic, starts the "
+        "runner and watches a fresh output topic with a read_committed consumer. **start-up**: runner start "
+        "to the first output visible; **records/s**: records / (first output visible to complete), "
+        "complete = every input's output visible (map) or every key's latest count equal to its total "
+        "(count); **start → done**: runner start to complete; **CPU s** and **peak RSS**: the runner's whole "
+        "process tree (JVM and Python workers included, broker excluded), from start to complete and over "
+        f"the run; **broker CPU s**: the broker from start to complete. Commits (Kafka transactions for "
+        f"exactly-once, Spark's trigger) every {context.commit_interval_ms} ms. **correct**: every input's "
+        "output exactly once (map), every key's total and no overcount (count), checked on every run; "
+        "metrics come from correct runs only."
+        + latency
+        + " Records/s favours a system that makes its output visible in few large commits (the first output "
+        "appears late, the rest soon after); start → done does not."
+    )
+
+
+def render_section(
+    all_rows: list[Row], context: RunContext, docs_file: Path, plot_dir: Path, workloads: list[str]
+) -> str:
+    """Write the charts into ``plot_dir`` and return the section's markdown, linking them relative to
+    ``docs_file``."""
+    plot_dir.mkdir(parents=True, exist_ok=True)
+
+    def link(path: Path) -> str:
+        return Path(os.path.relpath(path, docs_file.parent)).as_posix()
+
+    lines = ["## Side by side: sparkafka, a hand-written loop, Quix Streams, PyFlink", "", _method(context)]
+    for workload in workloads:
+        workload_rows = [row for row in all_rows if row.config.workload == workload]
+        if not workload_rows:
+            continue
+        chart = plot_dir / f"compare-throughput-{workload}.png"
+        plots.throughput_chart(workload_rows, workload, chart)
+        lines += [
+            "",
+            f"### {WORKLOAD_TITLES[workload]}",
+            "",
+            *table(workload_rows, with_latency=workload == "map" and context.latency),
+            "",
+            f"![{workload} throughput]({link(chart)})",
+        ]
+    map_rows = [row for row in all_rows if row.config.workload == "map"]
+    cdf = plot_dir / "compare-latency-cdf.png"
+    limit_ms = context.commit_interval_ms + 2000
+    if context.latency and plots.latency_cdf_chart(map_rows, limit_ms, context.rate, cdf):
+        lines += ["", "### Steady-rate latency (map)", "", f"![latency CDF]({link(cdf)})"]
+    lines += ["", "### Targets", ""]
+    lines += [f"- {line}" for line in targets(all_rows, context.commit_interval_ms, context.rate)]
+    lines += [
+        "",
+        "### Setup",
+        "",
+        f"- Machine: {context.machine}",
+        *[f"- {line}" for line in context.versions],
+        f"- Command: `{context.command}`",
+    ]
+    lines += [f"- Not measured: {line}" for line in context.skipped]
+    return "\n".join(lines)
+
+
+def write(path: Path, section: str) -> None:
+    update_docs(path, section, SECTION_START, SECTION_END)

@@ -1,0 +1,72 @@
+"""CPU time and memory of a runner's whole process tree (the runner, a JVM it starts, Python workers
+that JVM forks, …), sampled with psutil in a background thread.
+
+CPU: the last user+system time seen of every process ever in the tree, so a child that exits between
+samples still counts with what it had used at the previous sample (a child living less than one
+interval is missed). Memory: the sum of RSS over the tree at each sample, maximum over the samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import psutil
+
+SAMPLE_INTERVAL_S = 0.25
+
+
+class ProcessTreeSampler:
+    def __init__(self, root_pid: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.root = psutil.Process(root_pid)
+        self.interval_s = interval_s
+        self.peak_rss_bytes = 0
+        # (pid, create time) so that a reused pid is a new process.
+        self._cpu_by_process: dict[tuple[int, float], float] = {}
+        self._processes: dict[tuple[int, float], psutil.Process] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="process-tree-sampler", daemon=True)
+
+    def start(self) -> ProcessTreeSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            return [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            # The root has exited; its children (if any escaped) are still tracked by identity.
+            return [p for p in self._processes.values() if p.is_running()]
+
+    def sample(self) -> None:
+        rss = 0
+        with self._lock:
+            for process in self._tree():
+                with contextlib.suppress(psutil.Error):
+                    with process.oneshot():
+                        identity = (process.pid, process.create_time())
+                        times = process.cpu_times()
+                        rss += process.memory_info().rss
+                    self._cpu_by_process[identity] = times.user + times.system
+                    self._processes[identity] = process
+            self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the tree as of the last sample (call :meth:`sample` first for "now")."""
+        with self._lock:
+            return sum(self._cpu_by_process.values())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def survivors(self) -> list[psutil.Process]:
+        """Processes of the tree still running (e.g. ones that left the runner's process group)."""
+        return [p for p in self._processes.values() if p.is_running()]
