@@ -308,6 +308,9 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            # The position passes a trailing COMMIT marker only with the next fetch, which the
+            # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
+            "fetch.wait.max.ms": 10,
             "logger": LIBRDKAFKA_LOGGER,
         }
     )
@@ -387,6 +390,12 @@ def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict
     config: dict[str, Any] = {**options.client_config, "logger": LIBRDKAFKA_LOGGER}
     config.setdefault("linger.ms", 5)
     if options.delivery_guarantee == EXACTLY_ONCE:
+        # Spark runs a write task in whichever Python worker is idle, so a transactional id often
+        # moves to a worker whose producer for it is fenced, and a new producer must be initialised.
+        # With sparse connections librdkafka drops the bootstrap connection after the first metadata
+        # and retries the coordinator lookup only on a 500 ms timer, which made that 0.5 s per task;
+        # connecting to the cluster's brokers right away makes it a few milliseconds.
+        config.setdefault("enable.sparse.connections", False)
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = options.transaction_timeout_ms
         config.setdefault("message.timeout.ms", min(options.transaction_timeout_ms, 300_000))
