@@ -46,10 +46,18 @@ class Measurement:
     reader: str
     records: int
     seconds: float
+    cpu_seconds: float | None = None  # of every process doing the reading (broker excluded)
 
     @property
     def records_per_second(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def records_per_cpu_second(self) -> float | None:
+        """Records/s per core used: records over the CPU time the readers' processes spent."""
+        if self.cpu_seconds is None or self.cpu_seconds <= 0:
+            return None
+        return self.records / self.cpu_seconds
 
 
 def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> float:
@@ -89,6 +97,7 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
         }
     )
     started = time.perf_counter()
+    cpu_started = time.process_time()  # this process only: librdkafka's threads are in it
     consumer.assign([TopicPartition(TOPIC, partition, 0) for partition in range(partitions)])
     count = 0
     deadline = time.monotonic() + 600
@@ -100,15 +109,19 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
             elif error.code() != KafkaError._PARTITION_EOF:
                 raise RuntimeError(f"consumer error: {error}")
     seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
     consumer.close()
     if count != records:
         raise RuntimeError(f"the bare consumer read {count} of {records} records")
-    return Measurement("confluent-kafka consume loop (1 consumer)", count, seconds)
+    return Measurement("confluent-kafka consume loop (1 consumer)", count, seconds, cpu_seconds)
 
 
-def spark_readers(bootstrap: str, records: int, checkpoint: Path) -> list[Measurement]:
+def spark_readers(bootstrap: str, records: int, checkpoint: Path, broker_pid: int) -> list[Measurement]:
     """Time a batch ``count()`` and an AvailableNow streaming query, after one untimed warm-up read
-    (the first Spark job of a JVM pays for class loading and Python worker start-up)."""
+    (the first Spark job of a JVM pays for class loading and Python worker start-up). CPU time is that
+    of this process and its children (Spark's JVM, the Python workers it forks), the broker excluded."""
+    from benchmarks.compare.process_tree import ProcessTreeSampler
+
     from sparkafka.session import spark_session
 
     spark = spark_session(
@@ -125,9 +138,12 @@ def spark_readers(bootstrap: str, records: int, checkpoint: Path) -> list[Measur
             )
 
         batch_frame().count()  # warm-up
-        started = time.perf_counter()
+        sampler = ProcessTreeSampler(os.getpid(), exclude_pids=frozenset({broker_pid})).start()
+        started, cpu_started = time.perf_counter(), sampler.cpu_seconds()
         batch_count = batch_frame().count()
         batch_seconds = time.perf_counter() - started
+        sampler.sample()
+        batch_cpu = sampler.cpu_seconds() - cpu_started
 
         counts: list[int] = []
         stream = (
@@ -137,7 +153,7 @@ def spark_readers(bootstrap: str, records: int, checkpoint: Path) -> list[Measur
             .option("startingOffsets", "earliest")
             .load()
         )
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), sampler.cpu_seconds()
         query = (
             stream.writeStream.foreachBatch(lambda batch, _batch_id: counts.append(batch.count()))
             .option("checkpointLocation", str(checkpoint))
@@ -146,6 +162,9 @@ def spark_readers(bootstrap: str, records: int, checkpoint: Path) -> list[Measur
         )
         query.awaitTermination()
         stream_seconds = time.perf_counter() - started
+        sampler.sample()
+        sampler.stop()
+        stream_cpu = sampler.cpu_seconds() - cpu_started
         executing_ms = sum(
             progress["durationMs"].get("triggerExecution", 0) for progress in query.recentProgress
         )
@@ -155,9 +174,12 @@ def spark_readers(bootstrap: str, records: int, checkpoint: Path) -> list[Measur
         if count != records:
             raise RuntimeError(f"the {name} read returned {count} of {records} records")
     return [
-        Measurement("sparkafka `spark.read` + count() (local[2])", batch_count, batch_seconds),
+        Measurement("sparkafka `spark.read` + count() (local[2])", batch_count, batch_seconds, batch_cpu),
         Measurement(
-            "sparkafka AvailableNow + count() per batch, wall time (local[2])", records, stream_seconds
+            "sparkafka AvailableNow + count() per batch, wall time (local[2])",
+            records,
+            stream_seconds,
+            stream_cpu,
         ),
         Measurement(
             "same query, micro-batch execution only (triggerExecution)", records, executing_ms / 1000
@@ -169,18 +191,26 @@ def render(
     measurements: list[Measurement], *, records: int, value_bytes: int, partitions: int, produce_s: float
 ) -> str:
     baseline = measurements[0].records_per_second
+    baseline_per_core = measurements[0].records_per_cpu_second
     lines = [
         f"{records:,} records of {value_bytes} B in {partitions} partitions on the embedded broker "
         f"(written in {produce_s:.1f} s); {platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.",
         "",
-        "| reader | records | seconds | records/s | vs bare loop |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| reader | records | seconds | records/s | vs bare loop | CPU s | records per CPU s "
+        "| per core vs bare loop |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for m in measurements:
+        per_core = m.records_per_cpu_second
+        cpu = "-" if m.cpu_seconds is None else f"{m.cpu_seconds:.2f}"
+        per_core_text = "-" if per_core is None else f"{per_core:,.0f}"
+        ratio = (
+            "-" if per_core is None or baseline_per_core is None else f"{per_core / baseline_per_core:.2f}x"
+        )
         lines.append(
             f"| {m.reader} | {m.records:,} | {m.seconds:.2f} | {m.records_per_second:,.0f} | "
-            f"{m.records_per_second / baseline:.2f}x |"
+            f"{m.records_per_second / baseline:.2f}x | {cpu} | {per_core_text} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -193,6 +223,9 @@ def update_docs(table: str, command: str) -> None:
             "",
             f"Measured with `{command}` (see `benchmarks/source.py`). The SparkSession is created and one",
             "untimed read warms it up before timing; the AvailableNow wall time includes starting the query.",
+            "CPU s is the CPU time of every process doing the reading (the bare loop's process; the",
+            "Spark driver, its JVM and the Python workers), the broker excluded: records per CPU second is",
+            "the records/s per core used that the target (at least half the bare loop's) is about.",
             "One run, not a median: expect noticeable run-to-run variation on a small shared machine.",
             "",
             table,
@@ -229,7 +262,8 @@ def main(argv: list[str] | None = None) -> None:
         print("bare consume loop ...", file=sys.stderr)
         bare = bare_consume(bootstrap, args.records, args.partitions)
         print("spark source ...", file=sys.stderr)
-        spark = spark_readers(bootstrap, args.records, Path(work) / "checkpoint")
+        assert broker.process is not None
+        spark = spark_readers(bootstrap, args.records, Path(work) / "checkpoint", broker.process.pid)
     table = render(
         [bare, *spark],
         records=args.records,

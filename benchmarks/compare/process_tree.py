@@ -17,8 +17,16 @@ SAMPLE_INTERVAL_S = 0.25
 
 
 class ProcessTreeSampler:
-    def __init__(self, root_pid: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        root_pid: int,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        *,
+        exclude_pids: frozenset[int] = frozenset(),
+    ) -> None:
         self.root = psutil.Process(root_pid)
+        # Subtrees left out, e.g. a broker that the measuring process started itself.
+        self.exclude_pids = exclude_pids
         self.interval_s = interval_s
         self.peak_rss_bytes = 0
         # (pid, create time) so that a reused pid is a new process.
@@ -35,7 +43,11 @@ class ProcessTreeSampler:
 
     def _tree(self) -> list[psutil.Process]:
         try:
-            return [self.root, *self.root.children(recursive=True)]
+            excluded = set(self.exclude_pids)
+            for pid in self.exclude_pids:
+                with contextlib.suppress(psutil.Error):
+                    excluded.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+            return [p for p in [self.root, *self.root.children(recursive=True)] if p.pid not in excluded]
         except psutil.Error:
             # The root has exited; its children (if any escaped) are still tracked by identity.
             return [p for p in self._processes.values() if p.is_running()]
