@@ -23,8 +23,10 @@ and the min-max over ``--repeats`` repetitions.
 
 Metrics:
 
-* **records/s**: records / (first output visible → complete). Complete: every input's output is visible
-  (map), every key's latest count equals its total (count).
+* **records/s**: the sustained rate, inputs per second from 10 % to 90 % of the inputs accounted for in
+  the read_committed output (map: distinct outputs seen; count: the sum of every key's latest count),
+  so that start-up and a first commit holding a whole batch do not count. Complete: every input's
+  output is visible (map), every key's latest count equals its total (count).
 * **start-up s**: runner started → first output visible. **start → done s**: runner started → complete.
 * **CPU s**: user+system CPU of the runner's whole process tree (JVM and Python workers included; the
   broker is not), runner start → complete. **peak RSS MiB**: maximum over 0.25 s samples of the tree's

@@ -64,7 +64,7 @@ class RunResult:
     log: Path
     problems: list[str] = field(default_factory=list)
     startup_s: float | None = None  # runner start -> first output visible
-    throughput: float | None = None  # records / (first output visible -> complete)
+    throughput: float | None = None  # inputs/s from 10 % to 90 % of the inputs accounted for
     total_s: float | None = None  # runner start -> complete
     cpu_s: float | None = None  # process tree, runner start -> complete
     peak_rss_mib: float | None = None  # process tree, whole run
@@ -87,6 +87,12 @@ class RunFailed(Exception):
 
 def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _sustained_window(records: int) -> tuple[int, int]:
+    """From 10 % to 90 % of the inputs: leaves out start-up and the first commit, which shows a
+    whole micro-batch or checkpoint interval at once, and the tail."""
+    return records // 10, records * 9 // 10
 
 
 def _cpu_seconds(pid: int | None) -> float | None:
@@ -232,6 +238,8 @@ def measure(
     else:
         count_watcher = CountWatcher(bootstrap, topics[1], expected_counts(records))
         watcher, complete = count_watcher, lambda: count_watcher.complete_at
+    for milestone in _sustained_window(records):
+        watcher.expect(milestone)
     watcher.start()
     broker_cpu_before = _cpu_seconds(broker_pid)
     started = runner.start()
@@ -247,7 +255,7 @@ def measure(
             result.broker_cpu_s = broker_cpu_after - broker_cpu_before
         result.startup_s = watcher.first_visible - started
         result.total_s = done - started
-        result.throughput = records / max(done - watcher.first_visible, 1e-3)
+        result.throughput = watcher.sustained_rate(*_sustained_window(records))
         if isinstance(watcher, MapWatcher) and settings.steady_records:
             _steady_rate_phase(watcher, settings, producer, topics[0], runner, result)
         time.sleep(settings.grace_s)

@@ -11,12 +11,31 @@ from confluent_kafka import Message
 
 
 class CompletionWatcher(OutputWatcher):
-    """Shared by both workloads: the first visible output and a wait for the completion time."""
+    """Shared by both workloads: the first visible output, a wait for the completion time, and the
+    moments at which given numbers of inputs were accounted for in the output (``milestones``)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.first_visible: float | None = None
         self.records_seen = 0
+        self.reached: dict[int, float | None] = {}
         super().__init__(bootstrap, topic)
+
+    def expect(self, accounted: int) -> None:
+        """Record the time at which ``accounted`` inputs are accounted for in the output; call it before
+        the inputs that get there are produced."""
+        self.reached[accounted] = None
+
+    def _accounted_for(self, accounted: int, visible_at: float) -> None:
+        for milestone, at in self.reached.items():
+            if at is None and accounted >= milestone:
+                self.reached[milestone] = visible_at
+
+    def sustained_rate(self, start: int, end: int) -> float | None:
+        """Inputs per second between the moments ``start`` and ``end`` inputs were accounted for."""
+        began, ended = self.reached.get(start), self.reached.get(end)
+        if began is None or ended is None:
+            return None
+        return (end - start) / max(ended - began, 1e-3)
 
     def on_record(self, visible_at: float, message: Message) -> None:
         if self.first_visible is None:
@@ -45,13 +64,7 @@ class MapWatcher(CompletionWatcher):
         self.first_malformed: tuple[bytes | None, bytes | None] | None = None
         self.latency_from = latency_from
         self.latencies_ms = array("d")
-        self.reached: dict[int, float | None] = {}
         super().__init__(bootstrap, topic)
-
-    def expect(self, distinct: int) -> None:
-        """Record the time at which ``distinct`` different inputs have been seen in the output; call it
-        before the inputs that get there are produced."""
-        self.reached[distinct] = None
 
     def observe(self, visible_at: float, message: Message) -> None:
         parsed = parse_map_output(message)
@@ -93,6 +106,7 @@ class CountWatcher(CompletionWatcher):
         self.expected = expected
         self.latest: dict[bytes | None, int] = {}
         self.keys_at_total = 0
+        self.accounted = 0  # the sum of the latest counts: inputs the output accounts for
         self.overcounts = 0
         self.regressions = 0
         self.malformed = 0
@@ -123,6 +137,8 @@ class CountWatcher(CompletionWatcher):
             self.regressions += 1
             self._problem(f"key {key!r} went from {previous} down to {count}")
         self.latest[key] = count
+        self.accounted += count - previous
+        self._accounted_for(self.accounted, visible_at)
         self.keys_at_total += (count == total) - (previous == total)
         if self.keys_at_total == len(self.expected) and self.complete_at is None:
             self.complete_at = visible_at
