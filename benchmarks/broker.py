@@ -41,13 +41,12 @@ from sparkafka.broker.runner import BrokerProcess
 if not __package__:  # run as `python benchmarks/broker.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import load_average, machine_line
+from benchmarks.common import load_average, machine_line, update_docs
 
 SECTION_TITLE = "## Broker"
 SECTION_START = "<!-- benchmark:broker:start -->"
 SECTION_END = "<!-- benchmark:broker:end -->"
 TANSU_STORAGE = ["--storage-engine", "memory://tansu/"]
-DOCS_HEADER = "# Benchmarks\n\nMeasured numbers, each with how to reproduce them.\n"
 
 
 @dataclass
@@ -272,28 +271,6 @@ def table(results: list[Result], records: int) -> list[str]:
     return rows
 
 
-def update_docs(path: Path, section: list[str]) -> None:
-    """Replace this benchmark's section of `path` (between its markers, else its "## Broker" heading up to
-    the next "## " heading), or append it; the rest of the file is left as it is."""
-    text = path.read_text() if path.exists() else DOCS_HEADER
-    lines = text.rstrip("\n").splitlines()
-    block = [SECTION_START, *section, SECTION_END]
-    if SECTION_START in lines and SECTION_END in lines:
-        start, end = lines.index(SECTION_START), lines.index(SECTION_END) + 1
-    elif SECTION_TITLE in lines:
-        start = lines.index(SECTION_TITLE)
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "<!--"))), len(lines)
-        )
-        while end > start + 1 and not lines[end - 1].strip():
-            end -= 1
-    else:
-        start = end = len(lines)
-        block = ["", *block]
-    lines = lines[:start] + block + lines[end:]
-    path.write_text("\n".join(lines) + "\n")
-
-
 @contextlib.contextmanager
 def started(kind: str, binary: str | None, data_root: Path) -> Iterator[Broker]:
     broker: Broker = (
@@ -380,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if why_not:
             section.append(f"- Tansu not measured: {why_not}")
-        update_docs(args.update_docs, section)
+        update_docs(args.update_docs, "\n".join(section), SECTION_START, SECTION_END)
         print(f"updated {args.update_docs}", file=sys.stderr)
     return 0
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -30,6 +29,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.broker.runner import BrokerProcess
+
+if not __package__:  # run as `python benchmarks/source.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import update_docs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -215,10 +219,9 @@ def render(
     return "\n".join(lines)
 
 
-def update_docs(table: str, command: str) -> None:
-    section = "\n".join(
+def docs_section(table: str, command: str) -> str:
+    return "\n".join(
         [
-            SECTION_START,
             "## Source",
             "",
             f"Measured with `{command}` (see `benchmarks/source.py`). The SparkSession is created and one",
@@ -229,16 +232,8 @@ def update_docs(table: str, command: str) -> None:
             "One run, not a median: expect noticeable run-to-run variation on a small shared machine.",
             "",
             table,
-            SECTION_END,
         ]
     )
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(SECTION_START) + ".*?" + re.escape(SECTION_END), re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _match: section, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOCS.write_text(text.rstrip("\n") + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -276,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         command = "python -m benchmarks.source" + (
             f" --records {args.records}" if args.records != 1_000_000 else ""
         )
-        update_docs(table, command)
+        update_docs(DOCS, docs_section(table, command), SECTION_START, SECTION_END)
         print(f"\nupdated {DOCS.relative_to(REPO)}", file=sys.stderr)
 
 
