@@ -22,12 +22,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -36,6 +35,11 @@ from pyspark.sql import functions as F
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.functions import dead_letter, from_confluent_avro, route_dead_letters, to_confluent_avro
 from sparkafka.session import spark_session
+
+if not __package__:  # run as `python examples/avro_registry.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.kafka_io import create_topics, read_committed
 
 PAYMENT_V1 = {
     "type": "record",
@@ -63,12 +67,6 @@ PAYMENT_EUR = {
 }
 
 
-def create_topics(bootstrap: str, *names: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(30)
-
-
 def produce_payments(bootstrap: str, registry: SchemaRegistryClient) -> int:
     """Payments as Confluent's serializer writes them (registering v1 and v2), and two bad records."""
     context = SerializationContext("payments", MessageField.VALUE)
@@ -87,32 +85,6 @@ def produce_payments(bootstrap: str, registry: SchemaRegistryClient) -> int:
         producer.produce("payments", key=f"account-{number}".encode(), value=value)
     producer.flush(30)
     return len(values)
-
-
-def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes, bytes, dict[str, bytes]]]:
-    """(key, value, headers) of every record a read_committed consumer sees in the topic."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "example-reader",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None:
-            continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise RuntimeError(f"reading {topic}: {message.error()}")
-        records.append((message.key(), message.value(), dict(message.headers() or [])))
-    consumer.close()
-    return records
 
 
 def run_pipeline(bootstrap: str, registry_url: str, checkpoint: Path) -> None:
@@ -175,12 +147,14 @@ def main() -> None:
         context = SerializationContext("payments-eur", MessageField.VALUE)
         output = read_committed(bootstrap, "payments-eur")
         print(f"\npayments-eur ({len(output)} records, read_committed, Confluent's AvroDeserializer):")
-        for key, value, _ in output:
+        for record in output:
+            value = record.value()
             schema_id = int.from_bytes(value[1:5], "big")
-            print(f"  {key.decode()}  schema id {schema_id}  {read_avro(value, context)}")
+            print(f"  {record.key().decode()}  schema id {schema_id}  {read_avro(value, context)}")
         letters = read_committed(bootstrap, "payments-dlq")
         print(f"\npayments-dlq ({len(letters)} records, read_committed):")
-        for key, value, headers in letters:
+        for letter in letters:
+            key, value, headers = letter.key(), letter.value(), dict(letter.headers() or [])
             offset = headers["sparkafka.source.offset"].decode()
             print(f"  {key.decode()}  {value!r}")
             print(f"      from payments@{offset}: {headers['sparkafka.error'].decode()}")

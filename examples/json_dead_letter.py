@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.functions import dead_letter, from_json, route_dead_letters, to_json
 from sparkafka.session import spark_session
+
+if not __package__:  # run as `python examples/json_dead_letter.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.kafka_io import create_topics, read_committed
 
 ORDER_SCHEMA = "id STRING NOT NULL, item STRING, qty INT NOT NULL, price DOUBLE"
 ORDERS = [
@@ -41,43 +45,11 @@ ORDERS = [
 ]
 
 
-def create_topics(bootstrap: str, *names: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(30)
-
-
 def produce_orders(bootstrap: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for number, order in enumerate(ORDERS, start=1):
         producer.produce("orders", key=f"customer-{number % 3}".encode(), value=order)
     producer.flush(30)
-
-
-def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes, bytes, dict[str, bytes]]]:
-    """(key, value, headers) of every record a read_committed consumer sees in the topic."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "example-reader",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None:
-            continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise RuntimeError(f"reading {topic}: {message.error()}")
-        records.append((message.key(), message.value(), dict(message.headers() or [])))
-    consumer.close()
-    return records
 
 
 def run_pipeline(bootstrap: str, checkpoint: Path) -> None:
@@ -126,11 +98,12 @@ def main() -> None:
 
         priced = read_committed(broker.bootstrap_servers, "orders-priced")
         print(f"\norders-priced ({len(priced)} records, read_committed):")
-        for key, value, _ in priced:
-            print(f"  {key.decode()}  {value.decode()}")
+        for record in priced:
+            print(f"  {record.key().decode()}  {record.value().decode()}")
         letters = read_committed(broker.bootstrap_servers, "orders-dlq")
         print(f"\norders-dlq ({len(letters)} records, read_committed):")
-        for key, value, headers in letters:
+        for letter in letters:
+            key, value, headers = letter.key(), letter.value(), dict(letter.headers() or [])
             where = (
                 f"{headers['sparkafka.source.topic'].decode()}/{headers['sparkafka.source.partition'].decode()}"
                 f"@{headers['sparkafka.source.offset'].decode()}"

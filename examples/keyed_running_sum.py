@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.session import spark_session
+
+if not __package__:  # run as `python examples/keyed_running_sum.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.kafka_io import create_topics, read_committed
 
 FIRST_INPUT = ["alice,10", "bob,5", "alice,7", "carol,1"]
 SECOND_INPUT = ["bob,20", "carol,2", "dave,4", "alice,3"]
@@ -57,43 +61,11 @@ def transform(events: DataFrame) -> DataFrame:
     )
 
 
-def create_topics(bootstrap: str, *names: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(30)
-
-
 def produce(bootstrap: str, lines: list[str]) -> None:
     sender = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for line in lines:
         sender.produce("amounts", value=line.encode())
     sender.flush(30)
-
-
-def read_committed(bootstrap: str, topic: str) -> list[tuple[str, str]]:
-    """(key, value) of every record a read_committed consumer sees in partition 0, in order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "example-reader",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None:
-            continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise RuntimeError(f"reading {topic}: {message.error()}")
-        records.append((message.key().decode(), message.value().decode()))
-    consumer.close()
-    return records
 
 
 def run_pipeline(spark: SparkSession, bootstrap: str, checkpoint: Path) -> None:
@@ -144,7 +116,7 @@ def main() -> None:
             )
             run_pipeline(spark, bootstrap, workdir / "checkpoint")
         spark.stop()
-        updates = read_committed(bootstrap, "sums")
+        updates = [(m.key().decode(), m.value().decode()) for m in read_committed(bootstrap, "sums")]
         print(f"\nsums ({len(updates)} updates, read_committed, in order):")
         for key, value in updates:
             print(f"  {key} -> {value}")

@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.session import spark_session
+
+if not __package__:  # run as `python examples/seed001_map.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.kafka_io import create_topics, read_committed
 
 INPUT_LINES = ["aa,bb", "cc,dd", "ee,ff", "gg,hh", "ii,jj"]
 
@@ -41,38 +45,6 @@ def transform(events: DataFrame) -> DataFrame:
     return events.select(
         "key", F.concat(F.lit("EVENT("), F.col("value").cast("string"), F.lit(")")).alias("value")
     )
-
-
-def create_topics(bootstrap: str, *names: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(30)
-
-
-def read_committed(bootstrap: str, topic: str) -> list[bytes]:
-    """The values a read_committed consumer sees in partition 0 of the topic, up to its end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "example-reader",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None:
-            continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise RuntimeError(f"reading {topic}: {message.error()}")
-        values.append(message.value())
-    consumer.close()
-    return values
 
 
 def run_pipeline(bootstrap: str, checkpoint: Path) -> None:
@@ -117,8 +89,8 @@ def main() -> None:
         run_pipeline(bootstrap, workdir / "checkpoint")
         output = read_committed(bootstrap, "out")
         print(f"\nout ({len(output)} records, read_committed):")
-        for value in output:
-            print(f"  {value.decode()}")
+        for record in output:
+            print(f"  {record.value().decode()}")
     finally:
         broker.terminate()
         shutil.rmtree(workdir, ignore_errors=True)

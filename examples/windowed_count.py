@@ -29,18 +29,23 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.eventtime import drop_heartbeats
 from sparkafka.session import spark_session
+
+if not __package__:  # run as `python examples/windowed_count.py`: the repository root is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.kafka_io import create_topics, read_committed
 
 WINDOW_SECONDS = 10
 WATERMARK_DELAY = "5 seconds"
@@ -66,13 +71,6 @@ def transform(events: DataFrame) -> DataFrame:
     )
 
 
-def create_topics(bootstrap: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic("clicks", 2, 1), NewTopic("clicks-per-10s", 1, 1)]
-    for future in admin.create_topics(topics).values():
-        future.result(30)
-
-
 def produce_clicks(bootstrap: str) -> float:
     """Produce the clicks with explicit timestamps; returns the first window's start (epoch s).
 
@@ -87,32 +85,6 @@ def produce_clicks(bootstrap: str) -> float:
         )
     sender.flush(30)
     return first_window
-
-
-def read_committed(bootstrap: str, topic: str) -> list[tuple[str, str]]:
-    """(key, value) of every record a read_committed consumer sees in partition 0, in order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "example-reader",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise RuntimeError(f"reading {topic}: {message.error()}")
-        records.append((message.key().decode(), message.value().decode()))
-    consumer.close()
-    return records
 
 
 def run_until_windows_closed(bootstrap: str, checkpoint: Path, windows: int, timeout_s: float = 120) -> None:
@@ -157,7 +129,8 @@ def main() -> None:
     try:
         bootstrap = broker.bootstrap_servers
         print(f"broker on {bootstrap} (data in {workdir})", flush=True)
-        create_topics(bootstrap)
+        create_topics(bootstrap, "clicks", partitions=2)
+        create_topics(bootstrap, "clicks-per-10s")
         produce_clicks(bootstrap)
         print(
             f"produced {len(CLICK_OFFSETS_S)} clicks into 3 windows of {WINDOW_SECONDS} s, then nothing; "
@@ -166,7 +139,9 @@ def main() -> None:
         )
         run_until_windows_closed(bootstrap, workdir / "checkpoint", windows=3)
         # Windows closed by the same micro-batch land in the topic in no particular order.
-        windows = sorted(read_committed(bootstrap, "clicks-per-10s"))
+        windows = sorted(
+            (m.key().decode(), m.value().decode()) for m in read_committed(bootstrap, "clicks-per-10s")
+        )
         print(f"\nclicks-per-10s ({len(windows)} windows, read_committed):")
         for number, (start, count) in enumerate(windows):
             closed_by = "an idle heartbeat" if number == len(windows) - 1 else "later clicks"
