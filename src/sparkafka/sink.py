@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -389,6 +390,9 @@ _WORKER_STARTED_NS = time.time_ns()
 def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict[str, Any]:
     config: dict[str, Any] = {**options.client_config, "logger": LIBRDKAFKA_LOGGER}
     config.setdefault("linger.ms", 5)
+    # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
+    # successful record cost about a microsecond of the write task's time per row.
+    config.setdefault("delivery.report.only.error", True)
     if options.delivery_guarantee == EXACTLY_ONCE:
         # Spark runs a write task in whichever Python worker is idle, so a transactional id often
         # moves to a worker whose producer for it is fenced, and a new producer must be initialised.
@@ -409,6 +413,19 @@ def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict
 
 def _cache_key(options: SinkOptions, transactional_id: str | None) -> tuple[str, str | None, str]:
     return (options.bootstrap_servers, transactional_id, options.delivery_guarantee)
+
+
+def _new_cached_producer(options: SinkOptions, transactional_id: str | None) -> _CachedProducer:
+    """A producer whose failed deliveries land in its ``delivery_errors`` (producer-wide callback,
+    so the per-row produce call carries no callback of its own)."""
+    errors: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            errors.append(error)
+
+    config = {**_producer_config(options, transactional_id), "on_delivery": on_delivery}
+    return _CachedProducer(Producer(config), transactional_id, delivery_errors=errors)
 
 
 def _discard(options: SinkOptions, transactional_id: str | None) -> None:
@@ -443,7 +460,8 @@ def _transactional_producer(
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
         _discard(options, transactional_id)
-    producer = Producer(_producer_config(options, transactional_id))
+    cached = _new_cached_producer(options, transactional_id)
+    producer = cached.producer
     try:
         producer.init_transactions(options.operation_timeout_s)
         _claim(transactional_id)
@@ -455,7 +473,6 @@ def _transactional_producer(
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
-    cached = _CachedProducer(producer, transactional_id)
     registration_key = f"{_REGISTRATION_KEY_PREFIX}{transactional_id}"
     found = read_marker_partition(options, want={transactional_id, registration_key})
     if transactional_id in found:
@@ -493,7 +510,7 @@ def _plain_producer(options: SinkOptions) -> _CachedProducer:
     with _producers_lock:
         cached = _producers.get(key)
         if cached is None:
-            cached = _CachedProducer(Producer(_producer_config(options, None)), None)
+            cached = _new_cached_producer(options, None)
             _producers[key] = cached
     return cached
 
@@ -592,7 +609,9 @@ def _task_identity() -> tuple[int, str | None, int | None]:
 
 
 class _RowEncoder:
-    """Turns Arrow batches of the input into produce() arguments without per-row Spark Row objects."""
+    """Turns Arrow batches of the input into produce() arguments without per-row Spark Row objects.
+
+    String columns are passed as ``str``: the client encodes them as UTF-8, as Spark's sink does."""
 
     def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
         names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
@@ -602,33 +621,30 @@ class _RowEncoder:
             return batch.column(names[name]).to_pylist() if name in names else None
 
         self.values = column("value") or [None] * self.length
-        self.keys = column("key")
-        self.topics = column("topic")
+        self.keys = column("key") or [None] * self.length
+        # Per-row topics only where the 'topic' option does not decide for every row.
+        self.topics = None if default_topic else column("topic")
         self.partitions = column("partition")
         self.headers = column("headers")
         self.default_topic = default_topic
 
-    def rows(self) -> Iterator[dict[str, Any]]:
-        for i in range(self.length):
-            topic = self.default_topic or (self.topics[i] if self.topics else None)
-            if not topic:
-                raise SparkafkaError(
-                    "a row has a null 'topic' and no 'topic' option is set; every row needs a topic"
-                )
-            row: dict[str, Any] = {"topic": topic, "value": _as_bytes(self.values[i])}
-            if self.keys is not None and self.keys[i] is not None:
-                row["key"] = _as_bytes(self.keys[i])
-            if self.partitions is not None and self.partitions[i] is not None:
-                row["partition"] = self.partitions[i]
-            if self.headers is not None and self.headers[i]:
-                row["headers"] = [(h["key"], _as_bytes(h["value"])) for h in self.headers[i]]
-            yield row
+    def topic_per_row(self) -> Iterator[str]:
+        if self.default_topic:
+            return itertools.repeat(self.default_topic, self.length)
+        if self.topics is None or None in self.topics or "" in self.topics:
+            raise SparkafkaError(
+                "a row has a null 'topic' and no 'topic' option is set; every row needs a topic"
+            )
+        return iter(self.topics)
 
-
-def _as_bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return str(value).encode("utf-8")
+    def extra_arguments(self, row: int) -> dict[str, Any]:
+        """The produce() keyword arguments beyond topic, value and key that ``row`` needs, if any."""
+        extra: dict[str, Any] = {}
+        if self.partitions is not None and self.partitions[row] is not None:
+            extra["partition"] = self.partitions[row]
+        if self.headers is not None and self.headers[row]:
+            extra["headers"] = [(h["key"], h["value"]) for h in self.headers[row]]
+        return extra
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -706,7 +722,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
             producer.begin_transaction()
             for batch in _chain(first, rest):
-                records += self._produce_batch(producer, batch, cached.delivery_errors)
+                records += self._produce_batch(producer, batch)
             if self.options.pause_at == "beforecommit" or self.options.fail_first_attempt_at:
                 producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
                 self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
@@ -730,24 +746,29 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         cached.marker = marker
         return records
 
-    def _produce_batch(self, producer: Producer, batch: pa.RecordBatch, errors: list[KafkaError]) -> int:
-        def on_delivery(error: KafkaError | None, message: Any) -> None:
-            if error is not None:
-                errors.append(error)
+    def _produce_batch(self, producer: Producer, batch: pa.RecordBatch) -> int:
+        """Queue every row of ``batch``; delivery failures reach the producer's ``delivery_errors``.
 
-        count = 0
-        for row in _RowEncoder(batch, self.options.topic).rows():
-            while True:
+        The loop for rows with only topic, value and key is separate because it runs once per output
+        record: it makes one produce() call per row and nothing else."""
+        encoder = _RowEncoder(batch, self.options.topic)
+        produce = producer.produce
+        topics = encoder.topic_per_row()
+        if encoder.partitions is None and encoder.headers is None:
+            for topic, value, key in zip(topics, encoder.values, encoder.keys, strict=True):
                 try:
-                    producer.produce(on_delivery=on_delivery, **row)
-                    break
+                    produce(topic, value, key)
                 except BufferError:
-                    # The local queue is full: let librdkafka send, then try again.
-                    producer.poll(0.1)
-            count += 1
-            if count % 10_000 == 0:
-                producer.poll(0)
-        return count
+                    _produce_when_queue_has_room(producer, topic, value, key, {})
+        else:
+            for row, (topic, value, key) in enumerate(zip(topics, encoder.values, encoder.keys, strict=True)):
+                extra = encoder.extra_arguments(row)
+                try:
+                    produce(topic, value, key, **extra)
+                except BufferError:
+                    _produce_when_queue_has_room(producer, topic, value, key, extra)
+        producer.poll(0)  # serve delivery reports now and then, not only at flush/commit
+        return encoder.length
 
     def _raise_delivery_errors(self, errors: list[KafkaError]) -> None:
         if errors:
@@ -800,10 +821,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def _write_without_transaction(self, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> int:
         cached = _plain_producer(self.options)
         cached.delivery_errors.clear()
-        records = sum(
-            self._produce_batch(cached.producer, batch, cached.delivery_errors)
-            for batch in _chain(first, rest)
-        )
+        records = sum(self._produce_batch(cached.producer, batch) for batch in _chain(first, rest))
         remaining = cached.producer.flush(self.options.operation_timeout_s)
         if self.options.delivery_guarantee == AT_LEAST_ONCE:
             if remaining:
@@ -866,6 +884,21 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 log.warning(
                     "could not re-initialise %s after batch %d failed: %s", transactional_id, batchId, error
                 )
+
+
+def _produce_when_queue_has_room(
+    producer: Producer, topic: str, value: Any, key: Any, extra: dict[str, Any]
+) -> None:
+    """produce() after BufferError: the client's local queue is full, so let it send (and serve
+    delivery reports) until the record fits. Nothing is dropped and nothing is queued twice: a
+    BufferError means the record was not queued."""
+    while True:
+        producer.poll(0.1)
+        try:
+            producer.produce(topic, value, key, **extra)
+            return
+        except BufferError:
+            continue
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,99 @@
+"""The sink's input columns as Spark's Kafka sink takes them: value (string or binary, null is a
+tombstone), key, per-row topic, partition and headers, written by a real Spark job to the real broker
+and read back with a plain Kafka consumer, for every delivery guarantee."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, read_all
+from .spark_session import spark_fixture  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+ROWS_PER_TOPIC = 300  # more than one Arrow batch per task would hold at Spark's smallest settings
+
+
+def _write(frame: DataFrame, bootstrap: str, **options: str) -> None:
+    # Two partitions, so two write tasks each write part of every topic.
+    frame.repartition(2).write.format("sparkafka").option("kafka.bootstrap.servers", bootstrap).options(
+        **options
+    ).mode("append").save()
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "none"])
+def test_per_row_topic_partition_key_headers_and_tombstones(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, guarantee: str
+) -> None:
+    topics = [f"{topic_name}-{guarantee}-a", f"{topic_name}-{guarantee}-b"]
+    for topic in topics:
+        create_topic(broker.bootstrap_servers, topic, partitions=3)
+    schema = StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("key", StringType()),
+            StructField("value", BinaryType()),
+            StructField("headers", HEADERS),
+        ]
+    )
+    rows: list[tuple[object, ...]] = []
+    for n in range(ROWS_PER_TOPIC):
+        for t, topic in enumerate(topics):
+            value = None if n % 50 == 0 else f"v{t}-{n}".encode()  # every 50th is a tombstone
+            headers = [("seq", str(n).encode()), ("empty", None)] if n % 3 == 0 else None
+            rows.append((topic, n % 3, f"k{n}", value, headers))
+    _write(spark.createDataFrame(rows, schema), broker.bootstrap_servers, deliveryGuarantee=guarantee)
+    for t, topic in enumerate(topics):
+        messages = read_all(broker.bootstrap_servers, topic, expect=ROWS_PER_TOPIC, partitions=3)
+        assert len(messages) == ROWS_PER_TOPIC
+        seen = set()
+        for message in messages:
+            n = int((message.key() or b"").decode()[1:])
+            seen.add(n)
+            assert message.partition() == n % 3
+            assert message.value() == (None if n % 50 == 0 else f"v{t}-{n}".encode())
+            expected_headers = [("seq", str(n).encode()), ("empty", None)] if n % 3 == 0 else None
+            assert message.headers() == expected_headers
+        assert seen == set(range(ROWS_PER_TOPIC))
+
+
+def test_topic_option_wins_over_the_column_and_strings_are_utf8(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, partitions=1)
+    schema = StructType([StructField("topic", StringType()), StructField("value", StringType())])
+    rows = [("some-other-topic", f"zürich {n}") for n in range(ROWS_PER_TOPIC)] + [(None, "no topic column")]
+    _write(spark.createDataFrame(rows, schema), broker.bootstrap_servers, topic=topic_name)
+    messages = read_all(broker.bootstrap_servers, topic_name, expect=len(rows))
+    assert sorted(m.value() or b"" for m in messages) == sorted(str(v).encode() for _, v in rows)
+    assert all(m.key() is None for m in messages)
+
+
+def test_a_row_without_a_topic_fails_the_write_naming_the_fix(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, partitions=1)
+    schema = StructType([StructField("topic", StringType()), StructField("value", StringType())])
+    rows = [(topic_name, "fine"), (None, "lost?")]
+    with pytest.raises(Exception, match="every row needs a topic"):
+        (
+            spark.createDataFrame(rows, schema)
+            .coalesce(1)
+            .write.format("sparkafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+            .mode("append")
+            .save()
+        )
