@@ -11,30 +11,40 @@ For each configuration:
   ``--seconds``; each output record carries its input record's create time in its key, and latency is
   the time it became visible to a read_committed reader minus that create time (p50/p99).
 
+Every configuration is measured ``--repeats`` times (default 3), on fresh topics and a fresh checkpoint
+each time. The runs alternate: each repetition runs every (trigger, guarantee) combination once, and the
+order of the guarantees rotates from one repetition to the next, so that no guarantee always runs first
+or last on a machine that warms up or gets busier. The table shows per configuration the median over the
+repetitions with the min-max in parentheses, the exactly-once/at-least-once ratio of the medians, and
+whether the targets are met by the medians.
+
     python benchmarks/pipeline.py                                  # 1,000,000 records, 1 s and 10 s
-    python benchmarks/pipeline.py --records 200000 --update-docs docs/benchmarks.md
+    python benchmarks/pipeline.py --records 200000 --repeats 5 --update-docs docs/benchmarks.md
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import shlex
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Message, Producer
 
 from sparkafka.harness import Cluster
+from sparkafka.options import parse_duration_ms
 from sparkafka.pipeline_process import PipelineProcess
 
 if not __package__:  # run as `python benchmarks/pipeline.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import PARTITIONS, OutputWatcher, update_docs
+from benchmarks.common import PARTITIONS, OutputWatcher, load_average, machine_line, update_docs
+from benchmarks.compare.report import Spread
 
 SECTION_START = "<!-- benchmark:pipeline:start -->"
 SECTION_END = "<!-- benchmark:pipeline:end -->"
@@ -46,6 +56,11 @@ MAP_SQL = (
     "SELECT CAST(CAST(unix_millis(timestamp) AS STRING) AS BINARY) AS key, "
     "concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
 )
+# The project's targets: exactly-once costs at most 15 % of at-least-once's throughput at a 1 s trigger,
+# and a record is visible at most 2 s after the trigger interval that picks it up has ended.
+THROUGHPUT_TARGET_TRIGGER_MS = 1000
+THROUGHPUT_TARGET_RATIO = 0.85
+LATENCY_TARGET_MARGIN_MS = 2000
 
 
 @dataclass(frozen=True)
@@ -59,24 +74,60 @@ class Result:
     latency_p99_ms: float
 
 
-class CreateTimeWatcher(OutputWatcher):
-    """Records when each output record became visible, with its input's create time (in its key)."""
+SEQUENCE_DIGITS = 9
+_OUTPUT_PREFIX = b"EVENT("
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+
+class CreateTimeWatcher(OutputWatcher):
+    """Records when each output record became visible, with its input's create time (in its key), and
+    how often each input record (by the sequence number at the start of its value) appeared."""
+
+    def __init__(self, bootstrap: str, topic: str, capacity: int) -> None:
         self.arrivals: list[tuple[float, int]] = []  # (visible at, input create time ms)
+        self.copies = bytearray(capacity)  # per input sequence number, saturating at 255
+        self.malformed = 0
         super().__init__(bootstrap, topic, PARTITIONS)
 
     def on_record(self, visible_at: float, message: Message) -> None:
         self.arrivals.append((visible_at, int(message.key() or b"0")))
+        value = message.value() or b""
+        start = len(_OUTPUT_PREFIX)
+        digits = value[start : start + SEQUENCE_DIGITS]
+        if not value.startswith(_OUTPUT_PREFIX) or not digits.isdigit() or int(digits) >= len(self.copies):
+            self.malformed += 1
+            return
+        seq = int(digits)
+        self.copies[seq] = min(self.copies[seq] + 1, 255)
+
+    def problems(self, expected: int, guarantee: str) -> list[str]:
+        """What contradicts the delivery guarantee among input records 0 .. expected - 1: a record
+        missing (every guarantee but none), or seen twice (exactly-once)."""
+        seen = self.copies[:expected]
+        found = []
+        missing = seen.count(0)
+        if missing and guarantee != "none":
+            found.append(f"{missing} input record(s) never appeared in the output")
+        duplicated = expected - missing - seen.count(1)
+        if duplicated and guarantee == "exactly-once":
+            found.append(f"{duplicated} input record(s) appeared more than once")
+        if self.malformed:
+            found.append(f"{self.malformed} output record(s) are not EVENT(<input value>)")
+        return found
 
 
-def _produce(cluster: Cluster, topic: str, records: int, value_bytes: int, rate: float | None) -> None:
+def _produce(
+    cluster: Cluster, topic: str, first_seq: int, records: int, value_bytes: int, rate: float | None
+) -> None:
+    """Records ``first_seq`` .. ``first_seq + records - 1``: each value starts with its sequence number,
+    so the output can be checked record by record."""
     producer = Producer(
         {"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, "enable.idempotence": True}
     )
-    payload = b"a" * (value_bytes // 2 - 1) + b"," + b"b" * (value_bytes - value_bytes // 2)
+    padding_bytes = max(value_bytes - SEQUENCE_DIGITS - 1, 0)
+    padding = b"," + b"b" * padding_bytes
     started = time.monotonic()
     for i in range(records):
+        payload = b"%09d" % (first_seq + i) + padding
         while True:
             try:
                 producer.produce(topic, value=payload, partition=i % PARTITIONS)
@@ -96,6 +147,9 @@ def _wait(watcher: CreateTimeWatcher, count: int, timeout_s: float, pipeline: Pi
     while len(watcher.arrivals) < count and time.monotonic() < deadline:
         if pipeline.process is None or pipeline.process.poll() is not None:
             raise RuntimeError(f"the pipeline exited; its output ends with:\n{pipeline.output()[-3000:]}")
+        # A dead watcher stops counting; without this the run would look slow until the timeout.
+        if watcher.error is not None:
+            raise RuntimeError("the output watcher failed") from watcher.error
         time.sleep(0.2)
     if len(watcher.arrivals) < count:
         raise RuntimeError(
@@ -108,8 +162,9 @@ def measure(
 ) -> Result:
     in_topic, out_topic = f"in-{run}", f"out-{run}"
     cluster.create_topics([in_topic, out_topic], PARTITIONS)
-    _produce(cluster, in_topic, args.records, args.value_bytes, None)
-    watcher = CreateTimeWatcher(cluster.bootstrap_servers, out_topic).start()
+    steady = int(args.rate * args.seconds)
+    _produce(cluster, in_topic, 0, args.records, args.value_bytes, None)
+    watcher = CreateTimeWatcher(cluster.bootstrap_servers, out_topic, args.records + steady).start()
     pipeline = PipelineProcess(
         work / f"pipeline-{run}.log",
         [
@@ -143,9 +198,12 @@ def measure(
         # From 10 % to 90 % of the records visible: start-up and the first batch's commit stay out.
         low, high = args.records // 10, args.records * 9 // 10
         throughput = (high - low) / max(watcher.arrivals[high][0] - watcher.arrivals[low][0], 1e-3)
-        steady = int(args.rate * args.seconds)
-        _produce(cluster, in_topic, steady, args.value_bytes, args.rate)
+        _produce(cluster, in_topic, args.records, steady, args.value_bytes, args.rate)
         _wait(watcher, args.records + steady, args.timeout, pipeline)
+        time.sleep(2)  # a duplicate would come after the last expected record: give it time to show
+        problems = watcher.problems(args.records + steady, guarantee)
+        if problems:
+            raise RuntimeError(f"{guarantee} at {trigger}: " + "; ".join(problems))
         latencies = [visible * 1000 - created for visible, created in watcher.arrivals[args.records :]]
         quantiles = statistics.quantiles(latencies, n=100)
     finally:
@@ -155,8 +213,69 @@ def measure(
     return Result(guarantee, trigger, args.records, first - started, throughput, quantiles[49], quantiles[98])
 
 
-def render(results: list[Result], args: argparse.Namespace) -> str:
-    by_trigger = {(r.guarantee, r.trigger): r for r in results}
+def schedule(triggers: list[str], guarantees: list[str], repeats: int) -> list[tuple[int, str, str]]:
+    """(repetition, trigger, guarantee) in run order: every combination once per repetition, the
+    guarantees' order rotated by one each repetition."""
+    runs = []
+    for repetition in range(repeats):
+        shift = repetition % len(guarantees)
+        rotated = guarantees[shift:] + guarantees[:shift]
+        runs += [(repetition, trigger, guarantee) for trigger in triggers for guarantee in rotated]
+    return runs
+
+
+def _spread(runs: list[Result], metric: Callable[[Result], float]) -> Spread:
+    spread = Spread.of([metric(run) for run in runs])
+    if spread is None:
+        raise ValueError("a configuration without runs has no spread")
+    return spread
+
+
+def _throughput_ratio(
+    by_config: dict[tuple[str, str], list[Result]], guarantee: str, trigger: str
+) -> float | None:
+    """``guarantee``'s median records/s over at-least-once's at ``trigger``, if both were measured."""
+    ours, baseline = by_config.get((guarantee, trigger)), by_config.get(("at-least-once", trigger))
+    if not ours or not baseline:
+        return None
+    return _spread(ours, lambda r: r.throughput).median / _spread(baseline, lambda r: r.throughput).median
+
+
+def targets(by_config: dict[tuple[str, str], list[Result]], triggers: list[str]) -> list[str]:
+    """Whether the medians meet the throughput target (at the 1 s trigger) and the latency target (at
+    every trigger), both for exactly-once."""
+    throughput_what = (
+        f"exactly-once ≥ {THROUGHPUT_TARGET_RATIO}x at-least-once at "
+        f"{THROUGHPUT_TARGET_TRIGGER_MS / 1000:g} s trigger"
+    )
+    target_trigger = next(
+        (t for t in triggers if parse_duration_ms("--triggers", t) == THROUGHPUT_TARGET_TRIGGER_MS), None
+    )
+    ratio = _throughput_ratio(by_config, "exactly-once", target_trigger) if target_trigger else None
+    if ratio is None:
+        lines = [f"- {throughput_what}: not measured"]
+    else:
+        verdict = "met" if ratio >= THROUGHPUT_TARGET_RATIO else "not met"
+        lines = [f"- {throughput_what}: {verdict} ({ratio:.2f}x)"]
+    for trigger in triggers:
+        limit_ms = parse_duration_ms("--triggers", trigger) + LATENCY_TARGET_MARGIN_MS
+        latency_what = f"exactly-once p99 ≤ trigger + 2 s at {trigger} trigger ({limit_ms:,} ms)"
+        runs = by_config.get(("exactly-once", trigger))
+        if not runs:
+            lines.append(f"- {latency_what}: not measured")
+            continue
+        p99 = _spread(runs, lambda r: r.latency_p99_ms).median
+        verdict = "met" if p99 <= limit_ms else "not met"
+        lines.append(f"- {latency_what}: {verdict} (median p99 {p99:,.0f} ms)")
+    return lines
+
+
+def render(
+    results: list[Result], args: argparse.Namespace, triggers: list[str], command: str, start_load: float
+) -> str:
+    by_config: dict[tuple[str, str], list[Result]] = {}
+    for result in results:
+        by_config.setdefault((result.guarantee, result.trigger), []).append(result)
     lines = [
         "## Pipeline (source → map → sink)",
         "",
@@ -165,25 +284,35 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
         "(maxOffsetsPerTrigger; throughput: records/s from 10 % to 90 % of the records visible to a "
         "read_committed reader), "
         f"then {args.rate:,.0f} records/s for {args.seconds:.0f} s (latency: input create time to visibility "
-        "for a read_committed reader). One run per row, Spark local[2], embedded broker on the same machine.",
+        "for a read_committed reader). "
+        f"{args.repeats} repetition(s) of every row, the runs alternating: each repetition runs every "
+        "trigger and guarantee once, the order of the guarantees rotating from one repetition to the next. "
+        "Cells are medians over the repetitions, with the min-max in parentheses; latency p50 and p99 are "
+        "each run's, then the median; vs at-least-once is the ratio of the medians at the same trigger. "
+        "Every run's output is checked record by record (inputs carry a sequence number): none missing, "
+        "and for exactly-once none twice. Spark local[2], embedded broker on the same machine.",
         "",
         "| delivery guarantee | trigger | records/s | vs at-least-once | start-up s "
         "| latency p50 ms | latency p99 ms |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in results:
-        baseline = by_trigger.get(("at-least-once", r.trigger))
-        ratio = f"{r.throughput / baseline.throughput:.2f}x" if baseline else "-"
+    for (guarantee, trigger), runs in by_config.items():
+        ratio = _throughput_ratio(by_config, guarantee, trigger)
         lines.append(
-            f"| {r.guarantee} | {r.trigger} | {r.throughput:,.0f} | {ratio} | {r.startup_s:.1f} | "
-            f"{r.latency_p50_ms:,.0f} | {r.latency_p99_ms:,.0f} |"
+            f"| {guarantee} | {trigger} | {_spread(runs, lambda r: r.throughput).format()} | "
+            f"{f'{ratio:.2f}x' if ratio is not None else '-'} | "
+            f"{_spread(runs, lambda r: r.startup_s).format(1)} | "
+            f"{_spread(runs, lambda r: r.latency_p50_ms).median:,.0f} | "
+            f"{_spread(runs, lambda r: r.latency_p99_ms).format()} |"
         )
     lines += [
         "",
-        f"- Machine: {platform.machine()}, {platform.system()} {platform.release()}; "
-        f"Python {platform.python_version()}",
-        f"- Command: `python benchmarks/pipeline.py --records {args.records} --rate {args.rate:.0f} "
-        f"--seconds {args.seconds:.0f} --update-docs docs/benchmarks.md`",
+        "Targets, from the medians:",
+        "",
+        *targets(by_config, triggers),
+        "",
+        f"- Machine: {machine_line(start_load)}; Python {sys.version.split()[0]}",
+        f"- Command: `{command}`",
     ]
     return "\n".join(lines)
 
@@ -198,23 +327,39 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
     parser.add_argument("--triggers", default="1s,10s")
     parser.add_argument("--guarantees", default="exactly-once,at-least-once,none")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of every (trigger, guarantee)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--update-docs", type=Path, default=None)
     args = parser.parse_args()
+    triggers, guarantees = args.triggers.split(","), args.guarantees.split(",")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    # The targets need each trigger in milliseconds; a typo should stop the benchmark before its first
+    # run, not after hours of them.
+    for trigger in triggers:
+        try:
+            parse_duration_ms("--triggers", trigger)
+        except ValueError as error:
+            parser.error(str(error))
+    script = ["python", "-m", "benchmarks.pipeline"] if __package__ else ["python", "benchmarks/pipeline.py"]
+    command = shlex.join([*script, *sys.argv[1:]])
+    start_load = load_average()
     results = []
     with tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work:
         cluster = Cluster(Path(work)).start()
         try:
-            run = 0
-            for trigger in args.triggers.split(","):
-                for guarantee in args.guarantees.split(","):
-                    run += 1
-                    result = measure(cluster, Path(work), guarantee, trigger, args, run)
-                    print(result, flush=True)
-                    results.append(result)
+            # Fresh topics and checkpoint per run: numbered across repetitions.
+            for run, (repetition, trigger, guarantee) in enumerate(
+                schedule(triggers, guarantees, args.repeats), start=1
+            ):
+                result = measure(cluster, Path(work), guarantee, trigger, args, run)
+                print(f"repetition {repetition + 1}/{args.repeats}: {result}", flush=True)
+                results.append(result)
         finally:
             cluster.stop()
-    section = render(results, args)
+    # Rows in the order the options name them, not in the rotated order the runs had.
+    results.sort(key=lambda r: (triggers.index(r.trigger), guarantees.index(r.guarantee)))
+    section = render(results, args, triggers, command, start_load)
     print(section)
     if args.update_docs is not None:
         update_docs(args.update_docs, section, SECTION_START, SECTION_END)
