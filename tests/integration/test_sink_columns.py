@@ -1,8 +1,11 @@
 """The sink's input columns as Spark's Kafka sink takes them: value (string or binary, null is a
 tombstone), key, per-row topic, partition and headers, written by a real Spark job to the real broker
-and read back with a plain Kafka consumer, for every delivery guarantee."""
+and read back with a plain Kafka consumer; and records too large for the client or the broker, which
+fail the write with a message naming the fix instead of disappearing."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -97,3 +100,64 @@ def test_a_row_without_a_topic_fails_the_write_naming_the_fix(
             .mode("append")
             .save()
         )
+
+
+TOO_LARGE = "the broker accepts"  # from the sink's message naming max.message.bytes as the fix
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "none"])
+def test_a_record_larger_than_the_client_sends_fails_the_write_naming_the_fix(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, guarantee: str
+) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    rows = [("small",), ("x" * 1_500_000,)]  # above librdkafka's message.max.bytes of 1,000,000
+    schema = StructType([StructField("value", StringType())])
+    with pytest.raises(Exception, match=TOO_LARGE):
+        _write(
+            spark.createDataFrame(rows, schema).coalesce(1),
+            broker.bootstrap_servers,
+            topic=topic_name,
+            deliveryGuarantee=guarantee,
+        )
+
+
+def test_a_record_the_broker_refuses_fails_the_write_naming_the_fix(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, config={"max.message.bytes": "50000"})
+    rows = [(f"small {n}",) for n in range(20)] + [("x" * 200_000,)]
+    schema = StructType([StructField("value", StringType())])
+    with pytest.raises(Exception, match=TOO_LARGE):
+        _write(
+            spark.createDataFrame(rows, schema),
+            broker.bootstrap_servers,
+            topic=topic_name,
+            **{"kafka.message.max.bytes": "4000000"},
+        )
+
+
+def test_exactly_once_query_fails_on_a_record_the_broker_refuses_and_commits_nothing(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, config={"max.message.bytes": "50000"})
+    rows = spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+    query = (
+        rows.selectExpr("IF(value = 5, repeat('x', 200000), CAST(value AS STRING)) AS value")
+        .writeStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+        .option("kafka.message.max.bytes", "4000000")
+        .option("topic", topic_name)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match=TOO_LARGE):
+            query.awaitTermination(120)
+            raise AssertionError("the query did not fail within 120 s")
+    finally:
+        query.stop()
+    # The transaction holding the refused record was aborted: nothing of that batch is visible.
+    visible = [m.value() for m in read_all(broker.bootstrap_servers, topic_name, timeout_s=5)]
+    assert b"5" not in visible
