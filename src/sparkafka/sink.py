@@ -305,6 +305,13 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
     open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
     committed after it would be missed; so this waits — bounded by the transaction timeout, after
     which the broker aborts a crashed writer's transaction — rather than answer from a partial view."""
+    partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
+    # The watermarks come first: a consumer assigned a while after it was created (here: after
+    # another client's round trips) waited up to a second for the partition's leader.
+    low, high = _watermarks_uncommitted(options, partition)
+    latest: dict[str, bytes] = {}
+    if high <= low:
+        return latest
     consumer = Consumer(
         {
             **options.client_config,
@@ -315,15 +322,11 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             # The position passes a trailing COMMIT marker only with the next fetch, which the
             # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
             "fetch.wait.max.ms": 10,
+            "enable.sparse.connections": False,  # see _producer_config
             "logger": LIBRDKAFKA_LOGGER,
         }
     )
-    partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
     try:
-        low, high = _watermarks_uncommitted(options, partition)
-        latest: dict[str, bytes] = {}
-        if high <= low:
-            return latest
         consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
         deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
         while time.monotonic() < deadline:
@@ -360,6 +363,7 @@ def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> 
             **options.client_config,
             "group.id": "sparkafka-marker-reader",
             "isolation.level": "read_uncommitted",
+            "enable.sparse.connections": False,
             "logger": LIBRDKAFKA_LOGGER,
         }
     )
@@ -402,13 +406,13 @@ def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict
     # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
     # successful record cost about a microsecond of the write task's time per row.
     config.setdefault("delivery.report.only.error", True)
+    # With sparse connections librdkafka drops the bootstrap connection after the first metadata and
+    # retries the next lookup (transaction coordinator, producer id, partition leader) only on a
+    # 500 ms timer: 0.5 s for every new producer, and Spark runs a write task in whichever Python
+    # worker is idle, so an exactly-once task often needs a new producer (its transactional id moved
+    # to a worker whose producer for it is fenced). Connecting right away makes it milliseconds.
+    config.setdefault("enable.sparse.connections", False)
     if options.delivery_guarantee == EXACTLY_ONCE:
-        # Spark runs a write task in whichever Python worker is idle, so a transactional id often
-        # moves to a worker whose producer for it is fenced, and a new producer must be initialised.
-        # With sparse connections librdkafka drops the bootstrap connection after the first metadata
-        # and retries the coordinator lookup only on a 500 ms timer, which made that 0.5 s per task;
-        # connecting to the cluster's brokers right away makes it a few milliseconds.
-        config.setdefault("enable.sparse.connections", False)
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = options.transaction_timeout_ms
         config.setdefault("message.timeout.ms", min(options.transaction_timeout_ms, 300_000))

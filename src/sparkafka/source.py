@@ -405,9 +405,14 @@ class SourceOptions:
 
         They never join a group and never commit: ``assign`` at the range start, read to the range
         end. ``auto.offset.reset=error`` turns an offset removed by retention into an error event
-        instead of a silent jump, and partition EOF events mark the end of a partition."""
+        instead of a silent jump, and partition EOF events mark the end of a partition.
+
+        Connections to all brokers open right away: with librdkafka's sparse connections a fresh
+        consumer's first offset query to the leader now and then waited for a 500 ms retry timer,
+        and every read task starts a fresh consumer."""
         prefix = self.group_id_prefix or "sparkafka-source"
         return {
+            "enable.sparse.connections": False,
             **self.client_config,
             "group.id": self.group_id or f"{prefix}-{uuid.uuid4()}-executor",
             "enable.auto.commit": False,
