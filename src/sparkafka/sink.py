@@ -46,11 +46,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
+from sparkafka.client_pool import CONSUMERS
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
 from sparkafka.kafka_admin import LIBRDKAFKA_LOGGER, admin_config, error_code
 from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
@@ -312,21 +313,19 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
     latest: dict[str, bytes] = {}
     if high <= low:
         return latest
-    consumer = Consumer(
-        {
-            **options.client_config,
-            "group.id": "sparkafka-marker-reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # The position passes a trailing COMMIT marker only with the next fetch, which the
-            # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
-            "fetch.wait.max.ms": 10,
-            "enable.sparse.connections": False,  # see _producer_config
-            "logger": LIBRDKAFKA_LOGGER,
-        }
-    )
-    try:
+    config = {
+        **options.client_config,
+        "group.id": "sparkafka-marker-reader",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        # The position passes a trailing COMMIT marker only with the next fetch, which the
+        # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
+        "fetch.wait.max.ms": 10,
+        "enable.sparse.connections": False,  # see _producer_config
+        "logger": LIBRDKAFKA_LOGGER,
+    }
+    with CONSUMERS.borrow(config) as consumer:
         consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
         deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
         while time.monotonic() < deadline:
@@ -353,27 +352,22 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms: "
             "an open transaction holds read_committed readers back and was not aborted by the broker"
         )
-    finally:
-        consumer.close()
 
 
 def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:
-    probe = Consumer(
-        {
-            **options.client_config,
-            "group.id": "sparkafka-marker-reader",
-            "isolation.level": "read_uncommitted",
-            "enable.sparse.connections": False,
-            "logger": LIBRDKAFKA_LOGGER,
-        }
-    )
+    config = {
+        **options.client_config,
+        "group.id": "sparkafka-marker-reader",
+        "isolation.level": "read_uncommitted",
+        "enable.sparse.connections": False,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
     try:
-        low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
-        return int(low), int(high)
+        with CONSUMERS.borrow(config) as probe:
+            low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
     except KafkaException as error:
         raise _unreachable(options, error) from None
-    finally:
-        probe.close()
+    return int(low), int(high)
 
 
 def _unreachable(options: SinkOptions, error: KafkaException) -> SparkafkaError:

@@ -109,6 +109,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparkafka.client_pool import CONSUMERS
 from sparkafka.errors import (
     DataLossError,
     KafkaReadError,
@@ -216,6 +217,10 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 ARROW_BATCH_ROWS = 10_000
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+# Names this process's executor consumers (which never join their group) apart from other processes'.
+_PROCESS_ID = uuid.uuid4()
 
 
 @dataclass(frozen=True)
@@ -408,13 +413,14 @@ class SourceOptions:
         instead of a silent jump, and partition EOF events mark the end of a partition.
 
         Connections to all brokers open right away: with librdkafka's sparse connections a fresh
-        consumer's first offset query to the leader now and then waited for a 500 ms retry timer,
-        and every read task starts a fresh consumer."""
+        consumer's first offset query to the leader now and then waited for a 500 ms retry timer.
+        The consumers are pooled per Python process (:mod:`sparkafka.client_pool`), so the group id
+        is the same for every read of this process."""
         prefix = self.group_id_prefix or "sparkafka-source"
         return {
             "enable.sparse.connections": False,
             **self.client_config,
-            "group.id": self.group_id or f"{prefix}-{uuid.uuid4()}-executor",
+            "group.id": self.group_id or f"{prefix}-{_PROCESS_ID}-executor",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
@@ -1400,79 +1406,82 @@ def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iter
     hanging. Offsets removed by retention are data loss: fail, or continue at the log start."""
     if not isinstance(partition, OffsetRange) or partition.size <= 0:
         return
+    with CONSUMERS.borrow(options.executor_consumer_config()) as consumer:
+        yield from _read_with(consumer, partition, options)
+
+
+def _read_with(
+    consumer: Consumer, partition: OffsetRange, options: SourceOptions
+) -> Iterator[pa.RecordBatch]:
     topic, number, end = partition.topic, partition.partition, partition.end
     timeout_s = options.api_timeout_ms / 1000
-    consumer = Consumer(options.executor_consumer_config())
-    try:
-        position = partition.start
-        marks = _watermarks(consumer, topic, number, timeout_s, options)
-        if marks is None:
-            _partition_gone(options, partition, position, "it does not exist")
-            return
-        if position < marks[0]:
-            position = _range_data_loss(partition, position, marks[0], options)
-        if position >= end:
-            return
-        consumer.assign([TopicPartition(topic, number, position)])
-        columns = _Columns(topic, number, options.include_headers)
-        last_progress = time.monotonic()
-        done = False
-        while not done:
-            messages = consumer.consume(num_messages=min(ARROW_BATCH_ROWS, end - position), timeout=0.1)
-            records: list[Message] = []
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    code = error.code()
-                    if code == _EOF:
-                        done = done or cast(int, message.offset()) >= end
-                        continue
-                    if code in _PARTITION_GONE:
+    position = partition.start
+    marks = _watermarks(consumer, topic, number, timeout_s, options)
+    if marks is None:
+        _partition_gone(options, partition, position, "it does not exist")
+        return
+    if position < marks[0]:
+        position = _range_data_loss(partition, position, marks[0], options)
+    if position >= end:
+        return
+    consumer.assign([TopicPartition(topic, number, position)])
+    columns = _Columns(topic, number, options.include_headers)
+    last_progress = time.monotonic()
+    done = False
+    while not done:
+        messages = consumer.consume(num_messages=min(ARROW_BATCH_ROWS, end - position), timeout=0.1)
+        records: list[Message] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                code = error.code()
+                if code == _EOF:
+                    done = done or (message.partition() == number and cast(int, message.offset()) >= end)
+                    continue
+                if code in _PARTITION_GONE:
+                    _partition_gone(options, partition, position, error.str())
+                    done = True
+                    break
+                if code in _OFFSET_GONE:
+                    marks = _watermarks(consumer, topic, number, timeout_s, options)
+                    if marks is None:
                         _partition_gone(options, partition, position, error.str())
                         done = True
                         break
-                    if code in _OFFSET_GONE:
-                        marks = _watermarks(consumer, topic, number, timeout_s, options)
-                        if marks is None:
-                            _partition_gone(options, partition, position, error.str())
-                            done = True
-                            break
-                        if marks[0] > position:
-                            position = _range_data_loss(partition, position, marks[0], options)
-                        done = position >= end
-                        if not done:
-                            consumer.assign([TopicPartition(topic, number, position)])
-                        break
-                    raise KafkaReadError(
-                        f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) "
-                        f"failed at offset {position}: {error.str()}"
-                    )
-                offset = cast(int, message.offset())
-                if offset >= end:
-                    done = True
+                    if marks[0] > position:
+                        position = _range_data_loss(partition, position, marks[0], options)
+                    done = position >= end
+                    if not done:
+                        consumer.assign([TopicPartition(topic, number, position)])
                     break
-                records.append(message)
-                position = offset + 1
-            if records:
-                columns.append(records)
-                last_progress = time.monotonic()
-            if not done:
-                done = position >= end or _consumer_position(consumer, topic, number) >= end
-            if columns and (done or len(columns) >= ARROW_BATCH_ROWS):
-                yield columns.to_batch()
-            if not done and time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
-                marks = _watermarks(consumer, topic, number, timeout_s, options)
-                if marks is None or marks[1] < end:
-                    detail = "it does not exist" if marks is None else f"it now ends at offset {marks[1]}"
-                    _partition_gone(options, partition, position, detail)
-                    return
                 raise KafkaReadError(
-                    f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) made no "
-                    f"progress for {options.poll_timeout_ms} ms at offset {position} "
-                    "(option kafkaConsumer.pollTimeoutMs)"
+                    f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) "
+                    f"failed at offset {position}: {error.str()}"
                 )
-    finally:
-        consumer.close()
+            offset = cast(int, message.offset())
+            if offset >= end:
+                done = True
+                break
+            records.append(message)
+            position = offset + 1
+        if records:
+            columns.append(records)
+            last_progress = time.monotonic()
+        if not done:
+            done = position >= end or _consumer_position(consumer, topic, number) >= end
+        if columns and (done or len(columns) >= ARROW_BATCH_ROWS):
+            yield columns.to_batch()
+        if not done and time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
+            marks = _watermarks(consumer, topic, number, timeout_s, options)
+            if marks is None or marks[1] < end:
+                detail = "it does not exist" if marks is None else f"it now ends at offset {marks[1]}"
+                _partition_gone(options, partition, position, detail)
+                return
+            raise KafkaReadError(
+                f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) made no "
+                f"progress for {options.poll_timeout_ms} ms at offset {position} "
+                "(option kafkaConsumer.pollTimeoutMs)"
+            )
 
 
 def _consumer_position(consumer: Consumer, topic: str, partition: int) -> int:
