@@ -43,6 +43,7 @@ class ConsumerPool:
 
     def __init__(self) -> None:
         self._idle: dict[tuple[tuple[str, Any], ...], list[tuple[Consumer, float]]] = {}
+        self._spoiled: set[int] = set()
         self._lock = threading.Lock()
 
     @contextmanager
@@ -54,7 +55,7 @@ class ConsumerPool:
         makes librdkafka drop whatever was fetched for the old assignment, so the next borrower,
         after its own ``assign``, sees only records at its own positions. When the block raises
         (including ``GeneratorExit`` from a reader Spark stopped early) the consumer's state is
-        unknown, so it is closed instead."""
+        unknown, so it is closed instead; so is one the borrower passed to :meth:`do_not_reuse`."""
         key = _config_key(config)
         with self._lock:
             expired = self._take_expired(time.monotonic() - IDLE_TIMEOUT_S)
@@ -67,8 +68,12 @@ class ConsumerPool:
         try:
             yield consumer
         except BaseException:
+            self._forget(consumer)
             _close_quietly(consumer)
             raise
+        if self._forget(consumer):
+            _close_quietly(consumer)
+            return
         try:
             consumer.unassign()
         except (KafkaException, RuntimeError):
@@ -80,6 +85,21 @@ class ConsumerPool:
                 idle.append((consumer, time.monotonic()))
                 return
         _close_quietly(consumer)
+
+    def do_not_reuse(self, consumer: Consumer) -> None:
+        """Close ``consumer`` when its borrower is done instead of pooling it: for a consumer that
+        saw an error event. librdkafka queues some errors (a partition gone from the metadata, an
+        offset reset) without an assignment version, so unassigning does not discard them, and the
+        next borrower assigning the same partition would receive them as its own."""
+        with self._lock:
+            self._spoiled.add(id(consumer))
+
+    def _forget(self, consumer: Consumer) -> bool:
+        with self._lock:
+            if id(consumer) in self._spoiled:
+                self._spoiled.discard(id(consumer))
+                return True
+            return False
 
     def close_all(self) -> None:
         with self._lock:

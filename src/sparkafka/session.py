@@ -45,7 +45,8 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(level.upper())
-    if master.startswith("local") and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
+    local = spark.sparkContext.master.startswith("local")  # getOrCreate may return another session
+    if local and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
         _prefer_local_checkpoints(spark)
     sparkafka.register(spark)
     return spark
@@ -58,9 +59,12 @@ def _prefer_local_checkpoints(spark: SparkSession) -> None:
     Without Hadoop's native library (PySpark from PyPI has none) FileContext sets permissions and
     resolves links of a local file by starting ``chmod`` and ``readlink`` processes: about a dozen
     for the offset and commit log entries of every micro-batch, 100-200 ms of each batch. The
-    FileSystem API starts a third as many, and its rename is rename(2), atomic on a local file
-    system. Only for local masters: on a cluster the checkpoint is on a distributed file system,
-    where FileContext's rename is the one to keep."""
+    FileSystem API starts a third as many; each file still appears whole (a temporary file, then
+    rename(2)). What it gives up: it checks that a log entry does not exist before the rename
+    instead of failing the rename, so two processes running one query on one checkpoint at the
+    same time are no longer caught at that point (one query per checkpoint is a precondition
+    anyway, docs/guarantees.md). Only for local masters: on a cluster the checkpoint is on a
+    distributed file system, where FileContext's rename is the one to keep."""
     jvm = getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:
         return

@@ -314,6 +314,7 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
     if high <= low:
         return latest
     config = {
+        "enable.sparse.connections": False,  # see _producer_config
         **options.client_config,
         "group.id": "sparkafka-marker-reader",
         "enable.auto.commit": False,
@@ -322,7 +323,6 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
         # The position passes a trailing COMMIT marker only with the next fetch, which the
         # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
         "fetch.wait.max.ms": 10,
-        "enable.sparse.connections": False,  # see _producer_config
         "logger": LIBRDKAFKA_LOGGER,
     }
     with CONSUMERS.borrow(config) as consumer:
@@ -356,17 +356,17 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
 
 def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:
     config = {
+        "enable.sparse.connections": False,  # see _producer_config
         **options.client_config,
         "group.id": "sparkafka-marker-reader",
         "isolation.level": "read_uncommitted",
-        "enable.sparse.connections": False,
         "logger": LIBRDKAFKA_LOGGER,
     }
-    try:
-        with CONSUMERS.borrow(config) as probe:
+    with CONSUMERS.borrow(config) as probe:
+        try:
             low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
-    except KafkaException as error:
-        raise _unreachable(options, error) from None
+        except KafkaException as error:
+            raise _unreachable(options, error) from None
     return int(low), int(high)
 
 

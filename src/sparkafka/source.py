@@ -1435,9 +1435,13 @@ def _read_with(
             error = message.error()
             if error is not None:
                 code = error.code()
+                about = message.topic()
+                if about is not None and (about != topic or message.partition() != number):
+                    continue  # about another partition: this consumer reads only the one assigned
                 if code == _EOF:
-                    done = done or (message.partition() == number and cast(int, message.offset()) >= end)
+                    done = done or cast(int, message.offset()) >= end
                     continue
+                CONSUMERS.do_not_reuse(consumer)
                 if code in _PARTITION_GONE:
                     _partition_gone(options, partition, position, error.str())
                     done = True

@@ -75,6 +75,24 @@ def test_a_consumer_whose_borrower_failed_is_closed_not_reused(
         pool.close_all()
 
 
+def test_a_consumer_marked_not_to_reuse_is_closed_when_returned(
+    broker: BrokerProcess, filled_topic: str
+) -> None:
+    pool = ConsumerPool()
+    try:
+        with pool.borrow(_config(broker)) as spoiled:
+            spoiled.assign([TopicPartition(filled_topic, 0, 0)])
+            pool.do_not_reuse(spoiled)
+        with pool.borrow(_config(broker)) as fresh:
+            assert fresh is not spoiled
+        with pytest.raises(RuntimeError):
+            spoiled.assign([TopicPartition(filled_topic, 0, 0)])
+        with pool.borrow(_config(broker)) as again:  # the fresh one was pooled as usual
+            assert again is fresh
+    finally:
+        pool.close_all()
+
+
 def test_a_different_configuration_gets_a_different_consumer(
     broker: BrokerProcess, filled_topic: str
 ) -> None:
