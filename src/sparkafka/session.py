@@ -45,7 +45,7 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(level.upper())
-    local = spark.sparkContext.master.startswith("local")  # getOrCreate may return another session
+    local = (spark.sparkContext.master or "").startswith("local")  # getOrCreate may return another session
     if local and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
         _prefer_local_checkpoints(spark)
     sparkafka.register(spark)
