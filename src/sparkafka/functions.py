@@ -672,13 +672,18 @@ def _arrow_result(decoded: list[Any], errors: list[str | None], value_type: pa.D
 
 
 def _decoder_column(
-    udf_result: Column,
+    decode_batch: Callable[[pa.Array], pa.Array],
+    value_type: DataType,
+    col: ColumnOrName,
     on_error: OnError,
-    raw: Column,
     position: _SourcePosition,
     description: str,
     data_format: str,
 ) -> Column:
+    """``col`` decoded by ``decode_batch`` (Arrow values in, ``{value, error}`` structs out), with
+    corrupt values handled as ``on_error`` says."""
+    raw = _column(col)
+    udf_result = _scalar_arrow_udf(decode_batch, _udf_result_type(value_type))(raw)
     error = udf_result.getField("error")
     return _handle_corrupt(
         on_error,
@@ -717,12 +722,11 @@ def from_avro(
         decoded, errors = decode_avro_values(values.to_pylist(), reader.decode)
         return _arrow_result(decoded, errors, reader.arrow_type)
 
-    decode = _scalar_arrow_udf(sparkafka_from_avro, _udf_result_type(codec.spark_type))
-    raw = _column(col)
     return _decoder_column(
-        decode(raw),
+        sparkafka_from_avro,
+        codec.spark_type,
+        col,
         on_error,
-        raw,
         _position(topic, partition, offset),
         f"Avro of schema {codec.name}",
         "avro",
@@ -901,12 +905,11 @@ def from_confluent_avro(
         decoded, errors = decode_avro_values(values.to_pylist(), decode_one)
         return _arrow_result(decoded, errors, reader.arrow_type)
 
-    decode = _scalar_arrow_udf(sparkafka_from_confluent_avro, _udf_result_type(codec.spark_type))
-    raw = _column(col)
     return _decoder_column(
-        decode(raw),
+        sparkafka_from_confluent_avro,
+        codec.spark_type,
+        col,
         on_error,
-        raw,
         _position(topic, partition, offset),
         f"Confluent Avro (reader schema {codec.name}, registry {registry_url})",
         "confluent-avro",

@@ -435,7 +435,12 @@ def test_encode_batch_preserves_gaps_empty_batches_horizon_and_raw_header_keys()
     assert records.decode_records(batch) == gappy
 
     empty = records.encode_batch(
-        [], base_offset=200, last_offset_delta=4, max_timestamp=77, producer_id=3, producer_epoch=1,
+        [],
+        base_offset=200,
+        last_offset_delta=4,
+        max_timestamp=77,
+        producer_id=3,
+        producer_epoch=1,
         base_sequence=40,
     )
     empty_header = records.parse_header(empty)
@@ -522,6 +527,7 @@ def test_format_batch_dump_of_control_compressed_corrupt_and_horizon_batches() -
     corrupt_lines = records.format_batch_dump(records.parse_header(corrupt), bytes(corrupt), position=0)
     assert corrupt_lines[0].endswith("isvalid: false")
     horizon = records.encode_batch([Record(0, 1, b"k", None)], base_offset=0, delete_horizon_ms=86_400_000)
-    assert "deleteHorizonMs: OptionalLong[86400000]" in records.format_batch_dump(
-        records.parse_header(horizon), horizon, position=0
-    )[0]
+    assert (
+        "deleteHorizonMs: OptionalLong[86400000]"
+        in records.format_batch_dump(records.parse_header(horizon), horizon, position=0)[0]
+    )
