@@ -313,18 +313,17 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
     latest: dict[str, bytes] = {}
     if high <= low:
         return latest
-    config = {
-        "enable.sparse.connections": False,  # see _producer_config
-        **options.client_config,
-        "group.id": "sparkafka-marker-reader",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        # The position passes a trailing COMMIT marker only with the next fetch, which the
-        # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
-        "fetch.wait.max.ms": 10,
-        "logger": LIBRDKAFKA_LOGGER,
-    }
+    config = _marker_consumer_config(
+        options,
+        {
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            # The position passes a trailing COMMIT marker only with the next fetch, which the
+            # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
+            "fetch.wait.max.ms": 10,
+        },
+    )
     with CONSUMERS.borrow(config) as consumer:
         consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
         deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
@@ -355,19 +354,24 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
 
 
 def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:
-    config = {
-        "enable.sparse.connections": False,  # see _producer_config
-        **options.client_config,
-        "group.id": "sparkafka-marker-reader",
-        "isolation.level": "read_uncommitted",
-        "logger": LIBRDKAFKA_LOGGER,
-    }
+    config = _marker_consumer_config(options, {"isolation.level": "read_uncommitted"})
     with CONSUMERS.borrow(config) as probe:
         try:
             low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
         except KafkaException as error:
             raise _unreachable(options, error) from None
     return int(low), int(high)
+
+
+def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A marker-partition consumer's configuration: assign-only, pooled, ``settings`` on top."""
+    return {
+        "enable.sparse.connections": False,  # see _producer_config
+        **options.client_config,
+        "group.id": "sparkafka-marker-reader",
+        "logger": LIBRDKAFKA_LOGGER,
+        **settings,
+    }
 
 
 def _unreachable(options: SinkOptions, error: KafkaException) -> SparkafkaError:
