@@ -3,6 +3,8 @@ the next must never leak records of the earlier assignment into the later one.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from confluent_kafka import TopicPartition
 
@@ -28,6 +30,13 @@ def filled_topic(broker: BrokerProcess) -> str:
     return name
 
 
+@pytest.fixture
+def pool() -> Iterator[ConsumerPool]:
+    pool = ConsumerPool()
+    yield pool
+    pool.close_all()
+
+
 def _config(broker: BrokerProcess) -> dict[str, object]:
     return {
         "bootstrap.servers": broker.bootstrap_servers,
@@ -37,89 +46,69 @@ def _config(broker: BrokerProcess) -> dict[str, object]:
 
 
 def test_a_returned_consumer_is_reused_and_sees_only_its_new_assignment(
-    broker: BrokerProcess, filled_topic: str
+    pool: ConsumerPool, broker: BrokerProcess, filled_topic: str
 ) -> None:
-    pool = ConsumerPool()
-    try:
-        with pool.borrow(_config(broker)) as first:
-            first.assign([TopicPartition(filled_topic, 0, 0)])
-            got = first.consume(10, timeout=10)
-            # Far more than ten records are fetched by now; the rest must not reach the next borrower.
-            assert [m.offset() for m in got] == list(range(10))
-        with pool.borrow(_config(broker)) as second:
-            assert second is first
-            second.assign([TopicPartition(filled_topic, 1, 2_500)])
-            got = second.consume(5, timeout=10)
-            assert [(m.partition(), m.offset()) for m in got] == [(1, 2_500 + i) for i in range(5)]
-        with pool.borrow(_config(broker)) as third:
-            third.assign([TopicPartition(filled_topic, 1, 100)])
-            got = third.consume(3, timeout=10)
-            assert [(m.partition(), m.offset()) for m in got] == [(1, 100), (1, 101), (1, 102)]
-    finally:
-        pool.close_all()
+    with pool.borrow(_config(broker)) as first:
+        first.assign([TopicPartition(filled_topic, 0, 0)])
+        got = first.consume(10, timeout=10)
+        # Far more than ten records are fetched by now; the rest must not reach the next borrower.
+        assert [m.offset() for m in got] == list(range(10))
+    with pool.borrow(_config(broker)) as second:
+        assert second is first
+        second.assign([TopicPartition(filled_topic, 1, 2_500)])
+        got = second.consume(5, timeout=10)
+        assert [(m.partition(), m.offset()) for m in got] == [(1, 2_500 + i) for i in range(5)]
+    with pool.borrow(_config(broker)) as third:
+        third.assign([TopicPartition(filled_topic, 1, 100)])
+        got = third.consume(3, timeout=10)
+        assert [(m.partition(), m.offset()) for m in got] == [(1, 100), (1, 101), (1, 102)]
 
 
 def test_a_consumer_whose_borrower_failed_is_closed_not_reused(
-    broker: BrokerProcess, filled_topic: str
+    pool: ConsumerPool, broker: BrokerProcess, filled_topic: str
 ) -> None:
-    pool = ConsumerPool()
-    try:
-        with pytest.raises(ValueError), pool.borrow(_config(broker)) as failed:
-            failed.assign([TopicPartition(filled_topic, 0, 0)])
-            raise ValueError("the borrower broke off")
-        with pool.borrow(_config(broker)) as fresh:
-            assert fresh is not failed
-        with pytest.raises(RuntimeError):  # closed: librdkafka refuses any further call
-            failed.assign([TopicPartition(filled_topic, 0, 0)])
-    finally:
-        pool.close_all()
+    with pytest.raises(ValueError), pool.borrow(_config(broker)) as failed:
+        failed.assign([TopicPartition(filled_topic, 0, 0)])
+        raise ValueError("the borrower broke off")
+    with pool.borrow(_config(broker)) as fresh:
+        assert fresh is not failed
+    with pytest.raises(RuntimeError):  # closed: librdkafka refuses any further call
+        failed.assign([TopicPartition(filled_topic, 0, 0)])
 
 
 def test_a_consumer_marked_not_to_reuse_is_closed_when_returned(
-    broker: BrokerProcess, filled_topic: str
+    pool: ConsumerPool, broker: BrokerProcess, filled_topic: str
 ) -> None:
-    pool = ConsumerPool()
-    try:
-        with pool.borrow(_config(broker)) as spoiled:
-            spoiled.assign([TopicPartition(filled_topic, 0, 0)])
-            pool.do_not_reuse(spoiled)
-        with pool.borrow(_config(broker)) as fresh:
-            assert fresh is not spoiled
-        with pytest.raises(RuntimeError):
-            spoiled.assign([TopicPartition(filled_topic, 0, 0)])
-        with pool.borrow(_config(broker)) as again:  # the fresh one was pooled as usual
-            assert again is fresh
-    finally:
-        pool.close_all()
+    with pool.borrow(_config(broker)) as spoiled:
+        spoiled.assign([TopicPartition(filled_topic, 0, 0)])
+        pool.do_not_reuse(spoiled)
+    with pool.borrow(_config(broker)) as fresh:
+        assert fresh is not spoiled
+    with pytest.raises(RuntimeError):
+        spoiled.assign([TopicPartition(filled_topic, 0, 0)])
+    with pool.borrow(_config(broker)) as again:  # the fresh one was pooled as usual
+        assert again is fresh
 
 
 def test_a_different_configuration_gets_a_different_consumer(
-    broker: BrokerProcess, filled_topic: str
+    pool: ConsumerPool, broker: BrokerProcess, filled_topic: str
 ) -> None:
-    pool = ConsumerPool()
-    try:
-        with pool.borrow(_config(broker)) as plain:
-            pass
-        with pool.borrow({**_config(broker), "isolation.level": "read_uncommitted"}) as other:
-            assert other is not plain
-    finally:
-        pool.close_all()
+    with pool.borrow(_config(broker)) as plain:
+        pass
+    with pool.borrow({**_config(broker), "isolation.level": "read_uncommitted"}) as other:
+        assert other is not plain
 
 
 def test_a_consumer_idle_too_long_is_closed_at_the_next_borrow(
-    broker: BrokerProcess, filled_topic: str, monkeypatch: pytest.MonkeyPatch
+    pool: ConsumerPool, broker: BrokerProcess, filled_topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pool = ConsumerPool()
-    try:
-        with pool.borrow(_config(broker)) as idle:
-            pass
-        monkeypatch.setattr(client_pool, "IDLE_TIMEOUT_S", 0.0)
-        with pool.borrow(_config(broker)) as fresh:
-            assert fresh is not idle
-        with pytest.raises(RuntimeError):
-            idle.assign([TopicPartition(filled_topic, 0, 0)])
-    finally:
-        pool.close_all()
+    with pool.borrow(_config(broker)) as idle:
+        pass
+    monkeypatch.setattr(client_pool, "IDLE_TIMEOUT_S", 0.0)
+    with pool.borrow(_config(broker)) as fresh:
+        assert fresh is not idle
+    with pytest.raises(RuntimeError):
+        idle.assign([TopicPartition(filled_topic, 0, 0)])
 
 
 def test_back_to_back_range_reads_return_exactly_their_ranges(

@@ -110,29 +110,28 @@ def test_a_record_larger_than_the_client_sends_fails_the_write_naming_the_fix(
     spark: SparkSession, broker: BrokerProcess, topic_name: str, guarantee: str
 ) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
-    rows = [("small",), ("x" * 1_500_000,)]  # above librdkafka's message.max.bytes of 1,000,000
-    schema = StructType([StructField("value", StringType())])
-    with pytest.raises(Exception, match=TOO_LARGE):
-        _write(
-            spark.createDataFrame(rows, schema),
-            broker.bootstrap_servers,
-            topic=topic_name,
-            deliveryGuarantee=guarantee,
-        )
+    values = ["small", "x" * 1_500_000]  # above librdkafka's message.max.bytes of 1,000,000
+    _write_expecting_too_large(spark, broker, topic_name, values, deliveryGuarantee=guarantee)
 
 
 def test_a_record_the_broker_refuses_fails_the_write_naming_the_fix(
     spark: SparkSession, broker: BrokerProcess, topic_name: str
 ) -> None:
     create_topic(broker.bootstrap_servers, topic_name, config={"max.message.bytes": "50000"})
-    rows = [(f"small {n}",) for n in range(20)] + [("x" * 200_000,)]
+    values = [f"small {n}" for n in range(20)] + ["x" * 200_000]
+    _write_expecting_too_large(spark, broker, topic_name, values, **{"kafka.message.max.bytes": "4000000"})
+
+
+def _write_expecting_too_large(
+    spark: SparkSession, broker: BrokerProcess, topic: str, values: list[str], **options: str
+) -> None:
     schema = StructType([StructField("value", StringType())])
     with pytest.raises(Exception, match=TOO_LARGE):
         _write(
-            spark.createDataFrame(rows, schema),
+            spark.createDataFrame([(value,) for value in values], schema),
             broker.bootstrap_servers,
-            topic=topic_name,
-            **{"kafka.message.max.bytes": "4000000"},
+            topic=topic,
+            **options,
         )
 
 
