@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.source import PREFETCH_RECHECK_MS, PREFETCH_RECORDS
 
 if not __package__:  # run as `python benchmarks/source.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -98,6 +99,10 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
             "group.id": "bench-bare",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            # The prefetch bounds the source's read consumers use (source.executor_consumer_config):
+            # the loop reads with the same client settings, so the comparison is about Spark alone.
+            "queued.min.messages": PREFETCH_RECORDS,
+            "fetch.queue.backoff.ms": PREFETCH_RECHECK_MS,
         }
     )
     started = time.perf_counter()
@@ -229,6 +234,8 @@ def docs_section(table: str, command: str) -> str:
             "CPU s is the CPU time of every process doing the reading (the bare loop's process; the",
             "Spark driver, its JVM and the Python workers), the broker excluded: records per CPU second is",
             "the records/s per core used that the target (at least half the bare loop's) is about.",
+            "The bare loop's consumer has the source's prefetch settings (queued.min.messages,",
+            "fetch.queue.backoff.ms), so both read with the same client configuration.",
             "One run, not a median: expect noticeable run-to-run variation on a small shared machine.",
             "",
             table,

@@ -13,6 +13,7 @@ from sparkafka.errors import SparkafkaOptionError
 from sparkafka.kafka_admin import validate_consumer_config
 from sparkafka.options import parse_duration_ms
 from sparkafka.source import (
+    ARROW_BATCH_ROWS,
     Assign,
     KafkaStreamReader,
     OffsetRange,
@@ -76,6 +77,19 @@ def test_kafka_options_go_to_the_client_without_prefix() -> None:
     # Read by the connector, not passed to librdkafka (which does not know it).
     assert "default.api.timeout.ms" not in options.client_config
     assert options.api_timeout_ms == 5000
+
+
+def test_read_consumers_bound_their_prefetch_unless_the_user_sets_it() -> None:
+    config = parse().executor_consumer_config()
+    # Two Arrow batches ahead, re-checked often: not librdkafka's 100,000 records and 1 s pause.
+    assert config["queued.min.messages"] == 2 * ARROW_BATCH_ROWS
+    assert config["fetch.queue.backoff.ms"] == 10
+    assert config["enable.sparse.connections"] is False
+    tuned = parse(
+        **{"kafka.queued.min.messages": "500", "kafka.fetch.queue.backoff.ms": "200"}
+    ).executor_consumer_config()
+    assert tuned["queued.min.messages"] == "500"
+    assert tuned["fetch.queue.backoff.ms"] == "200"
 
 
 def test_typo_suggests_the_option() -> None:
