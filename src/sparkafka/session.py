@@ -23,7 +23,9 @@ def spark_session(
 
     Executors run the same Python interpreter as the caller (it has sparkafka installed); log4j
     prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no progress bars, no UI;
-    with a local master, checkpoints are written as described at :func:`_prefer_local_checkpoints`."""
+    Python workers start through :mod:`sparkafka.worker_daemon` (PySpark from compiled files, not
+    from pyspark.zip); with a local master, checkpoints are written as described at
+    :func:`_prefer_local_checkpoints`."""
     from pyspark.sql import SparkSession
 
     import sparkafka
@@ -39,6 +41,7 @@ def spark_session(
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.daemon.module", "sparkafka.worker_daemon")
         .config("spark.sql.shuffle.partitions", os.environ.get("SPARKAFKA_SHUFFLE_PARTITIONS", "4"))
     )
     for key, value in (conf or {}).items():
