@@ -9,7 +9,14 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from sparkafka.broker.runner import BrokerProcess
@@ -90,6 +97,57 @@ def test_list_offsets_by_timestamp_and_delete_records(broker: BrokerProcess, top
     assert values(read_all(broker.bootstrap_servers, topic_name, expect=6)) == [
         f"v{i}".encode() for i in range(4, 10)
     ]
+
+
+def test_log_append_time_topics_stamp_batches_with_the_brokers_time(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"message.timestamp.type": "LogAppendTime"})
+    create_topic(bootstrap, f"{topic_name}-create")
+    reports: list[tuple[KafkaError | None, tuple[int, int]]] = []
+    sender = producer(bootstrap)
+    before_ms = int(time.time() * 1000)
+    for i in range(3):
+        sender.produce(
+            topic_name,
+            value=f"v{i}".encode(),
+            timestamp=1_000 + i,
+            on_delivery=lambda error, message: reports.append((error, message.timestamp())),
+        )
+        assert sender.flush(10) == 0  # a batch each
+    sender.produce(
+        f"{topic_name}-create",
+        value=b"c",
+        timestamp=1_000,
+        on_delivery=lambda error, message: reports.append((error, message.timestamp())),
+    )
+    assert sender.flush(10) == 0
+    after_ms = int(time.time() * 1000)
+
+    # The produce response carries the append time; the client puts it on the delivery report.
+    stamped = reports[:3]
+    assert all(error is None and kind == TIMESTAMP_LOG_APPEND_TIME for error, (kind, _) in stamped)
+    assert all(before_ms <= ms <= after_ms for _, (_, ms) in stamped)
+    assert reports[3] == (None, (TIMESTAMP_CREATE_TIME, 1_000))  # a CreateTime topic: as sent
+
+    # Readers see the append time on every record, and the rewritten batches pass the CRC check.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "check.crcs": True})
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    received = []
+    deadline = time.monotonic() + 10
+    while len(received) < 3 and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None:
+            assert message.error() is None, message.error()
+            received.append(message)
+    assert [m.timestamp() for m in received] == [ts for _, ts in stamped]
+    # Timestamp lookups use the append time too.
+    first = consumer.offsets_for_times([TopicPartition(topic_name, 0, before_ms)], timeout=10)
+    assert first[0].offset == 0
+    later = consumer.offsets_for_times([TopicPartition(topic_name, 0, after_ms + 1)], timeout=10)
+    assert later[0].offset == -1
+    consumer.close()
 
 
 def test_consumer_group_commits_and_resumes(broker: BrokerProcess, topic_name: str) -> None:

@@ -531,3 +531,39 @@ def test_format_batch_dump_of_control_compressed_corrupt_and_horizon_batches() -
         "deleteHorizonMs: OptionalLong[86400000]"
         in records.format_batch_dump(records.parse_header(horizon), horizon, position=0)[0]
     )
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_log_append_time_stamp_rewrites_type_max_timestamp_and_crc(transactional: bool) -> None:
+    batch = records.encode_batch(
+        sample_records(5),
+        base_offset=0,
+        producer_id=7,
+        producer_epoch=1,
+        base_sequence=0,
+        is_transactional=transactional,
+    )
+    stamped = bytearray(batch)
+    records.set_log_append_time_in_place(stamped, 1_800_000_000_000)
+    header = records.parse_header(stamped)
+    before = records.parse_header(batch)
+    assert header.timestamp_type == records.LOG_APPEND_TIME
+    assert header.max_timestamp == 1_800_000_000_000
+    assert header.is_transactional == transactional
+    assert (header.base_timestamp, header.producer_id, header.record_count) == (
+        before.base_timestamp,
+        before.producer_id,
+        before.record_count,
+    )
+    assert records.crc_is_valid(stamped, header)
+    theirs = DefaultRecordBatch(bytes(stamped))
+    assert theirs.validate_crc()
+    assert theirs.timestamp_type == 1
+    # A reader takes the batch's max timestamp as every record's timestamp.
+    assert {r.timestamp for r in theirs} == {1_800_000_000_000}
+    assert {r.timestamp for r in records.decode_records(stamped)} == {1_800_000_000_000}
+
+
+def test_log_append_time_stamp_needs_a_whole_header() -> None:
+    with pytest.raises(ValueError, match="v2 batch"):
+        records.set_log_append_time_in_place(bytearray(HEADER_SIZE - 1), 1)

@@ -70,6 +70,8 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3600 * 1000
     min_compaction_lag_ms: int = 0
     max_message_bytes: int = 1048588
+    # message.timestamp.type=LogAppendTime: batches from clients get the broker's append time.
+    log_append_time: bool = False
     # fsync after this many appended batches; None leaves it to the OS (survives SIGKILL, not power loss).
     flush_messages: int | None = None
 

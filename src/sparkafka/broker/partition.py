@@ -99,7 +99,7 @@ class Partition:
                 entry = self.producers.setdefault(header.producer_id, ProducerEntry(header.producer_epoch))
                 entry.epoch = max(entry.epoch, header.producer_epoch)
                 continue
-            self._record_batch(header, header.base_offset)
+            self._record_batch(header, header.base_offset, header.max_timestamp)
         if self.open_txn_first_offset:
             log.info(
                 "%s-%d: %d transaction(s) still open after recovery, awaiting their coordinator",
@@ -145,7 +145,8 @@ class Partition:
            the offset it was first written at, append nothing), reject a sequence gap;
         3. for a transactional batch: the coordinator must have this partition in the producer's
            ongoing transaction (KIP-890 verification), and its first batch opens the transaction here;
-        4. assign offsets from the log end offset and append.
+        4. assign offsets from the log end offset; on a LogAppendTime topic stamp each batch with
+           ``now_ms`` (the produce response reports it, -1 otherwise); append.
         """
         # The one copy of the records: validated where it is, then its offsets are patched in place (the
         # payload may be a view into the request frame).
@@ -170,6 +171,7 @@ class Partition:
                     ErrorCode.INVALID_TXN_STATE,
                     f"producer {header.producer_id} sent a non-transactional batch during its transaction",
                 )
+        log_append_time = now_ms if self.log.config.log_append_time else records.NO_TIMESTAMP
         base = self.log.log_end_offset
         position = 0
         assigned: list[bytearray] = []
@@ -177,13 +179,16 @@ class Partition:
         for header in headers:
             piece = batch if header.size == len(batch) else batch[position : position + header.size]
             records.assign_offset_in_place(piece, offset)
+            if log_append_time != records.NO_TIMESTAMP:
+                records.set_log_append_time_in_place(piece, log_append_time)
             assigned.append(piece)
             if header.producer_id >= 0:
-                self._record_batch(header, offset)
+                max_timestamp = header.max_timestamp if log_append_time == records.NO_TIMESTAMP else now_ms
+                self._record_batch(header, offset, max_timestamp)
             position += header.size
             offset += header.last_offset_delta + 1
         self.log.append(assigned, now_ms=now_ms)
-        return AppendResult(base, -1, False)
+        return AppendResult(base, log_append_time, False)
 
     def _check_sequence(self, header: records.BatchHeader) -> int | None:
         """Idempotence rules of Kafka's ProducerAppendInfo; returns the first offset of a duplicate."""
@@ -217,7 +222,7 @@ class Partition:
             )
         return None
 
-    def _record_batch(self, header: records.BatchHeader, base_offset: int) -> None:
+    def _record_batch(self, header: records.BatchHeader, base_offset: int, max_timestamp: int) -> None:
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = ProducerEntry(header.producer_epoch)
@@ -231,7 +236,7 @@ class Partition:
                     base_offset + header.last_offset_delta,
                 )
             )
-        entry.last_timestamp = header.max_timestamp
+        entry.last_timestamp = max_timestamp
         if header.is_transactional:
             self.open_txn_first_offset.setdefault(header.producer_id, base_offset)
 

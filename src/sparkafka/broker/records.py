@@ -39,10 +39,12 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
+_ATTRIBUTES = struct.Struct(">h")
 _PARTITION_LEADER_EPOCH_OFFSET = 12
 _MAGIC_OFFSET = 16
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
+_MAX_TIMESTAMP_OFFSET = 35
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 # Kafka's ByteBufferLogInputStream rejects any batch length below the smallest legacy (v0) record.
 _MIN_ANY_FORMAT_LENGTH = 14
@@ -434,6 +436,25 @@ def assign_offset_in_place(batch: bytearray, base_offset: int, *, partition_lead
         )
     _INT64.pack_into(batch, 0, base_offset)
     _INT32.pack_into(batch, _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def set_log_append_time_in_place(batch: bytearray, timestamp_ms: int) -> None:
+    """Stamp the v2 batch at the start of `batch` with the broker's append time, as Kafka's
+    LogValidator does for a topic with ``message.timestamp.type=LogAppendTime``
+    (DefaultRecordBatch.setMaxTimestamp).
+
+    Steps: set the timestamp-type bit of the attributes, write ``timestamp_ms`` as maxTimestamp,
+    recompute the CRC32C (it covers attributes onwards). The base timestamp and the records'
+    timestamp deltas stay as the producer wrote them: for a LogAppendTime batch every reader takes
+    maxTimestamp as the timestamp of each of its records."""
+    if len(batch) < HEADER_SIZE:
+        raise ValueError(f"cannot stamp {len(batch)} bytes: a v2 batch has >= {HEADER_SIZE} bytes")
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(batch, _ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_FLAG)
+    _INT64.pack_into(batch, _MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    (batch_length,) = _INT32.unpack_from(batch, 8)
+    end = LOG_OVERHEAD + batch_length
+    _UINT32.pack_into(batch, _CRC_OFFSET, crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:end]))
 
 
 def assign_offset(batch: Buffer, base_offset: int, *, partition_leader_epoch: int = 0) -> bytes:

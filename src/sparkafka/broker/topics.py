@@ -114,6 +114,7 @@ class Topic:
             delete_retention_ms=int(self.config("delete.retention.ms", broker)),
             min_compaction_lag_ms=int(self.config("min.compaction.lag.ms", broker)),
             max_message_bytes=int(self.config("max.message.bytes", broker)),
+            log_append_time=self.config("message.timestamp.type", broker) == "LogAppendTime",
             flush_messages=broker.flush_messages,
         )
 

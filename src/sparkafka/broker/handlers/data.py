@@ -76,6 +76,7 @@ def _produce(
                     produce_version=version,
                 )
                 result.base_offset = appended_at.base_offset
+                result.log_append_time_ms = appended_at.log_append_time
                 result.log_start_offset = partition.log_start_offset
                 appended = appended or not appended_at.duplicate
             except BrokerError as exc:
