@@ -89,7 +89,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -1333,9 +1334,6 @@ class KafkaBatchReader(DataSourceReader):
 
 # -- reading one offset range -----------------------------------------------------------------------
 
-# confluent-kafka's timestamp types -> Kafka's TimestampType ids, which Spark's timestampType shows.
-_TIMESTAMP_TYPE_IDS = {0: -1, 1: 0, 2: 1}
-
 _EOF = KafkaError._PARTITION_EOF
 _OFFSET_GONE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 _PARTITION_GONE = frozenset(
@@ -1344,60 +1342,58 @@ _PARTITION_GONE = frozenset(
 
 
 class _Columns:
-    """Column lists of the records read so far, turned into one Arrow RecordBatch at a time."""
+    """Column lists of the records read so far, turned into one Arrow RecordBatch at a time.
+
+    The read loop appends to the lists itself, through bound ``append`` methods, in the same pass
+    over the messages that checks them: a method call per record costs more than the appends.
+    Timestamps are kept as Kafka gives them, type and milliseconds in two lists, and converted a
+    column at a time in :meth:`to_batch`. The lists are emptied in place there, so the bound
+    methods stay valid for the next batch."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic = topic
         self.partition = partition
-        self.include_headers = include_headers
         self.schema = kafka_arrow_schema(include_headers)
-        self.clear()
-
-    def clear(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.offsets: list[int | None] = []
-        self.timestamps: list[int] = []
+        self.offsets: list[int] = []
         self.timestamp_types: list[int] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
+        self.timestamp_ms: list[int] = []
+        self.headers: list[Any] | None = [] if include_headers else None  # Message.headers() values
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def append(self, messages: Sequence[Message]) -> None:
-        keys, values, offsets = self.keys.append, self.values.append, self.offsets.append
-        timestamps, timestamp_types = self.timestamps.append, self.timestamp_types.append
-        type_ids = _TIMESTAMP_TYPE_IDS
-        for message in messages:
-            keys(message.key())
-            values(message.value())
-            offsets(message.offset())
-            timestamp_type, timestamp_ms = message.timestamp()
-            # Kafka: ms since the epoch; Spark TimestampType: µs. Spark shows -1 ms when there is none.
-            timestamps(timestamp_ms * 1000)
-            timestamp_types(type_ids.get(timestamp_type, -1))
-        if self.include_headers:
-            for message in messages:
-                headers = cast(list[tuple[str, bytes | None]] | None, message.headers())
-                self.headers.append(
-                    [{"key": key, "value": value} for key, value in headers] if headers else None
-                )
-
     def to_batch(self) -> pa.RecordBatch:
         count = len(self.offsets)
+        try:
+            # Kafka: ms since the epoch; Spark's TimestampType: µs. Spark's own source fails on a
+            # timestamp whose µs overflow a long, and so does this (multiply_checked).
+            micros = pc.multiply_checked(pa.array(self.timestamp_ms, pa.int64()), 1000)
+        except pa.ArrowInvalid as error:
+            raise KafkaReadError(
+                f"topic '{self.topic}' partition {self.partition}: a record among offsets "
+                f"{self.offsets[0]}..{self.offsets[-1]} has a timestamp outside Spark's TimestampType "
+                f"(milliseconds {min(self.timestamp_ms)}..{max(self.timestamp_ms)}): {error}"
+            ) from None
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), count),
             pa.repeat(pa.scalar(self.partition, pa.int32()), count),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array(self.timestamp_types, pa.int32()),
+            micros.cast(pa.timestamp("us", tz="UTC")),
+            # confluent-kafka's types are 0 none, 1 create time, 2 log append time; Kafka's
+            # TimestampType ids, which Spark's timestampType column shows, are one less: -1, 0, 1.
+            pc.subtract(pa.array(self.timestamp_types, pa.int32()), 1),
         ]
-        if self.include_headers:
-            arrays.append(pa.array(self.headers, self.schema.field("headers").type))
+        if self.headers is not None:
+            # A record without headers gets null, as in Spark's source (confluent-kafka gives None).
+            arrays.append(pa.array([h or None for h in self.headers], self.schema.field("headers").type))
+            self.headers.clear()
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self.clear()
+        for column in (self.keys, self.values, self.offsets, self.timestamp_types, self.timestamp_ms):
+            column.clear()
         return batch
 
 
@@ -1437,11 +1433,14 @@ def _read_with(
         return
     consumer.assign([TopicPartition(topic, number, position)])
     columns = _Columns(topic, number, options.include_headers)
+    add_key, add_value, add_offset = columns.keys.append, columns.values.append, columns.offsets.append
+    add_type, add_ms = columns.timestamp_types.append, columns.timestamp_ms.append
+    add_headers = None if columns.headers is None else columns.headers.append
     last_progress = time.monotonic()
     done = False
     while not done:
         messages = consumer.consume(num_messages=min(ARROW_BATCH_ROWS, end - position), timeout=0.1)
-        records: list[Message] = []
+        buffered = len(columns)
         for message in messages:
             error = message.error()
             if error is not None:
@@ -1477,10 +1476,16 @@ def _read_with(
             if offset >= end:
                 done = True
                 break
-            records.append(message)
+            add_key(message.key())
+            add_value(message.value())
+            add_offset(offset)
+            timestamp_type, timestamp_ms = message.timestamp()
+            add_type(timestamp_type)
+            add_ms(timestamp_ms)
+            if add_headers is not None:
+                add_headers(message.headers())
             position = offset + 1
-        if records:
-            columns.append(records)
+        if len(columns) > buffered:
             last_progress = time.monotonic()
         if not done:
             done = position >= end or _consumer_position(consumer, topic, number) >= end

@@ -165,6 +165,26 @@ def test_batch_read_has_sparks_schema_and_every_record_field(
     assert plain.count() == 3
 
 
+def test_log_append_time_topics_show_the_brokers_time_and_timestamp_type_1(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"message.timestamp.type": "LogAppendTime"})
+    sender = producer(bootstrap)
+    before_ms = int(time.time() * 1000)
+    sender.produce(topic_name, value=b"v", timestamp=1_000)  # replaced by the broker's append time
+    assert sender.flush(30) == 0
+    after_ms = int(time.time() * 1000)
+
+    row = (
+        batch_read(spark, bootstrap, subscribe=topic_name)
+        .selectExpr("timestampType", "unix_millis(timestamp) AS ms")
+        .collect()[0]
+    )
+    assert row.timestampType == 1
+    assert before_ms <= row.ms <= after_ms
+
+
 def test_batch_offsets_json_and_timestamps(
     spark: SparkSession, broker: BrokerProcess, topic_name: str
 ) -> None:
