@@ -27,17 +27,24 @@ def spark_session(
 ) -> SparkSession:
     """Create (or get) a session with the ``sparkafka`` format registered.
 
-    Executors run the same Python interpreter as the caller (it has sparkafka installed); log4j
-    prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no progress bars, no UI;
-    Python workers start through :mod:`sparkafka.worker_daemon` (PySpark from compiled files, not
-    from pyspark.zip); the driver JVM's collector is chosen by :func:`driver_java_options`; with a
-    local master, checkpoints are written as described at :func:`_prefer_local_checkpoints`."""
+    Spark's Python processes run the same Python interpreter as the caller (it has sparkafka
+    installed), unless PYSPARK_PYTHON names another; with a local master through
+    :mod:`sparkafka.python_exec` when it is installed, and executor workers start through
+    :mod:`sparkafka.worker_daemon`: both import PySpark from its compiled files, not from
+    pyspark.zip. log4j prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no
+    progress bars, no UI; the driver JVM's collector is chosen by :func:`driver_java_options`; with
+    a local master, checkpoints are written as described at :func:`_prefer_local_checkpoints`."""
     from pyspark.sql import SparkSession
 
     import sparkafka
+    from sparkafka.python_exec import launcher_path
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # On a cluster the executors' interpreter path is the cluster's business; locally every Python
+    # process Spark starts is on this machine, where the launcher is installed beside this Python.
+    spark_python = (launcher_path() if is_local_master(master) else None) or sys.executable
+    os.environ.setdefault("PYSPARK_PYTHON", spark_python)
+    # Spark also starts the driver-side lookup of Python data sources with this one.
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", spark_python)
     level = os.environ.get("SPARKAFKA_SPARK_LOG_LEVEL", "error").lower()
     log_config = resources.files("sparkafka").joinpath("resources/log4j2.properties")
     java_options = driver_java_options(

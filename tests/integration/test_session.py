@@ -1,6 +1,7 @@
-"""sparkafka's own sessions (sparkafka.session): Python workers start through sparkafka.worker_daemon,
-so PySpark runs in them from its installed, compiled files instead of from pyspark.zip; on a machine
-of at most two cores a local driver JVM uses the serial collector unless one is chosen already."""
+"""sparkafka's own sessions (sparkafka.session): every Python process Spark starts (executor workers,
+the driver-side data source daemons, a query's streaming source runner) runs PySpark from its
+installed, compiled files instead of from pyspark.zip; on a machine of at most two cores a local
+driver JVM uses the serial collector unless one is chosen already."""
 
 from __future__ import annotations
 
@@ -16,30 +17,73 @@ import pytest
 from sparkafka.session import JAVA_OPTIONS_VARIABLES, SERIAL_GC_MAX_CORES, machine_cores
 
 SESSION_REPORT = """
-import json, sys
+import json, sys, tempfile
+from pathlib import Path
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.functions import udf
 from sparkafka.session import spark_session
 
-spark = spark_session("sparkafka-session-test", master="local[1]", conf=json.loads(sys.argv[1]))
-
-@udf("string")
-def worker_pyspark(_):
+def pyspark_file():
     import pyspark
     return pyspark.__file__
 
+class Probe(DataSource):
+    # schema() runs in the driver-side daemon that creates data sources; the stream reader's methods
+    # in the streaming source runner Spark starts for the query.
+    @classmethod
+    def name(cls):
+        return "probe"
+
+    def schema(self):
+        Path(self.options["dir"], "planner").write_text(pyspark_file())
+        return "x int"
+
+    def streamReader(self, schema):
+        return ProbeStream(self.options["dir"])
+
+class ProbeStream(DataSourceStreamReader):
+    def __init__(self, directory):
+        self.directory = directory
+
+    def initialOffset(self):
+        Path(self.directory, "stream_runner").write_text(pyspark_file())
+        return {"n": 0}
+
+    def latestOffset(self, start, limit):
+        return {"n": 1}
+
+    def partitions(self, start, end):
+        return [InputPartition(0)]
+
+    def read(self, partition):
+        return iter([(1,)])
+
+spark = spark_session("sparkafka-session-test", master="local[1]", conf=json.loads(sys.argv[1]))
+spark.dataSource.register(Probe)
+report = {"worker": spark.range(1).select(udf(pyspark_file, "string")()).first()[0]}
+with tempfile.TemporaryDirectory() as directory:
+    query = spark.readStream.format("probe").option("dir", directory).load().writeStream.format("noop")
+    query.option("checkpointLocation", directory + "/checkpoint").trigger(availableNow=True).start()
+    spark.streams.awaitAnyTermination()
+    for process in ("planner", "stream_runner"):
+        report[process] = Path(directory, process).read_text()
 management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
-collectors = [bean.getName() for bean in management.getGarbageCollectorMXBeans()]
-report = {"worker_pyspark": spark.range(1).select(worker_pyspark("id")).first()[0], "collectors": collectors}
+report["collectors"] = [bean.getName() for bean in management.getGarbageCollectorMXBeans()]
 print("REPORT " + json.dumps(report), flush=True)
 spark.stop()
 """
 
 
-def _session_report(conf: dict[str, str], java_options: str | None) -> tuple[str, set[str]]:
-    """(the file PySpark was imported from in a Python worker, the driver JVM's collectors)"""
-    env = {name: value for name, value in os.environ.items() if name not in JAVA_OPTIONS_VARIABLES}
+def _session_report(
+    conf: dict[str, str], java_options: str | None, python: str | None = None
+) -> tuple[dict[str, str], set[str]]:
+    """({Python process: the file PySpark was imported from there}, the driver JVM's collectors)"""
+    chosen = (*JAVA_OPTIONS_VARIABLES, "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    env = {name: value for name, value in os.environ.items() if name not in chosen}
     if java_options is not None:
         env["JDK_JAVA_OPTIONS"] = java_options
+    if python is not None:
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python
     done = subprocess.run(
         [sys.executable, "-c", SESSION_REPORT, json.dumps(conf)],
         capture_output=True,
@@ -50,28 +94,34 @@ def _session_report(conf: dict[str, str], java_options: str | None) -> tuple[str
     reports = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and reports, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     report = json.loads(reports[0].removeprefix("REPORT "))
-    return str(report["worker_pyspark"]), set(report["collectors"])
+    collectors = set(report.pop("collectors"))
+    return report, collectors
 
 
 def test_sparkafka_sessions_workers_and_collector() -> None:
     installed = Path(pyspark.__file__).resolve().parent
     bundled = (installed / "python" / "lib" / "pyspark.zip").exists()
 
-    worker_file, collectors = _session_report({}, java_options=None)
+    files, collectors = _session_report({}, java_options=None)
+    assert set(files) == {"worker", "planner", "stream_runner"}
     if bundled:
-        assert ".zip" not in worker_file and Path(worker_file).resolve().parent == installed
+        for process, file in files.items():
+            assert Path(file).resolve().parent == installed, f"{process} imported PySpark from {file}"
     serial = {"Copy", "MarkSweepCompact"}
     if machine_cores() <= SERIAL_GC_MAX_CORES:
         assert collectors == serial
     else:
         assert not serial & collectors
 
-    # Spark's own daemon and a collector the user chose: both are left as they are.
-    worker_file, collectors = _session_report(
-        {"spark.python.daemon.module": "pyspark.daemon"}, java_options="-XX:+UseParallelGC"
+    # Spark's own daemon, the user's Python and collector: all are left as they are.
+    files, collectors = _session_report(
+        {"spark.python.daemon.module": "pyspark.daemon"},
+        java_options="-XX:+UseParallelGC",
+        python=sys.executable,
     )
     if bundled:
-        assert "pyspark.zip" in worker_file
+        for process, file in files.items():
+            assert "pyspark.zip" in file, f"{process} imported PySpark from {file}"
     assert collectors == {"PS Scavenge", "PS MarkSweep"}
     if not bundled:
         pytest.skip("this PySpark ships no pyspark.zip: the worker daemon had nothing to leave out")

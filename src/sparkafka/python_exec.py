@@ -1,0 +1,103 @@
+"""Spark's Python processes importing PySpark from its installed, compiled files, not from the
+zips bundled inside the package; and ``sparkafka-python``, the executable that does it for every
+process Spark starts.
+
+Why: Spark starts each Python process as ``<python> -m <module>`` with ``$SPARK_HOME/python/lib/
+pyspark.zip`` (and py4j's zip) first on its PYTHONPATH. PySpark from PyPI ships those zips inside
+the installed package, and zipimport keeps no bytecode cache, so every such process compiles each
+PySpark module it imports from source: 1-2 s of CPU per process. Besides the executors' workers
+(their daemon can be replaced, :mod:`sparkafka.worker_daemon`), Spark starts driver-side daemons
+that look up, create and plan Python data sources, and a new streaming source runner for every
+streaming query reading a Python data source. sparkafka's local sessions make ``sparkafka-python``
+the PYSPARK_PYTHON of all of them (:mod:`sparkafka.session`).
+
+The path rule (:func:`without_bundled_archives`):
+
+1. find the installed packages: a directory on ``sys.path`` (not a zip) holding ``pyspark/__init__.py``;
+2. drop from ``sys.path`` each zip inside that package's ``python/lib`` whose top-level package
+   (``pyspark``, ``py4j``) is also installed as a directory on ``sys.path``: the zip is part of the
+   same distribution, so the same code runs, only from compiled files.
+
+Invariants: a zip outside the installed package (a cluster's own SPARK_HOME, ``--py-files``) is never
+dropped; a package that is not also installed keeps its zip; nothing else on the path moves.
+
+Steps of ``sparkafka-python -m MODULE ARG...``:
+
+1. apply the path rule to ``sys.path``;
+2. put the working directory first on ``sys.path``, where ``python -m`` has it, instead of this
+   script's directory;
+3. run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status is ours.
+
+Any other command line (``-c``, a script, interpreter options) goes to the interpreter unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import sys
+
+LAUNCHER_NAME = "sparkafka-python"
+_BUNDLED_ARCHIVES = (("pyspark", "pyspark.zip"), ("py4j", "py4j-"))  # (package, file name or prefix)
+
+
+def _package_of_archive(file_name: str) -> str | None:
+    for package, name in _BUNDLED_ARCHIVES:
+        if file_name == name:
+            return package
+        if name.endswith("-") and file_name.startswith(name):
+            return package
+    return None
+
+
+def _installed_package_dir(path: list[str], package: str) -> str | None:
+    for entry in path:
+        if entry.endswith(".zip") or not os.path.isdir(entry or "."):
+            continue
+        candidate = os.path.join(entry or ".", package)
+        if os.path.isfile(os.path.join(candidate, "__init__.py")):
+            return os.path.realpath(candidate)
+    return None
+
+
+def without_bundled_archives(path: list[str]) -> list[str]:
+    """``path`` minus the zips that only duplicate installed packages (the path rule above)."""
+    pyspark_dir = _installed_package_dir(path, "pyspark")
+    if pyspark_dir is None:
+        return list(path)
+    bundled_lib = os.path.join(pyspark_dir, "python", "lib")
+    kept = []
+    for entry in path:
+        package = _package_of_archive(os.path.basename(entry)) if entry.endswith(".zip") else None
+        if (
+            package is not None
+            and os.path.dirname(os.path.realpath(entry)) == bundled_lib
+            and _installed_package_dir(path, package) is not None
+        ):
+            continue
+        kept.append(entry)
+    return kept
+
+
+def launcher_path() -> str | None:
+    """The installed ``sparkafka-python`` beside this interpreter, or None (not installed)."""
+    return shutil.which(LAUNCHER_NAME, path=os.path.dirname(sys.executable))
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if len(args) < 2 or args[0] != "-m":
+        os.execv(sys.executable, [sys.executable, *args])
+    module = args[1]
+    script_dir = os.path.dirname(os.path.abspath(sys.argv[0]))
+    path = without_bundled_archives(sys.path)
+    if path and os.path.abspath(path[0] or ".") == script_dir:
+        path[0] = os.getcwd()
+    sys.path[:] = path
+    sys.argv = [module, *args[2:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
