@@ -89,7 +89,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -1365,6 +1364,10 @@ class _Columns:
         return len(self.offsets)
 
     def to_batch(self) -> pa.RecordBatch:
+        # Imported here, in the executors' workers: the runner Spark starts on the driver for every
+        # streaming query never builds a batch, and the import would cost it ~40 ms of CPU each time.
+        import pyarrow.compute as pc
+
         count = len(self.offsets)
         try:
             # Kafka: ms since the epoch; Spark's TimestampType: µs. Spark's own source fails on a
