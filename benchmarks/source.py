@@ -1,9 +1,10 @@
 """Throughput of the sparkafka source against a bare confluent-kafka consume loop, same data, one run.
 
 Starts an embedded broker (a child process), writes ``--records`` records of ``--value-bytes`` bytes,
-then times
+then times, ``--repeats`` times each,
 
-* a bare confluent-kafka loop (one consumer, every partition assigned, counting records), and
+* a bare confluent-kafka loop (one consumer, every partition assigned, counting records),
+* ``spark.read.format("sparkafka")`` and ``count()``, and
 * ``spark.readStream.format("sparkafka")`` with ``Trigger.AvailableNow`` and a ``count()`` per
   micro-batch, from query start to termination (the SparkSession is started before timing),
 
@@ -18,12 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -35,9 +37,6 @@ if not __package__:  # run as `python benchmarks/source.py`: the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import update_docs
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -52,6 +51,8 @@ class Measurement:
     records: int
     seconds: float
     cpu_seconds: float | None = None  # of every process doing the reading (broker excluded)
+    jvm_cpu_seconds: float | None = None  # the part of cpu_seconds in Spark's JVM
+    runs: int = 1
 
     @property
     def records_per_second(self) -> float:
@@ -63,6 +64,26 @@ class Measurement:
         if self.cpu_seconds is None or self.cpu_seconds <= 0:
             return None
         return self.records / self.cpu_seconds
+
+
+def median_of(reader: str, runs: list[Measurement]) -> Measurement:
+    """One row for several runs: the median of each quantity (runs with the median CPU time agree
+    with it only roughly, so each column is its own median)."""
+
+    def middle(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    seconds = middle([m.seconds for m in runs])
+    assert seconds is not None
+    return Measurement(
+        reader,
+        runs[0].records,
+        seconds,
+        middle([m.cpu_seconds for m in runs]),
+        middle([m.jvm_cpu_seconds for m in runs]),
+        len(runs),
+    )
 
 
 def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> float:
@@ -96,7 +117,7 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "bench-bare",
+            "group.id": "bench-bare",  # never joined: assign() and no commits
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             # The prefetch bounds the source's read consumers use (source.executor_consumer_config):
@@ -125,10 +146,14 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
     return Measurement("confluent-kafka consume loop (1 consumer)", count, seconds, cpu_seconds)
 
 
-def spark_readers(bootstrap: str, records: int, checkpoint: Path, broker_pid: int) -> list[Measurement]:
-    """Time a batch ``count()`` and an AvailableNow streaming query, after one untimed warm-up read
-    (the first Spark job of a JVM pays for class loading and Python worker start-up). CPU time is that
-    of this process and its children (Spark's JVM, the Python workers it forks), the broker excluded."""
+def spark_readers(
+    bootstrap: str, records: int, checkpoints: Path, broker_pid: int, repeats: int
+) -> list[Measurement]:
+    """Time ``repeats`` batch ``count()`` runs and ``repeats`` AvailableNow streaming queries, after
+    one untimed batch read (the first Spark job of a JVM pays for class loading and Python worker
+    start-up). The first streaming query also starts the streaming machinery and has the JVM compile
+    its code paths: it is reported on its own, the later ones as their median. CPU time is that of
+    this process and its children (Spark's JVM, the Python workers it forks), the broker excluded."""
     from benchmarks.compare.process_tree import ProcessTreeSampler
 
     from sparkafka.session import spark_session
@@ -136,64 +161,74 @@ def spark_readers(bootstrap: str, records: int, checkpoint: Path, broker_pid: in
     spark = spark_session(
         "sparkafka-benchmark", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}
     )
-    try:
+    sampler = ProcessTreeSampler(os.getpid(), exclude_pids=frozenset({broker_pid})).start()
 
-        def batch_frame() -> DataFrame:
-            return (
-                spark.read.format("sparkafka")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("subscribe", TOPIC)
-                .load()
-            )
-
-        batch_frame().count()  # warm-up
-        sampler = ProcessTreeSampler(os.getpid(), exclude_pids=frozenset({broker_pid})).start()
-        started, cpu_started = time.perf_counter(), sampler.cpu_seconds()
-        batch_count = batch_frame().count()
-        batch_seconds = time.perf_counter() - started
+    def timed(reader: str, run: Callable[[], int]) -> Measurement:
         sampler.sample()
-        batch_cpu = sampler.cpu_seconds() - cpu_started
+        cpu_started = sampler.cpu_seconds_by(_process_kind)
+        started = time.perf_counter()
+        count = run()
+        seconds = time.perf_counter() - started
+        sampler.sample()
+        cpu = sampler.cpu_seconds_by(_process_kind)
+        if count != records:
+            raise RuntimeError(f"{reader}: read {count} of {records} records")
+        used = {kind: cpu.get(kind, 0.0) - cpu_started.get(kind, 0.0) for kind in cpu}
+        return Measurement(reader, count, seconds, sum(used.values()), used.get("jvm", 0.0))
 
+    def batch_count() -> int:
+        return (
+            spark.read.format("sparkafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", TOPIC)
+            .load()
+            .count()
+        )
+
+    executing_ms: list[float] = []
+
+    def stream_count(run: int) -> int:
         counts: list[int] = []
-        stream = (
+        query = (
             spark.readStream.format("sparkafka")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", TOPIC)
             .option("startingOffsets", "earliest")
             .load()
-        )
-        started, cpu_started = time.perf_counter(), sampler.cpu_seconds()
-        query = (
-            stream.writeStream.foreachBatch(lambda batch, _batch_id: counts.append(batch.count()))
-            .option("checkpointLocation", str(checkpoint))
+            .writeStream.foreachBatch(lambda batch, _batch_id: counts.append(batch.count()))
+            .option("checkpointLocation", str(checkpoints / f"run-{run}"))
             .trigger(availableNow=True)
             .start()
         )
         query.awaitTermination()
-        stream_seconds = time.perf_counter() - started
-        sampler.sample()
-        sampler.stop()
-        stream_cpu = sampler.cpu_seconds() - cpu_started
-        executing_ms = sum(
-            progress["durationMs"].get("triggerExecution", 0) for progress in query.recentProgress
-        )
+        executing_ms.append(sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress))
+        return sum(counts)
+
+    try:
+        batch_count()  # warm-up
+        batches = [timed("batch", batch_count) for _ in range(repeats)]
+        streams = [timed("stream", lambda run=run: stream_count(run)) for run in range(repeats)]
     finally:
+        sampler.stop()
         spark.stop()
-    for name, count in (("batch", batch_count), ("stream", sum(counts))):
-        if count != records:
-            raise RuntimeError(f"the {name} read returned {count} of {records} records")
+    warm_executing_ms = executing_ms[1:] or executing_ms
     return [
-        Measurement("sparkafka `spark.read` + count() (local[2])", batch_count, batch_seconds, batch_cpu),
-        Measurement(
-            "sparkafka AvailableNow + count() per batch, wall time (local[2])",
-            records,
-            stream_seconds,
-            stream_cpu,
+        median_of("sparkafka `spark.read` + count() (local[2])", batches),
+        replace(streams[0], reader="sparkafka AvailableNow + count() per batch, first query (local[2])"),
+        median_of(
+            "sparkafka AvailableNow + count() per batch, later queries (local[2])", streams[1:] or streams
         ),
         Measurement(
-            "same query, micro-batch execution only (triggerExecution)", records, executing_ms / 1000
+            "later queries, micro-batch execution only (triggerExecution)",
+            records,
+            statistics.median(warm_executing_ms) / 1000,
+            runs=len(warm_executing_ms),
         ),
     ]
+
+
+def _process_kind(name: str) -> str:
+    return "jvm" if name == "java" else "python"
 
 
 def render(
@@ -206,37 +241,42 @@ def render(
         f"(written in {produce_s:.1f} s); {platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.",
         "",
-        "| reader | records | seconds | records/s | vs bare loop | CPU s | records per CPU s "
-        "| per core vs bare loop |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| reader | runs | records | seconds | records/s | vs bare loop | CPU s (of it JVM) "
+        "| records per CPU s | per core vs bare loop |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for m in measurements:
         per_core = m.records_per_cpu_second
         cpu = "-" if m.cpu_seconds is None else f"{m.cpu_seconds:.2f}"
+        if m.jvm_cpu_seconds is not None:
+            cpu += f" ({m.jvm_cpu_seconds:.2f})"
         per_core_text = "-" if per_core is None else f"{per_core:,.0f}"
         ratio = (
             "-" if per_core is None or baseline_per_core is None else f"{per_core / baseline_per_core:.2f}x"
         )
         lines.append(
-            f"| {m.reader} | {m.records:,} | {m.seconds:.2f} | {m.records_per_second:,.0f} | "
+            f"| {m.reader} | {m.runs} | {m.records:,} | {m.seconds:.2f} | {m.records_per_second:,.0f} | "
             f"{m.records_per_second / baseline:.2f}x | {cpu} | {per_core_text} | {ratio} |"
         )
     return "\n".join(lines)
 
 
-def docs_section(table: str, command: str) -> str:
+def docs_section(table: str, command: str, repeats: int) -> str:
     return "\n".join(
         [
             "## Source",
             "",
-            f"Measured with `{command}` (see `benchmarks/source.py`). The SparkSession is created and one",
-            "untimed read warms it up before timing; the AvailableNow wall time includes starting the query.",
+            f"Measured with `{command}` (see `benchmarks/source.py`). Every reader reads the same records",
+            f"{repeats} times; a row with several runs shows the median of each column. The SparkSession",
+            "is created and one untimed batch read warms it up before timing. The first streaming query",
+            "of a session also starts Spark's streaming machinery and has the JVM compile those code",
+            "paths, so it has a row of its own; the AvailableNow wall time includes starting the query.",
             "CPU s is the CPU time of every process doing the reading (the bare loop's process; the",
-            "Spark driver, its JVM and the Python workers), the broker excluded: records per CPU second is",
-            "the records/s per core used that the target (at least half the bare loop's) is about.",
-            "The bare loop's consumer has the source's prefetch settings (queued.min.messages,",
-            "fetch.queue.backoff.ms), so both read with the same client configuration.",
-            "One run, not a median: expect noticeable run-to-run variation on a small shared machine.",
+            "Spark driver, its JVM and the Python workers; in brackets the JVM's part), the broker",
+            "excluded: records per CPU second is the records/s per core used that the target (at least",
+            "half the bare loop's) is about. The bare loop's consumer has the source's prefetch settings",
+            "(queued.min.messages, fetch.queue.backoff.ms), so both read with the same client",
+            "configuration. Expect run-to-run variation of 20-30 % on a small shared machine.",
             "",
             table,
         ]
@@ -250,8 +290,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each reader (default 5)")
     parser.add_argument("--no-docs", action="store_true", help="print only, leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
+    if args.repeats < 2:
+        parser.error("--repeats must be at least 2: the first streaming query is reported on its own")
 
     with (
         tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work,
@@ -262,10 +305,15 @@ def main(argv: list[str] | None = None) -> None:
         produce_s = produce(bootstrap, args.records, args.partitions, args.value_bytes)
         time.sleep(2)  # let the broker finish writing before anything is timed
         print("bare consume loop ...", file=sys.stderr)
-        bare = bare_consume(bootstrap, args.records, args.partitions)
+        bare = median_of(
+            "confluent-kafka consume loop (1 consumer)",
+            [bare_consume(bootstrap, args.records, args.partitions) for _ in range(args.repeats)],
+        )
         print("spark source ...", file=sys.stderr)
         assert broker.process is not None
-        spark = spark_readers(bootstrap, args.records, Path(work) / "checkpoint", broker.process.pid)
+        spark = spark_readers(
+            bootstrap, args.records, Path(work) / "checkpoint", broker.process.pid, args.repeats
+        )
     table = render(
         [bare, *spark],
         records=args.records,
@@ -278,7 +326,9 @@ def main(argv: list[str] | None = None) -> None:
         command = "python -m benchmarks.source" + (
             f" --records {args.records}" if args.records != 1_000_000 else ""
         )
-        update_docs(DOCS, docs_section(table, command), SECTION_START, SECTION_END)
+        if args.repeats != 5:
+            command += f" --repeats {args.repeats}"
+        update_docs(DOCS, docs_section(table, command, args.repeats), SECTION_START, SECTION_END)
         print(f"\nupdated {DOCS.relative_to(REPO)}", file=sys.stderr)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 
 import psutil
 
@@ -32,6 +33,7 @@ class ProcessTreeSampler:
         # (pid, create time) so that a reused pid is a new process.
         self._cpu_by_process: dict[tuple[int, float], float] = {}
         self._processes: dict[tuple[int, float], psutil.Process] = {}
+        self._names: dict[tuple[int, float], str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="process-tree-sampler", daemon=True)
@@ -60,15 +62,26 @@ class ProcessTreeSampler:
                     with process.oneshot():
                         identity = (process.pid, process.create_time())
                         times = process.cpu_times()
+                        name = process.name()
                         rss += process.memory_info().rss
                     self._cpu_by_process[identity] = times.user + times.system
                     self._processes[identity] = process
+                    self._names[identity] = name
             self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
 
     def cpu_seconds(self) -> float:
         """CPU seconds of the tree as of the last sample (call :meth:`sample` first for "now")."""
         with self._lock:
             return sum(self._cpu_by_process.values())
+
+    def cpu_seconds_by(self, kind: Callable[[str], str]) -> dict[str, float]:
+        """CPU seconds of the tree as of the last sample, summed per ``kind(process name)``."""
+        totals: dict[str, float] = {}
+        with self._lock:
+            for identity, seconds in self._cpu_by_process.items():
+                group = kind(self._names[identity])
+                totals[group] = totals.get(group, 0.0) + seconds
+        return totals
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
