@@ -150,6 +150,17 @@ def test_log_append_time_topics_stamp_batches_with_the_brokers_time(
     consumer.close()
 
 
+def test_min_insync_replicas_above_the_replication_factor_still_takes_acks_all(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    # Kafka counts min(min.insync.replicas, replication factor): with one replica, acks=all succeeds.
+    create_topic(broker.bootstrap_servers, topic_name, config={"min.insync.replicas": "2"})
+    sender = producer(broker.bootstrap_servers, acks="all")
+    sender.produce(topic_name, value=b"v")
+    assert sender.flush(10) == 0
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"v"]
+
+
 def test_consumer_group_commits_and_resumes(broker: BrokerProcess, topic_name: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name, partitions=2)
     sender = producer(broker.bootstrap_servers)

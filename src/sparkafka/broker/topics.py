@@ -41,6 +41,8 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "delete.retention.ms": "86400000",
     "min.compaction.lag.ms": "0",
     "message.timestamp.type": "CreateTime",
+    # Every partition here has one replica, and Kafka requires min(min.insync.replicas, replication
+    # factor) in-sync replicas for acks=all (Partition.effectiveMinIsr): one, always met.
     "min.insync.replicas": "1",
 }
 
