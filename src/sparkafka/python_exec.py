@@ -16,14 +16,24 @@ The path rule (:func:`without_bundled_archives`):
 1. find the installed packages: a directory on ``sys.path`` (not a zip) holding ``pyspark/__init__.py``;
 2. drop from ``sys.path`` each zip inside that package's ``python/lib`` whose top-level package
    (``pyspark``, ``py4j``) is also installed as a directory on ``sys.path``: the zip is part of the
-   same distribution, so the same code runs, only from compiled files.
+   same distribution, so the same code runs, only from compiled files;
+3. drop each jar inside that package's ``jars``: Spark also puts the jar holding its own Python
+   runner classes (spark-core, ~6,000 entries) on the path, for distributions that ship PySpark
+   inside that jar; the installed package ships its Python as files beside it and its jars hold
+   JVM classes only, so the interpreter would only read their directories to find nothing there.
 
-Invariants: a zip outside the installed package (a cluster's own SPARK_HOME, ``--py-files``) is never
-dropped; a package that is not also installed keeps its zip; nothing else on the path moves.
+Dropping an entry also forgets its importer in ``sys.path_importer_cache``: the interpreter made one
+while the entry was on the path at start-up, and ``importlib.invalidate_caches()``, which PySpark
+calls for every task and every runner (``setup_spark_files``), re-reads the whole directory of each
+cached zip or jar (spark-core's jar: ~40 ms of CPU each time).
+
+Invariants: a zip or jar outside the installed package (a cluster's own SPARK_HOME, ``--py-files``,
+``--jars``) is never dropped; a package that is not also installed keeps its zip; nothing else on
+the path moves.
 
 Steps of ``sparkafka-python -m MODULE ARG...``:
 
-1. apply the path rule to ``sys.path``;
+1. apply the path rule to ``sys.path`` (:func:`apply_path_rule`);
 2. put the working directory first on ``sys.path``, where ``python -m`` has it, instead of this
    script's directory;
 3. run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status is ours.
@@ -62,13 +72,17 @@ def _installed_package_dir(path: list[str], package: str) -> str | None:
 
 
 def without_bundled_archives(path: list[str]) -> list[str]:
-    """``path`` minus the zips that only duplicate installed packages (the path rule above)."""
+    """``path`` minus the zips that only duplicate installed packages and the installed PySpark's
+    own jars (the path rule above)."""
     pyspark_dir = _installed_package_dir(path, "pyspark")
     if pyspark_dir is None:
         return list(path)
     bundled_lib = os.path.join(pyspark_dir, "python", "lib")
+    bundled_jars = os.path.join(pyspark_dir, "jars")
     kept = []
     for entry in path:
+        if entry.endswith(".jar") and os.path.dirname(os.path.realpath(entry)) == bundled_jars:
+            continue
         package = _package_of_archive(os.path.basename(entry)) if entry.endswith(".zip") else None
         if (
             package is not None
@@ -78,6 +92,15 @@ def without_bundled_archives(path: list[str]) -> list[str]:
             continue
         kept.append(entry)
     return kept
+
+
+def apply_path_rule() -> None:
+    """Apply the path rule to ``sys.path`` in place and forget the importers of the dropped zips."""
+    kept = without_bundled_archives(sys.path)
+    dropped = set(sys.path).difference(kept)
+    sys.path[:] = kept
+    for entry in dropped:
+        sys.path_importer_cache.pop(entry, None)
 
 
 def launcher_path() -> str | None:
@@ -91,10 +114,9 @@ def main() -> None:
         os.execv(sys.executable, [sys.executable, *args])
     module = args[1]
     script_dir = os.path.dirname(os.path.abspath(sys.argv[0]))
-    path = without_bundled_archives(sys.path)
-    if path and os.path.abspath(path[0] or ".") == script_dir:
-        path[0] = os.getcwd()
-    sys.path[:] = path
+    apply_path_rule()
+    if sys.path and os.path.abspath(sys.path[0] or ".") == script_dir:
+        sys.path[0] = os.getcwd()
     sys.argv = [module, *args[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -6,19 +6,17 @@ It covers the executors' workers wherever they run, also when the Python executa
 :mod:`sparkafka.python_exec`.
 
 Steps, before anything imports PySpark: apply the path rule to ``sys.path``
-(:func:`sparkafka.python_exec.without_bundled_archives`), then run PySpark's own daemon
+(:func:`sparkafka.python_exec.apply_path_rule`), then run PySpark's own daemon
 (``pyspark.daemon.manager``) unchanged; its forked workers inherit the path.
 """
 
 from __future__ import annotations
 
-import sys
-
-from sparkafka.python_exec import without_bundled_archives
+from sparkafka.python_exec import apply_path_rule
 
 
 def main() -> None:
-    sys.path[:] = without_bundled_archives(sys.path)
+    apply_path_rule()
     from pyspark.daemon import manager
 
     manager()

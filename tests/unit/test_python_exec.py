@@ -41,6 +41,22 @@ def test_zips_bundled_in_the_installed_pyspark_are_dropped(tmp_path: Path) -> No
     assert without_bundled_archives(path) == ["/some/project", str(site)]
 
 
+def test_the_installed_pysparks_own_jars_are_dropped_other_jars_stay(tmp_path: Path) -> None:
+    site, pyspark_zip, _ = _site(tmp_path)
+    spark_core = _zip(site / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar")
+    user_jar = _zip(tmp_path / "project" / "udfs.jar")
+    path = [pyspark_zip, spark_core, user_jar, str(site)]
+    assert without_bundled_archives(path) == [user_jar, str(site)]
+
+
+def test_the_installed_pysparks_jars_hold_no_python() -> None:
+    # What the jar rule relies on: Python in a bundled jar would be dropped with it.
+    for jar in sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("spark-*.jar")):
+        with zipfile.ZipFile(jar) as archive:
+            python = [name for name in archive.namelist() if name.endswith((".py", ".pyc"))]
+        assert not python, f"{jar.name} holds Python files: {python[:5]}"
+
+
 def test_a_zip_whose_package_is_not_installed_stays(tmp_path: Path) -> None:
     site, pyspark_zip, py4j_zip = _site(tmp_path, py4j_installed=False)
     assert without_bundled_archives([pyspark_zip, py4j_zip, str(site)]) == [py4j_zip, str(site)]
@@ -67,7 +83,9 @@ def test_other_zips_in_the_bundled_directory_stay(tmp_path: Path) -> None:
 PROBE = """
 import json, os, sys
 import pyspark
-print(json.dumps({"pyspark": pyspark.__file__, "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd()}))
+zips = [path for path, found in sys.path_importer_cache.items() if type(found).__name__ == "zipimporter"]
+print(json.dumps({"pyspark": pyspark.__file__, "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(),
+                  "zip_importers": zips}))
 sys.exit(3)
 """
 
@@ -77,6 +95,7 @@ def _run_launcher(args: list[str], tmp_path: Path) -> subprocess.CompletedProces
     assert launcher is not None, "sparkafka-python is not installed beside this interpreter"
     installed = Path(pyspark.__file__).resolve().parent
     bundled = [str(zip_) for zip_ in sorted((installed / "python" / "lib").glob("*.zip"))]
+    bundled += [str(jar) for jar in sorted((installed / "jars").glob("spark-core_*.jar"))]  # as Spark does
     (tmp_path / "probe_module.py").write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*bundled, str(tmp_path)])}
     return subprocess.run(
@@ -93,6 +112,8 @@ def test_the_launcher_runs_a_module_like_python_m_with_the_installed_pyspark(tmp
     assert report["argv"] == [str(tmp_path / "probe_module.py"), "first", "--second"]
     assert report["path0"] == report["cwd"] == str(tmp_path)
     assert "RuntimeWarning" not in done.stderr
+    # No importer left for a dropped zip: importlib.invalidate_caches() would re-read its directory.
+    assert not [entry for entry in report["zip_importers"] if Path(entry).is_relative_to(installed)]
 
 
 def test_the_launcher_hands_other_command_lines_to_python_unchanged(tmp_path: Path) -> None:
