@@ -150,6 +150,32 @@ def test_log_append_time_topics_stamp_batches_with_the_brokers_time(
     consumer.close()
 
 
+def test_records_stamped_more_than_an_hour_ahead_are_refused_unless_the_topic_allows_it(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    create_topic(bootstrap, f"{topic_name}-lenient", config={"message.timestamp.after.max.ms": "86400000"})
+    ahead_ms = int(time.time() * 1000) + 2 * 3_600_000
+    reports: list[KafkaError | None] = []
+    sender = producer(bootstrap)
+    for topic in (topic_name, f"{topic_name}-lenient"):
+        sender.produce(topic, value=b"ahead", timestamp=ahead_ms, on_delivery=lambda e, _m: reports.append(e))
+        assert sender.flush(10) == 0
+    refused, taken = reports
+    assert refused is not None and refused.code() == KafkaError.INVALID_TIMESTAMP, refused
+    assert taken is None
+    assert read_all(bootstrap, f"{topic_name}-lenient", expect=1)[0].timestamp() == (
+        TIMESTAMP_CREATE_TIME,
+        ahead_ms,
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic_name)])
+    described = next(iter(configs.values())).result(10)
+    assert described["message.timestamp.after.max.ms"].value == "3600000"
+    assert described["message.timestamp.before.max.ms"].value == "9223372036854775807"
+
+
 def test_min_insync_replicas_above_the_replication_factor_still_takes_acks_all(
     broker: BrokerProcess, topic_name: str
 ) -> None:

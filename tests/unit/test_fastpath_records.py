@@ -1,6 +1,6 @@
 """The produce path's record walk checks runs of same-sized records column by column
 (records._uniform_run); it must accept exactly what the full decoder accepts, report the same keyless
-records, and leave every other judgement to the full decoder."""
+records and timestamp extremes, and leave every other judgement to the full decoder."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _uniform_batch(rng: random.Random) -> bytes:
     value = rng.randbytes(rng.choice([0, 1, 60, 100, 1024]))
     key_kind = rng.choice(["null", "fixed", "mixed"])
     headers = tuple((rng.choice(["h", "trace"]), rng.randbytes(4)) for _ in range(rng.choice([0, 0, 1, 2])))
-    step = rng.choice([0, 1, 3, 50])
+    step = rng.choice([0, 1, 3, 50, -1, -50])  # negative: records stamped earlier than the first
     recs = []
     for offset in range(count):
         key: bytes | None = None
@@ -30,11 +30,15 @@ def _uniform_batch(rng: random.Random) -> bytes:
     return encode_batch(recs, base_offset=0, producer_id=3, producer_epoch=0, base_sequence=0)
 
 
-def _full(blob: bytes, header: records.BatchHeader) -> list[int] | str:
+def _full(blob: bytes, header: records.BatchHeader) -> tuple[list[int], int, int] | str:
+    """The reference: keyless indexes and the extremes of the timestamp deltas from the full decoder,
+    or its error message."""
     try:
-        return [i for i, r in enumerate(records._decode_record_bytes(header, blob)) if r.key is None]
+        decoded = records._decode_record_bytes(header, blob)
     except InvalidRecordError as exc:
         return str(exc)
+    deltas = [r.timestamp - header.base_timestamp for r in decoded]
+    return [i for i, r in enumerate(decoded) if r.key is None], min(deltas), max(deltas)
 
 
 def test_uniform_batches_are_walked_in_runs_with_the_full_decoders_result() -> None:
@@ -43,7 +47,7 @@ def test_uniform_batches_are_walked_in_runs_with_the_full_decoders_result() -> N
         batch = _uniform_batch(rng)
         header = parse_header(batch)
         blob = batch[HEADER_SIZE:]
-        fast = records._keyless_indexes_fast(blob, header.record_count)
+        fast = records._scan_fast(blob, header.record_count)
         assert fast is not None
         assert fast == _full(blob, header)
 
@@ -58,14 +62,14 @@ def test_a_run_stops_at_the_first_record_of_another_shape(monkeypatch: pytest.Mo
     runs: list[int] = []
     uniform_run = records._uniform_run
 
-    def recording_run(*args: object) -> tuple[int, int, bool]:
+    def recording_run(*args: object) -> records._Run:
         found = uniform_run(*args)  # type: ignore[arg-type]
-        runs.append(found[0])
+        runs.append(found.count)
         return found
 
     monkeypatch.setattr(records, "_uniform_run", recording_run)
-    expected = [i for i in range(300) if i != 150]
-    assert records._keyless_indexes_fast(blob, 300) == expected == _full(blob, header)
+    expected = ([i for i in range(300) if i != 150], 0, 0)
+    assert records._scan_fast(blob, 300) == expected == _full(blob, header)
     assert max(runs) >= 80  # the bulk was checked in runs, not record by record
 
 
@@ -80,7 +84,7 @@ def test_damaged_uniform_batches_are_judged_like_the_full_decoder(seed: int) -> 
             batch[position] = rng.choice([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, rng.randrange(256)])
         blob = bytes(batch[HEADER_SIZE:])
         count = header.record_count + rng.choice([0, 0, 0, -1, 1])
-        fast = records._keyless_indexes_fast(blob, count)
+        fast = records._scan_fast(blob, count)
         full = _full(blob, dataclasses.replace(header, record_count=count))
         if fast is not None:
             assert fast == full  # the fast walk never accepts what the full decoder rejects
@@ -99,11 +103,11 @@ def test_runs_do_not_read_past_the_records_they_were_given() -> None:
     batch = encode_batch(recs, base_offset=0)
     blob = batch[HEADER_SIZE:]
     # Fewer records declared than present: bytes are left over, which only the full decoder may judge.
-    assert records._keyless_indexes_fast(blob, 99) is None
+    assert records._scan_fast(blob, 99) is None
     # More declared than present.
-    assert records._keyless_indexes_fast(blob, 101) is None
+    assert records._scan_fast(blob, 101) is None
     # A truncated last record.
-    assert records._keyless_indexes_fast(blob[:-1], 100) is None
+    assert records._scan_fast(blob[:-1], 100) is None
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -114,5 +118,5 @@ def test_walking_a_batch_in_place_equals_walking_its_records_copied_out(seed: in
         for _ in range(rng.choice([0, 1, 2])):
             batch[rng.randrange(HEADER_SIZE, len(batch))] = rng.randrange(256)
         count = parse_header(batch).record_count
-        in_place = records._keyless_indexes_fast(batch, count, HEADER_SIZE)
-        assert in_place == records._keyless_indexes_fast(bytes(batch[HEADER_SIZE:]), count)
+        in_place = records._scan_fast(batch, count, HEADER_SIZE)
+        assert in_place == records._scan_fast(bytes(batch[HEADER_SIZE:]), count)

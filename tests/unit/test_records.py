@@ -134,7 +134,9 @@ def test_compressed_batches_from_kafka_python_decode_and_validate(compression: i
     header = records.parse_header(batch)
     assert header.compression == compression
     assert records.decode_records(batch) == batch_records
-    assert records.validate_produce_payload(batch, max_batch_bytes=1 << 20) == [header]
+    accepted = records.validate_produce_payload(batch, max_batch_bytes=1 << 20)
+    assert [a.header for a in accepted] == [header]
+    assert accepted[0].max_record_timestamp == max(r.timestamp for r in batch_records)
 
 
 @pytest.mark.parametrize("compression", sorted(CODECS))
@@ -280,9 +282,10 @@ def valid_batch(**kwargs: Any) -> bytes:
 
 
 def validate(buf: bytes, **kwargs: Any) -> list[BatchHeader]:
-    return records.validate_produce_payload(
+    accepted = records.validate_produce_payload(
         buf, max_batch_bytes=1 << 20, topic_partition="orders-0", **kwargs
     )
+    return [a.header for a in accepted]
 
 
 def test_validate_accepts_a_plain_and_an_idempotent_batch() -> None:
@@ -394,6 +397,120 @@ def test_validate_reports_keyless_records_for_compacted_topics_per_record() -> N
     assert excinfo.value.message.startswith("One or more records have been rejected due to 3 record errors")
     first_error = "RecordError(batchIndex=0, message='Compacted topic cannot accept message without key"
     assert first_error in str(excinfo.value)
+
+
+NOW_MS = 1_800_000_000_000
+HOUR_MS = 3_600_000
+CREATE_TIME_RULES = records.TimestampRules()  # Kafka 4's defaults: no lower bound, one hour ahead
+LOG_APPEND_TIME_RULES = records.TimestampRules(log_append_time=True)
+
+
+def stamped_records(*timestamps: int) -> list[Record]:
+    return [Record(i, ts, f"k{i}".encode(), b"v" * 10) for i, ts in enumerate(timestamps)]
+
+
+def rejected(batch: bytes, **kwargs: Any) -> RecordValidationError:
+    with pytest.raises(RecordValidationError) as excinfo:
+        validate(batch, now_ms=NOW_MS, **kwargs)
+    return excinfo.value
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+def test_create_time_records_more_than_an_hour_ahead_are_rejected_one_by_one(compression: int) -> None:
+    batch = records.encode_batch(
+        stamped_records(NOW_MS, NOW_MS + HOUR_MS + 1, NOW_MS - 10 * HOUR_MS, NOW_MS + 2 * HOUR_MS),
+        base_offset=0,
+        compression=compression,
+    )
+    error = rejected(batch, timestamps=CREATE_TIME_RULES)
+    assert error.code == ErrorCode.INVALID_TIMESTAMP
+    assert error.message == "One or more records have been rejected due to invalid timestamp"
+    assert [index for index, _ in error.record_errors] == [1, 3]
+    assert error.record_errors[0][1] == (
+        f"Timestamp {NOW_MS + HOUR_MS + 1} of message with offset 1 is out of range. The timestamp should be "
+        f"within [{NOW_MS - records.INT64_MAX}, {NOW_MS + HOUR_MS}]"
+    )
+
+
+def test_an_hour_ahead_exactly_and_any_past_time_are_accepted_with_their_largest_timestamp() -> None:
+    batch = records.encode_batch(stamped_records(NOW_MS + HOUR_MS, 0, -5), base_offset=0)
+    (accepted,) = records.validate_produce_payload(
+        batch, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=CREATE_TIME_RULES
+    )
+    assert accepted.max_record_timestamp == NOW_MS + HOUR_MS
+
+
+def test_before_max_ms_rejects_old_records_but_never_ones_without_a_timestamp() -> None:
+    rules = records.TimestampRules(before_max_ms=HOUR_MS, after_max_ms=records.INT64_MAX)
+    batch = records.encode_batch(
+        stamped_records(NOW_MS, records.NO_TIMESTAMP, NOW_MS - HOUR_MS - 1, NOW_MS + 10**9), base_offset=0
+    )
+    error = rejected(batch, timestamps=rules)
+    assert [index for index, _ in error.record_errors] == [2]
+    # Kafka prints the bounds with Java's long arithmetic: now + Long.MAX_VALUE wraps around.
+    assert error.record_errors[0][1].endswith(
+        f"within [{NOW_MS - HOUR_MS}, {NOW_MS + records.INT64_MAX - 2**64}]"
+    )
+    only_unstamped = records.encode_batch(stamped_records(NOW_MS, records.NO_TIMESTAMP), base_offset=0)
+    (accepted,) = records.validate_produce_payload(
+        only_unstamped, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=rules
+    )
+    assert accepted.max_record_timestamp == NOW_MS
+
+
+def test_a_log_append_time_topic_checks_no_range_but_refuses_batches_the_producer_marked() -> None:
+    far_ahead = records.encode_batch(stamped_records(NOW_MS + 100 * HOUR_MS), base_offset=0)
+    assert validate(far_ahead, now_ms=NOW_MS, timestamps=LOG_APPEND_TIME_RULES)
+    marked = records.encode_batch(
+        stamped_records(NOW_MS, NOW_MS), base_offset=0, timestamp_type=records.LOG_APPEND_TIME
+    )
+    error = rejected(marked, timestamps=LOG_APPEND_TIME_RULES)
+    assert error.code == ErrorCode.INVALID_TIMESTAMP
+    assert [index for index, _ in error.record_errors] == [0, 1]
+    assert error.record_errors[1][1] == (
+        f"Invalid timestamp type in message DefaultRecord(offset=1, timestamp={NOW_MS}, key=2 bytes, "
+        "value=10 bytes). Producer should not set timestamp type to LogAppendTime."
+    )
+
+
+def test_a_create_time_topic_takes_a_marked_batch_by_its_max_timestamp_unless_that_is_missing() -> None:
+    marked = records.encode_batch(
+        stamped_records(NOW_MS - 5, NOW_MS - 9), base_offset=0, timestamp_type=records.LOG_APPEND_TIME
+    )
+    (accepted,) = records.validate_produce_payload(
+        marked, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=CREATE_TIME_RULES
+    )
+    assert accepted.max_record_timestamp == NOW_MS - 5  # what a reader saw as every record's timestamp
+    unstamped = records.encode_batch(
+        stamped_records(NOW_MS), base_offset=0, timestamp_type=records.LOG_APPEND_TIME, max_timestamp=-1
+    )
+    error = rejected(unstamped, timestamps=CREATE_TIME_RULES)
+    assert "Producer should not set timestamp type to LogAppendTime" in error.record_errors[0][1]
+
+
+def test_the_largest_record_timestamp_is_the_records_not_the_producers_claim() -> None:
+    batch = records.encode_batch(
+        stamped_records(NOW_MS - 3, NOW_MS - 1, NOW_MS - 2), base_offset=0, max_timestamp=7
+    )
+    (accepted,) = records.validate_produce_payload(
+        batch, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=CREATE_TIME_RULES
+    )
+    assert accepted.max_record_timestamp == NOW_MS - 1
+    lying_low = records.encode_batch(
+        stamped_records(NOW_MS, NOW_MS + 2 * HOUR_MS), base_offset=0, max_timestamp=NOW_MS
+    )
+    assert [index for index, _ in rejected(lying_low, timestamps=CREATE_TIME_RULES).record_errors] == [1]
+
+
+def test_key_and_timestamp_errors_are_reported_together_as_invalid_timestamp() -> None:
+    recs = stamped_records(NOW_MS, NOW_MS + 2 * HOUR_MS, NOW_MS)
+    recs[2] = Record(2, NOW_MS + 2 * HOUR_MS, None, b"v")  # no key: the key error is its only error
+    error = rejected(
+        records.encode_batch(recs, base_offset=0), require_keys=True, timestamps=CREATE_TIME_RULES
+    )
+    assert error.code == ErrorCode.INVALID_TIMESTAMP
+    assert [index for index, _ in error.record_errors] == [1, 2]
+    assert error.record_errors[1][1].startswith("Compacted topic cannot accept message without key")
 
 
 def test_validate_maps_undecompressable_and_unknown_codecs_to_unknown_server_error() -> None:
@@ -544,7 +661,7 @@ def test_log_append_time_stamp_rewrites_type_max_timestamp_and_crc(transactional
         is_transactional=transactional,
     )
     stamped = bytearray(batch)
-    records.set_log_append_time_in_place(stamped, 1_800_000_000_000)
+    records.set_max_timestamp_in_place(stamped, records.LOG_APPEND_TIME, 1_800_000_000_000)
     header = records.parse_header(stamped)
     before = records.parse_header(batch)
     assert header.timestamp_type == records.LOG_APPEND_TIME
@@ -564,6 +681,30 @@ def test_log_append_time_stamp_rewrites_type_max_timestamp_and_crc(transactional
     assert {r.timestamp for r in records.decode_records(stamped)} == {1_800_000_000_000}
 
 
-def test_log_append_time_stamp_needs_a_whole_header() -> None:
+def test_create_time_stamp_clears_a_producers_log_append_time_mark_and_fixes_max_timestamp() -> None:
+    batch = records.encode_batch(sample_records(4), base_offset=0, timestamp_type=records.LOG_APPEND_TIME)
+    stamped = bytearray(batch)
+    records.set_max_timestamp_in_place(stamped, records.CREATE_TIME, 1_700_000_000_123)
+    header = records.parse_header(stamped)
+    assert (header.timestamp_type, header.max_timestamp) == (records.CREATE_TIME, 1_700_000_000_123)
+    assert records.crc_is_valid(stamped, header)
+    assert DefaultRecordBatch(bytes(stamped)).validate_crc()
+    # The records' own timestamps show again once the mark is gone.
+    assert [r.timestamp for r in records.decode_records(stamped)] == [r.timestamp for r in sample_records(4)]
+
+
+def test_a_stamp_that_changes_nothing_leaves_the_bytes_alone() -> None:
+    batch = records.encode_batch(sample_records(3), base_offset=0)
+    header = records.parse_header(batch)
+    stamped = bytearray(batch)
+    records.set_max_timestamp_in_place(stamped, records.CREATE_TIME, header.max_timestamp)
+    assert stamped == batch
+
+
+def test_a_stamp_needs_a_whole_header_and_a_known_type() -> None:
     with pytest.raises(ValueError, match="v2 batch"):
-        records.set_log_append_time_in_place(bytearray(HEADER_SIZE - 1), 1)
+        records.set_max_timestamp_in_place(bytearray(HEADER_SIZE - 1), records.LOG_APPEND_TIME, 1)
+    with pytest.raises(ValueError, match="timestamp_type"):
+        records.set_max_timestamp_in_place(
+            bytearray(records.encode_batch(sample_records(1), base_offset=0)), 2, 1
+        )

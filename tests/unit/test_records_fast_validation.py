@@ -1,5 +1,6 @@
-"""The produce path validates records with a fast walk (records.keyless_record_indexes) instead of decoding
-them; it must accept exactly what the full decoder accepts and raise the same errors otherwise."""
+"""The produce path validates records with a fast walk (records.scan_records) instead of decoding them; it
+must accept exactly what the full decoder accepts, report the same keyless records and timestamp extremes,
+and raise the same errors otherwise."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from sparkafka.broker.records import (
     InvalidRecordError,
     Record,
     encode_batch,
-    keyless_record_indexes,
     parse_header,
+    scan_records,
 )
 
 
@@ -38,22 +39,40 @@ def _random_batch(rng: random.Random) -> bytes:
     return encode_batch(recs, base_offset=0, compression=rng.choice([0, 0, 0, 1]))
 
 
-def _full(batch: bytes, header: records.BatchHeader) -> list[int] | str:
-    """The reference: keyless indexes from the full decoder, or its error message."""
+Scan = tuple[list[int], int, int]
+
+
+def _full(batch: bytes, header: records.BatchHeader) -> Scan | str:
+    """The reference: keyless indexes and the extremes of the timestamp deltas (the fast walk's empty
+    extremes for no records) from the full decoder, or its error message."""
     blob = bytes(batch[HEADER_SIZE : header.size])
     if header.compression:
         blob = records._decompress(header, blob)
     try:
-        return [i for i, r in enumerate(records._decode_record_bytes(header, blob)) if r.key is None]
+        decoded = records._decode_record_bytes(header, blob)
     except InvalidRecordError as exc:
         return str(exc)
+    deltas = [r.timestamp - header.base_timestamp for r in decoded]
+    keyless = [i for i, r in enumerate(decoded) if r.key is None]
+    return keyless, min(deltas, default=records.INT64_MAX), max(deltas, default=records.INT64_MIN)
 
 
-def _fast(batch: bytes, header: records.BatchHeader) -> list[int] | str:
+def _public(full: Scan | str, header: records.BatchHeader) -> Scan | str:
+    """What scan_records reports for the full decoder's result: timestamps, not deltas."""
+    if isinstance(full, str):
+        return full
+    keyless, low, high = full
+    if header.record_count <= 0:
+        return keyless, records.NO_TIMESTAMP, records.NO_TIMESTAMP
+    return keyless, header.base_timestamp + low, header.base_timestamp + high
+
+
+def _fast(batch: bytes, header: records.BatchHeader) -> Scan | str:
     try:
-        return keyless_record_indexes(batch, header)
+        scan = scan_records(batch, header)
     except InvalidRecordError as exc:
         return str(exc)
+    return scan.keyless, scan.min_timestamp, scan.max_timestamp
 
 
 def test_well_formed_batches_take_the_fast_path() -> None:
@@ -63,8 +82,8 @@ def test_well_formed_batches_take_the_fast_path() -> None:
         header = parse_header(batch)
         blob = bytes(batch[HEADER_SIZE:])
         if not header.compression:
-            assert records._keyless_indexes_fast(blob, header.record_count) is not None
-        assert _fast(batch, header) == _full(batch, header)
+            assert records._scan_fast(blob, header.record_count) is not None
+        assert _fast(batch, header) == _public(_full(batch, header), header)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -88,8 +107,8 @@ def test_damaged_batches_are_judged_like_the_full_decoder(seed: int) -> None:
             )
         data = bytes(batch)
         blob = data[HEADER_SIZE : header.size]
-        fast = records._keyless_indexes_fast(blob, header.record_count)
+        fast = records._scan_fast(blob, header.record_count)
         full = _full(data, header)
         if fast is not None:
             assert fast == full  # the fast walk never accepts what the full decoder rejects
-        assert _fast(data, header) == full  # and the public function reports the same outcome
+        assert _fast(data, header) == _public(full, header)  # and the public function reports the same

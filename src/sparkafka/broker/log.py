@@ -72,6 +72,10 @@ class LogConfig:
     max_message_bytes: int = 1048588
     # message.timestamp.type=LogAppendTime: batches from clients get the broker's append time.
     log_append_time: bool = False
+    # CreateTime topics refuse records stamped further than this before or after the broker's clock
+    # (message.timestamp.before.max.ms / after.max.ms, Kafka 4's defaults: unbounded / one hour).
+    timestamp_before_max_ms: int = 2**63 - 1
+    timestamp_after_max_ms: int = 3_600_000
     # fsync after this many appended batches; None leaves it to the OS (survives SIGKILL, not power loss).
     flush_messages: int | None = None
 
@@ -81,7 +85,14 @@ class LogConfig:
                 f"segment_bytes must be between {HEADER_SIZE} and {INT32_MAX} (index positions are int32), "
                 f"got {self.segment_bytes}"
             )
-        names = ("index_interval_bytes", "delete_retention_ms", "min_compaction_lag_ms", "max_message_bytes")
+        names = (
+            "index_interval_bytes",
+            "delete_retention_ms",
+            "min_compaction_lag_ms",
+            "max_message_bytes",
+            "timestamp_before_max_ms",
+            "timestamp_after_max_ms",
+        )
         for name in names:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

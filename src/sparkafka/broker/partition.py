@@ -145,20 +145,26 @@ class Partition:
            the offset it was first written at, append nothing), reject a sequence gap;
         3. for a transactional batch: the coordinator must have this partition in the producer's
            ongoing transaction (KIP-890 verification), and its first batch opens the transaction here;
-        4. assign offsets from the log end offset; on a LogAppendTime topic stamp each batch with
-           ``now_ms`` (the produce response reports it, -1 otherwise); append.
+        4. assign offsets from the log end offset; stamp each batch's maxTimestamp: ``now_ms`` on a
+           LogAppendTime topic (the produce response reports it, -1 otherwise), the largest record
+           timestamp on a CreateTime topic; append.
         """
         # The one copy of the records: validated where it is, then its offsets are patched in place (the
         # payload may be a view into the request frame).
         batch = bytearray(payload)
-        headers = records.validate_produce_payload(
+        config = self.log.config
+        accepted = records.validate_produce_payload(
             batch,
             max_batch_bytes=max_message_bytes,
             topic_partition=f"{self.topic}-{self.index}",
             produce_version=produce_version,
-            require_keys=self.log.config.compacts,
+            require_keys=config.compacts,
+            now_ms=now_ms,
+            timestamps=records.TimestampRules(
+                config.log_append_time, config.timestamp_before_max_ms, config.timestamp_after_max_ms
+            ),
         )
-        idempotent = [h for h in headers if h.producer_id >= 0]
+        idempotent = [a.header for a in accepted if a.header.producer_id >= 0]
         if idempotent:
             header = idempotent[0]
             duplicate = self._check_sequence(header)
@@ -171,19 +177,23 @@ class Partition:
                     ErrorCode.INVALID_TXN_STATE,
                     f"producer {header.producer_id} sent a non-transactional batch during its transaction",
                 )
-        log_append_time = now_ms if self.log.config.log_append_time else records.NO_TIMESTAMP
+        log_append_time = now_ms if config.log_append_time else records.NO_TIMESTAMP
         base = self.log.log_end_offset
         position = 0
         assigned: list[bytearray] = []
         offset = base
-        for header in headers:
+        for one in accepted:
+            header = one.header
             piece = batch if header.size == len(batch) else batch[position : position + header.size]
             records.assign_offset_in_place(piece, offset)
-            if log_append_time != records.NO_TIMESTAMP:
-                records.set_log_append_time_in_place(piece, log_append_time)
+            if config.log_append_time:
+                max_timestamp = now_ms
+                records.set_max_timestamp_in_place(piece, records.LOG_APPEND_TIME, now_ms)
+            else:
+                max_timestamp = one.max_record_timestamp
+                records.set_max_timestamp_in_place(piece, records.CREATE_TIME, max_timestamp)
             assigned.append(piece)
             if header.producer_id >= 0:
-                max_timestamp = header.max_timestamp if log_append_time == records.NO_TIMESTAMP else now_ms
                 self._record_batch(header, offset, max_timestamp)
             position += header.size
             offset += header.last_offset_delta + 1

@@ -41,6 +41,8 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "delete.retention.ms": "86400000",
     "min.compaction.lag.ms": "0",
     "message.timestamp.type": "CreateTime",
+    "message.timestamp.before.max.ms": "9223372036854775807",
+    "message.timestamp.after.max.ms": "3600000",
     # Every partition here has one replica, and Kafka requires min(min.insync.replicas, replication
     # factor) in-sync replicas for acks=all (Partition.effectiveMinIsr): one, always met.
     "min.insync.replicas": "1",
@@ -63,6 +65,9 @@ def validate_topic_configs(configs: dict[str, str]) -> dict[str, str]:
             elif key == "message.timestamp.type":
                 if value not in ("CreateTime", "LogAppendTime"):
                     raise ValueError("must be CreateTime or LogAppendTime")
+            elif key in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
+                if not 0 <= int(value) <= 2**63 - 1:
+                    raise ValueError("must be a number of milliseconds from 0 to 9223372036854775807")
             else:
                 _positive_or_minus_one(key, value)
         except ValueError as exc:
@@ -117,6 +122,8 @@ class Topic:
             min_compaction_lag_ms=int(self.config("min.compaction.lag.ms", broker)),
             max_message_bytes=int(self.config("max.message.bytes", broker)),
             log_append_time=self.config("message.timestamp.type", broker) == "LogAppendTime",
+            timestamp_before_max_ms=int(self.config("message.timestamp.before.max.ms", broker)),
+            timestamp_after_max_ms=int(self.config("message.timestamp.after.max.ms", broker)),
             flush_messages=broker.flush_messages,
         )
 
