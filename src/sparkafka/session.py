@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -83,7 +84,7 @@ def machine_cores() -> int:
 
 
 def driver_java_options(
-    master: str, base: str, *, cores: int | None = None, environ: dict[str, str] | None = None
+    master: str, base: str, *, cores: int | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
     """``base`` plus ``-XX:+UseSerialGC`` when a local master runs on a machine of at most two cores
     and no collector is chosen elsewhere (the JVM refuses two).
@@ -94,7 +95,7 @@ def driver_java_options(
     collector (docs/benchmarks.md). The driver's heap is small (spark.driver.memory, 1 GiB by
     default), so its young collections stay short. On more cores, or with a cluster master, the
     JVM's own choice stands."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = os.environ if environ is None else environ
     cores = machine_cores() if cores is None else cores
     chosen = any(_COLLECTOR_FLAG.search(environ.get(name, "")) for name in JAVA_OPTIONS_VARIABLES)
     if not is_local_master(master) or cores > SERIAL_GC_MAX_CORES or chosen or _COLLECTOR_FLAG.search(base):
