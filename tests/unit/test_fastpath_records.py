@@ -120,3 +120,12 @@ def test_walking_a_batch_in_place_equals_walking_its_records_copied_out(seed: in
         count = parse_header(batch).record_count
         in_place = records._scan_fast(batch, count, HEADER_SIZE)
         assert in_place == records._scan_fast(bytes(batch[HEADER_SIZE:]), count)
+
+
+def test_byte_extremes_equal_min_and_max() -> None:
+    rng = random.Random(3)
+    for _ in range(300):
+        column = rng.randbytes(rng.choice([1, 2, 17, 500]))
+        if rng.random() < 0.3:
+            column = bytes(b % 8 + rng.choice([0, 120, 248]) for b in column)  # clustered values
+        assert records._byte_extremes(column) == (min(column), max(column))
