@@ -9,15 +9,31 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "register"]
+__all__ = ["__version__", "format_known", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``sparkafka`` format with a SparkSession.
+    """Register the ``sparkafka`` format with a SparkSession, unless the session knows it already.
 
     After this, ``spark.readStream.format("sparkafka")`` and ``spark.read.format("sparkafka")`` read
-    Kafka with the options of Spark's built-in Kafka source. Imported lazily so that the command
-    line tools do not pay for importing PySpark."""
+    Kafka with the options of Spark's built-in Kafka source. Spark 4 usually finds the format by itself
+    (see :mod:`pyspark_sparkafka`); this call makes a session independent of that lookup, which runs
+    only where Spark's driver-side Python has sparkafka installed. A format found by the lookup is left
+    as it is: registering it again would have Spark log that a statically registered data source was
+    replaced. Imported lazily so that the command line tools do not pay for importing PySpark."""
     from sparkafka.datasource import KafkaDataSource
 
-    spark.dataSource.register(KafkaDataSource)
+    if not format_known(spark, KafkaDataSource.name()):
+        spark.dataSource.register(KafkaDataSource)
+
+
+def format_known(spark: SparkSession, name: str) -> bool:
+    """Whether ``name`` already names a Python data source in this session (found by Spark's lookup
+    or registered before). Asked of the session's JVM; False where there is none to ask (a Spark
+    Connect session) or it cannot answer."""
+    from py4j.protocol import Py4JError
+
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+    except (AttributeError, Py4JError):
+        return False

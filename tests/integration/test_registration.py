@@ -1,0 +1,76 @@
+"""The ``sparkafka`` format without ``sparkafka.register``: PySpark's lookup of ``pyspark_*`` modules
+finds ``pyspark_sparkafka``, and a later ``register`` leaves that registration alone. In a process of
+its own: the lookup runs once per JVM, and the test session's JVM has long done it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, producer
+
+PLAIN_SESSION = """
+import json, sys
+from pyspark.sql import SparkSession
+
+bootstrap, topic = sys.argv[1], sys.argv[2]
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("WARN")
+
+def values():
+    frame = spark.read.format("sparkafka").option("kafka.bootstrap.servers", bootstrap)
+    return sorted(row.value.decode() for row in frame.option("subscribe", topic).load().collect())
+
+import sparkafka
+
+report = {
+    "known_before_use": sparkafka.format_known(spark, "sparkafka"),
+    "found": values(),
+    "known": sparkafka.format_known(spark, "sparkafka"),
+    "unknown_name": sparkafka.format_known(spark, "no_such_format"),
+}
+print("REGISTER", flush=True, file=sys.stderr)
+sparkafka.register(spark)
+report["after_register"] = values()
+print("REPORT " + json.dumps(report), flush=True)
+spark.stop()
+"""
+
+
+def test_format_found_without_register_and_register_leaves_it(broker: BrokerProcess, topic_name: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    client = producer(bootstrap)
+    for value in ("a", "b", "c"):
+        client.produce(topic_name, value=value.encode())
+    assert client.flush(30) == 0
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_SESSION, bootstrap, topic_name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    reports = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and reports, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    report = json.loads(reports[0].removeprefix("REPORT "))
+    # Spark looks the format up by itself, at the first question about a Python data source.
+    assert report["known_before_use"] is True
+    assert report["found"] == ["a", "b", "c"]
+    assert report["known"] is True
+    assert report["unknown_name"] is False
+    assert report["after_register"] == ["a", "b", "c"]
+    # Registering the found format again would have Spark warn that it replaced it.
+    after_register = done.stderr.split("REGISTER", 1)[1]
+    assert "replaced a statically registered data source" not in after_register, after_register[-3000:]
