@@ -126,18 +126,33 @@ class KafkaAdmin:
         self.attempts = max(1, attempts)
         self.retry_interval_s = retry_interval_s
         self._client: AdminClient | None = None
+        # The last error event of the client: why it cannot reach the cluster (authentication, TLS,
+        # name resolution), which the failed request itself reports only as a transport failure.
+        self._client_error: KafkaError | None = None
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_client"] = None
+        state["_client_error"] = None
         return state
 
     @property
     def client(self) -> AdminClient:
         if self._client is None:
-            config: dict[str, Any] = {**self.config, "logger": LIBRDKAFKA_LOGGER}
+            config: dict[str, Any] = {
+                **self.config,
+                "logger": LIBRDKAFKA_LOGGER,
+                "error_cb": self._remember_client_error,
+            }
             self._client = AdminClient(config)
         return self._client
+
+    def _remember_client_error(self, error: KafkaError) -> None:
+        # librdkafka follows the error that says why with "n/m brokers are down": keep the why.
+        earlier = self._client_error
+        down = KafkaError._ALL_BROKERS_DOWN
+        if error.code() != down or earlier is None or earlier.code() == down:
+            self._client_error = error
 
     def close(self) -> None:
         self._client = None
@@ -286,6 +301,9 @@ class KafkaAdmin:
         """Run ``operation``; retry retriable Kafka errors, never a timeout (the timeout is the bound)."""
         last_error: KafkaException | None = None
         attempts = attempts or self.attempts
+        if self._client is not None:
+            self._client.poll(0)  # events of earlier operations are not about this one
+        self._client_error = None
         for attempt in range(1, attempts + 1):
             try:
                 return operation()
@@ -304,9 +322,23 @@ class KafkaAdmin:
         raise last_error
 
     def unavailable(self, what: str, error: BaseException) -> KafkaUnavailableError:
+        """The error for a cluster that did not answer, with the cause the client saw if it saw one:
+        refused credentials get a message of their own, other connection errors are quoted."""
         reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
+        if self._client is not None:
+            self._client.poll(0)  # error events wait for a poll to reach _remember_client_error
+        seen = self._client_error
+        where = f"Kafka at bootstrap servers '{self.bootstrap_servers}'"
+        if seen is not None and seen.code() == KafkaError._AUTHENTICATION:
+            return KafkaUnavailableError(
+                f"could not {what}: {where} refused the client's credentials ({seen.str()}). Check "
+                "kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password "
+                "(kafka.sasl.oauthbearer.* for OAUTHBEARER)"
+            )
+        if seen is not None and seen.str() not in reason:
+            reason = f"{reason}; the client reported: {seen.str()}"
         return KafkaUnavailableError(
-            f"could not {what}: Kafka at bootstrap servers '{self.bootstrap_servers}' did not answer within "
+            f"could not {what}: {where} did not answer within "
             f"{self.timeout_s:g} s ({reason}). Check kafka.bootstrap.servers, that the brokers are up and "
             "reachable, and the security settings (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*); "
             "the wait is set by the option kafka.default.api.timeout.ms"

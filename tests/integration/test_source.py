@@ -636,8 +636,11 @@ def test_unreachable_servers_fail_after_the_bounded_wait(spark: SparkSession, tm
     started = time.monotonic()
     with pytest.raises(
         Exception, match=r"Kafka at bootstrap servers '127\.0\.0\.1:9' did not answer within 2 s"
-    ):
+    ) as failure:
         batch_read(spark, nobody, **options).collect()
+    # The cause the client saw, not only the failed request's "transport failure".
+    assert "the client reported: 127.0.0.1:9/bootstrap: Connect to" in str(failure.value)
+    assert "Connection refused" in str(failure.value)
     assert time.monotonic() - started < 30
     with pytest.raises(Exception, match=r"Kafka at bootstrap servers '127\.0\.0\.1:9' did not answer"):
         run_available_now(stream(spark, nobody, **options), tmp_path / "checkpoint")
