@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
@@ -99,6 +99,22 @@ def validate_consumer_config(client_config: Mapping[str, str]) -> None:
     consumer.close()
 
 
+def is_login_failure(reason: str) -> bool:
+    """Whether a client's connection error says the cluster refused its credentials."""
+    return "authentication" in reason.lower()
+
+
+def most_telling_reason(reasons: Sequence[str | None]) -> str | None:
+    """Of the reasons a client gave for not reaching the cluster, in order: the first refused login,
+    else the last one. After refusing a login the server closes the connection, and what the retries
+    report then (disconnects, timeouts) would hide why."""
+    known = [reason for reason in reasons if reason]
+    refused = [reason for reason in known if is_login_failure(reason)]
+    if refused:
+        return refused[0]
+    return known[-1] if known else None
+
+
 def error_code(error: BaseException) -> int | None:
     """The librdkafka error code carried by a KafkaException, if any."""
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
@@ -126,14 +142,15 @@ class KafkaAdmin:
         self.attempts = max(1, attempts)
         self.retry_interval_s = retry_interval_s
         self._client: AdminClient | None = None
-        # The last error event of the client: why it cannot reach the cluster (authentication, TLS,
-        # name resolution), which the failed request itself reports only as a transport failure.
-        self._client_error: KafkaError | None = None
+        # The client's error events during the current operation: why it cannot reach the cluster
+        # (refused login, refused connection, unknown host), which a failed request reports only as a
+        # transport failure.
+        self._client_errors: list[KafkaError] = []
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_client"] = None
-        state["_client_error"] = None
+        state["_client_errors"] = []
         return state
 
     @property
@@ -142,17 +159,10 @@ class KafkaAdmin:
             config: dict[str, Any] = {
                 **self.config,
                 "logger": LIBRDKAFKA_LOGGER,
-                "error_cb": self._remember_client_error,
+                "error_cb": self._client_errors.append,
             }
             self._client = AdminClient(config)
         return self._client
-
-    def _remember_client_error(self, error: KafkaError) -> None:
-        # librdkafka follows the error that says why with "n/m brokers are down": keep the why.
-        earlier = self._client_error
-        down = KafkaError._ALL_BROKERS_DOWN
-        if error.code() != down or earlier is None or earlier.code() == down:
-            self._client_error = error
 
     def close(self) -> None:
         self._client = None
@@ -303,7 +313,7 @@ class KafkaAdmin:
         attempts = attempts or self.attempts
         if self._client is not None:
             self._client.poll(0)  # events of earlier operations are not about this one
-        self._client_error = None
+        self._client_errors.clear()
         for attempt in range(1, attempts + 1):
             try:
                 return operation()
@@ -326,17 +336,20 @@ class KafkaAdmin:
         refused credentials get a message of their own, other connection errors are quoted."""
         reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
         if self._client is not None:
-            self._client.poll(0)  # error events wait for a poll to reach _remember_client_error
-        seen = self._client_error
+            self._client.poll(0)  # error events wait for a poll to reach _client_errors
+        # "n/m brokers are down" only follows the event that says why.
+        seen = most_telling_reason(
+            [e.str() for e in self._client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+        )
         where = f"Kafka at bootstrap servers '{self.bootstrap_servers}'"
-        if seen is not None and seen.code() == KafkaError._AUTHENTICATION:
+        if seen is not None and is_login_failure(seen):
             return KafkaUnavailableError(
-                f"could not {what}: {where} refused the client's credentials ({seen.str()}). Check "
+                f"could not {what}: {where} refused the client's credentials ({seen}). Check "
                 "kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password "
                 "(kafka.sasl.oauthbearer.* for OAUTHBEARER)"
             )
-        if seen is not None and seen.str() not in reason:
-            reason = f"{reason}; the client reported: {seen.str()}"
+        if seen is not None and seen not in reason:
+            reason = f"{reason}; the client reported: {seen}"
         return KafkaUnavailableError(
             f"could not {what}: {where} did not answer within "
             f"{self.timeout_s:g} s ({reason}). Check kafka.bootstrap.servers, that the brokers are up and "

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import contextmanager, suppress
@@ -57,6 +57,7 @@ from typer.core import TyperCommand
 
 from sparkafka.commands.common import format_table, parse_key_values
 from sparkafka.errors import SparkafkaOptionError
+from sparkafka.kafka_admin import is_login_failure, most_telling_reason
 
 T = TypeVar("T")
 
@@ -75,17 +76,7 @@ class _LastConnectionFailure(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         found = self.pattern.search(record.getMessage())
         if found:
-            self.last = _most_telling([self.last, found.group("reason")])
-
-
-def _most_telling(reasons: Sequence[str | None]) -> str | None:
-    """The first authentication failure, else the last reason: after a rejected login the server closes
-    the connection, and what the retries report then (disconnects, timeouts) would hide why."""
-    known = [reason for reason in reasons if reason]
-    about_login = [reason for reason in known if "authentication" in reason.lower()]
-    if about_login:
-        return about_login[0]
-    return known[-1] if known else None
+            self.last = most_telling_reason([self.last, found.group("reason")])
 
 
 # librdkafka hands its log to this logger (unless the user asks for it on stderr with -X debug=...).
@@ -215,7 +206,7 @@ def _fail(command: str, message: str) -> None:
 
 
 def cannot_reach(bootstrap_servers: str, timeout_s: float, reason: str | None) -> ConsoleError:
-    if reason and "authentication" in reason.lower():
+    if reason and is_login_failure(reason):
         return ConsoleError(f"authentication with Kafka at {bootstrap_servers} failed: {reason}")
     detail = f" ({reason})" if reason else ""
     return ConsoleError(f"cannot reach Kafka at {bootstrap_servers} within {timeout_s:g} s{detail}")
@@ -302,7 +293,7 @@ class Cluster:
 
     def _reason(self) -> str | None:
         reasons = [e.str() for e in self.client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
-        return _most_telling(reasons) or _LIBRDKAFKA_FAILURES.last
+        return most_telling_reason(reasons) or _LIBRDKAFKA_FAILURES.last
 
     def wait(self, future: Future[T], action: str) -> T:
         """The result of an admin call, bounded by the timeout, failures told in one line."""
