@@ -135,8 +135,10 @@ class KafkaAdmin:
         timeout_s: float,
         attempts: int = 3,
         retry_interval_s: float = 1.0,
+        timeout_option: str = "kafka.default.api.timeout.ms",
     ) -> None:
         self.config = admin_config(client_config)
+        self.timeout_option = timeout_option  # named in errors: the option that sets timeout_s
         self.bootstrap_servers = str(client_config.get("bootstrap.servers", ""))
         self.timeout_s = timeout_s
         self.attempts = max(1, attempts)
@@ -332,27 +334,45 @@ class KafkaAdmin:
         raise last_error
 
     def unavailable(self, what: str, error: BaseException) -> KafkaUnavailableError:
-        """The error for a cluster that did not answer, with the cause the client saw if it saw one:
-        refused credentials get a message of their own, other connection errors are quoted."""
         reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
         if self._client is not None:
             self._client.poll(0)  # error events wait for a poll to reach _client_errors
-        # "n/m brokers are down" only follows the event that says why.
-        seen = most_telling_reason(
-            [e.str() for e in self._client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+        return unreachable_error(
+            what,
+            self.bootstrap_servers,
+            self.timeout_s,
+            reason,
+            self._client_errors,
+            timeout_option=self.timeout_option,
         )
-        where = f"Kafka at bootstrap servers '{self.bootstrap_servers}'"
-        if seen is not None and is_login_failure(seen):
-            return KafkaUnavailableError(
-                f"could not {what}: {where} refused the client's credentials ({seen}). Check "
-                "kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password "
-                "(kafka.sasl.oauthbearer.* for OAUTHBEARER)"
-            )
-        if seen is not None and seen not in reason:
-            reason = f"{reason}; the client reported: {seen}"
+
+
+def unreachable_error(
+    what: str,
+    bootstrap_servers: str,
+    timeout_s: float,
+    reason: str,
+    client_errors: Iterable[KafkaError],
+    *,
+    timeout_option: str = "kafka.default.api.timeout.ms",
+) -> KafkaUnavailableError:
+    """The error for a cluster that did not answer ``what`` within ``timeout_s``, with the cause the
+    client's error events gave if they gave one: refused credentials get a message of their own, other
+    connection errors (refused, unresolvable host) are quoted beside the request's own ``reason``."""
+    # "n/m brokers are down" only follows the event that says why.
+    seen = most_telling_reason([e.str() for e in client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN])
+    where = f"Kafka at bootstrap servers '{bootstrap_servers}'"
+    if seen is not None and is_login_failure(seen):
         return KafkaUnavailableError(
-            f"could not {what}: {where} did not answer within "
-            f"{self.timeout_s:g} s ({reason}). Check kafka.bootstrap.servers, that the brokers are up and "
-            "reachable, and the security settings (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*); "
-            "the wait is set by the option kafka.default.api.timeout.ms"
+            f"could not {what}: {where} refused the client's credentials ({seen}). Check "
+            "kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password "
+            "(kafka.sasl.oauthbearer.* for OAUTHBEARER)"
         )
+    if seen is not None and seen not in reason:
+        reason = f"{reason}; the client reported: {seen}"
+    return KafkaUnavailableError(
+        f"could not {what}: {where} did not answer within {timeout_s:g} s ({reason}). Check "
+        "kafka.bootstrap.servers, that the brokers are up and reachable, and the security settings "
+        "(kafka.security.protocol, kafka.sasl.*, kafka.ssl.*); the wait is set by the option "
+        f"{timeout_option}"
+    )

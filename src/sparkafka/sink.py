@@ -40,20 +40,21 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from sparkafka.client_pool import CONSUMERS
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
-from sparkafka.kafka_admin import LIBRDKAFKA_LOGGER, admin_config, error_code
+from sparkafka.kafka_admin import LIBRDKAFKA_LOGGER, KafkaAdmin, error_code, unreachable_error
 from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ DEFAULT_MARKER_TOPIC = "_sparkafka_commit_markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 MARKER_PARTITION = 0
 _REGISTRATION_KEY_PREFIX = "registration/"
+OPERATION_TIMEOUT = "operationTimeoutMs"
 
 SINK_OPTIONS = (
     OptionSpec("topic", "topic to write every row to (else each row's 'topic' column)"),
@@ -83,7 +85,7 @@ SINK_OPTIONS = (
     OptionSpec(
         "debug.failFirstAttemptAt", "beforeCommit: fail each task's first attempt there (chaos tests)"
     ),
-    OptionSpec("operationTimeoutMs", "bound on each Kafka call of the sink (default 60s)"),
+    OptionSpec(OPERATION_TIMEOUT, "bound on each Kafka call of the sink (default 60s)"),
 )
 
 # Producer properties the sink owns, with what to do instead (Spark's sink rejects the same keys).
@@ -270,19 +272,16 @@ class CommitMarker:
 
 def ensure_marker_topic(options: SinkOptions) -> None:
     """Create the compacted commit-marker topic unless it exists (racing creators are fine)."""
-    admin_settings: dict[str, Any] = {**admin_config(options.client_config), "logger": LIBRDKAFKA_LOGGER}
-    admin = AdminClient(admin_settings)
-    try:
-        metadata = admin.list_topics(timeout=options.operation_timeout_s)
-    except KafkaException as error:
-        raise _unreachable(options, error) from None
-    if options.marker_topic in metadata.topics and metadata.topics[options.marker_topic].error is None:
+    admin = KafkaAdmin(
+        options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
+    )
+    if options.marker_topic in admin.topic_partitions():
         return
     topic = NewTopic(
         options.marker_topic, 1, -1, config={"cleanup.policy": "compact", "segment.bytes": "16777216"}
     )
     try:
-        admin.create_topics([topic], operation_timeout=options.operation_timeout_s)[
+        admin.client.create_topics([topic], operation_timeout=options.operation_timeout_s)[
             options.marker_topic
         ].result(options.operation_timeout_s)
         log.info("created commit-marker topic %s", options.marker_topic)
@@ -359,7 +358,7 @@ def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> 
         try:
             low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
         except KafkaException as error:
-            raise _unreachable(options, error) from None
+            raise _unreachable(options, f"read the offsets of {options.marker_topic}", error) from None
     return int(low), int(high)
 
 
@@ -374,10 +373,22 @@ def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -
     }
 
 
-def _unreachable(options: SinkOptions, error: KafkaException) -> SparkafkaError:
-    return SparkafkaError(
-        f"Kafka at {options.bootstrap_servers} did not answer within {options.operation_timeout_s:.0f} s "
-        f"({error.args[0]}); check kafka.bootstrap.servers and that the brokers are reachable"
+def _unreachable(
+    options: SinkOptions, what: str, error: KafkaException | str, client_errors: Iterable[KafkaError] = ()
+) -> SparkafkaError:
+    """Kafka did not answer the sink's ``what`` within its operationTimeoutMs, with the cause the
+    client's error events (``client_errors``) gave, if any."""
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        reason = error.args[0].str()
+    else:
+        reason = str(error)
+    return unreachable_error(
+        what,
+        options.bootstrap_servers,
+        options.operation_timeout_s,
+        reason,
+        client_errors,
+        timeout_option=OPERATION_TIMEOUT,
     )
 
 
@@ -391,8 +402,12 @@ class _CachedProducer:
     marker: CommitMarker | None = None
     fresh: bool = True
     delivery_errors: list[KafkaError] = field(default_factory=list)
+    # The client's latest error events: why it cannot reach the cluster (a refused login, a refused
+    # connection), which a timed-out call does not say. Bounded: a producer may live for days.
+    client_errors: deque[KafkaError] = field(default_factory=lambda: deque(maxlen=_CLIENT_ERRORS_KEPT))
 
 
+_CLIENT_ERRORS_KEPT = 16
 _producers: dict[tuple[str, str | None, str], _CachedProducer] = {}
 _producers_lock = threading.Lock()
 _WORKER_STARTED_NS = time.time_ns()
@@ -435,8 +450,15 @@ def _new_cached_producer(options: SinkOptions, transactional_id: str | None) -> 
         if error is not None:
             errors.append(error)
 
-    config = {**_producer_config(options, transactional_id), "on_delivery": on_delivery}
-    return _CachedProducer(Producer(config), transactional_id, delivery_errors=errors)
+    client_errors: deque[KafkaError] = deque(maxlen=_CLIENT_ERRORS_KEPT)
+    config = {
+        **_producer_config(options, transactional_id),
+        "on_delivery": on_delivery,
+        "error_cb": client_errors.append,
+    }
+    return _CachedProducer(
+        Producer(config), transactional_id, delivery_errors=errors, client_errors=client_errors
+    )
 
 
 def _discard(options: SinkOptions, transactional_id: str | None) -> None:
@@ -480,7 +502,10 @@ def _transactional_producer(
         if error_code(error) == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise transaction_timeout_error(options) from None
         if error_code(error) in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
-            raise _unreachable(options, error) from None
+            producer.poll(0)  # error events reach client_errors on a poll
+            raise _unreachable(
+                options, f"initialise transactional id '{transactional_id}'", error, cached.client_errors
+            ) from None
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
@@ -844,9 +869,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if self.options.delivery_guarantee == AT_LEAST_ONCE:
             if remaining:
                 _discard(self.options, None)
-                raise SparkafkaError(
-                    f"{remaining} record(s) were not acknowledged by {self.options.bootstrap_servers} within "
-                    f"{self.options.operation_timeout_s:.0f} s; the task fails so Spark retries it"
+                raise _unreachable(
+                    self.options,
+                    f"acknowledge {remaining} record(s) of this task, which fails so that Spark retries it",
+                    f"{remaining} record(s) not acknowledged",
+                    cached.client_errors,
                 )
             if cached.delivery_errors:
                 error = cached.delivery_errors[0]

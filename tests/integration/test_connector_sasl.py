@@ -122,3 +122,23 @@ def test_wrong_password_fails_naming_the_authentication(
     assert "refused the client's credentials" in message, message[-2000:]
     assert "Authentication failed" in message, message[-2000:]  # librdkafka's own words
     assert "kafka.sasl.password" in message, message[-2000:]
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_sink_with_a_wrong_password_fails_naming_the_authentication(
+    spark: SparkSession, sasl_broker: BrokerProcess, guarantee: str
+) -> None:
+    rows = spark.createDataFrame([("v",)], "value string")
+    writer = (
+        rows.write.format("sparkafka")
+        .mode("append")
+        .options(**_connector_options(sasl_broker.bootstrap_servers, password="wrong"))
+        .option("topic", "anything")
+        .option("deliveryGuarantee", guarantee)
+        .option("operationTimeoutMs", "3000")
+    )
+    with pytest.raises(Exception) as failure:
+        writer.save()
+    message = str(failure.value)
+    assert "refused the client's credentials" in message, message[-2000:]
+    assert "Authentication failed" in message, message[-2000:]
