@@ -222,7 +222,10 @@ class Broker:
                 log.exception("periodic broker task %s failed", getattr(action, "__name__", action))
 
     def _abort_expired(self) -> None:
-        if self.transactions.abort_timed_out():
+        # Decided outcomes whose markers failed to be written are retried first: their partitions'
+        # last stable offsets wait for them.
+        completed = self.transactions.complete_prepared()
+        if self.transactions.abort_timed_out() or completed:
             self.notify_data()
 
     def _enforce_retention(self) -> None:

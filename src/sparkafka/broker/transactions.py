@@ -12,9 +12,21 @@ Ending a transaction (EndTxn, InitProducerId over an open transaction, or a time
 A crash between 1 and 3 is finished on start: the prepared outcome is written again to the
 partitions that still hold the transaction open.
 
+Once step 1 is journaled the outcome stands: EndTxn answers success even if step 2 fails (a marker
+write or a journal append), and the periodic task retries steps 2-3 (:meth:`complete_prepared`), as
+Kafka's marker channel does. Until then the id answers CONCURRENT_TRANSACTIONS.
+
 Fencing: InitProducerId and a timeout abort bump the epoch. Markers carry the bumped epoch, so the
 partitions reject later batches of the old producer (INVALID_PRODUCER_EPOCH) and the coordinator
 rejects its transactional requests (PRODUCER_FENCED).
+
+InitProducerId with the producer's current id and epoch (KIP-360: an idempotent or transactional
+producer bumping its own epoch) follows Kafka's TransactionMetadata.prepareIncrementProducerEpoch:
+the current epoch is bumped, and remembered as the last epoch; the last epoch again (a retry whose
+answer was lost) gets the current epoch without a bump; any other epoch is PRODUCER_FENCED. A new
+instance (no producer id in the request), a fence and a timeout forget the last epoch, so a fenced
+producer can never bump its way back. After an exhausted epoch moves the id to a new producer id,
+the previous producer id with that epoch is a retry of the rotation.
 """
 
 from __future__ import annotations
@@ -61,6 +73,10 @@ class TransactionMetadata:
     groups: set[str] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = -1
+    # KIP-360: the epoch before the last bump a producer asked for itself (-1: none to retry), and the
+    # producer id before the last rotation to a new one.
+    last_producer_epoch: int = -1
+    previous_producer_id: int = -1
 
     def to_entry(self) -> dict[str, Any]:
         return {
@@ -74,6 +90,8 @@ class TransactionMetadata:
             "groups": sorted(self.groups),
             "start": self.start_ms,
             "updated": self.last_update_ms,
+            "last_epoch": self.last_producer_epoch,
+            "previous_pid": self.previous_producer_id,
         }
 
     @classmethod
@@ -88,6 +106,9 @@ class TransactionMetadata:
             groups=set(entry["groups"]),
             start_ms=entry["start"],
             last_update_ms=entry["updated"],
+            # Journals written before these fields existed: nothing to retry.
+            last_producer_epoch=entry.get("last_epoch", -1),
+            previous_producer_id=entry.get("previous_pid", -1),
         )
 
 
@@ -129,12 +150,8 @@ class TransactionCoordinator:
 
     def recover(self) -> None:
         """Finish transactions whose outcome was journaled but whose markers may not all be written."""
-        for txn in list(self.transactions.values()):
-            if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                log.info(
-                    "completing %s of transactional id %r after restart", txn.state, txn.transactional_id
-                )
-                self._write_outcome(txn, commit=txn.state is TxnState.PREPARE_COMMIT)
+        if count := self.complete_prepared():
+            log.info("completed %d decided transaction(s) after restart", count)
 
     def _index(self, txn: TransactionMetadata) -> None:
         previous = self.transactions.get(txn.transactional_id)
@@ -171,6 +188,8 @@ class TransactionCoordinator:
         epoch, fencing that instance."""
         if transactional_id is None:
             return self.allocate_producer_id(), 0
+        if not transactional_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id must not be empty")
         if not 0 < timeout_ms <= self.max_timeout_ms:
             raise BrokerError(
                 ErrorCode.INVALID_TRANSACTION_TIMEOUT,
@@ -183,17 +202,14 @@ class TransactionCoordinator:
             self._index(txn)
             self._persist(txn)
             return txn.producer_id, txn.producer_epoch
+        bumping_own_epoch = producer_id >= 0
+        if bumping_own_epoch and not (
+            producer_id == txn.producer_id
+            or (producer_id == txn.previous_producer_id and producer_epoch >= _MAX_EPOCH)
+        ):
+            raise self._fenced(txn, producer_id, producer_epoch)
         if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
-        if producer_id >= 0 and not (
-            producer_id == txn.producer_id and producer_epoch in (txn.producer_epoch, txn.producer_epoch - 1)
-        ):
-            # KIP-360: a producer asking for a bump must still own the id (or be retrying the last bump).
-            raise BrokerError(
-                ErrorCode.PRODUCER_FENCED,
-                f"producer {producer_id} epoch {producer_epoch} no longer owns transactional id "
-                f"{transactional_id!r} (now producer {txn.producer_id} epoch {txn.producer_epoch})",
-            )
         if txn.state is TxnState.ONGOING:
             # As Kafka: fence the previous instance, abort its transaction, and have the new instance
             # retry; the retry finds CompleteAbort and bumps the epoch once more.
@@ -202,19 +218,38 @@ class TransactionCoordinator:
                 ErrorCode.CONCURRENT_TRANSACTIONS,
                 f"aborting the open transaction of {transactional_id!r} before re-initialising it; retry",
             )
-        txn.timeout_ms = timeout_ms
-        if txn.producer_epoch >= _MAX_EPOCH:
+        if txn.producer_epoch >= _MAX_EPOCH and (
+            not bumping_own_epoch or (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch)
+        ):
             self._by_producer_id.pop(txn.producer_id, None)
+            txn.previous_producer_id = txn.producer_id
+            txn.last_producer_epoch = txn.producer_epoch if bumping_own_epoch else -1
             txn.producer_id, txn.producer_epoch = self.allocate_producer_id(), 0
             self._by_producer_id[txn.producer_id] = txn
-        else:
+        elif not bumping_own_epoch:
             txn.producer_epoch += 1
+            txn.last_producer_epoch = -1
+        elif producer_id == txn.producer_id and producer_epoch == txn.producer_epoch:
+            txn.last_producer_epoch = txn.producer_epoch
+            txn.producer_epoch += 1
+        elif producer_epoch != txn.last_producer_epoch:
+            raise self._fenced(txn, producer_id, producer_epoch)
+        # else: the last bump again, its answer lost: the current epoch, not bumped twice.
+        txn.timeout_ms = timeout_ms
         txn.state = TxnState.EMPTY
         txn.partitions.clear()
         txn.groups.clear()
         txn.start_ms = -1
         self._persist(txn)
         return txn.producer_id, txn.producer_epoch
+
+    @staticmethod
+    def _fenced(txn: TransactionMetadata, producer_id: int, producer_epoch: int) -> BrokerError:
+        return BrokerError(
+            ErrorCode.PRODUCER_FENCED,
+            f"producer {producer_id} epoch {producer_epoch} no longer owns transactional id "
+            f"{txn.transactional_id!r} (now producer {txn.producer_id} epoch {txn.producer_epoch})",
+        )
 
     # -- validation shared by the transactional requests -------------------------------------------
 
@@ -325,9 +360,36 @@ class TransactionCoordinator:
         )
 
     def _complete(self, txn: TransactionMetadata, commit: bool) -> None:
+        """Decide the outcome (journal PrepareCommit/PrepareAbort), then carry it out. A failure to
+        journal the decision leaves the transaction as it was and reaches the caller; a failure after
+        it is logged and left to :meth:`complete_prepared`, since the outcome stands."""
+        before = txn.state
         txn.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        self._persist(txn)
-        self._write_outcome(txn, commit)
+        try:
+            self._persist(txn)
+        except BaseException:
+            txn.state = before
+            raise
+        try:
+            self._write_outcome(txn, commit)
+        except Exception:
+            log.exception(
+                "writing the %s of transactional id %r failed; retrying periodically",
+                "commit" if commit else "abort",
+                txn.transactional_id,
+            )
+
+    def complete_prepared(self) -> int:
+        """Carry out every decided outcome whose markers or completion are not all written yet (after a
+        failed write, or a restart between the decision and the completion). Returns how many."""
+        prepared = [
+            txn
+            for txn in self.transactions.values()
+            if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        ]
+        for txn in prepared:
+            self._write_outcome(txn, commit=txn.state is TxnState.PREPARE_COMMIT)
+        return len(prepared)
 
     def _write_outcome(self, txn: TransactionMetadata, commit: bool) -> None:
         for topic, partition in sorted(txn.partitions):
@@ -348,8 +410,14 @@ class TransactionCoordinator:
             txn.producer_epoch,
             reason,
         )
+        unfenced = (txn.producer_epoch, txn.last_producer_epoch)
         txn.producer_epoch += 1
-        self._complete(txn, commit=False)
+        txn.last_producer_epoch = -1  # the fenced producer's epoch is no retry of anything
+        try:
+            self._complete(txn, commit=False)
+        except BaseException:  # the fence was not journaled: as if it had not been tried
+            txn.producer_epoch, txn.last_producer_epoch = unfenced
+            raise
 
     def abort_timed_out(self) -> int:
         """Abort transactions open longer than their transaction.timeout.ms, bumping the epoch so the

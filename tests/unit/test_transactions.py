@@ -1,0 +1,187 @@
+"""The transaction coordinator's InitProducerId epoch rules (Kafka's TransactionCoordinator and
+TransactionMetadata.prepareIncrementProducerEpoch, KIP-360) and the completion of decided outcomes
+whose markers could not be written, on a real journal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.journal import Journal, JournalError
+from sparkafka.broker.transactions import TransactionCoordinator, TxnState
+
+TIMEOUT_MS = 60_000
+EXHAUSTED_EPOCH = 32766  # Short.MaxValue - 1: Kafka moves the id to a new producer id
+
+
+class Markers:
+    """Records the markers the coordinator writes; ``fail_next`` makes the next writes raise."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, int, int, int, bool]] = []
+        self.fail_next = 0
+
+    def __call__(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> None:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise OSError("disk full")
+        self.written.append((topic, partition, producer_id, epoch, commit))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def markers() -> Markers:
+    return Markers()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def journal_path(tmp_path: Path) -> Path:
+    return tmp_path / "__transaction_state.journal"
+
+
+@pytest.fixture
+def coordinator(journal_path: Path, markers: Markers, clock: Clock) -> Iterator[TransactionCoordinator]:
+    journal = Journal(journal_path)
+    yield _coordinator(journal, markers, clock)
+    journal.close()
+
+
+def _coordinator(journal: Journal, markers: Markers, clock: Clock) -> TransactionCoordinator:
+    return TransactionCoordinator(
+        journal,
+        max_timeout_ms=900_000,
+        write_marker=markers,
+        complete_offsets=lambda group, producer_id, commit: None,
+        partition_exists=lambda topic, partition: True,
+        now_ms=clock,
+    )
+
+
+def _error(call: object, *args: object) -> ErrorCode:
+    with pytest.raises(BrokerError) as raised:
+        call(*args)  # type: ignore[operator]
+    return raised.value.code
+
+
+def test_a_fenced_instance_cannot_bump_its_way_back(coordinator: TransactionCoordinator) -> None:
+    pid, zombie_epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS) == (pid, zombie_epoch + 1)  # a new instance
+    # Its own epoch is neither the current one nor the last one a bump came from.
+    assert (
+        _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid, zombie_epoch) == ErrorCode.PRODUCER_FENCED
+    )
+    # The new instance still owns the id.
+    coordinator.add_partitions("t", pid, zombie_epoch + 1, [("out", 0)])
+
+
+def test_own_bump_and_its_retry(coordinator: TransactionCoordinator) -> None:
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch) == (pid, epoch + 1)
+    # The answer got lost and the producer asks again: the same epoch, not a second bump.
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch) == (pid, epoch + 1)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch + 1) == (pid, epoch + 2)
+    assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid, epoch) == ErrorCode.PRODUCER_FENCED
+    assert (
+        _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid + 1, epoch + 2) == ErrorCode.PRODUCER_FENCED
+    )
+
+
+def test_a_new_instance_forgets_the_last_epoch(coordinator: TransactionCoordinator) -> None:
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch) == (pid, epoch + 1)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS) == (pid, epoch + 2)
+    # The instance that bumped from `epoch` was fenced by the new one: no retry for it.
+    assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid, epoch) == ErrorCode.PRODUCER_FENCED
+    assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid, epoch + 1) == ErrorCode.PRODUCER_FENCED
+
+
+def test_a_timed_out_producer_is_fenced_for_good(
+    coordinator: TransactionCoordinator, markers: Markers, clock: Clock
+) -> None:
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch) == (pid, epoch + 1)
+    coordinator.add_partitions("t", pid, epoch + 1, [("out", 0)])
+    clock.now += TIMEOUT_MS + 1
+    assert coordinator.abort_timed_out() == 1
+    assert markers.written == [("out", 0, pid, epoch + 2, False)]
+    for stale in (epoch, epoch + 1):
+        assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid, stale) == ErrorCode.PRODUCER_FENCED
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch + 2) == (pid, epoch + 3)
+
+
+def test_an_exhausted_epoch_moves_to_a_new_producer_id(coordinator: TransactionCoordinator) -> None:
+    pid, _ = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.transactions["t"].producer_epoch = EXHAUSTED_EPOCH
+    new_pid, new_epoch = coordinator.init_producer_id("t", TIMEOUT_MS, pid, EXHAUSTED_EPOCH)
+    assert new_pid != pid and new_epoch == 0
+    # A retry with the old producer id and its exhausted epoch gets the same answer.
+    assert coordinator.init_producer_id("t", TIMEOUT_MS, pid, EXHAUSTED_EPOCH) == (new_pid, 0)
+    assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS, pid, 5) == ErrorCode.PRODUCER_FENCED
+    assert coordinator.by_producer_id(new_pid) is coordinator.transactions["t"]
+    assert coordinator.by_producer_id(pid) is None
+
+
+def test_the_last_epoch_survives_a_restart(journal_path: Path, markers: Markers, clock: Clock) -> None:
+    journal = Journal(journal_path)
+    first = _coordinator(journal, markers, clock)
+    pid, epoch = first.init_producer_id("t", TIMEOUT_MS)
+    assert first.init_producer_id("t", TIMEOUT_MS, pid, epoch) == (pid, epoch + 1)
+    journal.close()
+    journal = Journal(journal_path)
+    try:
+        restarted = _coordinator(journal, markers, clock)
+        assert restarted.init_producer_id("t", TIMEOUT_MS, pid, epoch) == (pid, epoch + 1)
+    finally:
+        journal.close()
+
+
+def test_an_empty_transactional_id_is_an_invalid_request(coordinator: TransactionCoordinator) -> None:
+    assert _error(coordinator.init_producer_id, "", TIMEOUT_MS) == ErrorCode.INVALID_REQUEST
+
+
+def test_a_decided_commit_whose_markers_failed_is_completed_later(
+    coordinator: TransactionCoordinator, markers: Markers
+) -> None:
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.add_partitions("t", pid, epoch, [("out", 0), ("out", 1)])
+    markers.fail_next = 1
+    coordinator.end_txn("t", pid, epoch, commit=True)  # decided: the producer is told it committed
+    assert coordinator.transactions["t"].state is TxnState.PREPARE_COMMIT
+    assert markers.written == []
+    assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS) == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert (
+        _error(coordinator.add_partitions, "t", pid, epoch, [("out", 0)]) == ErrorCode.CONCURRENT_TRANSACTIONS
+    )
+
+    assert coordinator.complete_prepared() == 1
+    assert markers.written == [("out", 0, pid, epoch, True), ("out", 1, pid, epoch, True)]
+    assert coordinator.transactions["t"].state is TxnState.COMPLETE_COMMIT
+    coordinator.end_txn("t", pid, epoch, commit=True)  # a retried EndTxn is answered with success
+    assert coordinator.complete_prepared() == 0
+
+
+def test_a_decision_that_cannot_be_journaled_changes_nothing(
+    coordinator: TransactionCoordinator, journal_path: Path
+) -> None:
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.add_partitions("t", pid, epoch, [("out", 0)])
+    coordinator._journal.close()  # every later append fails
+    with pytest.raises(JournalError):
+        coordinator.init_producer_id("t", TIMEOUT_MS)  # would fence and abort the open transaction
+    txn = coordinator.transactions["t"]
+    assert (txn.state, txn.producer_epoch) == (TxnState.ONGOING, epoch)
