@@ -7,9 +7,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
 from .kafka_clients import create_topic, read_all, transactional_producer, values
+from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
 
@@ -218,3 +220,64 @@ def test_broker_sigkill_mid_transaction_loses_nothing(fresh_broker: BrokerProces
     successor.produce(topic_name, value=b"after")
     successor.commit_transaction(30)
     assert values(read_all(fresh_broker.bootstrap_servers, topic_name, expect=101)) == [*expected, b"after"]
+
+
+def _list_offsets(
+    broker: BrokerProcess,
+    topic: str,
+    timestamp: int,
+    *,
+    read_committed: bool,
+    version: int = 7,
+    twice: bool = False,
+) -> list[tuple[int, int, int, int]]:
+    """(error code, timestamp, offset, leader epoch) per partition entry of one raw ListOffsets request."""
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+    topic_class = ListOffsetsRequest.ListOffsetsTopic
+    wanted = [
+        topic_class.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
+    ]
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=1 if read_committed else 0,
+        topics=[topic_class(name=topic, partitions=wanted * (2 if twice else 1))],
+    )
+    with RawConnection(broker.port) as connection:
+        response = connection.roundtrip(request, ListOffsetsResponse, version)
+    return [(p.error_code, p.timestamp, p.offset, p.leader_epoch) for p in response.topics[0].partitions]
+
+
+def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Kafka's Partition.fetchOffsetForTimestamp: MAX_TIMESTAMP (-3, ListOffsets v7+, KIP-734) answers
+    only offsets below the last fetchable offset, the last stable offset for read_committed."""
+    max_timestamp = -3
+    create_topic(broker.bootstrap_servers, topic_name)
+    base = int(time.time() * 1000)
+    writer = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    writer.produce(topic_name, value=b"committed", partition=0, timestamp=base)
+    writer.commit_transaction(30)
+    writer.begin_transaction()
+    writer.produce(topic_name, value=b"open", partition=0, timestamp=base + 60_000)
+    writer.flush(30)
+    try:
+        # The newest timestamp is in the open transaction, at offset 2 (the commit marker is at 1).
+        assert _list_offsets(broker, topic_name, max_timestamp, read_committed=False) == [
+            (0, base + 60_000, 2, 0)
+        ]
+        assert _list_offsets(broker, topic_name, max_timestamp, read_committed=True) == [(0, -1, -1, -1)]
+        assert _list_offsets(broker, topic_name, max_timestamp, read_committed=False, version=6) == [
+            (ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1)
+        ]
+        assert (
+            _list_offsets(broker, topic_name, -1, read_committed=True, twice=True)
+            == [(ErrorCode.INVALID_REQUEST, -1, -1, -1)] * 2
+        )
+    finally:
+        writer.abort_transaction(30)
+    # As in Kafka, the answer comes from the log's timestamps, aborted records included.
+    assert _list_offsets(broker, topic_name, max_timestamp, read_committed=True) == [(0, base + 60_000, 2, 0)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 _LATEST = -1
 _EARLIEST = -2
 _MAX_TIMESTAMP = -3
+_FIRST_MAX_TIMESTAMP_VERSION = 7  # KIP-734
 _READ_COMMITTED = 1
 
 # Returned by a fast handler that leaves the request to the general codec and handler.
@@ -313,29 +315,34 @@ async def list_offsets(broker: Broker, request: Any, context: RequestContext) ->
     topic_class = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_class = topic_class.ListOffsetsPartitionResponse
     read_committed = request.isolation_level == _READ_COMMITTED
+    # As Kafka's KafkaApis: a partition named twice is answered INVALID_REQUEST each time.
+    named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
     for wanted_topic in request.topics:
         partitions = []
         for wanted in wanted_topic.partitions:
             timestamp, offset, error = -1, -1, ErrorCode.NONE
             try:
+                if named[(wanted_topic.name, wanted.partition_index)] > 1:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST, "partition listed more than once")
                 partition = broker.partition(wanted_topic.name, wanted.partition_index)
+                # Partition.fetchOffsetForTimestamp: nothing at or past the last fetchable offset.
+                upper = partition.last_stable_offset if read_committed else partition.high_watermark
                 if wanted.timestamp == _LATEST:
-                    offset = partition.last_stable_offset if read_committed else partition.high_watermark
+                    offset = upper
                 elif wanted.timestamp == _EARLIEST:
                     offset = partition.log_start_offset
-                elif wanted.timestamp == _MAX_TIMESTAMP:
+                elif wanted.timestamp == _MAX_TIMESTAMP and context.version >= _FIRST_MAX_TIMESTAMP_VERSION:
                     found = partition.log.max_timestamp_offset()
-                    if found is not None:
+                    if found is not None and found[0] < upper:
                         offset, timestamp = found
                 elif wanted.timestamp < 0:
                     raise BrokerError(
                         ErrorCode.UNSUPPORTED_VERSION,
-                        f"ListOffsets timestamp {wanted.timestamp} is not supported",
+                        f"ListOffsets v{context.version} timestamp {wanted.timestamp} is not supported",
                     )
                 else:
                     found = partition.log.offset_for_timestamp(wanted.timestamp)
-                    upper = partition.last_stable_offset if read_committed else partition.high_watermark
                     if found is not None and found[0] < upper:
                         offset, timestamp = found
             except BrokerError as exc:
@@ -346,7 +353,8 @@ async def list_offsets(broker: Broker, request: Any, context: RequestContext) ->
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if error == ErrorCode.NONE else -1,
+                    # No offset found (a timestamp search without a match): no epoch either.
+                    leader_epoch=0 if error == ErrorCode.NONE and offset >= 0 else -1,
                 )
             )
         topics.append(topic_class(name=wanted_topic.name, partitions=partitions))
