@@ -40,6 +40,9 @@ class _BatchSeqs:
     last_seq: int
     first_offset: int
     last_offset: int
+    # The batch's maxTimestamp as stored: a duplicate of it is answered with this as its log append
+    # time, whatever the topic's timestamp type (Kafka's UnifiedLog.append, BatchMetadata.timestamp).
+    max_timestamp: int
 
 
 @dataclass(slots=True)
@@ -96,8 +99,7 @@ class Partition:
                 marker = records.control_marker(batch)
                 if marker is not None:
                     self._complete_txn(header.producer_id, header.base_offset, marker[0] == "COMMIT")
-                entry = self.producers.setdefault(header.producer_id, ProducerEntry(header.producer_epoch))
-                entry.epoch = max(entry.epoch, header.producer_epoch)
+                self._marker_epoch(header.producer_id, header.producer_epoch)
                 continue
             self._record_batch(header, header.base_offset, header.max_timestamp)
         if self.open_txn_first_offset:
@@ -169,7 +171,7 @@ class Partition:
             header = idempotent[0]
             duplicate = self._check_sequence(header)
             if duplicate is not None:
-                return AppendResult(duplicate, -1, True)
+                return AppendResult(duplicate.first_offset, duplicate.max_timestamp, True)
             if header.is_transactional:
                 verify_transaction(header.producer_id, header.producer_epoch, self.topic, self.index)
             elif header.producer_id in self.open_txn_first_offset:
@@ -200,8 +202,8 @@ class Partition:
         self.log.append(assigned, now_ms=now_ms)
         return AppendResult(base, log_append_time, False)
 
-    def _check_sequence(self, header: records.BatchHeader) -> int | None:
-        """Idempotence rules of Kafka's ProducerAppendInfo; returns the first offset of a duplicate."""
+    def _check_sequence(self, header: records.BatchHeader) -> _BatchSeqs | None:
+        """Idempotence rules of Kafka's ProducerAppendInfo; returns the batch this one duplicates."""
         entry = self.producers.get(header.producer_id)
         if entry is None:
             # Kafka accepts any sequence from a producer it has no state for (never seen, or its
@@ -223,8 +225,10 @@ class Partition:
             return None
         for seen in entry.recent:
             if seen.first_seq == header.base_sequence and seen.last_seq == header.last_sequence:
-                return seen.first_offset
-        if entry.recent and header.base_sequence != _next_sequence(entry.last_sequence):
+                return seen
+        # With no batch of this epoch retained (its state came from a transaction marker) the last
+        # sequence is -1, so the epoch's first batch must start at 0, as in Kafka.
+        if header.base_sequence != _next_sequence(entry.last_sequence):
             raise BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {header.producer_id} sent sequence {header.base_sequence} to "
@@ -244,6 +248,7 @@ class Partition:
                     header.last_sequence,
                     base_offset,
                     base_offset + header.last_offset_delta,
+                    max_timestamp,
                 )
             )
         entry.last_timestamp = max_timestamp
@@ -271,13 +276,18 @@ class Partition:
             timestamp_ms=now_ms,
         )
         self.log.append([batch], now_ms=now_ms)
+        self._marker_epoch(producer_id, producer_epoch).coordinator_epoch = coordinator_epoch
+        self._complete_txn(producer_id, offset, commit)
+        return offset
+
+    def _marker_epoch(self, producer_id: int, producer_epoch: int) -> ProducerEntry:
+        """A transaction marker's epoch becomes the producer's (Kafka's maybeUpdateProducerEpoch): a
+        newer one forgets the batches of the older epoch, whose sequences say nothing about the new."""
         entry = self.producers.setdefault(producer_id, ProducerEntry(producer_epoch))
         if producer_epoch > entry.epoch:
             entry.epoch = producer_epoch
             entry.recent.clear()
-        entry.coordinator_epoch = coordinator_epoch
-        self._complete_txn(producer_id, offset, commit)
-        return offset
+        return entry
 
     def _complete_txn(self, producer_id: int, marker_offset: int, commit: bool) -> None:
         first = self.open_txn_first_offset.pop(producer_id, None)

@@ -1,0 +1,90 @@
+"""A partition's idempotent-producer state, as Kafka's ProducerStateManager keeps it: duplicates are
+answered with the first write's offset and timestamp; a transaction marker's newer epoch starts the
+producer's sequences anew, at run time and after recovery from the log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkafka.broker import records
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.log import LogConfig
+from sparkafka.broker.partition import Partition
+
+NOW_MS = 1_800_000_000_000
+PRODUCER = 7
+
+
+def _batch(*, epoch: int, sequence: int, count: int = 2, timestamp: int = NOW_MS - 5_000) -> bytes:
+    return records.encode_batch(
+        [records.Record(i, timestamp + i, b"k", b"v%d" % i) for i in range(count)],
+        base_offset=0,
+        producer_id=PRODUCER,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+    )
+
+
+def _no_transactions(producer_id: int, epoch: int, topic: str, partition: int) -> None:
+    raise AssertionError("no transactional batch is written here")
+
+
+@pytest.fixture
+def open_partition(tmp_path: Path) -> Iterator[type[Partition]]:
+    opened: list[Partition] = []
+
+    def make(**config: object) -> Partition:
+        partition = Partition("t", 0, tmp_path / "t-0", LogConfig(**config))  # type: ignore[arg-type]
+        opened.append(partition)
+        return partition
+
+    yield make  # type: ignore[misc]
+    for partition in opened:
+        partition.log.close()
+
+
+def _append(partition: Partition, batch: bytes, now_ms: int = NOW_MS) -> tuple[int, int, bool]:
+    result = partition.append_from_client(
+        batch, now_ms=now_ms, max_message_bytes=1 << 20, verify_transaction=_no_transactions
+    )
+    return result.base_offset, result.log_append_time, result.duplicate
+
+
+@pytest.mark.parametrize("log_append_time", [False, True])
+def test_a_duplicate_is_answered_with_the_first_writes_offset_and_timestamp(
+    open_partition: type[Partition], log_append_time: bool
+) -> None:
+    partition = open_partition(log_append_time=log_append_time)  # type: ignore[call-arg]
+    first = _append(partition, _batch(epoch=0, sequence=0))
+    again = _append(partition, _batch(epoch=0, sequence=0), now_ms=NOW_MS + 1_000)
+    assert first == (0, NOW_MS if log_append_time else -1, False)
+    # Kafka's UnifiedLog.append answers a duplicate with the stored batch's maxTimestamp as its log
+    # append time, whatever the topic's timestamp type.
+    assert again == (0, NOW_MS if log_append_time else NOW_MS - 5_000 + 1, True)
+    assert partition.log.log_end_offset == 2
+
+
+def test_a_markers_newer_epoch_starts_the_sequences_anew(open_partition: type[Partition]) -> None:
+    partition = open_partition()
+    assert _append(partition, _batch(epoch=0, sequence=0))[2] is False
+    assert _append(partition, _batch(epoch=0, sequence=2))[2] is False
+    # The coordinator fenced the producer: its abort marker carries the bumped epoch.
+    partition.write_txn_marker(
+        producer_id=PRODUCER, producer_epoch=1, commit=False, coordinator_epoch=0, now_ms=NOW_MS
+    )
+    for reopened in (False, True):
+        if reopened:  # the same state rebuilt from the log
+            partition.log.close()
+            partition = open_partition()
+        with pytest.raises(BrokerError) as gap:
+            _append(partition, _batch(epoch=1, sequence=4))
+        assert gap.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        # Sequences 0-1 of epoch 0 are no duplicate of epoch 1's first batch.
+        with pytest.raises(BrokerError) as stale:
+            _append(partition, _batch(epoch=0, sequence=0))
+        assert stale.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    offset, _, duplicate = _append(partition, _batch(epoch=1, sequence=0))
+    assert (offset, duplicate) == (5, False)
