@@ -19,9 +19,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
+from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
+from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
 
@@ -357,3 +359,23 @@ def test_broker_cli_rejects_bad_listen_address() -> None:
     )
     assert result.returncode == 2
     assert "HOST:PORT" in result.stderr
+
+
+def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's getTopicMetadata without auto-creation: INVALID_TOPIC_EXCEPTION for a name no topic can
+    have, UNKNOWN_TOPIC_OR_PARTITION for a valid name of a topic that does not exist."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    wanted = [
+        MetadataRequest.MetadataRequestTopic(topic_id=None, name=name) for name in ("bad/name", topic_name)
+    ]
+    with RawConnection(broker.port) as connection:
+        for version in (8, 12):
+            request = MetadataRequest(
+                topics=wanted, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            )
+            response = connection.roundtrip(request, MetadataResponse, version=version)
+            assert [(t.name, t.error_code) for t in response.topics] == [
+                ("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION),
+                (topic_name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            ]

@@ -16,7 +16,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from sparkafka.broker import protocol
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.topics import TOPIC_CONFIG_DEFAULTS, Topic
+from sparkafka.broker.topics import TOPIC_CONFIG_DEFAULTS, Topic, validate_topic_name
 
 if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
@@ -162,6 +162,9 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
                 topic = broker.topics.topics.get(wanted.name)
                 if topic is None and auto_create and broker.config.auto_create_topics:
                     topic = broker.create_topic(wanted.name, broker.config.default_partitions, {})
+                elif topic is None:
+                    # Kafka's getTopicMetadata: a name that could never exist is INVALID_TOPIC_EXCEPTION.
+                    validate_topic_name(wanted.name)
             except BrokerError as exc:
                 topics.append(_missing_topic(wanted.name, None, exc.code))
                 continue
