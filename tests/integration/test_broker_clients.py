@@ -379,3 +379,50 @@ def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, 
                 ("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION),
                 (topic_name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
             ]
+
+
+def test_incremental_fetches_of_an_unknown_session_are_refused(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """KIP-227: this broker keeps no fetch sessions (every full fetch is answered with session id 0), so
+    a fetch of any other epoch names a session it does not have: FETCH_SESSION_ID_NOT_FOUND, as Kafka's
+    FetchSession answers an unknown session id, with no partitions."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    sender = producer(broker.bootstrap_servers)
+    sender.produce(topic_name, value=b"v")
+    assert sender.flush(10) == 0
+    topic_class = FetchRequest.FetchTopic
+
+    def fetch(session_id: int, epoch: int, version: int) -> tuple[int, int, list[int]]:
+        wanted = topic_class.FetchPartition(
+            partition=0,
+            current_leader_epoch=-1,
+            fetch_offset=0,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=session_id,
+            session_epoch=epoch,
+            topics=[topic_class(topic=topic_name, partitions=[wanted])],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        with RawConnection(broker.port) as connection:
+            response = connection.roundtrip(request, FetchResponse, version)
+        errors = [p.error_code for t in response.responses for p in t.partitions]
+        return response.error_code, response.session_id, errors
+
+    for version in (7, 12):
+        assert fetch(0, 0, version) == (0, 0, [0])  # a full fetch opening a session: none is kept
+        assert fetch(0, -1, version) == (0, 0, [0])  # a full fetch wanting no session
+        assert fetch(1234, 1, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+        assert fetch(0, 3, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])

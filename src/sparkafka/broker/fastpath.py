@@ -304,7 +304,8 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
     """Decode a whole FetchRequest frame (v4-v12, header included), or None.
 
     Steps: skip the header; replica id, max wait, min bytes, max bytes, isolation level, then session id
-    and epoch (v7+); per topic its name and per partition: index, current leader epoch (v9+), fetch
+    and epoch (v7+; an epoch other than 0 and -1 asks for an incremental fetch of a session, which the
+    general path refuses); per topic its name and per partition: index, current leader epoch (v9+), fetch
     offset, last fetched epoch (v12+), log start offset (v5+), max bytes; forgotten topics (v7+), which
     must be empty (no fetch sessions here); rack id (v11+). In v12 partitions, topics and the body end
     with tagged fields, which must be empty. The body must end exactly at the frame's end.
@@ -324,7 +325,12 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
         )
         pos += 17
         if version >= 7:
-            pos += 8  # session id and epoch: sessions are not kept, every fetch is a full one
+            # Session id and epoch: sessions are not kept, so only full fetches (epoch 0 or -1) are
+            # served here; the general path answers the others.
+            (session_epoch,) = struct.unpack_from(">i", view, pos + 4)
+            if session_epoch not in (0, -1):
+                return None
+            pos += 8
         topic_count, pos = _array_length(view, pos, end, compact, 3 if compact else 6)
         topics: list[tuple[str, list[tuple[int, int, int]]]] = []
         for _ in range(topic_count):
