@@ -381,9 +381,7 @@ def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, 
             ]
 
 
-def test_incremental_fetches_of_an_unknown_session_are_refused(
-    broker: BrokerProcess, topic_name: str
-) -> None:
+def test_fetch_sessions_and_failed_reads_answer_as_kafka(broker: BrokerProcess, topic_name: str) -> None:
     """KIP-227: this broker keeps no fetch sessions (every full fetch is answered with session id 0), so
     a fetch of any other epoch names a session it does not have: FETCH_SESSION_ID_NOT_FOUND, as Kafka's
     FetchSession answers an unknown session id, with no partitions."""
@@ -395,11 +393,13 @@ def test_incremental_fetches_of_an_unknown_session_are_refused(
     assert sender.flush(10) == 0
     topic_class = FetchRequest.FetchTopic
 
-    def fetch(session_id: int, epoch: int, version: int) -> tuple[int, int, list[int]]:
+    def fetch(
+        session_id: int, epoch: int, version: int, offset: int = 0
+    ) -> tuple[int, int, list[tuple[int, int, int, int]]]:
         wanted = topic_class.FetchPartition(
             partition=0,
             current_leader_epoch=-1,
-            fetch_offset=0,
+            fetch_offset=offset,
             last_fetched_epoch=-1,
             log_start_offset=-1,
             partition_max_bytes=1 << 20,
@@ -418,11 +418,18 @@ def test_incremental_fetches_of_an_unknown_session_are_refused(
         )
         with RawConnection(broker.port) as connection:
             response = connection.roundtrip(request, FetchResponse, version)
-        errors = [p.error_code for t in response.responses for p in t.partitions]
-        return response.error_code, response.session_id, errors
+        partitions = [
+            (p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset)
+            for t in response.responses
+            for p in t.partitions
+        ]
+        return response.error_code, response.session_id, partitions
 
     for version in (7, 12):
-        assert fetch(0, 0, version) == (0, 0, [0])  # a full fetch opening a session: none is kept
-        assert fetch(0, -1, version) == (0, 0, [0])  # a full fetch wanting no session
+        # A full fetch opening a session (none is kept), and one wanting no session.
+        assert fetch(0, 0, version) == (0, 0, [(0, 1, 1, 0)])
+        assert fetch(0, -1, version) == (0, 0, [(0, 1, 1, 0)])
         assert fetch(1234, 1, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
         assert fetch(0, 3, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+        # A failed partition read carries no offsets, as in Kafka's ReplicaManager.
+        assert fetch(0, -1, version, offset=5) == (0, 0, [(ErrorCode.OFFSET_OUT_OF_RANGE, -1, -1, -1)])

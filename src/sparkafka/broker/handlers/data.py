@@ -317,7 +317,8 @@ def _read_fetch(
                 if read_committed:
                     result.aborted_transactions = [(t.producer_id, t.first_offset) for t in aborted_txns]
             except BrokerError as exc:
-                result.error_code = exc.code
+                # As Kafka's ReplicaManager for a failed read: the error alone, every offset unknown.
+                result = PartitionFetchResult(index, error_code=exc.code)
                 had_error = True
             results.append(result)
         responses.append((name, results))
