@@ -281,3 +281,36 @@ def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(
         writer.abort_transaction(30)
     # As in Kafka, the answer comes from the log's timestamps, aborted records included.
     assert _list_offsets(broker, topic_name, max_timestamp, read_committed=True) == [(0, base + 60_000, 2, 0)]
+
+
+def test_list_transactions_duration_filter_keeps_longer_running_ones(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """KIP-994, as Kafka's TransactionStateManager: with a duration filter, only transactions running
+    for longer than it; an id that never started one counts as running since the epoch."""
+    from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsResponse
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    idle = transactional_producer(broker.bootstrap_servers, f"idle-{topic_name}")
+    idle.init_transactions(30)
+    running = transactional_producer(broker.bootstrap_servers, f"open-{topic_name}")
+    running.init_transactions(30)
+    running.begin_transaction()
+    running.produce(topic_name, value=b"open")
+    running.flush(30)
+    try:
+
+        def listed(duration_ms: int) -> set[str]:
+            request = ListTransactionsRequest(
+                state_filters=[], producer_id_filters=[], duration_filter=duration_ms
+            )
+            with RawConnection(broker.port) as connection:
+                response = connection.roundtrip(request, ListTransactionsResponse, 1)
+            mine = {f"idle-{topic_name}", f"open-{topic_name}"}
+            return {s.transactional_id for s in response.transaction_states} & mine
+
+        assert listed(-1) == {f"idle-{topic_name}", f"open-{topic_name}"}
+        assert listed(0) == {f"idle-{topic_name}", f"open-{topic_name}"}
+        assert listed(3_600_000) == {f"idle-{topic_name}"}
+    finally:
+        running.abort_transaction(30)

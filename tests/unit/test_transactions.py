@@ -185,3 +185,26 @@ def test_a_decision_that_cannot_be_journaled_changes_nothing(
         coordinator.init_producer_id("t", TIMEOUT_MS)  # would fence and abort the open transaction
     txn = coordinator.transactions["t"]
     assert (txn.state, txn.producer_epoch) == (TxnState.ONGOING, epoch)
+
+
+def test_unknown_partitions_fail_before_the_producer_is_checked(journal_path: Path, clock: Clock) -> None:
+    journal = Journal(journal_path)
+    try:
+        coordinator = TransactionCoordinator(
+            journal,
+            max_timeout_ms=900_000,
+            write_marker=Markers(),
+            complete_offsets=lambda group, producer_id, commit: None,
+            partition_exists=lambda topic, partition: topic != "gone",
+            now_ms=clock,
+        )
+        pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+        coordinator.init_producer_id("t", TIMEOUT_MS)  # fences `epoch`
+        # As Kafka's KafkaApis: the missing partition is named even for a fenced producer.
+        assert coordinator.add_partitions("t", pid, epoch, [("gone", 0), ("out", 0)]) == {
+            ("gone", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ("out", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+        }
+        assert _error(coordinator.add_partitions, "t", pid, epoch, [("out", 0)]) == ErrorCode.PRODUCER_FENCED
+    finally:
+        journal.close()

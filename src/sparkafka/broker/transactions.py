@@ -281,7 +281,8 @@ class TransactionCoordinator:
     def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
-        txn = self._owned(transactional_id, producer_id, producer_epoch)
+        # As Kafka's KafkaApis: partitions that do not exist fail the request before the coordinator
+        # looks at the producer (the others are OPERATION_NOT_ATTEMPTED).
         unknown = [tp for tp in partitions if not self._partition_exists(*tp)]
         if unknown:
             return {
@@ -290,6 +291,7 @@ class TransactionCoordinator:
                 else ErrorCode.OPERATION_NOT_ATTEMPTED
                 for tp in partitions
             }
+        txn = self._owned(transactional_id, producer_id, producer_epoch)
         if not set(partitions) <= txn.partitions or txn.state is not TxnState.ONGOING:
             self._begin_if_needed(txn)
             txn.partitions.update(partitions)

@@ -209,11 +209,9 @@ async def list_transactions(broker: Broker, request: Any, context: RequestContex
             continue
         if producer_filters and txn.producer_id not in producer_filters:
             continue
-        if (
-            min_duration is not None
-            and min_duration >= 0
-            and (txn.start_ms < 0 or now - txn.start_ms < min_duration)
-        ):
+        # KIP-994, as Kafka's TransactionStateManager: only transactions running longer than the
+        # filter; one that never started (start -1) counts as running since the epoch.
+        if min_duration is not None and min_duration >= 0 and now - txn.start_ms <= min_duration:
             continue
         if pattern is not None and not pattern.fullmatch(txn.transactional_id):
             continue
