@@ -27,6 +27,17 @@ def transactional_producer(bootstrap: str, transactional_id: str, **overrides: A
     return producer(bootstrap, transactional_id=transactional_id, **overrides)
 
 
+def open_transaction(bootstrap: str, transactional_id: str, topic: str, value: bytes) -> Producer:
+    """A transactional producer that wrote ``value`` to ``topic`` in a transaction it leaves open (the
+    record is in the log); the caller commits or aborts it."""
+    writer = transactional_producer(bootstrap, transactional_id)
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    writer.produce(topic, value=value)
+    writer.flush(30)
+    return writer
+
+
 def read_all(
     bootstrap: str,
     topic: str,

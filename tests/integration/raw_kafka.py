@@ -7,6 +7,7 @@ import struct
 import time
 from typing import Any
 
+from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -102,3 +103,29 @@ def produce_batch(connection: RawConnection, topic: str, partition: int, batch: 
     response = connection.roundtrip(request, ProduceResponse, version=8)
     result = response.responses[0].partition_responses[0]
     return result.error_code, result.base_offset
+
+
+def fetch_request(topic: str, offset: int = 0, *, session_id: int = 0, session_epoch: int = -1) -> Any:
+    """A FetchRequest for partition 0 of ``topic`` from ``offset`` (read_uncommitted, no wait, 1 MiB);
+    by default a full fetch that wants no session (KIP-227's final epoch)."""
+    topic_class = FetchRequest.FetchTopic
+    wanted = topic_class.FetchPartition(
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=offset,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        topics=[topic_class(topic=topic, partitions=[wanted])],
+        forgotten_topics_data=[],
+        rack_id="",
+    )

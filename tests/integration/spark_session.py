@@ -5,9 +5,12 @@ tests then ask for ``spark``. The session has the ``sparkafka`` format registere
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -43,3 +46,15 @@ def spark_fixture() -> Iterator[SparkSession]:
     spark = local_spark_session()
     yield spark
     spark.stop()
+
+
+def run_reporting_script(script: str, *args: str, env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
+    """Run ``script`` in a fresh Python process (a SparkSession of its own); returns the JSON object it
+    printed on its stdout line starting ``REPORT ``, and its stderr. Fails the test, showing the
+    output, when the script fails or reports nothing."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300, env=dict(env)
+    )
+    reports = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and reports, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    return json.loads(reports[0].removeprefix("REPORT ")), done.stderr

@@ -23,7 +23,7 @@ from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
-from .raw_kafka import RawConnection
+from .raw_kafka import RawConnection, fetch_request
 
 pytestmark = pytest.mark.integration
 
@@ -385,37 +385,17 @@ def test_fetch_sessions_and_failed_reads_answer_as_kafka(broker: BrokerProcess, 
     """KIP-227: this broker keeps no fetch sessions (every full fetch is answered with session id 0), so
     a fetch of any other epoch names a session it does not have: FETCH_SESSION_ID_NOT_FOUND, as Kafka's
     FetchSession answers an unknown session id, with no partitions."""
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.protocol.consumer import FetchResponse
 
     create_topic(broker.bootstrap_servers, topic_name)
     sender = producer(broker.bootstrap_servers)
     sender.produce(topic_name, value=b"v")
     assert sender.flush(10) == 0
-    topic_class = FetchRequest.FetchTopic
 
     def fetch(
         session_id: int, epoch: int, version: int, offset: int = 0
     ) -> tuple[int, int, list[tuple[int, int, int, int]]]:
-        wanted = topic_class.FetchPartition(
-            partition=0,
-            current_leader_epoch=-1,
-            fetch_offset=offset,
-            last_fetched_epoch=-1,
-            log_start_offset=-1,
-            partition_max_bytes=1 << 20,
-        )
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=session_id,
-            session_epoch=epoch,
-            topics=[topic_class(topic=topic_name, partitions=[wanted])],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        request = fetch_request(topic_name, offset, session_id=session_id, session_epoch=epoch)
         with RawConnection(broker.port) as connection:
             response = connection.roundtrip(request, FetchResponse, version)
         partitions = [

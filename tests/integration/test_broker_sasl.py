@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -23,7 +23,7 @@ from kafka.protocol.sasl import (
 
 from sparkafka.broker.runner import BrokerProcess
 
-from .raw_kafka import RawConnection, idempotent_batch, produce_batch
+from .raw_kafka import RawConnection, fetch_request, idempotent_batch, produce_batch
 
 pytestmark = pytest.mark.integration
 
@@ -134,23 +134,7 @@ def test_client_without_sasl_is_disconnected_before_any_data(sasl_broker: Broker
         assert versions.error_code == 0
         connection.send_frame(_encoded(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12))
         assert connection.closed_by_peer()
-    fetch = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=0, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
+    fetch = fetch_request(topic)
     with RawConnection(sasl_broker.port) as connection, pytest.raises(ConnectionError):
         connection.roundtrip(fetch, FetchResponse, version=11)
     with RawConnection(sasl_broker.port) as connection, pytest.raises(ConnectionError):

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
-from .kafka_clients import create_topic, read_all, transactional_producer, values
+from .kafka_clients import create_topic, open_transaction, read_all, transactional_producer, values
 from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
@@ -56,11 +56,7 @@ def test_open_transaction_holds_read_committed_at_lso(broker: BrokerProcess, top
     plain.produce(topic_name, value=b"before")
     plain.commit_transaction(30)
 
-    open_txn = transactional_producer(broker.bootstrap_servers, f"tx-b-{topic_name}")
-    open_txn.init_transactions(30)
-    open_txn.begin_transaction()
-    open_txn.produce(topic_name, value=b"pending")
-    open_txn.flush(10)
+    open_txn = open_transaction(broker.bootstrap_servers, f"tx-b-{topic_name}", topic_name, b"pending")
 
     for isolation, expected_end in (("read_uncommitted", 3), ("read_committed", 2)):
         consumer = Consumer(
@@ -293,11 +289,7 @@ def test_list_transactions_duration_filter_keeps_longer_running_ones(
     create_topic(broker.bootstrap_servers, topic_name)
     idle = transactional_producer(broker.bootstrap_servers, f"idle-{topic_name}")
     idle.init_transactions(30)
-    running = transactional_producer(broker.bootstrap_servers, f"open-{topic_name}")
-    running.init_transactions(30)
-    running.begin_transaction()
-    running.produce(topic_name, value=b"open")
-    running.flush(30)
+    running = open_transaction(broker.bootstrap_servers, f"open-{topic_name}", topic_name, b"open")
     try:
 
         def listed(duration_ms: int) -> set[str]:

@@ -4,14 +4,13 @@ its own: the lookup runs once per JVM, and the test session's JVM has long done 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 from sparkafka.broker.runner import BrokerProcess
 
 from .kafka_clients import create_topic, producer
+from .spark_session import run_reporting_script
 
 PLAIN_SESSION = """
 import json, sys
@@ -55,16 +54,7 @@ def test_format_found_without_register_and_register_leaves_it(broker: BrokerProc
     assert client.flush(30) == 0
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    done = subprocess.run(
-        [sys.executable, "-c", PLAIN_SESSION, bootstrap, topic_name],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    reports = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and reports, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
-    report = json.loads(reports[0].removeprefix("REPORT "))
+    report, stderr = run_reporting_script(PLAIN_SESSION, bootstrap, topic_name, env=env)
     # Spark looks the format up by itself, at the first question about a Python data source.
     assert report["known_before_use"] is True
     assert report["found"] == ["a", "b", "c"]
@@ -72,5 +62,5 @@ def test_format_found_without_register_and_register_leaves_it(broker: BrokerProc
     assert report["unknown_name"] is False
     assert report["after_register"] == ["a", "b", "c"]
     # Registering the found format again would have Spark warn that it replaced it.
-    after_register = done.stderr.split("REGISTER", 1)[1]
+    after_register = stderr.split("REGISTER", 1)[1]
     assert "replaced a statically registered data source" not in after_register, after_register[-3000:]

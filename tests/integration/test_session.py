@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import pyspark
 import pytest
 
 from sparkafka.session import JAVA_OPTIONS_VARIABLES, SERIAL_GC_MAX_CORES, machine_cores
+
+from .spark_session import run_reporting_script
 
 SESSION_REPORT = """
 import json, sys, tempfile
@@ -84,16 +85,7 @@ def _session_report(
         env["JDK_JAVA_OPTIONS"] = java_options
     if python is not None:
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python
-    done = subprocess.run(
-        [sys.executable, "-c", SESSION_REPORT, json.dumps(conf)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    reports = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and reports, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
-    report = json.loads(reports[0].removeprefix("REPORT "))
+    report, _ = run_reporting_script(SESSION_REPORT, json.dumps(conf), env=env)
     collectors = set(report.pop("collectors"))
     return report, collectors
 
