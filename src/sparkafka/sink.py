@@ -866,19 +866,23 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         except KafkaException as refused:  # by the client before sending, e.g. a record too large
             raise self._explain(refused, None) from None
         remaining = cached.producer.flush(self.options.operation_timeout_s)
-        if self.options.delivery_guarantee == AT_LEAST_ONCE:
-            if remaining:
-                _discard(self.options, None)
-                raise _unreachable(
-                    self.options,
-                    f"acknowledge {remaining} record(s) of this task, which fails so that Spark retries it",
-                    f"{remaining} record(s) not acknowledged",
-                    cached.client_errors,
-                )
-            if cached.delivery_errors:
-                error = cached.delivery_errors[0]
-                _discard(self.options, None)
-                raise self._explain(KafkaException(error), None)
+        # With acks=0 (none) a record counts as delivered once sent: what is still queued was never
+        # sent, and a failed delivery failed in the client. Either fails the task, under both
+        # guarantees, as Flink's writer fails on an asynchronous send error even with NONE.
+        if remaining:
+            _discard(self.options, None)
+            acknowledged = self.options.delivery_guarantee == AT_LEAST_ONCE
+            what, state = ("acknowledge", "acknowledged") if acknowledged else ("send", "sent")
+            raise _unreachable(
+                self.options,
+                f"{what} {remaining} record(s) of this task, which fails so that Spark retries it",
+                f"{remaining} record(s) not {state}",
+                cached.client_errors,
+            )
+        if cached.delivery_errors:
+            error = cached.delivery_errors[0]
+            _discard(self.options, None)
+            raise self._explain(KafkaException(error), None)
         return records
 
     # -- driver side ------------------------------------------------------------------------------

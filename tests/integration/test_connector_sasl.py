@@ -124,7 +124,7 @@ def test_wrong_password_fails_naming_the_authentication(
     assert "kafka.sasl.password" in message, message[-2000:]
 
 
-@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once", "none"])
 def test_sink_with_a_wrong_password_fails_naming_the_authentication(
     spark: SparkSession, sasl_broker: BrokerProcess, guarantee: str
 ) -> None:
