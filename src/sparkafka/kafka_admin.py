@@ -59,6 +59,8 @@ _CONSUMER_ONLY_PREFIXES = (
 _UNAVAILABLE_CODES = frozenset(
     {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 )
+# The first slice of a metadata wait (see KafkaAdmin._metadata); each next one is twice as long.
+_FIRST_METADATA_WAIT_S = 0.5
 _UNKNOWN_PARTITION_CODES = frozenset(
     {
         KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -178,7 +180,7 @@ class KafkaAdmin:
         clusters with ``auto.create.topics.enable``, and reading must never create topics."""
 
         def fetch() -> dict[str, list[int]]:
-            metadata = self.client.list_topics(timeout=self.timeout_s)
+            metadata = self._metadata()
             topics: dict[str, list[int]] = {}
             for name, topic in metadata.topics.items():
                 if name in INTERNAL_TOPICS or (
@@ -189,6 +191,26 @@ class KafkaAdmin:
             return topics
 
         return self._with_retries("list topics", fetch)
+
+    def _metadata(self) -> Any:
+        """The cluster's metadata within ``timeout_s``; sooner, an error, once the cluster refused the
+        client's credentials (as Kafka's Java client fails at once on an authentication error: no
+        retry can fix it). librdkafka says so in an error event while the request waits, so the
+        wait is cut into growing slices with a look at the events between them; a connection being
+        set up carries on across slices."""
+        deadline = time.monotonic() + self.timeout_s
+        wait_s = _FIRST_METADATA_WAIT_S
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self.client.list_topics(timeout=max(min(wait_s, left), 0.001))
+            except KafkaException as error:
+                if error_code(error) not in _UNAVAILABLE_CODES or wait_s >= left:
+                    raise
+                self.client.poll(0)  # error events reach _client_errors on a poll
+                if any(is_login_failure(e.str()) for e in self._client_errors):
+                    raise
+            wait_s *= 2
 
     # -- offsets ----------------------------------------------------------------------------------
 

@@ -54,7 +54,13 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from sparkafka.client_pool import CONSUMERS
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
-from sparkafka.kafka_admin import LIBRDKAFKA_LOGGER, KafkaAdmin, error_code, unreachable_error
+from sparkafka.kafka_admin import (
+    LIBRDKAFKA_LOGGER,
+    KafkaAdmin,
+    error_code,
+    is_login_failure,
+    unreachable_error,
+)
 from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
 
 log = logging.getLogger(__name__)
@@ -865,7 +871,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             records = sum(self._produce_batch(cached.producer, batch) for batch in _chain(first, rest))
         except KafkaException as refused:  # by the client before sending, e.g. a record too large
             raise self._explain(refused, None) from None
-        remaining = cached.producer.flush(self.options.operation_timeout_s)
+        remaining = _flush_unless_refused(cached, self.options.operation_timeout_s)
         # With acks=0 (none) a record counts as delivered once sent: what is still queued was never
         # sent, and a failed delivery failed in the client. Either fails the task, under both
         # guarantees, as Flink's writer fails on an asynchronous send error even with NONE.
@@ -933,6 +939,20 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 log.warning(
                     "could not re-initialise %s after batch %d failed: %s", transactional_id, batchId, error
                 )
+
+
+def _flush_unless_refused(cached: _CachedProducer, timeout_s: float) -> int:
+    """``flush()`` for at most ``timeout_s``, but no longer once the cluster refused the producer's
+    credentials (no retry can fix that; librdkafka tells it in an error event at once); returns the
+    records still queued. Flushes in growing slices and looks at the client's errors between them."""
+    deadline = time.monotonic() + timeout_s
+    wait_s = 0.5
+    while True:
+        left = deadline - time.monotonic()
+        remaining = cached.producer.flush(max(min(wait_s, left), 0))
+        if not remaining or wait_s >= left or any(is_login_failure(e.str()) for e in cached.client_errors):
+            return int(remaining)
+        wait_s *= 2
 
 
 def _produce_when_queue_has_room(
