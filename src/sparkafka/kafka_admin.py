@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
@@ -59,8 +59,8 @@ _CONSUMER_ONLY_PREFIXES = (
 _UNAVAILABLE_CODES = frozenset(
     {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 )
-# The first slice of a metadata wait (see KafkaAdmin._metadata); each next one is twice as long.
-_FIRST_METADATA_WAIT_S = 0.5
+# The first slice of a wait cut by waits_until_refused; each next one is twice as long.
+_FIRST_WAIT_SLICE_S = 0.5
 _UNKNOWN_PARTITION_CODES = frozenset(
     {
         KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -115,6 +115,22 @@ def most_telling_reason(reasons: Sequence[str | None]) -> str | None:
     if refused:
         return refused[0]
     return known[-1] if known else None
+
+
+def waits_until_refused(timeout_s: float, client_errors: Iterable[KafkaError]) -> Iterator[float]:
+    """The slices of a wait of at most ``timeout_s`` for a client: 0.5 s, then twice as long each time,
+    the last one up to the deadline. The caller waits each slice and stops once what it waits for is
+    done; the slices also stop as soon as ``client_errors`` (the client's error events) hold a
+    refused login: no retry can fix that, and Kafka's Java client fails at once on an authentication
+    error too. librdkafka reports the refusal in an error event while the request itself waits on."""
+    deadline = time.monotonic() + timeout_s
+    wait_s = _FIRST_WAIT_SLICE_S
+    while True:
+        left = deadline - time.monotonic()
+        yield max(min(wait_s, left), 0.0)
+        if wait_s >= left or any(is_login_failure(e.str()) for e in client_errors):
+            return
+        wait_s *= 2
 
 
 def error_code(error: BaseException) -> int | None:
@@ -194,23 +210,19 @@ class KafkaAdmin:
 
     def _metadata(self) -> Any:
         """The cluster's metadata within ``timeout_s``; sooner, an error, once the cluster refused the
-        client's credentials (as Kafka's Java client fails at once on an authentication error: no
-        retry can fix it). librdkafka says so in an error event while the request waits, so the
-        wait is cut into growing slices with a look at the events between them; a connection being
-        set up carries on across slices."""
-        deadline = time.monotonic() + self.timeout_s
-        wait_s = _FIRST_METADATA_WAIT_S
-        while True:
-            left = deadline - time.monotonic()
+        client's credentials (see :func:`waits_until_refused`). A connection being set up carries on
+        from one slice of the wait to the next."""
+        failure: KafkaException | None = None
+        for wait_s in waits_until_refused(self.timeout_s, self._client_errors):
             try:
-                return self.client.list_topics(timeout=max(min(wait_s, left), 0.001))
+                return self.client.list_topics(timeout=max(wait_s, 0.001))
             except KafkaException as error:
-                if error_code(error) not in _UNAVAILABLE_CODES or wait_s >= left:
+                if error_code(error) not in _UNAVAILABLE_CODES:
                     raise
+                failure = error
                 self.client.poll(0)  # error events reach _client_errors on a poll
-                if any(is_login_failure(e.str()) for e in self._client_errors):
-                    raise
-            wait_s *= 2
+        assert failure is not None
+        raise failure
 
     # -- offsets ----------------------------------------------------------------------------------
 

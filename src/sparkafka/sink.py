@@ -58,8 +58,8 @@ from sparkafka.kafka_admin import (
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
     error_code,
-    is_login_failure,
     unreachable_error,
+    waits_until_refused,
 )
 from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
 
@@ -943,16 +943,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 def _flush_unless_refused(cached: _CachedProducer, timeout_s: float) -> int:
     """``flush()`` for at most ``timeout_s``, but no longer once the cluster refused the producer's
-    credentials (no retry can fix that; librdkafka tells it in an error event at once); returns the
-    records still queued. Flushes in growing slices and looks at the client's errors between them."""
-    deadline = time.monotonic() + timeout_s
-    wait_s = 0.5
-    while True:
-        left = deadline - time.monotonic()
-        remaining = cached.producer.flush(max(min(wait_s, left), 0))
-        if not remaining or wait_s >= left or any(is_login_failure(e.str()) for e in cached.client_errors):
-            return int(remaining)
-        wait_s *= 2
+    credentials (:func:`~sparkafka.kafka_admin.waits_until_refused`); the records still queued."""
+    remaining = 0
+    for wait_s in waits_until_refused(timeout_s, cached.client_errors):
+        remaining = cached.producer.flush(wait_s)  # serves error_cb too
+        if not remaining:
+            break
+    return int(remaining)
 
 
 def _produce_when_queue_has_room(
