@@ -300,6 +300,13 @@ class FetchRequestData:
     topics: list[tuple[str, list[tuple[int, int, int]]]]
 
 
+# KIP-227: fetch requests carry a session id and epoch from this version on. A full fetch has epoch
+# INITIAL_EPOCH (0, opening a session; none is kept here) or FINAL_EPOCH (-1, wanting none); any
+# other epoch asks for an incremental fetch of an existing session.
+FIRST_FETCH_SESSION_VERSION = 7
+FULL_FETCH_EPOCHS = (0, -1)
+
+
 def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None:
     """Decode a whole FetchRequest frame (v4-v12, header included), or None.
 
@@ -324,11 +331,11 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
             ">iiiib", view, pos
         )
         pos += 17
-        if version >= 7:
-            # Session id and epoch: sessions are not kept, so only full fetches (epoch 0 or -1) are
-            # served here; the general path answers the others.
+        if version >= FIRST_FETCH_SESSION_VERSION:
+            # Session id and epoch: sessions are not kept, so only full fetches are served here; the
+            # general path answers the others.
             (session_epoch,) = struct.unpack_from(">i", view, pos + 4)
-            if session_epoch not in (0, -1):
+            if session_epoch not in FULL_FETCH_EPOCHS:
                 return None
             pos += 8
         topic_count, pos = _array_length(view, pos, end, compact, 3 if compact else 6)

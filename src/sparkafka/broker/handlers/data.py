@@ -28,9 +28,6 @@ log = logging.getLogger(__name__)
 _LATEST = -1
 _EARLIEST = -2
 _MAX_TIMESTAMP = -3
-_FIRST_SESSION_VERSION = 7
-# A full fetch: INITIAL_EPOCH (0) opens a session (none is kept here), FINAL_EPOCH (-1) wants none.
-_FULL_FETCH_EPOCHS = (0, -1)
 _FIRST_MAX_TIMESTAMP_VERSION = 7  # KIP-734
 _READ_COMMITTED = 1
 
@@ -192,10 +189,13 @@ def close_regions(responses: Iterable[tuple[str, Iterable[PartitionFetchResult]]
 
 async def fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
     """Fetch through the general codec."""
-    if context.version >= _FIRST_SESSION_VERSION and request.session_epoch not in _FULL_FETCH_EPOCHS:
-        # KIP-227: any other epoch asks for an incremental fetch of an existing session. This broker
-        # keeps none (it answers every full fetch with session id 0), so, as Kafka's FetchSession
-        # for an unknown session id: FETCH_SESSION_ID_NOT_FOUND and no partitions.
+    if (
+        context.version >= fastpath.FIRST_FETCH_SESSION_VERSION
+        and request.session_epoch not in fastpath.FULL_FETCH_EPOCHS
+    ):
+        # An incremental fetch of a session. This broker keeps none (it answers every full fetch
+        # with session id 0), so, as Kafka's FetchSession for an unknown session id:
+        # FETCH_SESSION_ID_NOT_FOUND and no partitions.
         return FetchResponse(
             throttle_time_ms=0,
             error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
