@@ -217,6 +217,7 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 ARROW_BATCH_ROWS = 10_000
 PREFETCH_RECORDS = 2 * ARROW_BATCH_ROWS  # per partition, see executor_consumer_config
 PREFETCH_RECHECK_MS = 10
+TRAILING_FETCH_WAIT_MS = 50  # see executor_consumer_config
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
@@ -424,12 +425,21 @@ class SourceOptions:
         read ends, and once that queue is full it stops fetching for a whole second
         (``fetch.queue.backoff.ms``), which a reader faster than the network then waits out. With
         the queue held at 20,000 records and re-checked every 10 ms, reading 50,000 records of a
-        longer partition took a third less CPU, and 1,000,000 records a quarter of the time."""
+        longer partition took a third less CPU, and 1,000,000 records a quarter of the time.
+
+        A fetch waits at most 50 ms for records that are not there yet (``fetch.wait.max.ms``,
+        librdkafka's default 500 ms). A range never needs to wait for one: its end is at most the
+        last stable offset when the range is planned. But a read that ends at the end of its
+        partition leaves the fetch past that end waiting at the broker, and a broker answers a
+        connection's requests in order: the next read on the same pooled consumer, of any
+        partition led by that broker, waited for it, up to 500 ms at the start of every
+        micro-batch of a pipeline keeping up with its input."""
         prefix = self.group_id_prefix or "sparkafka-source"
         return {
             "enable.sparse.connections": False,
             "queued.min.messages": PREFETCH_RECORDS,
             "fetch.queue.backoff.ms": PREFETCH_RECHECK_MS,
+            "fetch.wait.max.ms": TRAILING_FETCH_WAIT_MS,
             **self.client_config,
             "group.id": self.group_id or f"{prefix}-{_PROCESS_ID}-executor",
             "enable.auto.commit": False,

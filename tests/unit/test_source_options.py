@@ -85,11 +85,18 @@ def test_read_consumers_bound_their_prefetch_unless_the_user_sets_it() -> None:
     assert config["queued.min.messages"] == 2 * ARROW_BATCH_ROWS
     assert config["fetch.queue.backoff.ms"] == 10
     assert config["enable.sparse.connections"] is False
+    # The fetch past a range's end answers within 50 ms, not librdkafka's 500 ms.
+    assert config["fetch.wait.max.ms"] == 50
     tuned = parse(
-        **{"kafka.queued.min.messages": "500", "kafka.fetch.queue.backoff.ms": "200"}
+        **{
+            "kafka.queued.min.messages": "500",
+            "kafka.fetch.queue.backoff.ms": "200",
+            "kafka.fetch.wait.max.ms": "500",
+        }
     ).executor_consumer_config()
     assert tuned["queued.min.messages"] == "500"
     assert tuned["fetch.queue.backoff.ms"] == "200"
+    assert tuned["fetch.wait.max.ms"] == "500"
 
 
 def test_typo_suggests_the_option() -> None:
