@@ -14,10 +14,10 @@ micro-batch writes one record per key it changed: key -> the key's sum so far. T
 with trigger(availableNow=True) — more input arrives in between — and the second run resumes from
 the checkpoint with the sums of the first. Finally it prints what a read_committed consumer sees.
 
-The same pipeline from the command line (from the repository root; PYTHONPATH=. makes `examples`
-importable):
+The same pipeline from the command line (from the repository root, where
+`--transform` finds the `examples` package):
 
-    PYTHONPATH=. .venv/bin/sparkafka run --source-topic amounts --sink-topic sums \\
+    .venv/bin/sparkafka run --source-topic amounts --sink-topic sums \\
         --checkpoint ./ckpt --output-mode update --transform examples.keyed_running_sum:transform
 """
 

@@ -10,10 +10,10 @@ trigger(availableNow=True):
     deliveryGuarantee=exactly-once
 
 Finally it prints what a read_committed consumer sees in `out`. The same pipeline from the command
-line, restarted from its checkpoint after failures (from the repository root; PYTHONPATH=. makes
-`examples` importable):
+line, restarted from its checkpoint after failures (from the repository root, where
+`--transform` finds the `examples` package):
 
-    PYTHONPATH=. .venv/bin/sparkafka run --source-topic in --sink-topic out --checkpoint ./ckpt \\
+    .venv/bin/sparkafka run --source-topic in --sink-topic out --checkpoint ./ckpt \\
         --transform examples.seed001_map:transform
 """
 

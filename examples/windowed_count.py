@@ -16,10 +16,10 @@ because the source sends an idle heartbeat once no partition has had new records
 Without `idleHeartbeatIntervalMs` it would stay open until the next click. The query runs until
 the three windows are committed, then the script prints what a read_committed consumer sees.
 
-The same pipeline from the command line (from the repository root; PYTHONPATH=. makes `examples`
-importable):
+The same pipeline from the command line (from the repository root, where
+`--transform` finds the `examples` package):
 
-    PYTHONPATH=. .venv/bin/sparkafka run --source-topic clicks --sink-topic clicks-per-10s \\
+    .venv/bin/sparkafka run --source-topic clicks --sink-topic clicks-per-10s \\
         --checkpoint ./ckpt --source-option idleHeartbeatIntervalMs=1000 \\
         --transform examples.windowed_count:transform
 """

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -61,14 +63,24 @@ class PipelineConfig:
 
 
 def load_transform(spec: str) -> Callable[[DataFrame], DataFrame]:
-    """``package.module:function`` -> the function (DataFrame -> DataFrame)."""
+    """``package.module:function`` -> the function (DataFrame -> DataFrame).
+
+    The module is looked up as ``python -m`` looks up its module: the working directory first, then
+    the installed packages. The ``sparkafka`` command is a console script, whose ``sys.path`` starts
+    with the script's own directory instead, so a module beside the user would not be found."""
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
         raise SparkafkaOptionError(f"--transform {spec!r} is not module:function, e.g. mypkg.jobs:enrich")
+    working_directory = os.getcwd()
+    if not any(os.path.abspath(entry or ".") == working_directory for entry in sys.path):
+        sys.path.insert(0, working_directory)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise SparkafkaOptionError(f"--transform: cannot import module {module_name!r}: {error}") from None
+        raise SparkafkaOptionError(
+            f"--transform: cannot import module {module_name!r} (looked in the working directory "
+            f"{working_directory} and the installed packages): {error}"
+        ) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise SparkafkaOptionError(f"--transform: {module_name!r} has no function {function_name!r}")

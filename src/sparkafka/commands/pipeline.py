@@ -23,7 +23,10 @@ def run(
         None, "--sql", help="SELECT ... FROM input (the source's columns: key, value, topic, ...)."
     ),
     transform: str = typer.Option(
-        None, "--transform", help="module:function taking and returning a DataFrame."
+        None,
+        "--transform",
+        help="module:function taking and returning a DataFrame; the module is looked up in the "
+        "working directory first, as python -m does.",
     ),
     checkpoint: str = typer.Option(
         ..., "--checkpoint", help="Checkpoint directory: offsets and state survive restarts here."
@@ -58,7 +61,7 @@ def run(
     """
     from sparkafka.errors import SparkafkaError
     from sparkafka.options import parse_duration_ms
-    from sparkafka.pipeline import SEED_MAP_SQL, BatchProgress, Pipeline, PipelineConfig
+    from sparkafka.pipeline import SEED_MAP_SQL, BatchProgress, Pipeline, PipelineConfig, load_transform
     from sparkafka.session import spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -78,6 +81,8 @@ def run(
             output_mode=output_mode,
         )
         delay_s = parse_duration_ms("--restart-delay", restart_delay) / 1000
+        if transform:
+            load_transform(transform)  # a wrong name fails now, not after Spark has started
     except SparkafkaError as error:
         raise typer.BadParameter(str(error)) from None
 
