@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,10 +24,11 @@ class Markers:
     def __init__(self) -> None:
         self.written: list[tuple[str, int, int, int, bool]] = []
         self.fail_next = 0
+        self.failing_topics: set[str] = set()  # every write to these fails
 
     def __call__(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> None:
-        if self.fail_next:
-            self.fail_next -= 1
+        if self.fail_next or topic in self.failing_topics:
+            self.fail_next = max(0, self.fail_next - 1)
             raise OSError("disk full")
         self.written.append((topic, partition, producer_id, epoch, commit))
 
@@ -173,6 +175,75 @@ def test_a_decided_commit_whose_markers_failed_is_completed_later(
     assert coordinator.transactions["t"].state is TxnState.COMPLETE_COMMIT
     coordinator.end_txn("t", pid, epoch, commit=True)  # a retried EndTxn is answered with success
     assert coordinator.complete_prepared() == 0
+
+
+def test_a_transaction_whose_markers_fail_again_does_not_hold_up_the_others(
+    coordinator: TransactionCoordinator, markers: Markers
+) -> None:
+    stuck_pid, stuck_epoch = coordinator.init_producer_id("stuck", TIMEOUT_MS)
+    coordinator.add_partitions("stuck", stuck_pid, stuck_epoch, [("broken", 0)])
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.add_partitions("t", pid, epoch, [("out", 0)])
+    markers.failing_topics = {"broken"}
+    coordinator.end_txn("stuck", stuck_pid, stuck_epoch, commit=True)
+    markers.fail_next = 1
+    coordinator.end_txn("t", pid, epoch, commit=False)  # its one marker write fails too
+    assert coordinator.transactions["t"].state is TxnState.PREPARE_ABORT
+
+    assert coordinator.complete_prepared() == 1  # "stuck" fails again first; "t" is completed all the same
+    assert coordinator.transactions["stuck"].state is TxnState.PREPARE_COMMIT
+    assert coordinator.transactions["t"].state is TxnState.COMPLETE_ABORT
+    assert markers.written == [("out", 0, pid, epoch, False)]
+
+    markers.failing_topics = set()
+    assert coordinator.complete_prepared() == 1
+    assert coordinator.transactions["stuck"].state is TxnState.COMPLETE_COMMIT
+
+
+def test_the_broker_starts_with_a_decided_transaction_whose_markers_still_fail(
+    journal_path: Path, markers: Markers, clock: Clock
+) -> None:
+    journal = Journal(journal_path)
+    coordinator = _coordinator(journal, markers, clock)
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.add_partitions("t", pid, epoch, [("out", 0)])
+    markers.failing_topics = {"out"}
+    coordinator.end_txn("t", pid, epoch, commit=True)
+    journal.close()
+
+    journal = Journal(journal_path)  # a restart, the disk still failing
+    restarted = _coordinator(journal, markers, clock)
+    restarted.recover()  # logs and leaves the outcome to the periodic task, as Kafka's marker channel
+    assert restarted.transactions["t"].state is TxnState.PREPARE_COMMIT
+    markers.failing_topics = set()
+    assert restarted.complete_prepared() == 1
+    assert restarted.transactions["t"].state is TxnState.COMPLETE_COMMIT
+    assert markers.written == [("out", 0, pid, epoch, True)]
+    journal.close()
+
+
+def test_a_timeout_abort_that_cannot_be_journaled_does_not_hold_up_the_others(
+    coordinator: TransactionCoordinator, markers: Markers, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for transactional_id in ("first", "second"):
+        pid, epoch = coordinator.init_producer_id(transactional_id, TIMEOUT_MS)
+        coordinator.add_partitions(transactional_id, pid, epoch, [(transactional_id, 0)])
+    journal_append = coordinator._persist
+
+    def persist_failing_for_first(txn: Any) -> None:
+        if txn.transactional_id == "first":
+            raise JournalError("disk full")
+        journal_append(txn)
+
+    monkeypatch.setattr(coordinator, "_persist", persist_failing_for_first)
+    clock.now += TIMEOUT_MS + 1
+    assert coordinator.abort_timed_out() == 1
+    assert coordinator.transactions["first"].state is TxnState.ONGOING  # tried again next round
+    assert coordinator.transactions["second"].state is TxnState.COMPLETE_ABORT
+
+    monkeypatch.setattr(coordinator, "_persist", journal_append)
+    assert coordinator.abort_timed_out() == 1
+    assert coordinator.transactions["first"].state is TxnState.COMPLETE_ABORT
 
 
 def test_a_decision_that_cannot_be_journaled_changes_nothing(

@@ -10,7 +10,7 @@ Ending a transaction (EndTxn, InitProducerId over an open transaction, or a time
    materialise or discard its transactional consumer-group offsets;
 3. journal ``CompleteCommit``/``CompleteAbort``.
 A crash between 1 and 3 is finished on start: the prepared outcome is written again to the
-partitions that still hold the transaction open.
+partitions that still hold the transaction open (or, if those writes fail, by the periodic task).
 
 Once step 1 is journaled the outcome stands: EndTxn answers success even if step 2 fails (a marker
 write or a journal append), and the periodic task retries steps 2-3 (:meth:`complete_prepared`), as
@@ -383,15 +383,31 @@ class TransactionCoordinator:
 
     def complete_prepared(self) -> int:
         """Carry out every decided outcome whose markers or completion are not all written yet (after a
-        failed write, or a restart between the decision and the completion). Returns how many."""
+        failed write, or a restart between the decision and the completion). Returns how many were
+        completed.
+
+        Each transaction on its own, as Kafka's marker channel sends each transaction's markers: one
+        whose writes fail again is logged and stays prepared for the next round, and the others are
+        completed all the same. So the broker also starts with such a transaction pending."""
         prepared = [
             txn
             for txn in self.transactions.values()
             if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
         ]
+        completed = 0
         for txn in prepared:
-            self._write_outcome(txn, commit=txn.state is TxnState.PREPARE_COMMIT)
-        return len(prepared)
+            commit = txn.state is TxnState.PREPARE_COMMIT
+            try:
+                self._write_outcome(txn, commit)
+            except Exception:
+                log.exception(
+                    "writing the %s of transactional id %r failed again; retrying periodically",
+                    "commit" if commit else "abort",
+                    txn.transactional_id,
+                )
+                continue
+            completed += 1
+        return completed
 
     def _write_outcome(self, txn: TransactionMetadata, commit: bool) -> None:
         for topic, partition in sorted(txn.partitions):
@@ -423,16 +439,24 @@ class TransactionCoordinator:
 
     def abort_timed_out(self) -> int:
         """Abort transactions open longer than their transaction.timeout.ms, bumping the epoch so the
-        producer that opened them is fenced."""
+        producer that opened them is fenced. Returns how many were decided. A transaction whose
+        decision cannot be journaled stays open, is logged, and is tried again next round; the
+        others are aborted all the same."""
         now = self._now_ms()
         expired = [
             txn
             for txn in self.transactions.values()
             if txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms < now
         ]
+        aborted = 0
         for txn in expired:
-            self._fence_and_abort(txn, reason=f"open longer than transaction.timeout.ms={txn.timeout_ms}")
-        return len(expired)
+            try:
+                self._fence_and_abort(txn, reason=f"open longer than transaction.timeout.ms={txn.timeout_ms}")
+            except Exception:
+                log.exception("aborting the timed-out transaction of %r failed", txn.transactional_id)
+                continue
+            aborted += 1
+        return aborted
 
     # -- admin views ------------------------------------------------------------------------------
 
