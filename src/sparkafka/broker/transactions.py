@@ -372,14 +372,7 @@ class TransactionCoordinator:
         except BaseException:
             txn.state = before
             raise
-        try:
-            self._write_outcome(txn, commit)
-        except Exception:
-            log.exception(
-                "writing the %s of transactional id %r failed; retrying periodically",
-                "commit" if commit else "abort",
-                txn.transactional_id,
-            )
+        self._carry_out(txn, commit)
 
     def complete_prepared(self) -> int:
         """Carry out every decided outcome whose markers or completion are not all written yet (after a
@@ -394,20 +387,21 @@ class TransactionCoordinator:
             for txn in self.transactions.values()
             if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
         ]
-        completed = 0
-        for txn in prepared:
-            commit = txn.state is TxnState.PREPARE_COMMIT
-            try:
-                self._write_outcome(txn, commit)
-            except Exception:
-                log.exception(
-                    "writing the %s of transactional id %r failed again; retrying periodically",
-                    "commit" if commit else "abort",
-                    txn.transactional_id,
-                )
-                continue
-            completed += 1
-        return completed
+        return sum(self._carry_out(txn, txn.state is TxnState.PREPARE_COMMIT) for txn in prepared)
+
+    def _carry_out(self, txn: TransactionMetadata, commit: bool) -> bool:
+        """Steps 2-3 for a decided transaction; a failure is logged and left prepared for the
+        periodic task. Returns whether the transaction is complete."""
+        try:
+            self._write_outcome(txn, commit)
+        except Exception:
+            log.exception(
+                "writing the %s of transactional id %r failed; retrying periodically",
+                "commit" if commit else "abort",
+                txn.transactional_id,
+            )
+            return False
+        return True
 
     def _write_outcome(self, txn: TransactionMetadata, commit: bool) -> None:
         for topic, partition in sorted(txn.partitions):
