@@ -151,7 +151,9 @@ def test_sigterm_shuts_down_cleanly_and_restarts_without_recovery(tmp_path: Path
     broker = BrokerProcess(tmp_path / "data", extra_args=["--group-initial-rebalance-delay-ms", "0"])
     broker.start()
     try:
-        create_topic(broker.bootstrap_servers, topic_name, partitions=2, config={"segment.bytes": "65536"})
+        create_topic(
+            broker.bootstrap_servers, topic_name, partitions=2, config={"internal.segment.bytes": "65536"}
+        )
         # Batches must fit a segment (else RECORD_LIST_TOO_LARGE, as Kafka answers).
         sender = producer(broker.bootstrap_servers, acks="all", batch_size=16384)
         _send_all(sender, topic_name, [(i % 2, None, b"x" * 100) for i in range(4000)])

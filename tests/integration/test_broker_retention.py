@@ -112,7 +112,7 @@ def test_retention_deletes_old_segments_and_moves_the_log_start(
     cleaning_broker: BrokerProcess, topic_name: str
 ) -> None:
     bootstrap = cleaning_broker.bootstrap_servers
-    create_topic(bootstrap, topic_name, config={"retention.ms": "100", "segment.bytes": "1024"})
+    create_topic(bootstrap, topic_name, config={"retention.ms": "100", "internal.segment.bytes": "1024"})
     sender = producer(bootstrap, acks="all", linger_ms=0, batch_num_messages=5)
     for start in range(0, 100, 5):
         _deliver(sender, topic_name, [(None, f"v{i:03d}".encode() * 10) for i in range(start, start + 5)])
@@ -143,7 +143,7 @@ def test_compaction_keeps_the_latest_committed_value_per_key(
     cleaning_broker: BrokerProcess, topic_name: str
 ) -> None:
     bootstrap = cleaning_broker.bootstrap_servers
-    create_topic(bootstrap, topic_name, config={"cleanup.policy": "compact", "segment.bytes": "300"})
+    create_topic(bootstrap, topic_name, config={"cleanup.policy": "compact", "internal.segment.bytes": "300"})
     plain = producer(bootstrap, acks="all", linger_ms=0)
     for version in range(3):  # three generations of k-plain-0..2, each key in its own batch
         for key in range(3):

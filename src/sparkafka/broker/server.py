@@ -15,7 +15,7 @@ import logging
 import shutil
 import struct
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -31,7 +31,8 @@ from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
 from sparkafka.broker.log import FileRegion
 from sparkafka.broker.partition import Partition
-from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_configs, validate_topic_name
+from sparkafka.broker.topic_configs import inert_configs, validate_topic_configs
+from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_name
 from sparkafka.broker.transactions import TransactionCoordinator
 
 log = logging.getLogger("sparkafka.broker")
@@ -106,27 +107,86 @@ class Broker:
         return partition
 
     def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str], *, validate_only: bool = False
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str | None],
+        *,
+        replication_factor: int = -1,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+        validate_only: bool = False,
     ) -> Topic:
+        """Create a topic, checking in the order of Kafka's ReplicationControlManager.createTopic:
+
+        1. the name (legal, not colliding with an existing name once '.' and '_' are alike);
+        2. it does not exist yet (TOPIC_ALREADY_EXISTS);
+        3. the configs (INVALID_CONFIG: unknown name, null or invalid value);
+        4. replica assignments, or the partition count and replication factor.
+        """
         validate_topic_name(name)
         if name in self.topics.topics:
-            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        if partitions == -1:
-            partitions = self.config.default_partitions
-        if partitions < 1:
-            raise BrokerError(
-                ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}"
-            )
-        normalised = validate_topic_configs(configs)
-        topic = Topic(name, uuid.uuid4(), partitions, normalised)
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        self.topics.check_collision(name)
+        valid_configs = validate_topic_configs(configs)
+        if assignments:
+            partitions = self._assigned_partition_count(partitions, replication_factor, assignments)
+        else:
+            if partitions == -1:
+                partitions = self.config.default_partitions
+            if partitions < 1:
+                raise BrokerError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    "Number of partitions was set to an invalid non-positive value.",
+                )
+            if replication_factor not in (-1, 1):
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"Unable to replicate the partition {replication_factor} time(s): the target "
+                    f"replication factor of {replication_factor} cannot be reached because only 1 broker(s) "
+                    "are registered.",
+                )
+        topic = Topic(name, uuid.uuid4(), partitions, valid_configs)
         if validate_only:
             return topic
         self.topics.topics[name] = topic
         for index in range(partitions):
             self._open_partition(topic, index)
         self.topics.save()
-        log.info("created topic %s with %d partition(s) %s", name, partitions, normalised or "")
+        log.info("created topic %s with %d partition(s) %s", name, partitions, valid_configs or "")
+        if inert := inert_configs(valid_configs):
+            log.warning(
+                "topic %s: this broker stores and reports %s but does not act on %s",
+                name,
+                ", ".join(inert),
+                "it" if len(inert) == 1 else "them",
+            )
         return topic
+
+    def _assigned_partition_count(
+        self, partitions: int, replication_factor: int, assignments: Mapping[int, Sequence[int]]
+    ) -> int:
+        """The partition count of a manual replica assignment, checked as Kafka does: no count or
+        factor beside it, partitions 0..n-1, each with this broker alone as its replica."""
+        if partitions != -1 or replication_factor != -1:
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1 "
+                "or replicationFactor was not set to -1.",
+            )
+        if sorted(assignments) != list(range(len(assignments))):
+            raise BrokerError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partitions should be a consecutive 0-based integer sequence, got {sorted(assignments)}",
+            )
+        for index, replicas in sorted(assignments.items()):
+            if list(replicas) != [self.config.node_id]:
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    "The manual partition assignment includes a broker that is not registered or a "
+                    f"replica list other than [{self.config.node_id}] for partition {index}: "
+                    f"{list(replicas)}",
+                )
+        return len(assignments)
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.topics.pop(name, None)

@@ -12,70 +12,10 @@ from pathlib import Path
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import LogConfig
+from sparkafka.broker.topic_configs import TOPIC_CONFIGS
 
-_LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_NAME_LENGTH = 249
-
-
-def _positive_or_minus_one(name: str, value: str) -> int:
-    number = int(value)
-    if number < -1:
-        raise ValueError(f"{name} must be -1 or non-negative")
-    return number
-
-
-def _cleanup_policy(value: str) -> str:
-    parts = sorted(p.strip() for p in value.split(","))
-    if not parts or any(p not in ("compact", "delete") for p in parts):
-        raise ValueError("cleanup.policy must be 'delete', 'compact' or 'compact,delete'")
-    return ",".join(parts)
-
-
-# Topic configs this broker honours, with Kafka's defaults (from the broker config where one applies).
-TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
-    "cleanup.policy": "delete",
-    "retention.ms": "604800000",
-    "retention.bytes": "-1",
-    "segment.bytes": "1073741824",
-    "max.message.bytes": "1048588",
-    "delete.retention.ms": "86400000",
-    "min.compaction.lag.ms": "0",
-    "message.timestamp.type": "CreateTime",
-    "message.timestamp.before.max.ms": "9223372036854775807",
-    "message.timestamp.after.max.ms": "3600000",
-    # Every partition here has one replica, and Kafka requires min(min.insync.replicas, replication
-    # factor) in-sync replicas for acks=all (Partition.effectiveMinIsr): one, always met.
-    "min.insync.replicas": "1",
-}
-
-
-def validate_topic_configs(configs: dict[str, str]) -> dict[str, str]:
-    """Normalised configs, or BrokerError(INVALID_CONFIG) naming the bad key and the accepted values."""
-    normalised: dict[str, str] = {}
-    for key, value in configs.items():
-        if key not in TOPIC_CONFIG_DEFAULTS:
-            raise BrokerError(
-                ErrorCode.INVALID_CONFIG,
-                f"unknown topic config {key!r}; this broker supports: "
-                f"{', '.join(sorted(TOPIC_CONFIG_DEFAULTS))}",
-            )
-        try:
-            if key == "cleanup.policy":
-                value = _cleanup_policy(value)
-            elif key == "message.timestamp.type":
-                if value not in ("CreateTime", "LogAppendTime"):
-                    raise ValueError("must be CreateTime or LogAppendTime")
-            elif key in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
-                if not 0 <= int(value) <= 2**63 - 1:
-                    raise ValueError("must be a number of milliseconds from 0 to 9223372036854775807")
-            else:
-                _positive_or_minus_one(key, value)
-        except ValueError as exc:
-            raise BrokerError(
-                ErrorCode.INVALID_CONFIG, f"invalid value {value!r} for topic config {key}: {exc}"
-            ) from exc
-        normalised[key] = value
-    return normalised
 
 
 def validate_topic_name(name: str) -> None:
@@ -86,7 +26,7 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"topic name {name!r} is longer than {_MAX_TOPIC_NAME_LENGTH} characters",
         )
-    if not _LEGAL_TOPIC_NAME.match(name):
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'",
@@ -110,18 +50,22 @@ class Topic:
             "segment.bytes": str(broker.segment_bytes),
             "max.message.bytes": str(broker.message_max_bytes),
         }
-        return broker_defaults.get(key, TOPIC_CONFIG_DEFAULTS[key])
+        default = TOPIC_CONFIGS[key].default
+        return broker_defaults.get(key, default if default is not None else "")
 
     def log_config(self, broker: BrokerConfig) -> LogConfig:
+        segment_bytes = self.configs.get("internal.segment.bytes") or self.config("segment.bytes", broker)
         return LogConfig(
-            segment_bytes=int(self.config("segment.bytes", broker)),
+            segment_bytes=int(segment_bytes),
+            index_interval_bytes=int(self.config("index.interval.bytes", broker)),
             retention_ms=int(self.config("retention.ms", broker)),
-            retention_bytes=int(self.config("retention.bytes", broker)),
+            # Kafka: any negative retention.bytes is no size limit.
+            retention_bytes=max(-1, int(self.config("retention.bytes", broker))),
             cleanup_policy=self.config("cleanup.policy", broker),
             delete_retention_ms=int(self.config("delete.retention.ms", broker)),
             min_compaction_lag_ms=int(self.config("min.compaction.lag.ms", broker)),
             max_message_bytes=int(self.config("max.message.bytes", broker)),
-            log_append_time=self.config("message.timestamp.type", broker) == "LogAppendTime",
+            log_append_time=self.config("message.timestamp.type", broker).strip() == "LogAppendTime",
             timestamp_before_max_ms=int(self.config("message.timestamp.before.max.ms", broker)),
             timestamp_after_max_ms=int(self.config("message.timestamp.after.max.ms", broker)),
             flush_messages=broker.flush_messages,
@@ -162,6 +106,17 @@ class TopicRegistry:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self._path)
+
+    def check_collision(self, name: str) -> None:
+        """Kafka refuses a name that equals an existing one once '.' and '_' are alike (Topic.hasCollision):
+        both become the same name in metric names."""
+        unified = name.replace(".", "_")
+        for existing in self.topics:
+            if existing != name and existing.replace(".", "_") == unified:
+                raise BrokerError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic '{name}' collides with existing topic: {existing}",
+                )
 
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from sparkafka.broker import protocol
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.topics import TOPIC_CONFIG_DEFAULTS, Topic, validate_topic_name
+from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS
+from sparkafka.broker.topics import Topic, validate_topic_name
 
 if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
@@ -187,7 +189,12 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
     )
 
 
-def _config_entries(broker: Broker, topic: Topic, keys: list[str] | None) -> list[Any]:
+def _topic_config_names(topic: Topic) -> list[str]:
+    """Every topic config Kafka describes, and an internal one the topic sets."""
+    return sorted({*DESCRIBED_TOPIC_CONFIGS, *topic.configs})
+
+
+def _config_entries(broker: Broker, topic: Topic) -> list[Any]:
     entry_class = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
     return [
         entry_class(
@@ -197,30 +204,37 @@ def _config_entries(broker: Broker, topic: Topic, keys: list[str] | None) -> lis
             config_source=_SOURCE_DYNAMIC_TOPIC if key in topic.configs else _SOURCE_DEFAULT,
             is_sensitive=False,
         )
-        for key in sorted(TOPIC_CONFIG_DEFAULTS)
-        if keys is None or key in keys
+        for key in _topic_config_names(topic)
     ]
+
+
+def _duplicated(names: list[str]) -> set[str]:
+    return {name for name, count in collections.Counter(names).items() if count > 1}
+
+
+def _duplicate_error(name: str) -> BrokerError:
+    # Kafka's ControllerApis: a name given twice in one request is refused, and nothing is done for it.
+    return BrokerError(ErrorCode.INVALID_REQUEST, f"Duplicate topic name: {name}")
 
 
 async def create_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = []
     result_class = CreateTopicsResponse.CreatableTopicResult
+    duplicated = _duplicated([wanted.name for wanted in request.topics])
+    answered: set[str] = set()
     for wanted in request.topics:
         try:
-            if wanted.assignments:
-                raise BrokerError(
-                    ErrorCode.INVALID_REQUEST,
-                    "manual replica assignment is not supported by a single-node broker",
-                )
-            if wanted.replication_factor not in (-1, 1):
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"replication factor {wanted.replication_factor} is larger than the 1 available broker",
-                )
+            if wanted.name in duplicated:
+                if wanted.name in answered:
+                    continue
+                answered.add(wanted.name)
+                raise _duplicate_error(wanted.name)
             topic = broker.create_topic(
                 wanted.name,
                 wanted.num_partitions,
                 {c.name: c.value for c in wanted.configs},
+                replication_factor=wanted.replication_factor,
+                assignments={a.partition_index: a.broker_ids for a in wanted.assignments},
                 validate_only=bool(request.validate_only),
             )
         except BrokerError as exc:
@@ -244,7 +258,7 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
                 error_message=None,
                 num_partitions=topic.partitions,
                 replication_factor=1,
-                configs=_config_entries(broker, topic, None),
+                configs=_config_entries(broker, topic),
             )
         )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
@@ -252,9 +266,16 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
 
 async def delete_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = []
+    duplicated = _duplicated(list(request.topic_names))
+    answered: set[str] = set()
     for name in request.topic_names:
+        if name in answered:
+            continue
         topic = broker.topics.topics.get(name)
         try:
+            if name in duplicated:
+                answered.add(name)
+                raise _duplicate_error(name)
             broker.delete_topic(name)
             error, message = ErrorCode.NONE, None
         except BrokerError as exc:
@@ -272,8 +293,15 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
 
 async def create_partitions(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = []
+    duplicated = _duplicated([wanted.name for wanted in request.topics])
+    answered: set[str] = set()
     for wanted in request.topics:
+        if wanted.name in answered:
+            continue
         try:
+            if wanted.name in duplicated:
+                answered.add(wanted.name)
+                raise _duplicate_error(wanted.name)
             broker.add_partitions(wanted.name, wanted.count, validate_only=bool(request.validate_only))
             error, message = ErrorCode.NONE, None
         except BrokerError as exc:
@@ -307,7 +335,7 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
     results = []
     for resource in request.resources:
         keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
-        entries: list[tuple[str, str, int]] = []
+        entries: list[tuple[str, str, int, int]] = []
         error, message = ErrorCode.NONE, None
         if resource.resource_type == _RESOURCE_TOPIC:
             topic = broker.topics.topics.get(resource.resource_name)
@@ -320,12 +348,13 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                         key,
                         topic.config(key, broker.config),
                         _SOURCE_DYNAMIC_TOPIC if key in topic.configs else _SOURCE_DEFAULT,
+                        TOPIC_CONFIGS[key].type,
                     )
-                    for key in sorted(TOPIC_CONFIG_DEFAULTS)
+                    for key in _topic_config_names(topic)
                 ]
         elif resource.resource_type == _RESOURCE_BROKER:
             entries = [
-                (key, value, _SOURCE_DEFAULT) for key, value in sorted(_broker_configs(broker).items())
+                (key, value, _SOURCE_DEFAULT, 0) for key, value in sorted(_broker_configs(broker).items())
             ]
         else:
             error = ErrorCode.INVALID_REQUEST
@@ -345,11 +374,12 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                         is_default=source == _SOURCE_DEFAULT,
                         is_sensitive=False,
                         synonyms=[],
-                        config_type=0,
+                        config_type=config_type,
                         documentation=None,
                     )
-                    for key, value, source in entries
-                    if keys is None or key in keys
+                    for key, value, source, config_type in entries
+                    # Kafka's ConfigHelper: no keys, or an empty list of them, asks for every config.
+                    if not keys or key in keys
                 ],
             )
         )

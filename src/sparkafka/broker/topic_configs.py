@@ -1,0 +1,211 @@
+"""Kafka's topic configs: every name Kafka 4 accepts, its type, default and valid range (Kafka's
+LogConfig), and which of them this broker acts on.
+
+A client may set any of them, as on Kafka: tools and frameworks create topics with configs such as
+``compression.type``, ``segment.ms`` or ``unclean.leader.election.enable``, and a broker that refused
+them would break those tools. The ones this broker does not act on are stored, described and
+returned like the others, and logged when a topic is created with them (:func:`inert_configs`).
+
+Validation follows Kafka's ConfigDef: a value is trimmed and parsed by type (a long or int is
+digits with an optional sign, no underscores; a boolean is true or false in any case), then
+checked against the config's range or choices. A value is stored as it was given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.records import HEADER_SIZE
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Kafka 4's lower bound for segment.bytes (KIP-1030); internal.segment.bytes goes below it.
+MIN_SEGMENT_BYTES = 1024 * 1024
+
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs' config_type ids (KIP-569)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+
+
+@dataclass(frozen=True)
+class TopicConfigDefinition:
+    name: str
+    type: ConfigType
+    default: str | None
+    acted_on: bool = False
+    # Checks the parsed value; returns what the value must be when it is not valid.
+    check: Callable[[object], str | None] | None = None
+    internal: bool = False  # accepted, but not described unless set (Kafka's defineInternal)
+
+
+def _at_least(minimum: int) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return None if isinstance(value, int | float) and value >= minimum else f"at least {minimum}"
+
+    return check
+
+
+def _between(low: float, high: float) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return (
+            None if isinstance(value, int | float) and low <= value <= high else f"between {low} and {high}"
+        )
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return None if value in choices else f"one of {', '.join(choices)}"
+
+    return check
+
+
+def _list_of(*choices: str) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        assert isinstance(value, list)
+        if value and all(item in choices for item in value):
+            return None
+        return f"a comma-separated list of {', '.join(choices)}"
+
+    return check
+
+
+def _gzip_level(value: object) -> str | None:
+    return None if value == -1 or (isinstance(value, int) and 1 <= value <= 9) else "-1 or between 1 and 9"
+
+
+def _throttled_replicas(value: object) -> str | None:
+    assert isinstance(value, list)
+    if value in ([], ["*"]) or all(_THROTTLED_REPLICA.fullmatch(item) for item in value):
+        return None
+    return "'*' or a comma-separated list of partition:broker pairs"
+
+
+def _no_tiered_storage(value: object) -> str | None:
+    return "false: tiered storage is not enabled on this broker" if value is True else None
+
+
+_L, _I, _B = ConfigType.LONG, ConfigType.INT, ConfigType.BOOLEAN
+_DEFINITIONS = (
+    TopicConfigDefinition("cleanup.policy", ConfigType.LIST, "delete", True, _list_of("compact", "delete")),
+    TopicConfigDefinition(
+        "compression.type",
+        ConfigType.STRING,
+        "producer",
+        check=_one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    ),
+    TopicConfigDefinition("compression.gzip.level", _I, "-1", check=_gzip_level),
+    TopicConfigDefinition("compression.lz4.level", _I, "9", check=_between(1, 17)),
+    TopicConfigDefinition("compression.zstd.level", _I, "3", check=_between(-131072, 22)),
+    TopicConfigDefinition("delete.retention.ms", _L, "86400000", True, _at_least(0)),
+    TopicConfigDefinition("file.delete.delay.ms", _L, "60000", check=_at_least(0)),
+    TopicConfigDefinition("flush.messages", _L, str(INT64_MAX), check=_at_least(1)),
+    TopicConfigDefinition("flush.ms", _L, str(INT64_MAX), check=_at_least(0)),
+    TopicConfigDefinition(
+        "follower.replication.throttled.replicas", ConfigType.LIST, "", check=_throttled_replicas
+    ),
+    TopicConfigDefinition("index.interval.bytes", _I, "4096", True, _at_least(0)),
+    TopicConfigDefinition(
+        "leader.replication.throttled.replicas", ConfigType.LIST, "", check=_throttled_replicas
+    ),
+    TopicConfigDefinition("local.retention.bytes", _L, "-2", check=_at_least(-2)),
+    TopicConfigDefinition("local.retention.ms", _L, "-2", check=_at_least(-2)),
+    TopicConfigDefinition("max.compaction.lag.ms", _L, str(INT64_MAX), check=_at_least(1)),
+    TopicConfigDefinition("max.message.bytes", _I, "1048588", True, _at_least(0)),
+    TopicConfigDefinition("message.timestamp.after.max.ms", _L, "3600000", True, _at_least(0)),
+    TopicConfigDefinition("message.timestamp.before.max.ms", _L, str(INT64_MAX), True, _at_least(0)),
+    TopicConfigDefinition(
+        "message.timestamp.type",
+        ConfigType.STRING,
+        "CreateTime",
+        True,
+        _one_of("CreateTime", "LogAppendTime"),
+    ),
+    TopicConfigDefinition("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", check=_between(0, 1)),
+    TopicConfigDefinition("min.compaction.lag.ms", _L, "0", True, _at_least(0)),
+    # Every partition here has one replica, and Kafka requires min(min.insync.replicas, replication
+    # factor) in-sync replicas for acks=all (Partition.effectiveMinIsr): one, always met.
+    TopicConfigDefinition("min.insync.replicas", _I, "1", True, _at_least(1)),
+    TopicConfigDefinition("preallocate", _B, "false"),
+    TopicConfigDefinition("remote.log.copy.disable", _B, "false"),
+    TopicConfigDefinition("remote.log.delete.on.disable", _B, "false"),
+    TopicConfigDefinition("remote.storage.enable", _B, "false", check=_no_tiered_storage),
+    TopicConfigDefinition("retention.bytes", _L, "-1", True),  # any negative value: no limit
+    TopicConfigDefinition("retention.ms", _L, "604800000", True, _at_least(-1)),
+    TopicConfigDefinition("segment.bytes", _I, "1073741824", True, _at_least(MIN_SEGMENT_BYTES)),
+    # Below segment.bytes' bound, for tests of segment rolling and retention (as Kafka's own tests).
+    TopicConfigDefinition("internal.segment.bytes", _I, None, True, _at_least(HEADER_SIZE), internal=True),
+    TopicConfigDefinition("segment.index.bytes", _I, "10485760", check=_at_least(4)),
+    TopicConfigDefinition("segment.jitter.ms", _L, "0", check=_at_least(0)),
+    TopicConfigDefinition("segment.ms", _L, "604800000", check=_at_least(1)),
+    TopicConfigDefinition("unclean.leader.election.enable", _B, "false"),
+)
+TOPIC_CONFIGS: Mapping[str, TopicConfigDefinition] = {d.name: d for d in _DEFINITIONS}
+DESCRIBED_TOPIC_CONFIGS = tuple(sorted(d.name for d in _DEFINITIONS if not d.internal))
+
+
+def parse_config_value(definition: TopicConfigDefinition, value: str) -> object:
+    """The value as Kafka's ConfigDef parses it; ValueError saying what the type needs."""
+    trimmed = value.strip()
+    if definition.type in (ConfigType.INT, ConfigType.LONG):
+        low, high = (INT32_MIN, INT32_MAX) if definition.type is ConfigType.INT else (INT64_MIN, INT64_MAX)
+        if not _WHOLE_NUMBER.fullmatch(trimmed) or not low <= int(trimmed) <= high:
+            kind = "a 32-bit" if definition.type is ConfigType.INT else "a 64-bit"
+            raise ValueError(f"must be {kind} whole number")
+        return int(trimmed)
+    if definition.type is ConfigType.BOOLEAN:
+        if trimmed.lower() not in ("true", "false"):
+            raise ValueError("must be true or false")
+        return trimmed.lower() == "true"
+    if definition.type is ConfigType.DOUBLE:
+        try:
+            return float(trimmed)
+        except ValueError:
+            raise ValueError("must be a number") from None
+    if definition.type is ConfigType.LIST:
+        return [item.strip() for item in trimmed.split(",")] if trimmed else []
+    return trimmed
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """The configs as given, or BrokerError(INVALID_CONFIG) naming the bad key and what it needs."""
+    for key, value in configs.items():
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG,
+                f"Unknown topic config name: {key}. Kafka's topic configs are: "
+                f"{', '.join(sorted(TOPIC_CONFIGS))}",
+            )
+        if value is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {key}")
+        try:
+            parsed = parse_config_value(definition, value)
+            needed = definition.check(parsed) if definition.check else None
+        except ValueError as error:
+            needed = str(error).removeprefix("must be ")
+        if needed is not None:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG, f"Invalid value {value!r} for topic config {key}: must be {needed}"
+            )
+    return {key: value for key, value in configs.items() if value is not None}
+
+
+def inert_configs(configs: Mapping[str, str]) -> list[str]:
+    """The names among ``configs`` that this broker stores and reports but does not act on."""
+    return sorted(key for key in configs if not TOPIC_CONFIGS[key].acted_on)

@@ -1,0 +1,211 @@
+"""Topic administration as Kafka answers it (ReplicationControlManager, ControllerApis, LogConfig):
+every Kafka topic config is accepted and range-checked, errors come in Kafka's order, names that
+collide or repeat are refused, and manual replica assignments name this broker."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+
+from sparkafka.broker.errors import ErrorCode
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic
+from .raw_kafka import RawConnection
+
+pytestmark = pytest.mark.integration
+
+
+def _create_error(admin: AdminClient, topic: NewTopic) -> int:
+    with pytest.raises(KafkaException) as raised:
+        admin.create_topics([topic])[topic.topic].result(30)
+    return int(raised.value.args[0].code())
+
+
+def _name() -> str:
+    return f"admin-{uuid.uuid4().hex[:10]}"
+
+
+def test_every_kafka_topic_config_is_accepted_and_described(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    name = _name()
+    configs = {
+        "compression.type": "gzip",
+        "segment.ms": "3600000",
+        "unclean.leader.election.enable": "False",
+        "min.cleanable.dirty.ratio": "0.25",
+        "cleanup.policy": "delete,compact",
+        "retention.bytes": "-2",  # any negative value: no size limit
+        "leader.replication.throttled.replicas": "0:1,1:1",
+    }
+    admin.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(30)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    described = admin.describe_configs([resource])[resource].result(30)
+    for key, value in configs.items():
+        assert described[key].value == value, key  # stored as given, not normalised
+    assert described["segment.index.bytes"].value == "10485760"  # a default Kafka also describes
+    assert "internal.segment.bytes" not in described  # internal: described only when set
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("segment.bytes", "1048575"),  # Kafka 4: at least 1 MiB
+        ("segment.bytes", "0"),
+        ("segment.bytes", "2147483648"),  # above an int
+        ("retention.ms", "1_000"),  # Java's Long.parseLong takes no underscores
+        ("retention.ms", "-2"),
+        ("min.insync.replicas", "0"),
+        ("max.message.bytes", "-1"),
+        ("compression.type", "brotli"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("preallocate", "yes"),
+        ("cleanup.policy", "delete,archive"),
+        ("remote.storage.enable", "true"),  # no tiered storage on this broker
+        ("no.such.config", "1"),
+    ],
+)
+def test_an_invalid_topic_config_is_invalid_config(broker: BrokerProcess, key: str, value: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    name = _name()
+    assert _create_error(admin, NewTopic(name, 1, 1, config={key: value})) == KafkaError.INVALID_CONFIG
+    assert name not in admin.list_topics(timeout=10).topics
+
+
+def test_errors_come_in_kafkas_order(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    existing = _name()
+    create_topic(broker.bootstrap_servers, existing)
+    # "Create if not exists" code relies on TOPIC_ALREADY_EXISTS winning over the other checks.
+    assert _create_error(admin, NewTopic(existing, 1, 3)) == KafkaError.TOPIC_ALREADY_EXISTS
+    assert _create_error(admin, NewTopic("bad name!", 1, 3)) == KafkaError.TOPIC_EXCEPTION
+    bad_config = NewTopic(_name(), 1, 3, config={"segment.bytes": "0"})
+    assert _create_error(admin, bad_config) == KafkaError.INVALID_CONFIG
+    assert _create_error(admin, NewTopic(_name(), 1, 3)) == KafkaError.INVALID_REPLICATION_FACTOR
+
+
+def test_names_that_collide_or_end_in_a_newline_are_refused(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    base = _name()
+    create_topic(broker.bootstrap_servers, f"{base}_x")
+    # Kafka's Topic.hasCollision: '.' and '_' become the same character in metric names.
+    assert _create_error(admin, NewTopic(f"{base}.x", 1, 1)) == KafkaError.TOPIC_EXCEPTION
+    assert _create_error(admin, NewTopic(f"{base}\n", 1, 1)) == KafkaError.TOPIC_EXCEPTION
+
+
+def test_a_manual_assignment_names_this_broker(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    node_id = next(iter(admin.list_topics(timeout=10).brokers))
+    name = _name()
+    admin.create_topics([NewTopic(name, 2, replica_assignment=[[node_id], [node_id]])])[name].result(30)
+    assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2
+    elsewhere = NewTopic(_name(), 1, replica_assignment=[[node_id + 1]])
+    assert _create_error(admin, elsewhere) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+
+
+def test_a_name_given_twice_in_one_request_is_refused_and_left_alone(broker: BrokerProcess) -> None:
+    twice, once, existing = _name(), _name(), _name()
+    create_topic(broker.bootstrap_servers, existing)
+    topic = CreateTopicsRequest.CreatableTopic
+    with RawConnection(broker.port) as connection:
+        created = connection.roundtrip(
+            CreateTopicsRequest(
+                topics=[
+                    topic(name=twice, num_partitions=1, replication_factor=1, assignments=[], configs=[]),
+                    topic(name=once, num_partitions=1, replication_factor=1, assignments=[], configs=[]),
+                    topic(name=twice, num_partitions=2, replication_factor=1, assignments=[], configs=[]),
+                ],
+                timeout_ms=10_000,
+                validate_only=False,
+            ),
+            CreateTopicsResponse,
+            version=5,
+        )
+        assert [(t.name, t.error_code) for t in created.topics] == [
+            (twice, ErrorCode.INVALID_REQUEST),
+            (once, ErrorCode.NONE),
+        ]
+        grown = connection.roundtrip(
+            CreatePartitionsRequest(
+                topics=[
+                    CreatePartitionsRequest.CreatePartitionsTopic(name=existing, count=2, assignments=None),
+                    CreatePartitionsRequest.CreatePartitionsTopic(name=existing, count=3, assignments=None),
+                ],
+                timeout_ms=10_000,
+                validate_only=False,
+            ),
+            CreatePartitionsResponse,
+            version=2,
+        )
+        assert [(t.name, t.error_code) for t in grown.results] == [(existing, ErrorCode.INVALID_REQUEST)]
+        deleted = connection.roundtrip(
+            DeleteTopicsRequest(topic_names=[existing, existing], timeout_ms=10_000),
+            DeleteTopicsResponse,
+            version=4,
+        )
+        assert [(t.name, t.error_code) for t in deleted.responses] == [(existing, ErrorCode.INVALID_REQUEST)]
+    topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
+    assert twice not in topics and once in topics
+    assert len(topics[existing].partitions) == 1  # neither grown nor deleted
+
+
+def test_a_null_config_value_is_invalid_config_and_the_rest_of_the_request_is_answered(
+    broker: BrokerProcess,
+) -> None:
+    null_valued, fine = _name(), _name()
+    topic = CreateTopicsRequest.CreatableTopic
+    config = CreateTopicsRequest.CreatableTopic.CreatableTopicConfig
+    with RawConnection(broker.port) as connection:
+        created = connection.roundtrip(
+            CreateTopicsRequest(
+                topics=[
+                    topic(
+                        name=null_valued,
+                        num_partitions=1,
+                        replication_factor=1,
+                        assignments=[],
+                        configs=[config(name="retention.ms", value=None)],
+                    ),
+                    topic(name=fine, num_partitions=1, replication_factor=1, assignments=[], configs=[]),
+                ],
+                timeout_ms=10_000,
+                validate_only=False,
+            ),
+            CreateTopicsResponse,
+            version=5,
+        )
+        described = connection.roundtrip(
+            DescribeConfigsRequest(
+                resources=[
+                    DescribeConfigsRequest.DescribeConfigsResource(
+                        resource_type=2, resource_name=fine, configuration_keys=[]
+                    )
+                ],
+                include_synonyms=False,
+                include_documentation=False,
+            ),
+            DescribeConfigsResponse,
+            version=4,
+        )
+    assert [(t.name, t.error_code) for t in created.topics] == [
+        (null_valued, ErrorCode.INVALID_CONFIG),
+        (fine, ErrorCode.NONE),
+    ]
+    # An empty key list asks for every config (Kafka's ConfigHelper), each with its type (KIP-569).
+    entries = {entry.name: entry for entry in described.results[0].configs}
+    assert len(entries) > 30
+    assert entries["retention.ms"].config_type == 5  # LONG
+    assert entries["cleanup.policy"].config_type == 7  # LIST
