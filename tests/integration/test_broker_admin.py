@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
@@ -23,7 +23,7 @@ from kafka.protocol.admin import (
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
-from .kafka_clients import create_topic
+from .kafka_clients import create_topic, producer
 from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
@@ -209,3 +209,32 @@ def test_a_null_config_value_is_invalid_config_and_the_rest_of_the_request_is_an
     assert len(entries) > 30
     assert entries["retention.ms"].config_type == 5  # LONG
     assert entries["cleanup.policy"].config_type == 7  # LIST
+
+
+def test_a_topic_deleted_and_created_again_has_no_committed_offsets(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    name, group = _name(), _name()
+    create_topic(broker.bootstrap_servers, name)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
+    consumer.commit(offsets=[TopicPartition(name, 0, 5)], asynchronous=False)
+    admin.delete_topics([name])[name].result(30)
+    create_topic(broker.bootstrap_servers, name)
+    # Kafka's GroupCoordinator.onPartitionsDeleted: offset 5 belonged to the old topic; resuming there
+    # would skip the new topic's first five records.
+    (committed,) = consumer.committed([TopicPartition(name, 0)], timeout=10)
+    consumer.close()
+    assert committed.offset == OFFSET_INVALID
+
+
+def test_delete_records_on_a_topic_that_only_compacts_is_a_policy_violation(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    name = _name()
+    create_topic(broker.bootstrap_servers, name, config={"cleanup.policy": "compact"})
+    sender = producer(broker.bootstrap_servers)
+    for i in range(3):
+        sender.produce(name, key=b"k", value=str(i).encode())
+    assert sender.flush(30) == 0
+    future = admin.delete_records([TopicPartition(name, 0, 2)])[TopicPartition(name, 0, 2)]
+    with pytest.raises(KafkaException) as raised:
+        future.result(30)
+    assert raised.value.args[0].code() == KafkaError.POLICY_VIOLATION

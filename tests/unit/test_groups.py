@@ -720,6 +720,39 @@ def test_pending_transactional_offsets_survive_restart_and_so_does_the_outcome(t
     }
 
 
+def test_offsets_of_deleted_partitions_are_forgotten_for_good(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    deleted, kept = ("gone", 0), ("t", 0)
+    harness.commit({deleted: (5, -1, ""), kept: (7, -1, "")})
+    harness.coordinator.stage_transactional_offsets(
+        group_id=GROUP, producer_id=3, offsets={deleted: (6, -1, "")}
+    )
+    harness.coordinator.commit_offsets(
+        group_id="only-gone",
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        offsets={("gone", 1): (2, -1, "")},
+    )
+
+    harness.coordinator.on_partitions_deleted([deleted, ("gone", 1)])
+    assert harness.fetch([deleted, kept], require_stable=True) == {
+        deleted: NO_OFFSET,  # neither the committed nor the pending transactional offset
+        kept: FetchedOffset(7, -1, "", ErrorCode.NONE),
+    }
+    # An Empty group left without offsets is deleted, as Kafka does.
+    assert [listed.group_id for listed in harness.coordinator.list_groups()] == [GROUP]
+    harness.coordinator.complete_transaction(group_id=GROUP, producer_id=3, commit=True)
+    assert harness.fetch([deleted]) == {deleted: NO_OFFSET}
+
+    harness.restart()
+    assert harness.fetch([deleted, kept]) == {
+        deleted: NO_OFFSET,
+        kept: FetchedOffset(7, -1, "", ErrorCode.NONE),
+    }
+    assert [listed.group_id for listed in harness.coordinator.list_groups()] == [GROUP]
+
+
 def test_txn_offset_commit_member_fencing(tmp_path: Path) -> None:
     async def scenario() -> None:
         harness = Harness(tmp_path)

@@ -36,6 +36,7 @@ rejoin (as after a session timeout).  Journal entries (JSON objects)::
     {"type": "txn_offsets_staged", "group": g, "producer_id": pid, "offsets": [ROW, ...]}
     {"type": "txn_offsets_completed", "group": g, "producer_id": pid, "committed": bool}
     {"type": "offsets_expired", "group": g, "partitions": [[topic, partition], ...]}
+    {"type": "offsets_deleted", "group": g, "partitions": [[topic, partition], ...]}
     {"type": "group_metadata", "group": g, "generation": int, "protocol_type": str | null,
      "protocol": str | null, "empty_since_ms": int | null}
     {"type": "group_deleted", "group": g}
@@ -1342,6 +1343,42 @@ class GroupCoordinator:
         del self._groups[group.group_id]
         return ErrorCode.NONE
 
+    def on_partitions_deleted(self, partitions: Iterable[TopicPartition]) -> None:
+        """Forget every group's committed and pending transactional offsets of deleted partitions, as
+        Kafka's GroupCoordinator.onPartitionsDeleted does: a topic created again under the same name
+        starts empty, and a group reading it must not resume at an offset of the old topic (it would
+        skip the new records below it). A group left Empty without offsets is deleted. A group whose
+        removal cannot be journaled keeps the offsets (logged)."""
+        deleted = set(partitions)
+        for group in list(self._groups.values()):
+            affected = sorted(
+                {tp for tp in group.offsets if tp in deleted}
+                | {tp for pending in group.pending_txn_offsets.values() for tp in pending if tp in deleted}
+            )
+            if not affected:
+                continue
+            entry = {
+                "type": "offsets_deleted",
+                "group": group.group_id,
+                "partitions": [list(tp) for tp in affected],
+            }
+            if not self._append(entry):
+                continue
+            self._drop_offsets(group, affected)
+            _LOG.info(
+                "group %r: removed the offsets of %d deleted partition(s)", group.group_id, len(affected)
+            )
+            if group.state is GroupState.EMPTY and not group.has_offsets():
+                self._delete_group(group, "its offsets' partitions were deleted")
+        self._maybe_compact()
+
+    @staticmethod
+    def _drop_offsets(group: _Group, partitions: Iterable[TopicPartition]) -> None:
+        for partition in partitions:
+            group.offsets.pop(partition, None)
+            for pending in group.pending_txn_offsets.values():
+                pending.pop(partition, None)
+
     # ======================================================================================================
     # Offsets
     # ======================================================================================================
@@ -1846,6 +1883,10 @@ class GroupCoordinator:
         elif kind == "offsets_expired":
             for topic, partition in entry["partitions"]:
                 group.offsets.pop((str(topic), int(partition)), None)
+        elif kind == "offsets_deleted":
+            self._drop_offsets(
+                group, [(str(topic), int(partition)) for topic, partition in entry["partitions"]]
+            )
         elif kind == "group_metadata":
             group.generation_id = int(entry["generation"])
             group.protocol_type = entry["protocol_type"]

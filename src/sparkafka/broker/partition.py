@@ -342,6 +342,13 @@ class Partition:
         return chunks, size, aborted
 
     def delete_records_before(self, offset: int) -> int:
+        # Kafka's Partition.deleteRecordsOnLeader: a topic that does not delete keeps its records.
+        if not self.log.config.deletes:
+            raise BrokerError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Records of partition {self.topic}-{self.index} can not be deleted due to the configured "
+                f"policy (cleanup.policy={self.log.config.cleanup_policy})",
+            )
         start = self.log.delete_records_before(offset)
         self._prune_aborted()
         return start

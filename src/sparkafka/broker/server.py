@@ -197,6 +197,7 @@ class Broker:
             partition = self.partitions.pop((name, index))
             partition.close()
             shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+        self.groups.on_partitions_deleted((name, index) for index in range(topic.partitions))
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool) -> None:
