@@ -307,8 +307,10 @@ def test_garbage_frames_close_only_their_connection(broker: BrokerProcess, topic
     # ApiVersions with an unknown version is answered (KIP-511) with UNSUPPORTED_VERSION.
     request = struct.pack(">hhih", 18, 99, 42, 0)
     answer = _send_frame(port, struct.pack(">i", len(request)) + request)
-    _size, correlation_id, error = struct.unpack(">iih", answer[:10])
+    _size, correlation_id, error, key_count = struct.unpack(">iihi", answer[:14])
     assert (correlation_id, error) == (42, 35)
+    # Only ApiVersions' own versions, as Kafka's ApiVersionsRequest.getErrorResponse.
+    assert key_count == 1 and struct.unpack(">h", answer[14:16])[0] == 18
 
     create_topic(broker.bootstrap_servers, topic_name)
     sender = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
@@ -413,3 +415,27 @@ def test_fetch_sessions_and_failed_reads_answer_as_kafka(broker: BrokerProcess, 
         assert fetch(0, 3, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
         # A failed partition read carries no offsets, as in Kafka's ReplicaManager.
         assert fetch(0, -1, version, offset=5) == (0, 0, [(ErrorCode.OFFSET_OUT_OF_RANGE, -1, -1, -1)])
+
+
+@pytest.mark.parametrize(
+    "software", [("", "1.0"), ("my client", "1.0"), ("kafka-python", "2.0.2+local"), ("-x", "1")]
+)
+def test_api_versions_v3_refuses_an_invalid_client_software_name_or_version(
+    broker: BrokerProcess, software: tuple[str, str]
+) -> None:
+    """KIP-511, as Kafka's ApiVersionsRequest.isValid: letters, digits, '-' and '.', starting and
+    ending with a letter or digit; otherwise INVALID_REQUEST and no API keys."""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    name, version = software
+    request = ApiVersionsRequest(client_software_name=name, client_software_version=version)
+    request.with_header(correlation_id=7, client_id="sparkafka-tests")
+    with RawConnection(broker.port) as connection:
+        connection.send_frame(bytes(request.encode(version=3, header=True)))
+        # Decoded by hand: kafka-python reads any ApiVersions error answer as v0.
+        refused = connection.read_frame()
+        valid = ApiVersionsRequest(client_software_name="kafka-python", client_software_version="3.0.12")
+        answered = connection.roundtrip(valid, ApiVersionsResponse, version=3)
+    _size, correlation_id, error, compact_key_count = struct.unpack(">iihB", refused[:11])
+    assert (correlation_id, error, compact_key_count - 1) == (7, ErrorCode.INVALID_REQUEST, 0)
+    assert answered.error_code == ErrorCode.NONE and len(answered.api_keys) > 20

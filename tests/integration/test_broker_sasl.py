@@ -130,7 +130,8 @@ def test_client_without_sasl_is_disconnected_before_any_data(sasl_broker: Broker
     # On the wire: ApiVersions is answered (clients need it to authenticate), everything else closes
     # the connection without an answer.
     with RawConnection(sasl_broker.port) as connection:
-        versions = connection.roundtrip(ApiVersionsRequest(), ApiVersionsResponse, version=3)
+        request = ApiVersionsRequest(client_software_name="sparkafka-tests", client_software_version="1.0")
+        versions = connection.roundtrip(request, ApiVersionsResponse, version=3)
         assert versions.error_code == 0
         connection.send_frame(_encoded(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12))
         assert connection.closed_by_peer()

@@ -306,3 +306,42 @@ def test_list_transactions_duration_filter_keeps_longer_running_ones(
         assert listed(3_600_000) == {f"idle-{topic_name}"}
     finally:
         running.abort_transaction(30)
+
+
+def test_describe_transactions_and_producers_answer_as_kafka(broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's TransactionCoordinator.handleDescribeTransactions (an unknown id: the error and the
+    schema's zeros; an empty id: INVALID_REQUEST) and ProducerAppendInfo.appendEndTxnMarker (a marker
+    sets the producer's last timestamp, which DescribeProducers reports)."""
+    from kafka.protocol.admin import (
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+    )
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    sender = transactional_producer(broker.bootstrap_servers, f"described-{topic_name}")
+    sender.init_transactions(30)
+    sender.begin_transaction()
+    sender.produce(topic_name, value=b"v", partition=0, timestamp=1000)  # an old CreateTime
+    before_commit_ms = int(time.time() * 1000)
+    sender.commit_transaction(30)
+    with RawConnection(broker.port) as connection:
+        described = connection.roundtrip(
+            DescribeTransactionsRequest(transactional_ids=[f"never-{topic_name}", ""]),
+            DescribeTransactionsResponse,
+            0,
+        )
+        producers = connection.roundtrip(
+            DescribeProducersRequest(
+                topics=[DescribeProducersRequest.TopicRequest(name=topic_name, partition_indexes=[0])]
+            ),
+            DescribeProducersResponse,
+            0,
+        )
+    assert [
+        (s.error_code, s.transaction_start_time_ms, s.producer_id, s.producer_epoch)
+        for s in described.transaction_states
+    ] == [(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, 0, 0, 0), (ErrorCode.INVALID_REQUEST, 0, 0, 0)]
+    (state,) = producers.topics[0].partitions[0].active_producers
+    assert state.last_timestamp >= before_commit_ms  # the COMMIT marker's, not the record's 1000

@@ -99,7 +99,7 @@ class Partition:
                 marker = records.control_marker(batch)
                 if marker is not None:
                     self._complete_txn(header.producer_id, header.base_offset, marker[0] == "COMMIT")
-                self._marker_epoch(header.producer_id, header.producer_epoch)
+                self._marker_epoch(header.producer_id, header.producer_epoch, header.max_timestamp)
                 continue
             self._record_batch(header, header.base_offset, header.max_timestamp)
         if self.open_txn_first_offset:
@@ -276,17 +276,20 @@ class Partition:
             timestamp_ms=now_ms,
         )
         self.log.append([batch], now_ms=now_ms)
-        self._marker_epoch(producer_id, producer_epoch).coordinator_epoch = coordinator_epoch
+        self._marker_epoch(producer_id, producer_epoch, now_ms).coordinator_epoch = coordinator_epoch
         self._complete_txn(producer_id, offset, commit)
         return offset
 
-    def _marker_epoch(self, producer_id: int, producer_epoch: int) -> ProducerEntry:
+    def _marker_epoch(self, producer_id: int, producer_epoch: int, timestamp_ms: int) -> ProducerEntry:
         """A transaction marker's epoch becomes the producer's (Kafka's maybeUpdateProducerEpoch): a
-        newer one forgets the batches of the older epoch, whose sequences say nothing about the new."""
+        newer one forgets the batches of the older epoch, whose sequences say nothing about the new.
+        Its timestamp becomes the producer's last timestamp (ProducerAppendInfo.appendEndTxnMarker),
+        which DescribeProducers reports."""
         entry = self.producers.setdefault(producer_id, ProducerEntry(producer_epoch))
         if producer_epoch > entry.epoch:
             entry.epoch = producer_epoch
             entry.recent.clear()
+        entry.last_timestamp = timestamp_ms
         return entry
 
     def _complete_txn(self, producer_id: int, marker_offset: int, commit: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -31,18 +32,34 @@ _SOURCE_DYNAMIC_TOPIC = 1
 _SOURCE_DEFAULT = 5
 
 
+# KIP-511: what ApiVersions v3+ accepts as a client software name and version.
+_CLIENT_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
 def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
+    """Every supported API; as Kafka's ApiVersionsRequest.getErrorResponse, an UNSUPPORTED_VERSION
+    answer lists ApiVersions' own versions only, and any other error none."""
+    versions = sorted(protocol.SUPPORTED_VERSIONS.items())
+    if error == ErrorCode.UNSUPPORTED_VERSION:
+        versions = [(key, span) for key, span in versions if key == protocol.ApiKey.API_VERSIONS]
+    elif error != ErrorCode.NONE:
+        versions = []
     return ApiVersionsResponse(
         error_code=error,
         api_keys=[
             ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
-            for key, (low, high) in sorted(protocol.SUPPORTED_VERSIONS.items())
+            for key, (low, high) in versions
         ],
         throttle_time_ms=0,
     )
 
 
 async def api_versions(broker: Broker, request: Any, context: RequestContext) -> Any:
+    if context.version >= 3 and not all(
+        _CLIENT_SOFTWARE.fullmatch(value or "")
+        for value in (request.client_software_name, request.client_software_version)
+    ):
+        return api_versions_response(ErrorCode.INVALID_REQUEST)
     return api_versions_response()
 
 

@@ -236,16 +236,20 @@ async def describe_transactions(broker: Broker, request: Any, context: RequestCo
     states = []
     for transactional_id in request.transactional_ids:
         txn = broker.transactions.transactions.get(transactional_id)
-        if txn is None:
+        if txn is None or not transactional_id:
+            # Kafka's TransactionCoordinator.handleDescribeTransactions: the error and the schema's
+            # defaults (0) in every other field; an empty id is an invalid request.
             states.append(
                 state_class(
-                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    error_code=ErrorCode.INVALID_REQUEST
+                    if not transactional_id
+                    else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                     transactional_id=transactional_id,
                     transaction_state="",
                     transaction_timeout_ms=0,
-                    transaction_start_time_ms=-1,
-                    producer_id=-1,
-                    producer_epoch=-1,
+                    transaction_start_time_ms=0,
+                    producer_id=0,
+                    producer_epoch=0,
                     topics=[],
                 )
             )
