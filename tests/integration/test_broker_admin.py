@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -238,3 +238,45 @@ def test_delete_records_on_a_topic_that_only_compacts_is_a_policy_violation(brok
     with pytest.raises(KafkaException) as raised:
         future.result(30)
     assert raised.value.args[0].code() == KafkaError.POLICY_VIOLATION
+
+
+def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -> None:
+    """Kafka's ConfigHelper: an impossible topic name is INVALID_TOPIC_EXCEPTION; a broker resource is
+    this broker's id (its configs), "" (cluster-wide dynamic defaults: none here) or an error."""
+    node_id = next(
+        iter(AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).brokers)
+    )
+    resource = DescribeConfigsRequest.DescribeConfigsResource
+    with RawConnection(broker.port) as connection:
+        described = connection.roundtrip(
+            DescribeConfigsRequest(
+                resources=[
+                    resource(resource_type=2, resource_name="bad/name", configuration_keys=None),
+                    resource(resource_type=4, resource_name=str(node_id), configuration_keys=None),
+                    resource(resource_type=4, resource_name="", configuration_keys=None),
+                    resource(resource_type=4, resource_name=str(node_id + 1), configuration_keys=None),
+                ],
+                include_synonyms=False,
+                include_documentation=False,
+            ),
+            DescribeConfigsResponse,
+            version=4,
+        )
+    answers = [(r.error_code, len(r.configs)) for r in described.results]
+    assert answers[0] == (ErrorCode.INVALID_TOPIC_EXCEPTION, 0)
+    assert answers[1][0] == ErrorCode.NONE and answers[1][1] > 0
+    assert answers[2] == (ErrorCode.NONE, 0)
+    assert answers[3] == (ErrorCode.INVALID_REQUEST, 0)
+
+
+def test_create_partitions_checks_manual_assignments(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    node_id = next(iter(admin.list_topics(timeout=10).brokers))
+    name = _name()
+    create_topic(broker.bootstrap_servers, name)
+    for wrong in ([[node_id + 1]], [[node_id], [node_id]], [[node_id, node_id + 1]]):
+        with pytest.raises(KafkaException) as raised:
+            admin.create_partitions([NewPartitions(name, 2, replica_assignment=wrong)])[name].result(30)
+        assert raised.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, wrong
+    admin.create_partitions([NewPartitions(name, 2, replica_assignment=[[node_id]])])[name].result(30)
+    assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2

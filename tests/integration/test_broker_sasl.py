@@ -187,6 +187,21 @@ def test_handshake_v1_then_sasl_authenticate_on_the_wire(sasl_broker: BrokerProc
 
     with RawConnection(sasl_broker.port) as connection:
         connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+        two_tokens = connection.roundtrip(
+            SaslAuthenticateRequest(auth_bytes=f"{USER}\0{PASSWORD}".encode()), SaslAuthenticateResponse, 2
+        )
+        assert two_tokens.error_code == 58
+        assert two_tokens.error_message == "Invalid SASL/PLAIN response: expected 3 tokens, got 2"
+
+    with RawConnection(sasl_broker.port) as connection:
+        # Before authentication a request may be 512 KiB at most (Kafka's sasl.server.max.receive.size):
+        # a larger one closes the connection unanswered.
+        connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+        connection.send_frame(_encoded(SaslAuthenticateRequest(auth_bytes=b"\0" * 600_000), 2))
+        assert connection.closed_by_peer()
+
+    with RawConnection(sasl_broker.port) as connection:
+        connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
         other_identity = f"bob\0{USER}\0{PASSWORD}".encode()  # authorization id differs from the user
         answer = connection.roundtrip(
             SaslAuthenticateRequest(auth_bytes=other_identity), SaslAuthenticateResponse, 2

@@ -200,15 +200,40 @@ class Broker:
         self.groups.on_partitions_deleted((name, index) for index in range(topic.partitions))
         log.info("deleted topic %s", name)
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool) -> None:
+    def add_partitions(
+        self,
+        name: str,
+        count: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool,
+    ) -> None:
+        """CreatePartitions, checked as Kafka's ReplicationControlManager.createPartitions: the topic
+        exists, the count grows, and manual assignments give one replica list, this broker alone,
+        per new partition."""
         topic = self.topics.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if count <= topic.partitions:
             raise BrokerError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"topic {name!r} has {topic.partitions} partitions; the new count {count} must be larger",
+                f"Topic already has {topic.partitions} partition(s); the new count {count} must be larger",
             )
+        if assignments is not None:
+            if len(assignments) != count - topic.partitions:
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Attempted to add {count - topic.partitions} additional partition(s), but only "
+                    f"{len(assignments)} assignment(s) were specified.",
+                )
+            for replicas in assignments:
+                if list(replicas) != [self.config.node_id]:
+                    raise BrokerError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"The manual partition assignment {list(replicas)} names a broker that is not "
+                        "registered or more replicas than the topic's 1; this broker is "
+                        f"{self.config.node_id}",
+                    )
         if validate_only:
             return
         for index in range(topic.partitions, count):
@@ -339,6 +364,7 @@ def _lock_data_dir(data_dir: Path) -> Any:
 # Frames up to this size are received into a connection's reusable buffer and copied out; larger ones
 # (produce batches) are received straight into a buffer of their own, with no further copy. Small
 # enough that thousands of idle connections cost little memory.
+SASL_MAX_RECEIVE_BYTES = 524288  # Kafka's sasl.server.max.receive.size default
 _RECEIVE_BUFFER_BYTES = 64 * 1024
 # Read-ahead: stop reading from a client once this many bytes of requests wait to be handled, resume
 # below half of it. Requests are still handled one at a time and answered in order.
@@ -443,6 +469,14 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- receiving --------------------------------------------------------------------------------
 
+    def _receive_limit(self) -> int:
+        """The largest request this connection takes now: Kafka's SaslServerAuthenticator holds every
+        request before authentication to sasl.server.max.receive.size (512 KiB), so a client that
+        has not logged in cannot make the broker buffer socket.request.max.bytes."""
+        if self.authenticated:
+            return self._max_request_bytes
+        return min(self._max_request_bytes, SASL_MAX_RECEIVE_BYTES)
+
     def _cut_frames(self) -> None:
         """Queue every complete frame in the receive buffer; start a large frame's own buffer; move the
         rest to the buffer's start so a frame that fits the buffer always finds room."""
@@ -450,7 +484,7 @@ class Connection(asyncio.BufferedProtocol):
         start, end = 0, self._end
         while end - start >= 4:
             (size,) = _SIZE.unpack_from(buffer, start)
-            if size < 0 or size > self._max_request_bytes:
+            if size < 0 or size > self._receive_limit():
                 self._enqueue(_BadSize(size))
                 self._stopped_receiving = True  # nothing after a bad size is a request
                 start = end
@@ -568,10 +602,12 @@ class Connection(asyncio.BufferedProtocol):
                 if frame is None:
                     return
                 if isinstance(frame, _BadSize):
-                    self._log_bad_input_once(
-                        f"request size {frame.size} is outside [0, socket.request.max.bytes="
-                        f"{self._max_request_bytes}]"
+                    limit = (
+                        f"socket.request.max.bytes={self._max_request_bytes}"
+                        if self.authenticated
+                        else f"sasl.server.max.receive.size={SASL_MAX_RECEIVE_BYTES} before authentication"
                     )
+                    self._log_bad_input_once(f"request size {frame.size} is outside [0, {limit}]")
                     return
                 response: bytes | list[Any] | Literal[False] | None
                 if self.raw_sasl_token_expected:

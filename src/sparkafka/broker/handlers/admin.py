@@ -86,9 +86,7 @@ def plain_authentication_error(broker: Broker, token: bytes) -> str | None:
     The checks and messages are those of Kafka's PlainSaslServer and PlainServerCallbackHandler."""
     parts = token.decode("utf-8", "replace").split("\x00")
     if len(parts) != 3:
-        return (
-            "Authentication failed during authentication due to invalid credentials with SASL mechanism PLAIN"
-        )
+        return f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}"
     authorization_id, username, password = parts
     if not username:
         return "Authentication failed: username not specified"
@@ -319,7 +317,14 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
             if wanted.name in duplicated:
                 answered.add(wanted.name)
                 raise _duplicate_error(wanted.name)
-            broker.add_partitions(wanted.name, wanted.count, validate_only=bool(request.validate_only))
+            broker.add_partitions(
+                wanted.name,
+                wanted.count,
+                assignments=None
+                if wanted.assignments is None
+                else [assignment.broker_ids for assignment in wanted.assignments],
+                validate_only=bool(request.validate_only),
+            )
             error, message = ErrorCode.NONE, None
         except BrokerError as exc:
             error, message = exc.code, exc.message
@@ -356,10 +361,14 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
         error, message = ErrorCode.NONE, None
         if resource.resource_type == _RESOURCE_TOPIC:
             topic = broker.topics.topics.get(resource.resource_name)
-            if topic is None:
+            try:
+                validate_topic_name(resource.resource_name)  # Kafka: INVALID_TOPIC_EXCEPTION first
+            except BrokerError as exc:
+                error, message = exc.code, exc.message
+            if error == ErrorCode.NONE and topic is None:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 message = f"topic {resource.resource_name!r} does not exist"
-            else:
+            elif topic is not None:
                 entries = [
                     (
                         key,
@@ -370,9 +379,18 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                     for key in _topic_config_names(topic)
                 ]
         elif resource.resource_type == _RESOURCE_BROKER:
-            entries = [
-                (key, value, _SOURCE_DEFAULT, 0) for key, value in sorted(_broker_configs(broker).items())
-            ]
+            # Kafka's ConfigHelper: "" names the cluster-wide dynamic defaults (none are set here),
+            # this broker's id its own configs, and any other id is not this broker's to answer.
+            if resource.resource_name == str(broker.config.node_id):
+                entries = [
+                    (key, value, _SOURCE_DEFAULT, 0) for key, value in sorted(_broker_configs(broker).items())
+                ]
+            elif resource.resource_name != "":
+                error = ErrorCode.INVALID_REQUEST
+                message = (
+                    f"Unexpected broker id, expected {broker.config.node_id} or empty string, "
+                    f"but received {resource.resource_name}"
+                )
         else:
             error = ErrorCode.INVALID_REQUEST
             message = f"resource type {resource.resource_type} is not supported; use 2 (topic) or 4 (broker)"
