@@ -5,7 +5,8 @@ from __future__ import annotations
 import collections
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsResponse,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
 
 _ZERO_UUID = uuid.UUID(int=0)
+_T = TypeVar("_T")
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type / ConfigSource).
 _RESOURCE_TOPIC = 2
 _RESOURCE_BROKER = 4
@@ -223,26 +225,29 @@ def _config_entries(broker: Broker, topic: Topic) -> list[Any]:
     ]
 
 
-def _duplicated(names: list[str]) -> set[str]:
-    return {name for name, count in collections.Counter(names).items() if count > 1}
+def _each_name_once(items: Sequence[_T], name_of: Callable[[_T], str]) -> Iterator[tuple[_T, bool]]:
+    """Each item with whether its name is given more than once in the request; a repeated name only
+    at its first place. Kafka's ControllerApis refuses such a name (:func:`_duplicate_error`) and
+    does nothing for it."""
+    counts = collections.Counter(name_of(item) for item in items)
+    seen: set[str] = set()
+    for item in items:
+        name = name_of(item)
+        if name not in seen:
+            seen.add(name)
+            yield item, counts[name] > 1
 
 
 def _duplicate_error(name: str) -> BrokerError:
-    # Kafka's ControllerApis: a name given twice in one request is refused, and nothing is done for it.
     return BrokerError(ErrorCode.INVALID_REQUEST, f"Duplicate topic name: {name}")
 
 
 async def create_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = []
     result_class = CreateTopicsResponse.CreatableTopicResult
-    duplicated = _duplicated([wanted.name for wanted in request.topics])
-    answered: set[str] = set()
-    for wanted in request.topics:
+    for wanted, repeated in _each_name_once(request.topics, lambda topic: topic.name):
         try:
-            if wanted.name in duplicated:
-                if wanted.name in answered:
-                    continue
-                answered.add(wanted.name)
+            if repeated:
                 raise _duplicate_error(wanted.name)
             topic = broker.create_topic(
                 wanted.name,
@@ -281,15 +286,10 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
 
 async def delete_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = []
-    duplicated = _duplicated(list(request.topic_names))
-    answered: set[str] = set()
-    for name in request.topic_names:
-        if name in answered:
-            continue
+    for name, repeated in _each_name_once(request.topic_names, lambda name: name):
         topic = broker.topics.topics.get(name)
         try:
-            if name in duplicated:
-                answered.add(name)
+            if repeated:
                 raise _duplicate_error(name)
             broker.delete_topic(name)
             error, message = ErrorCode.NONE, None
@@ -308,14 +308,9 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
 
 async def create_partitions(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = []
-    duplicated = _duplicated([wanted.name for wanted in request.topics])
-    answered: set[str] = set()
-    for wanted in request.topics:
-        if wanted.name in answered:
-            continue
+    for wanted, repeated in _each_name_once(request.topics, lambda topic: topic.name):
         try:
-            if wanted.name in duplicated:
-                answered.add(wanted.name)
+            if repeated:
                 raise _duplicate_error(wanted.name)
             broker.add_partitions(
                 wanted.name,
