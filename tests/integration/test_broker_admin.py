@@ -35,6 +35,11 @@ def _create_error(admin: AdminClient, topic: NewTopic) -> int:
     return int(raised.value.args[0].code())
 
 
+def _node_id(admin: AdminClient) -> int:
+    """The id of the one broker, which a manual assignment or a broker resource names."""
+    return int(next(iter(admin.list_topics(timeout=10).brokers)))
+
+
 def _name() -> str:
     return f"admin-{uuid.uuid4().hex[:10]}"
 
@@ -108,7 +113,7 @@ def test_names_that_collide_or_end_in_a_newline_are_refused(broker: BrokerProces
 
 def test_a_manual_assignment_names_this_broker(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    node_id = next(iter(admin.list_topics(timeout=10).brokers))
+    node_id = _node_id(admin)
     name = _name()
     admin.create_topics([NewTopic(name, 2, replica_assignment=[[node_id], [node_id]])])[name].result(30)
     assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2
@@ -243,9 +248,7 @@ def test_delete_records_on_a_topic_that_only_compacts_is_a_policy_violation(brok
 def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -> None:
     """Kafka's ConfigHelper: an impossible topic name is INVALID_TOPIC_EXCEPTION; a broker resource is
     this broker's id (its configs), "" (cluster-wide dynamic defaults: none here) or an error."""
-    node_id = next(
-        iter(AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).brokers)
-    )
+    node_id = _node_id(AdminClient({"bootstrap.servers": broker.bootstrap_servers}))
     resource = DescribeConfigsRequest.DescribeConfigsResource
     with RawConnection(broker.port) as connection:
         described = connection.roundtrip(
@@ -271,7 +274,7 @@ def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -
 
 def test_create_partitions_checks_manual_assignments(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    node_id = next(iter(admin.list_topics(timeout=10).brokers))
+    node_id = _node_id(admin)
     name = _name()
     create_topic(broker.bootstrap_servers, name)
     for wrong in ([[node_id + 1]], [[node_id], [node_id]], [[node_id, node_id + 1]]):

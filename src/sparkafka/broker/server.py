@@ -178,15 +178,19 @@ class Broker:
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"partitions should be a consecutive 0-based integer sequence, got {sorted(assignments)}",
             )
-        for index, replicas in sorted(assignments.items()):
-            if list(replicas) != [self.config.node_id]:
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    "The manual partition assignment includes a broker that is not registered or a "
-                    f"replica list other than [{self.config.node_id}] for partition {index}: "
-                    f"{list(replicas)}",
-                )
+        for replicas in assignments.values():
+            self._check_replicas(replicas)
         return len(assignments)
+
+    def _check_replicas(self, replicas: Sequence[int]) -> None:
+        """A manual assignment's replica list names this broker alone: the only one registered, and
+        every partition here has one replica."""
+        if list(replicas) != [self.config.node_id]:
+            raise BrokerError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment {list(replicas)} names a broker that is not "
+                f"registered or more than one replica; this broker is {self.config.node_id}",
+            )
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.topics.pop(name, None)
@@ -227,13 +231,7 @@ class Broker:
                     f"{len(assignments)} assignment(s) were specified.",
                 )
             for replicas in assignments:
-                if list(replicas) != [self.config.node_id]:
-                    raise BrokerError(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"The manual partition assignment {list(replicas)} names a broker that is not "
-                        "registered or more replicas than the topic's 1; this broker is "
-                        f"{self.config.node_id}",
-                    )
+                self._check_replicas(replicas)
         if validate_only:
             return
         for index in range(topic.partitions, count):
@@ -361,10 +359,10 @@ def _lock_data_dir(data_dir: Path) -> Any:
     return handle
 
 
+SASL_MAX_RECEIVE_BYTES = 524288  # Kafka's sasl.server.max.receive.size default
 # Frames up to this size are received into a connection's reusable buffer and copied out; larger ones
 # (produce batches) are received straight into a buffer of their own, with no further copy. Small
 # enough that thousands of idle connections cost little memory.
-SASL_MAX_RECEIVE_BYTES = 524288  # Kafka's sasl.server.max.receive.size default
 _RECEIVE_BUFFER_BYTES = 64 * 1024
 # Read-ahead: stop reading from a client once this many bytes of requests wait to be handled, resume
 # below half of it. Requests are still handled one at a time and answered in order.
