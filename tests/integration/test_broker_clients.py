@@ -383,6 +383,47 @@ def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, 
             ]
 
 
+def test_metadata_auto_creates_a_topic_as_kafka_4_does(broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka 4's AutoTopicCreationManager: the request naming a missing topic gets
+    UNKNOWN_TOPIC_OR_PARTITION while the creation goes ahead, the next finds the topic. A name
+    colliding with a topic once '.' and '_' are alike is never created, and neither is one of Kafka's
+    internal topics; a Metadata v12 request not allowing auto-creation creates nothing."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    create_topic(broker.bootstrap_servers, f"{topic_name}.dotted")
+
+    def ask(names: list[str], allow: bool = True) -> list[tuple[str, int, bool, int]]:
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(topic_id=None, name=name) for name in names],
+            allow_auto_topic_creation=allow,
+            include_topic_authorized_operations=False,
+        )
+        with RawConnection(broker.port) as connection:
+            response = connection.roundtrip(request, MetadataResponse, version=12)
+        return [(t.name, t.error_code, t.is_internal, len(t.partitions)) for t in response.topics]
+
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert ask([f"{topic_name}-not-allowed"], allow=False) == [
+        (f"{topic_name}-not-allowed", unknown, False, 0)
+    ]
+    wanted = [topic_name, f"{topic_name}_dotted", "__consumer_offsets", "__transaction_state"]
+    first = [(topic_name, unknown, False, 0), (f"{topic_name}_dotted", unknown, False, 0)]
+    internal = [("__consumer_offsets", unknown, True, 0), ("__transaction_state", unknown, True, 0)]
+    assert ask(wanted) == first + internal
+    assert ask(wanted) == [(topic_name, 0, False, 1), (f"{topic_name}_dotted", unknown, False, 0), *internal]
+    names = set(AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics)
+    assert topic_name in names and f"{topic_name}-not-allowed" not in names
+    assert not names & {f"{topic_name}_dotted", "__consumer_offsets", "__transaction_state"}
+
+
+def test_a_producer_writes_to_a_topic_it_has_auto_created(broker: BrokerProcess, topic_name: str) -> None:
+    """The client retries the Metadata answer UNKNOWN_TOPIC_OR_PARTITION and then delivers."""
+    sender = producer(broker.bootstrap_servers)
+    sender.produce(topic_name, value=b"first")
+    assert sender.flush(30) == 0
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"first"]
+
+
 def test_fetch_sessions_and_failed_reads_answer_as_kafka(broker: BrokerProcess, topic_name: str) -> None:
     """KIP-227: this broker keeps no fetch sessions (every full fetch is answered with session id 0), so
     a fetch of any other epoch names a session it does not have: FETCH_SESSION_ID_NOT_FOUND, as Kafka's

@@ -239,15 +239,6 @@ class Broker:
         topic.partitions = count
         self.topics.save()
 
-    def topic_for_produce_or_fetch(self, name: str, *, auto_create: bool) -> Topic | None:
-        topic = self.topics.topics.get(name)
-        if topic is None and auto_create and self.config.auto_create_topics:
-            try:
-                topic = self.create_topic(name, self.config.default_partitions, {})
-            except BrokerError:
-                return None
-        return topic
-
     def partition(self, topic: str, index: int) -> Partition:
         found = self.partitions.get((topic, index))
         if found is None:

@@ -16,6 +16,8 @@ from sparkafka.broker.topic_configs import TOPIC_CONFIGS
 
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's Topic.INTERNAL_TOPICS: group offsets, transaction state, share group state.
+INTERNAL_TOPIC_NAMES = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def validate_topic_name(name: str) -> None:

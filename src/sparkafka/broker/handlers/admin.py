@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -20,11 +21,12 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from sparkafka.broker import protocol
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS
-from sparkafka.broker.topics import Topic, validate_topic_name
+from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name
 
 if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
 
+log = logging.getLogger(__name__)
 _ZERO_UUID = uuid.UUID(int=0)
 _T = TypeVar("_T")
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type / ConfigSource).
@@ -156,10 +158,30 @@ def _missing_topic(name: str | None, topic_id: uuid.UUID | None, error: ErrorCod
         error_code=error,
         name=name,
         topic_id=topic_id or _ZERO_UUID,
-        is_internal=False,
+        is_internal=name in INTERNAL_TOPIC_NAMES,
         partitions=[],
         authorized_operations=None,
     )
+
+
+def _auto_create(broker: Broker, name: str) -> None:
+    """Create a topic a Metadata request named, as Kafka 4's AutoTopicCreationManager does.
+
+    Kafka forwards the creation to its controller and answers this Metadata request with
+    UNKNOWN_TOPIC_OR_PARTITION for the topic, whether the creation will succeed or not: the client
+    asks again and finds the topic once it exists. This broker creates it at once, so the next
+    request finds it; the answer to this one is the same as Kafka's. A creation that fails (a name
+    colliding with another once '.' and '_' are alike) is only logged, as Kafka's controller does.
+
+    Kafka's internal topics are never created here: this broker keeps group offsets and transaction
+    state in journals of its own, and an ordinary topic of that name would only mislead."""
+    if name in INTERNAL_TOPIC_NAMES:
+        log.info("not creating internal topic %r named in a Metadata request: this broker has none", name)
+        return
+    try:
+        broker.create_topic(name, broker.config.default_partitions, {})
+    except BrokerError as exc:
+        log.warning("auto-creation of topic %r failed: %s", name, exc)
 
 
 async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any:
@@ -177,21 +199,19 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
                     else _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
                 )
                 continue
+            topic = broker.topics.topics.get(wanted.name)
+            if topic is not None:
+                topics.append(_topic_metadata(broker, topic))
+                continue
             try:
-                topic = broker.topics.topics.get(wanted.name)
-                if topic is None and auto_create and broker.config.auto_create_topics:
-                    topic = broker.create_topic(wanted.name, broker.config.default_partitions, {})
-                elif topic is None:
-                    # Kafka's getTopicMetadata: a name that could never exist is INVALID_TOPIC_EXCEPTION.
-                    validate_topic_name(wanted.name)
+                # Kafka's getTopicMetadata: a name that could never exist is INVALID_TOPIC_EXCEPTION.
+                validate_topic_name(wanted.name)
             except BrokerError as exc:
                 topics.append(_missing_topic(wanted.name, None, exc.code))
                 continue
-            topics.append(
-                _topic_metadata(broker, topic)
-                if topic
-                else _missing_topic(wanted.name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            )
+            if auto_create and broker.config.auto_create_topics:
+                _auto_create(broker, wanted.name)
+            topics.append(_missing_topic(wanted.name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
