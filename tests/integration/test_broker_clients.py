@@ -458,6 +458,40 @@ def test_fetch_sessions_and_failed_reads_answer_as_kafka(broker: BrokerProcess, 
         assert fetch(0, -1, version, offset=5) == (0, 0, [(ErrorCode.OFFSET_OUT_OF_RANGE, -1, -1, -1)])
 
 
+def test_api_versions_lists_kafka_4s_lowest_versions(broker: BrokerProcess, topic_name: str) -> None:
+    """KIP-896: Kafka 4 refuses the versions below its new baselines (CreateTopics v0-1, DeleteTopics
+    v0, DescribeConfigs v0, Produce v0-2, ...) by closing the connection, and keeps Metadata v0. It
+    still lists Produce from v0 (KAFKA-18659), while a Produce v2 request closes the connection."""
+    from kafka.protocol.metadata import (
+        ApiVersionsRequest,
+        ApiVersionsResponse,
+        MetadataRequest,
+        MetadataResponse,
+    )
+
+    with RawConnection(broker.port) as connection:
+        answer = connection.roundtrip(
+            ApiVersionsRequest(client_software_name="tests", client_software_version="1"),
+            ApiVersionsResponse,
+            version=3,
+        )
+    listed = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+    assert listed[0][0] == 0 and listed[3][0] == 0  # Produce, Metadata
+    assert (listed[19][0], listed[20][0], listed[32][0]) == (
+        2,
+        1,
+        1,
+    )  # CreateTopics, DeleteTopics, DescribeConfigs
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    with RawConnection(broker.port) as connection:  # v0: an empty list means every topic
+        everything = connection.roundtrip(MetadataRequest(topics=[]), MetadataResponse, version=0)
+    assert topic_name in {t.name for t in everything.topics}
+    for api_key, version in ((0, 2), (19, 1), (20, 0), (32, 0)):
+        header = struct.pack(">hhih", api_key, version, 7, 0)
+        assert _send_frame(broker.port, struct.pack(">i", len(header) + 8) + header + bytes(8)) == b""
+
+
 @pytest.mark.parametrize(
     "software", [("", "1.0"), ("my client", "1.0"), ("kafka-python", "2.0.2+local"), ("-x", "1")]
 )

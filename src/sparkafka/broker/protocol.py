@@ -64,14 +64,15 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
 
 
-# The versions this broker implements. Upper bounds stop short of versions that need features a
-# single-node broker does not have (topic ids in Fetch v13+/Produce v13, KIP-890 part 2 epoch
-# bumps in EndTxn v5, broker-to-broker batching in AddPartitionsToTxn v4+).
+# The versions this broker implements. Lower bounds are Kafka 4's (KIP-896 removed the versions
+# below them; JoinGroup v0-1 came back in 4.0.1). Upper bounds stop short of versions that need
+# features a single-node broker does not have (topic ids in Fetch v13+/Produce v13 and DeleteTopics
+# v6, KIP-890 part 2 epoch bumps in EndTxn v5, broker-to-broker batching in AddPartitionsToTxn v4+).
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.METADATA: (1, 12),
+    ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 8),
     ApiKey.FIND_COORDINATOR: (0, 4),
@@ -83,15 +84,15 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.CREATE_TOPICS: (0, 7),
-    ApiKey.DELETE_TOPICS: (0, 5),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
-    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
@@ -99,6 +100,20 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
+
+# Where ApiVersions lists a lower minimum than the broker accepts. Kafka 4 lists Produce from v0
+# although it refuses v0-2 (ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION): a bug in librdkafka
+# (KAFKA-18659) needs v0 in the list.
+ADVERTISED_MIN_VERSIONS: dict[ApiKey, int] = {ApiKey.PRODUCE: 0}
+
+
+def advertised_versions() -> list[tuple[ApiKey, tuple[int, int]]]:
+    """What ApiVersions lists, by api key: the supported span, its minimum as Kafka lists it."""
+    return [
+        (key, (ADVERTISED_MIN_VERSIONS.get(key, low), high))
+        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+    ]
+
 
 # Kafka's socket.request.max.bytes default: a frame announcing more than this is refused.
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024

@@ -43,7 +43,7 @@ _CLIENT_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
     """Every supported API; as Kafka's ApiVersionsRequest.getErrorResponse, an UNSUPPORTED_VERSION
     answer lists ApiVersions' own versions only, and any other error none."""
-    versions = sorted(protocol.SUPPORTED_VERSIONS.items())
+    versions = protocol.advertised_versions()
     if error == ErrorCode.UNSUPPORTED_VERSION:
         versions = [(key, span) for key, span in versions if key == protocol.ApiKey.API_VERSIONS]
     elif error != ErrorCode.NONE:
