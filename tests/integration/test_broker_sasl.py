@@ -4,6 +4,7 @@ the Java client send), raw tokens after a SaslHandshake v0, and nothing served b
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -220,6 +221,51 @@ def test_handshake_v1_then_sasl_authenticate_on_the_wire(sasl_broker: BrokerProc
             SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), SaslHandshakeResponse, version=1
         )
         assert (scram.error_code, scram.mechanisms) == (33, ["PLAIN"])  # UNSUPPORTED_SASL_MECHANISM
+        assert connection.closed_by_peer()
+
+
+def _api_versions_error(connection: RawConnection, name: str = "sparkafka-tests") -> tuple[int, int]:
+    """Send ApiVersions v3; (error code, API keys listed) of an answer kafka-python cannot decode
+    (it reads any ApiVersions error answer as v0)."""
+    request = ApiVersionsRequest(client_software_name=name, client_software_version="1.0")
+    connection.send_frame(_encoded(request, 3))
+    _size, _correlation_id, error, compact_key_count = struct.unpack(">iihB", connection.read_frame()[:11])
+    return error, compact_key_count - 1
+
+
+def test_requests_out_of_the_sasl_order_close_the_connection(sasl_broker: BrokerProcess) -> None:
+    """Kafka's SaslServerAuthenticator: ApiVersions once, then SaslHandshake, then SaslAuthenticate.
+    While a SaslAuthenticate is due, ApiVersions and SaslHandshake are answered ILLEGAL_SASL_STATE
+    before the connection closes; anything else out of order closes it unanswered."""
+    versions = ApiVersionsRequest(client_software_name="sparkafka-tests", client_software_version="1.0")
+    handshake = SaslHandshakeRequest(mechanism="PLAIN")
+
+    with RawConnection(sasl_broker.port) as connection:
+        # A refused ApiVersions (invalid software name) may be followed by another, then the login.
+        assert _api_versions_error(connection, name="bad name") == (42, 0)  # INVALID_REQUEST
+        assert connection.roundtrip(versions, ApiVersionsResponse, 3).error_code == 0
+        connection.roundtrip(handshake, SaslHandshakeResponse, version=1)
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        answer = connection.roundtrip(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
+        assert answer.error_code == 0
+
+    with RawConnection(sasl_broker.port) as connection:  # a second ApiVersions
+        connection.roundtrip(versions, ApiVersionsResponse, 3)
+        connection.send_frame(_encoded(versions, 3))
+        assert connection.closed_by_peer()
+
+    with RawConnection(sasl_broker.port) as connection:  # while a SaslAuthenticate is due:
+        connection.roundtrip(handshake, SaslHandshakeResponse, version=1)
+        assert _api_versions_error(connection) == (34, 0)  # ILLEGAL_SASL_STATE
+        assert connection.closed_by_peer()
+    with RawConnection(sasl_broker.port) as connection:
+        connection.roundtrip(handshake, SaslHandshakeResponse, version=1)
+        again = connection.roundtrip(handshake, SaslHandshakeResponse, version=1)
+        assert (again.error_code, again.mechanisms) == (34, [])
+        assert connection.closed_by_peer()
+    with RawConnection(sasl_broker.port) as connection:
+        connection.roundtrip(handshake, SaslHandshakeResponse, version=1)
+        connection.send_frame(_encoded(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12))
         assert connection.closed_by_peer()
 
 

@@ -20,17 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from kafka.protocol.sasl import SaslHandshakeResponse
+
 from sparkafka.broker import protocol
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
-from sparkafka.broker.handlers.admin import plain_authentication_error
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
 from sparkafka.broker.log import FileRegion
 from sparkafka.broker.partition import Partition
+from sparkafka.broker.sasl import (
+    SASL_MAX_RECEIVE_BYTES,
+    SaslState,
+    answered_out_of_order,
+    plain_authentication_error,
+)
 from sparkafka.broker.topic_configs import inert_configs, validate_topic_configs
 from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_name
 from sparkafka.broker.transactions import TransactionCoordinator
@@ -350,7 +357,6 @@ def _lock_data_dir(data_dir: Path) -> Any:
     return handle
 
 
-SASL_MAX_RECEIVE_BYTES = 524288  # Kafka's sasl.server.max.receive.size default
 # Frames up to this size are received into a connection's reusable buffer and copied out; larger ones
 # (produce batches) are received straight into a buffer of their own, with no further copy. Small
 # enough that thousands of idle connections cost little memory.
@@ -382,10 +388,10 @@ class Connection(asyncio.BufferedProtocol):
         self.broker = broker
         self.transport: asyncio.Transport | None = None
         self.client_host = "/unknown"
-        self.authenticated = not broker.config.sasl_plain_users
-        self.sasl_mechanism: str | None = None
-        # After a SaslHandshake v0 the client sends one raw, size-prefixed SASL token (no request header).
-        self.raw_sasl_token_expected = False
+        # What the connection may send before it is authenticated (sparkafka.broker.sasl).
+        self.sasl_state = (
+            SaslState.HANDSHAKE_OR_VERSIONS if broker.config.sasl_plain_users else SaslState.COMPLETE
+        )
         # Set by a handler whose answer ends the connection (failed authentication), as Kafka does.
         self.close_after_response = False
         self.task: asyncio.Task[Any] | None = None
@@ -572,6 +578,10 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- handling ---------------------------------------------------------------------------------
 
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl_state is SaslState.COMPLETE
+
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
@@ -599,7 +609,7 @@ class Connection(asyncio.BufferedProtocol):
                     self._log_bad_input_once(f"request size {frame.size} is outside [0, {limit}]")
                     return
                 response: bytes | list[Any] | Literal[False] | None
-                if self.raw_sasl_token_expected:
+                if self.sasl_state is SaslState.RAW_TOKEN:
                     response = self._raw_sasl_token(bytes(frame))
                 else:
                     response = await self._respond(frame)
@@ -624,13 +634,30 @@ class Connection(asyncio.BufferedProtocol):
     def _raw_sasl_token(self, token: bytes) -> bytes | Literal[False]:
         """The SASL/PLAIN token that follows a SaslHandshake v0: on success the (empty) server challenge,
         size-prefixed; on failure the connection is closed without an answer, as Kafka does."""
-        self.raw_sasl_token_expected = False
-        error = plain_authentication_error(self.broker, token)
+        error = plain_authentication_error(self.broker.config.sasl_plain_users, token)
         if error is not None:
             self.log_authentication_failure(error)
             return False
-        self.authenticated = True
+        self.sasl_state = SaslState.COMPLETE
         return struct.pack(">i", 0)
+
+    def _refuse_before_authentication(self, header: protocol.RequestHeader) -> bytes | Literal[False]:
+        """A request SASL authentication does not expect now: closed unanswered, or answered
+        ILLEGAL_SASL_STATE first (sparkafka.broker.sasl, :func:`answered_out_of_order`)."""
+        self.log_authentication_failure(
+            f"unexpected request (api key {header.api_key}) during SASL authentication "
+            f"({self.sasl_state.name.lower()})"
+        )
+        if not answered_out_of_order(self.sasl_state, header.api_key) or not protocol.is_supported(
+            header.api_key, header.api_version
+        ):
+            return False
+        self.close_after_response = True
+        if header.api_key == protocol.ApiKey.API_VERSIONS:
+            response = api_versions_response(ErrorCode.ILLEGAL_SASL_STATE)
+        else:
+            response = SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+        return protocol.encode_response(response, header.api_version, header.correlation_id)
 
     async def _respond(self, frame: bytes | bytearray) -> bytes | list[Any] | Literal[False] | None:
         """The encoded response (bytes, or pieces from a fast handler), None when none is due (acks=0),
@@ -640,6 +667,8 @@ class Connection(asyncio.BufferedProtocol):
         except protocol.MalformedRequest as exc:
             self._log_bad_input_once(str(exc))
             return False
+        if not self.sasl_state.accepts(header.api_key):
+            return self._refuse_before_authentication(header)
         if header.api_key == protocol.ApiKey.API_VERSIONS and not protocol.is_supported(
             header.api_key, header.api_version
         ):
@@ -653,13 +682,6 @@ class Connection(asyncio.BufferedProtocol):
                 f"unsupported request api key {header.api_key} version {header.api_version} "
                 f"from client {header.client_id!r}"
             )
-            return False
-        if not self.authenticated and header.api_key not in (
-            protocol.ApiKey.API_VERSIONS,
-            protocol.ApiKey.SASL_HANDSHAKE,
-            protocol.ApiKey.SASL_AUTHENTICATE,
-        ):
-            self._log_bad_input_once(f"api key {header.api_key} before SASL authentication")
             return False
         context = RequestContext(
             header.api_key,

@@ -20,6 +20,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from sparkafka.broker import protocol
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.sasl import MECHANISMS, SaslState, plain_authentication_error
 from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS
 from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name
 
@@ -64,46 +65,29 @@ async def api_versions(broker: Broker, request: Any, context: RequestContext) ->
         for value in (request.client_software_name, request.client_software_version)
     ):
         return api_versions_response(ErrorCode.INVALID_REQUEST)
+    if context.connection.sasl_state is SaslState.HANDSHAKE_OR_VERSIONS:
+        context.connection.sasl_state = SaslState.HANDSHAKE
     return api_versions_response()
 
 
 async def sasl_handshake(broker: Broker, request: Any, context: RequestContext) -> Any:
-    """Kafka's SaslServerAuthenticator: select the mechanism; v0 means raw SASL tokens follow (no Kafka
+    """Kafka's SaslServerAuthenticator: select the mechanism; v0 means a raw SASL token follows (no Kafka
     header), v1 means SaslAuthenticate requests follow. An unsupported mechanism closes the connection
     after the answer. Once authenticated, or on a listener without SASL, the answer is ILLEGAL_SASL_STATE
     (Kafka's KafkaApis.handleSaslHandshakeRequest)."""
     connection = context.connection
     if connection.authenticated:
         return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
-    mechanisms = ["PLAIN"]
-    if request.mechanism not in mechanisms:
+    if request.mechanism not in MECHANISMS:
         connection.close_after_response = True
-        return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms)
-    connection.sasl_mechanism = request.mechanism
-    connection.raw_sasl_token_expected = context.version == 0
-    return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
-
-
-def plain_authentication_error(broker: Broker, token: bytes) -> str | None:
-    """Why a SASL/PLAIN token (RFC 4616: authzid NUL authcid NUL passwd) fails, or None if it is accepted.
-
-    The checks and messages are those of Kafka's PlainSaslServer and PlainServerCallbackHandler."""
-    parts = token.decode("utf-8", "replace").split("\x00")
-    if len(parts) != 3:
-        return f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}"
-    authorization_id, username, password = parts
-    if not username:
-        return "Authentication failed: username not specified"
-    if not password:
-        return "Authentication failed: password not specified"
-    if not any(u.username == username and u.password == password for u in broker.config.sasl_plain_users):
-        return "Authentication failed: Invalid username or password"
-    if authorization_id and authorization_id != username:
-        return "Authentication failed: Client requested an authorization id that is different from username"
-    return None
+        return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=MECHANISMS)
+    connection.sasl_state = SaslState.RAW_TOKEN if context.version == 0 else SaslState.AUTHENTICATE
+    return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=MECHANISMS)
 
 
 async def sasl_authenticate(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """A SASL/PLAIN token after a SaslHandshake v1 (the connection accepts this request only then,
+    or once authenticated: then the answer is Kafka's KafkaApis.handleSaslAuthenticateRequest's)."""
     connection = context.connection
     if connection.authenticated:
         return SaslAuthenticateResponse(
@@ -111,14 +95,9 @@ async def sasl_authenticate(broker: Broker, request: Any, context: RequestContex
             error_message="SaslAuthenticate request received after successful authentication",
             auth_bytes=b"",
         )
-    if connection.sasl_mechanism != "PLAIN":
-        # Before a SaslHandshake Kafka closes the connection without an answer (InvalidRequestException).
-        connection.close_after_response = True
-        connection.log_authentication_failure("SaslAuthenticate before a SaslHandshake")
-        return None
-    error = plain_authentication_error(broker, bytes(request.auth_bytes))
+    error = plain_authentication_error(broker.config.sasl_plain_users, bytes(request.auth_bytes))
     if error is None:
-        connection.authenticated = True
+        connection.sasl_state = SaslState.COMPLETE
         return SaslAuthenticateResponse(
             error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
         )
