@@ -5,6 +5,7 @@ collide or repeat are refused, and manual replica assignments name this broker."
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
@@ -19,6 +20,7 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
@@ -42,6 +44,15 @@ def _node_id(admin: AdminClient) -> int:
 
 def _name() -> str:
     return f"admin-{uuid.uuid4().hex[:10]}"
+
+
+def _metadata(broker: BrokerProcess) -> Any:
+    """Metadata v12 of every topic: names with their topic ids."""
+    with RawConnection(broker.port) as connection:
+        request = MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        return connection.roundtrip(request, MetadataResponse, version=12)
 
 
 def test_every_kafka_topic_config_is_accepted_and_described(broker: BrokerProcess) -> None:
@@ -165,6 +176,50 @@ def test_a_name_given_twice_in_one_request_is_refused_and_left_alone(broker: Bro
     topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
     assert twice not in topics and once in topics
     assert len(topics[existing].partitions) == 1  # neither grown nor deleted
+
+
+def test_delete_topics_v6_by_name_or_id_as_kafkas_controller(broker: BrokerProcess) -> None:
+    """DeleteTopics v6 (Kafka's ControllerApis.deleteTopics): an entry names a topic or gives its id,
+    not both nor neither; an unknown id is UNKNOWN_TOPIC_ID; an id given twice, or both by id and
+    by name, deletes nothing."""
+    by_name, by_id, twice, both_ways, kept = (_name() for _ in range(5))
+    for name in (by_name, by_id, twice, both_ways, kept):
+        create_topic(broker.bootstrap_servers, name)
+    ids = {t.name: t.topic_id for t in _metadata(broker).topics}
+    entry = DeleteTopicsRequest.DeleteTopicState
+    zero, unknown = uuid.UUID(int=0), uuid.uuid4()
+    request = DeleteTopicsRequest(
+        topics=[
+            entry(name=by_name, topic_id=zero),
+            entry(name=None, topic_id=ids[by_id]),
+            entry(name=kept, topic_id=ids[kept]),  # both: refused
+            entry(name=None, topic_id=zero),  # neither: refused
+            entry(name=None, topic_id=unknown),
+            entry(name=None, topic_id=ids[twice]),
+            entry(name=None, topic_id=ids[twice]),
+            entry(name=None, topic_id=ids[both_ways]),
+            entry(name=both_ways, topic_id=zero),
+        ],
+        timeout_ms=10_000,
+    )
+    with RawConnection(broker.port) as connection:
+        answer = connection.roundtrip(request, DeleteTopicsResponse, version=6)
+    # kafka-python reads the zero uuid as None.
+    results = {(r.name, r.topic_id or zero): (r.error_code, r.error_message) for r in answer.responses}
+    assert results == {
+        (by_name, ids[by_name]): (ErrorCode.NONE, None),
+        (by_id, ids[by_id]): (ErrorCode.NONE, None),
+        (kept, ids[kept]): (ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id."),
+        (None, zero): (ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified."),
+        (None, unknown): (ErrorCode.UNKNOWN_TOPIC_ID, None),
+        (None, ids[twice]): (ErrorCode.INVALID_REQUEST, "Duplicate topic id."),
+        (both_ways, ids[both_ways]): (
+            ErrorCode.INVALID_REQUEST,
+            "The provided topic name maps to an ID that was already supplied.",
+        ),
+    }
+    left = {t.name for t in _metadata(broker).topics}
+    assert {kept, twice, both_ways} <= left and not {by_name, by_id} & left
 
 
 def test_a_null_config_value_is_invalid_config_and_the_rest_of_the_request_is_answered(

@@ -66,8 +66,8 @@ class ApiKey(IntEnum):
 
 # The versions this broker implements. Lower bounds are Kafka 4's (KIP-896 removed the versions
 # below them; JoinGroup v0-1 came back in 4.0.1). Upper bounds stop short of versions that need
-# features a single-node broker does not have (topic ids in Fetch v13+/Produce v13 and DeleteTopics
-# v6, KIP-890 part 2 epoch bumps in EndTxn v5, broker-to-broker batching in AddPartitionsToTxn v4+).
+# features a single-node broker does not have (topic ids in Fetch v13+/Produce v13, KIP-890 part 2
+# epoch bumps in EndTxn v5, broker-to-broker batching in AddPartitionsToTxn v4+).
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
@@ -85,7 +85,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),

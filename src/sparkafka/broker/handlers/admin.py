@@ -237,8 +237,8 @@ def _each_name_once(items: Sequence[_T], name_of: Callable[[_T], str]) -> Iterat
             yield item, counts[name] > 1
 
 
-def _duplicate_error(name: str) -> BrokerError:
-    return BrokerError(ErrorCode.INVALID_REQUEST, f"Duplicate topic name: {name}")
+def _duplicate_error() -> BrokerError:
+    return BrokerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
 
 
 async def create_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
@@ -247,7 +247,7 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
     for wanted, repeated in _each_name_once(request.topics, lambda topic: topic.name):
         try:
             if repeated:
-                raise _duplicate_error(wanted.name)
+                raise _duplicate_error()
             topic = broker.create_topic(
                 wanted.name,
                 wanted.num_partitions,
@@ -284,24 +284,72 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
 
 
 async def delete_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
-    results = []
-    for name, repeated in _each_name_once(request.topic_names, lambda name: name):
-        topic = broker.topics.topics.get(name)
-        try:
-            if repeated:
-                raise _duplicate_error(name)
-            broker.delete_topic(name)
-            error, message = ErrorCode.NONE, None
-        except BrokerError as exc:
-            error, message = exc.code, exc.message
+    """Kafka's ControllerApis.deleteTopics: topics by name (v0-5, and v6 entries without an id) or by
+    id (v6 entries without a name).
+
+    1. A v6 entry with neither, or with both, is INVALID_REQUEST.
+    2. A name or id given more than once is INVALID_REQUEST, once for all its entries.
+    3. An unknown id is UNKNOWN_TOPIC_ID, an unknown name UNKNOWN_TOPIC_OR_PARTITION (no message).
+    4. A name whose topic's id is also given is INVALID_REQUEST, and that topic is not deleted (the
+       id gets no answer of its own, as in Kafka).
+    5. Every other topic is deleted; its answer carries name and id."""
+    results: list[Any] = []
+
+    def answer(
+        name: str | None, topic_id: uuid.UUID, error: ErrorCode = ErrorCode.NONE, message: str | None = None
+    ) -> None:
         results.append(
             DeleteTopicsResponse.DeletableTopicResult(
-                name=name,
-                topic_id=topic.topic_id if topic else _ZERO_UUID,
-                error_code=error,
-                error_message=message,
+                name=name, topic_id=topic_id, error_code=error, error_message=message
             )
         )
+
+    names: list[str] = list(request.topic_names or [])
+    ids: list[uuid.UUID] = []
+    for entry in request.topics or []:
+        has_id = entry.topic_id is not None and entry.topic_id != _ZERO_UUID
+        if entry.name is not None and has_id:
+            answer(
+                entry.name,
+                entry.topic_id,
+                ErrorCode.INVALID_REQUEST,
+                "You may not specify both topic name and topic id.",
+            )
+        elif entry.name is not None:
+            names.append(entry.name)
+        elif has_id:
+            ids.append(entry.topic_id)
+        else:
+            answer(None, _ZERO_UUID, ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
+    name_counts, id_counts = collections.Counter(names), collections.Counter(ids)
+    for name in (n for n, count in name_counts.items() if count > 1):
+        answer(name, _ZERO_UUID, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+    for topic_id in (i for i, count in id_counts.items() if count > 1):
+        answer(None, topic_id, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+    doomed: dict[uuid.UUID, str] = {}
+    for topic_id in (i for i, count in id_counts.items() if count == 1):
+        found = broker.topics.by_id(topic_id)
+        if found is None:
+            answer(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+        else:
+            doomed[topic_id] = found.name
+    for name in (n for n, count in name_counts.items() if count == 1):
+        topic = broker.topics.topics.get(name)
+        if topic is None:
+            answer(name, _ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        elif topic.topic_id in doomed or id_counts[topic.topic_id] > 1:
+            doomed.pop(topic.topic_id, None)
+            answer(
+                name,
+                topic.topic_id,
+                ErrorCode.INVALID_REQUEST,
+                "The provided topic name maps to an ID that was already supplied.",
+            )
+        else:
+            doomed[topic.topic_id] = name
+    for topic_id, name in doomed.items():
+        broker.delete_topic(name)
+        answer(name, topic_id)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
@@ -310,7 +358,7 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
     for wanted, repeated in _each_name_once(request.topics, lambda topic: topic.name):
         try:
             if repeated:
-                raise _duplicate_error(wanted.name)
+                raise _duplicate_error()
             broker.add_partitions(
                 wanted.name,
                 wanted.count,
