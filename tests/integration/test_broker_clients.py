@@ -10,6 +10,7 @@ import time
 
 import pytest
 from confluent_kafka import (
+    OFFSET_INVALID,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
@@ -225,6 +226,43 @@ def test_consumer_group_commits_and_resumes(broker: BrokerProcess, topic_name: s
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     listed = admin.list_consumer_groups().result(30)
     assert group in {g.group_id for g in listed.valid}
+
+
+def test_kafka_python_admin_deletes_a_groups_offsets(broker: BrokerProcess, topic_name: str) -> None:
+    """OffsetDelete over the wire: a subscribed topic's offsets stay (GROUP_SUBSCRIBED_TO_TOPIC), an
+    unsubscribed one's go; an unknown group is GROUP_ID_NOT_FOUND."""
+    import kafka.errors
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    other = f"{topic_name}-other"
+    for name in (topic_name, other):
+        create_topic(broker.bootstrap_servers, name)
+    group = f"group-{topic_name}"
+    member = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
+    member.subscribe([topic_name])
+    deadline = time.monotonic() + 30
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.2)
+    assert member.assignment()
+    member.commit(offsets=[TopicPartition(topic_name, 0, 3), TopicPartition(other, 0, 4)], asynchronous=False)
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        errors = admin.delete_group_offsets(
+            group, [KafkaTopicPartition(topic_name, 0), KafkaTopicPartition(other, 0)]
+        )
+        assert errors == {
+            KafkaTopicPartition(topic_name, 0): kafka.errors.GroupSubscribedToTopicError,
+            KafkaTopicPartition(other, 0): kafka.errors.NoError,
+        }
+        committed = member.committed([TopicPartition(topic_name, 0), TopicPartition(other, 0)], timeout=10)
+        assert [tp.offset for tp in committed] == [3, OFFSET_INVALID]
+        with pytest.raises(kafka.errors.GroupIdNotFoundError):
+            admin.delete_group_offsets(f"no-{group}", [KafkaTopicPartition(other, 0)])
+    finally:
+        admin.close()
+        member.close()
 
 
 def test_two_consumers_share_partitions_in_one_group(broker: BrokerProcess, topic_name: str) -> None:

@@ -72,13 +72,14 @@ class Harness:
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         rebalance_timeout_ms: int = REBALANCE_TIMEOUT_MS,
         require_known_member_id: bool = False,
+        protocol_type: str = "consumer",
     ) -> asyncio.Task[JoinGroupResult]:
         return asyncio.ensure_future(
             self.coordinator.join_group(
                 group_id=group_id,
                 member_id=member_id,
                 group_instance_id=group_instance_id,
-                protocol_type="consumer",
+                protocol_type=protocol_type,
                 protocols=protocols,
                 session_timeout_ms=session_timeout_ms,
                 rebalance_timeout_ms=rebalance_timeout_ms,
@@ -96,6 +97,7 @@ class Harness:
         generation_id: int | None = None,
         protocol_name: str | None = None,
         group_instance_id: str | None = None,
+        protocol_type: str = "consumer",
     ) -> asyncio.Task[SyncGroupResult]:
         return asyncio.ensure_future(
             self.coordinator.sync_group(
@@ -103,7 +105,7 @@ class Harness:
                 generation_id=joined.generation_id if generation_id is None else generation_id,
                 member_id=joined.member_id,
                 group_instance_id=group_instance_id,
-                protocol_type="consumer",
+                protocol_type=protocol_type,
                 protocol_name=protocol_name,
                 assignments=list((assignments or {}).items()),
             )
@@ -932,6 +934,57 @@ def test_consumer_subscription_parsing_limits_expiry_of_a_stable_group_to_unsubs
         harness.clock.advance(60_000)
         harness.coordinator.expire_sessions()
         assert set(harness.fetch(None)) == {("orders", 0)}
+
+    run(scenario)
+
+
+def test_offset_delete_spares_subscribed_topics_and_refuses_busy_groups(tmp_path: Path) -> None:
+    """OffsetDelete as Kafka 4's OffsetMetadataManager.deleteOffsets: partitions of subscribed topics
+    are GROUP_SUBSCRIBED_TO_TOPIC, the rest lose their committed and pending transactional offsets,
+    durably; a busy group of another protocol is NON_EMPTY_GROUP; the group itself stays."""
+
+    def subscription(*topics: str) -> bytes:
+        body = struct.pack(">hi", 0, len(topics))
+        for topic in topics:
+            body += struct.pack(">h", len(topic)) + topic.encode()
+        return body + struct.pack(">i", -1)
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        join = harness.join(protocols=[("range", subscription("orders"))], session_timeout_ms=600_000)
+        await harness.settle()
+        member = join.result()
+        await harness.sync(member, {member.member_id: b""})
+        harness.commit(
+            {("orders", 0): (5, -1, ""), ("old", 0): (7, -1, ""), ("old", 1): (8, -1, "")},
+            generation_id=1,
+            member_id=member.member_id,
+        )
+        harness.coordinator.stage_transactional_offsets(
+            group_id=GROUP, producer_id=4, offsets={("staged", 0): (9, -1, "")}
+        )
+        error, answers = harness.coordinator.delete_offsets(
+            GROUP, [("orders", [0]), ("old", [0, 3]), ("staged", [0])]
+        )
+        assert error is ErrorCode.NONE
+        assert answers == [
+            ("orders", [(0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)]),
+            ("old", [(0, ErrorCode.NONE), (3, ErrorCode.NONE)]),  # 3 had none: no error either
+            ("staged", [(0, ErrorCode.NONE)]),
+        ]
+        harness.coordinator.complete_transaction(group_id=GROUP, producer_id=4, commit=True)
+        assert set(harness.fetch(None)) == {("orders", 0), ("old", 1)}
+        harness.restart()
+        assert set(harness.fetch(None)) == {("orders", 0), ("old", 1)}
+        assert harness.coordinator.delete_offsets("", [("old", [1])])[0] is ErrorCode.INVALID_GROUP_ID
+        assert harness.coordinator.delete_offsets("nobody", [("old", [1])])[0] is ErrorCode.GROUP_ID_NOT_FOUND
+
+        (tmp_path / "other").mkdir()
+        other = Harness(tmp_path / "other")
+        busy = other.join(protocol_type="connect", protocols=[("default", b"")], session_timeout_ms=600_000)
+        await other.settle()
+        await other.sync(busy.result(), {busy.result().member_id: b""}, protocol_type="connect")
+        assert other.coordinator.delete_offsets(GROUP, [("old", [0])]) == (ErrorCode.NON_EMPTY_GROUP, [])
 
     run(scenario)
 

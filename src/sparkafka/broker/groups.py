@@ -55,7 +55,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -1371,6 +1371,51 @@ class GroupCoordinator:
             if group.state is GroupState.EMPTY and not group.has_offsets():
                 self._delete_group(group, "its offsets' partitions were deleted")
         self._maybe_compact()
+
+    def delete_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, ErrorCode]]]]]:
+        """Handle OffsetDelete as Kafka 4's OffsetMetadataManager.deleteOffsets.
+
+        1. An empty group id is INVALID_GROUP_ID; an unknown or dead group GROUP_ID_NOT_FOUND; a
+           group with members that does not use the consumer protocol NON_EMPTY_GROUP (top level).
+        2. Each partition of a topic the group subscribes to is GROUP_SUBSCRIBED_TO_TOPIC (a
+           consumer group whose subscriptions cannot be read counts as subscribed to every topic).
+        3. The committed and pending transactional offsets of every other partition named are
+           removed, journaled first (``offsets_deleted``); a partition without any is answered
+           without error too. The group stays, even with no offsets left."""
+        if self._shut_down:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        consumer_protocol = group.protocol_type == CONSUMER_PROTOCOL_TYPE
+        if group.state is not GroupState.EMPTY and not consumer_protocol:
+            return ErrorCode.NON_EMPTY_GROUP, []
+        answers: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
+        doomed: list[TopicPartition] = []
+        for topic, partitions in topics:
+            subscribed = (
+                topic in group.subscribed_topics if group.subscribed_topics is not None else consumer_protocol
+            )
+            error = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if subscribed else ErrorCode.NONE
+            answers.append((topic, [(partition, error) for partition in partitions]))
+            if not subscribed:
+                doomed += [
+                    (topic, p)
+                    for p in partitions
+                    if (topic, p) in group.offsets or group.has_pending_txn_offset((topic, p))
+                ]
+        if doomed:
+            entry = {"type": "offsets_deleted", "group": group_id, "partitions": [list(tp) for tp in doomed]}
+            if not self._append(entry):
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+            self._drop_offsets(group, doomed)
+            _LOG.info("group %r: deleted the offsets of %d partition(s) on request", group_id, len(doomed))
+            self._maybe_compact()
+        return ErrorCode.NONE, answers
 
     @staticmethod
     def _drop_offsets(group: _Group, partitions: Iterable[TopicPartition]) -> None:

@@ -42,6 +42,7 @@ HANDLERS: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     ApiKey.LIST_GROUPS: groups.list_groups,
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
     ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.OFFSET_DELETE: groups.offset_delete,
 }
 assert set(HANDLERS) == set(SUPPORTED_VERSIONS), "every advertised API needs a handler"
 

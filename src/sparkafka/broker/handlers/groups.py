@@ -10,6 +10,7 @@ from kafka.protocol.consumer import (
     JoinGroupResponse,
     LeaveGroupResponse,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -289,5 +290,25 @@ async def delete_groups(broker: Broker, request: Any, context: RequestContext) -
         results=[
             DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error)
             for group_id, error in results.items()
+        ],
+    )
+
+
+async def offset_delete(broker: Broker, request: Any, context: RequestContext) -> Any:
+    error, answers = broker.groups.delete_offsets(
+        request.group_id,
+        [(topic.name, [p.partition_index for p in topic.partitions]) for topic in request.topics],
+    )
+    topic_class = OffsetDeleteResponse.OffsetDeleteResponseTopic
+    partition_class = topic_class.OffsetDeleteResponsePartition
+    return OffsetDeleteResponse(
+        error_code=error,
+        throttle_time_ms=0,
+        topics=[
+            topic_class(
+                name=name,
+                partitions=[partition_class(partition_index=p, error_code=e) for p, e in partitions],
+            )
+            for name, partitions in answers
         ],
     )
