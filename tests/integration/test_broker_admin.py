@@ -195,6 +195,7 @@ def test_delete_topics_v6_by_name_or_id_as_kafkas_controller(broker: BrokerProce
             entry(name=kept, topic_id=ids[kept]),  # both: refused
             entry(name=None, topic_id=zero),  # neither: refused
             entry(name=None, topic_id=unknown),
+            entry(name=f"{kept}-never", topic_id=zero),
             entry(name=None, topic_id=ids[twice]),
             entry(name=None, topic_id=ids[twice]),
             entry(name=None, topic_id=ids[both_ways]),
@@ -211,7 +212,11 @@ def test_delete_topics_v6_by_name_or_id_as_kafkas_controller(broker: BrokerProce
         (by_id, ids[by_id]): (ErrorCode.NONE, None),
         (kept, ids[kept]): (ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id."),
         (None, zero): (ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified."),
-        (None, unknown): (ErrorCode.UNKNOWN_TOPIC_ID, None),
+        (None, unknown): (ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."),
+        (f"{kept}-never", zero): (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic-partition.",
+        ),
         (None, ids[twice]): (ErrorCode.INVALID_REQUEST, "Duplicate topic id."),
         (both_ways, ids[both_ways]): (
             ErrorCode.INVALID_REQUEST,

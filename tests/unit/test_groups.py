@@ -969,13 +969,19 @@ def test_offset_delete_spares_subscribed_topics_and_refuses_busy_groups(tmp_path
         assert error is ErrorCode.NONE
         assert answers == [
             ("orders", [(0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)]),
-            ("old", [(0, ErrorCode.NONE), (3, ErrorCode.NONE)]),  # 3 had none: no error either
+            ("old", [(0, ErrorCode.NONE), (3, ErrorCode.NONE)]),  # 3 had no offset: no error either
             ("staged", [(0, ErrorCode.NONE)]),
         ]
         harness.coordinator.complete_transaction(group_id=GROUP, producer_id=4, commit=True)
         assert set(harness.fetch(None)) == {("orders", 0), ("old", 1)}
         harness.restart()
         assert set(harness.fetch(None)) == {("orders", 0), ("old", 1)}
+        # Restored without members, the group subscribes to nothing, as Kafka's replay computes.
+        assert harness.coordinator.delete_offsets(GROUP, [("orders", [0])]) == (
+            ErrorCode.NONE,
+            [("orders", [(0, ErrorCode.NONE)])],
+        )
+        assert set(harness.fetch(None)) == {("old", 1)}
         assert harness.coordinator.delete_offsets("", [("old", [1])])[0] is ErrorCode.INVALID_GROUP_ID
         assert harness.coordinator.delete_offsets("nobody", [("old", [1])])[0] is ErrorCode.GROUP_ID_NOT_FOUND
 

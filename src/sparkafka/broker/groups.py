@@ -1939,6 +1939,8 @@ class GroupCoordinator:
             # Empty now, which starts its offset-retention clock (Kafka: members would time out now).
             empty_since = entry["empty_since_ms"]
             group.state_timestamp_ms = int(empty_since) if empty_since is not None else now
+            # What Kafka's replay computes for a group without members: nothing subscribed.
+            group.subscribed_topics = group._compute_subscribed_topics()
         else:
             raise ValueError(f"unknown entry type {kind!r}")
 

@@ -13,9 +13,10 @@ Before a connection on a SASL listener is authenticated, each state accepts cert
    handlers as on any listener, or fails it: the answer names the reason and the connection closes.
 
 Anything else closes the connection. In ``HANDSHAKE_OR_VERSIONS`` and ``HANDSHAKE`` no answer is
-sent; in ``AUTHENTICATE`` Kafka first answers the out-of-place request with ILLEGAL_SASL_STATE
-(``IllegalSaslStateException``), which this broker does for ApiVersions and SaslHandshake, the two
-other requests a client may send while authenticating; any other request is closed unanswered.
+sent. In ``AUTHENTICATE`` Kafka first answers any request it can parse with that request's error
+response carrying ILLEGAL_SASL_STATE (``IllegalSaslStateException``); this broker does so for
+ApiVersions (any version: one it lacks is answered as v0) and SaslHandshake, the two other requests
+a client sends while authenticating, and closes the connection on any other request unanswered.
 
 Invariant: no request other than these reaches a handler before authentication succeeds.
 """

@@ -648,16 +648,19 @@ class Connection(asyncio.BufferedProtocol):
             f"unexpected request (api key {header.api_key}) during SASL authentication "
             f"({self.sasl_state.name.lower()})"
         )
-        if not answered_out_of_order(self.sasl_state, header.api_key) or not protocol.is_supported(
-            header.api_key, header.api_version
-        ):
+        if not answered_out_of_order(self.sasl_state, header.api_key):
             return False
-        self.close_after_response = True
+        version = header.api_version
         if header.api_key == protocol.ApiKey.API_VERSIONS:
             response = api_versions_response(ErrorCode.ILLEGAL_SASL_STATE)
-        else:
+            # An ApiVersions version this broker lacks is answered as v0, as KIP-511 answers it.
+            version = version if protocol.is_supported(header.api_key, version) else 0
+        elif protocol.is_supported(header.api_key, version):
             response = SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
-        return protocol.encode_response(response, header.api_version, header.correlation_id)
+        else:
+            return False
+        self.close_after_response = True
+        return protocol.encode_response(response, version, header.correlation_id)
 
     async def _respond(self, frame: bytes | bytearray) -> bytes | list[Any] | Literal[False] | None:
         """The encoded response (bytes, or pieces from a fast handler), None when none is due (acks=0),

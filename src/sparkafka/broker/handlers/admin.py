@@ -163,12 +163,29 @@ def _auto_create(broker: Broker, name: str) -> None:
         log.warning("auto-creation of topic %r failed: %s", name, exc)
 
 
+def _named_topic_metadata(broker: Broker, name: str, auto_create: bool) -> Any:
+    topic = broker.topics.topics.get(name)
+    if topic is not None:
+        return _topic_metadata(broker, topic)
+    try:
+        # Kafka's getTopicMetadata: a name that could never exist is INVALID_TOPIC_EXCEPTION.
+        validate_topic_name(name)
+    except BrokerError as exc:
+        return _missing_topic(name, None, exc.code)
+    if auto_create and broker.config.auto_create_topics:
+        _auto_create(broker, name)
+    return _missing_topic(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
 async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any:
     if request.topics is None or (context.version == 0 and not request.topics):
         topics = [_topic_metadata(broker, t) for t in broker.topics.topics.values()]
     else:
         topics = []
         auto_create = context.version < 4 or request.allow_auto_topic_creation
+        # Kafka's handleTopicMetadataRequest takes the names as a set: a name given twice is answered
+        # once (else the second would find the topic the first just auto-created).
+        names: set[str] = set()
         for wanted in request.topics:
             if wanted.name is None:
                 found = broker.topics.by_id(wanted.topic_id)
@@ -177,20 +194,9 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
                     if found
                     else _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
                 )
-                continue
-            topic = broker.topics.topics.get(wanted.name)
-            if topic is not None:
-                topics.append(_topic_metadata(broker, topic))
-                continue
-            try:
-                # Kafka's getTopicMetadata: a name that could never exist is INVALID_TOPIC_EXCEPTION.
-                validate_topic_name(wanted.name)
-            except BrokerError as exc:
-                topics.append(_missing_topic(wanted.name, None, exc.code))
-                continue
-            if auto_create and broker.config.auto_create_topics:
-                _auto_create(broker, wanted.name)
-            topics.append(_missing_topic(wanted.name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif wanted.name not in names:
+                names.add(wanted.name)
+                topics.append(_named_topic_metadata(broker, wanted.name, auto_create))
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
@@ -289,7 +295,8 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
 
     1. A v6 entry with neither, or with both, is INVALID_REQUEST.
     2. A name or id given more than once is INVALID_REQUEST, once for all its entries.
-    3. An unknown id is UNKNOWN_TOPIC_ID, an unknown name UNKNOWN_TOPIC_OR_PARTITION (no message).
+    3. An unknown id is UNKNOWN_TOPIC_ID, an unknown name UNKNOWN_TOPIC_OR_PARTITION, each with the
+       error's default message, as Kafka's ApiError(Errors) gives.
     4. A name whose topic's id is also given is INVALID_REQUEST, and that topic is not deleted (the
        id gets no answer of its own, as in Kafka).
     5. Every other topic is deleted; its answer carries name and id."""
@@ -330,13 +337,18 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
     for topic_id in (i for i, count in id_counts.items() if count == 1):
         found = broker.topics.by_id(topic_id)
         if found is None:
-            answer(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+            answer(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
         else:
             doomed[topic_id] = found.name
     for name in (n for n, count in name_counts.items() if count == 1):
         topic = broker.topics.topics.get(name)
         if topic is None:
-            answer(name, _ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            answer(
+                name,
+                _ZERO_UUID,
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "This server does not host this topic-partition.",
+            )
         elif topic.topic_id in doomed or id_counts[topic.topic_id] > 1:
             doomed.pop(topic.topic_id, None)
             answer(

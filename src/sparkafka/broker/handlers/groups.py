@@ -295,10 +295,25 @@ async def delete_groups(broker: Broker, request: Any, context: RequestContext) -
 
 
 async def offset_delete(broker: Broker, request: Any, context: RequestContext) -> Any:
-    error, answers = broker.groups.delete_offsets(
-        request.group_id,
-        [(topic.name, [p.partition_index for p in topic.partitions]) for topic in request.topics],
-    )
+    """Kafka's KafkaApis.handleOffsetDeleteRequest: partitions of unknown topics, or that a topic
+    does not have, are UNKNOWN_TOPIC_OR_PARTITION and never reach the coordinator; the others go to
+    :meth:`GroupCoordinator.delete_offsets`, whose top-level error, if any, is the whole answer
+    (OffsetDeleteResponse.Builder.merge)."""
+    unknown: dict[str, list[tuple[int, ErrorCode]]] = {}
+    known: list[tuple[str, list[int]]] = []
+    for topic in request.topics:
+        found = broker.topics.topics.get(topic.name)
+        wanted = [p.partition_index for p in topic.partitions]
+        present = [] if found is None else [i for i in wanted if 0 <= i < found.partitions]
+        missing = [(i, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in wanted if i not in present]
+        if missing:
+            unknown.setdefault(topic.name, []).extend(missing)
+        if present:
+            known.append((topic.name, present))
+    error, answers = broker.groups.delete_offsets(request.group_id, known)
+    merged = unknown if error == ErrorCode.NONE else {}
+    for name, partitions in answers:
+        merged.setdefault(name, []).extend(partitions)
     topic_class = OffsetDeleteResponse.OffsetDeleteResponseTopic
     partition_class = topic_class.OffsetDeleteResponsePartition
     return OffsetDeleteResponse(
@@ -309,6 +324,6 @@ async def offset_delete(broker: Broker, request: Any, context: RequestContext) -
                 name=name,
                 partitions=[partition_class(partition_index=p, error_code=e) for p, e in partitions],
             )
-            for name, partitions in answers
+            for name, partitions in merged.items()
         ],
     )
