@@ -16,8 +16,10 @@ import signal
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
@@ -85,6 +87,43 @@ def load_transform(spec: str) -> Callable[[DataFrame], DataFrame]:
     if not callable(function):
         raise SparkafkaOptionError(f"--transform: {module_name!r} has no function {function_name!r}")
     return function
+
+
+def ship_transform_module(spark: SparkSession, spec: str, scratch: Path) -> Path | None:
+    """Make a transform's module importable by every executor's Python workers, as
+    ``spark-submit --py-files`` does, when it comes from the working directory.
+
+    Why: Spark's workers import a UDF's module by name. Locally they share the driver's machine and
+    working directory; on a cluster they run in a directory of their own, where a module that lies
+    beside the user is missing and every task fails with ModuleNotFoundError.
+
+    Steps:
+
+    1. import the module (:func:`load_transform`) and find its top-level package or module;
+    2. if that lies in the working directory, add it with ``SparkContext.addPyFile``: a module file
+       as it is, a package zipped into ``scratch`` (without ``__pycache__``); Spark serves the file
+       from there for the whole application, so ``scratch`` must outlive the session;
+    3. anything else (an installed package) is left to the executors' own environment.
+
+    Returns the path handed to Spark, or None."""
+    load_transform(spec)
+    top_name = spec.partition(":")[0].split(".")[0]
+    top = sys.modules[top_name]
+    package_dirs = list(getattr(top, "__path__", []))
+    origin = Path(package_dirs[0]) if package_dirs else Path(top.__file__ or "")
+    if not origin.name or origin.resolve().parent != Path.cwd().resolve():
+        return None
+    if package_dirs:
+        shipped = scratch / f"{top_name}.zip"
+        with zipfile.ZipFile(shipped, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(origin.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, Path(top_name, path.relative_to(origin)))
+    else:
+        shipped = origin
+    spark.sparkContext.addPyFile(str(shipped))
+    log.info("shipped %s to the executors for --transform %s", shipped, spec)
+    return shipped
 
 
 def build_query(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:

@@ -42,12 +42,30 @@ USER_MODULE = textwrap.dedent(
 )
 
 
+# A UDF made of a plain function of another module: Spark's workers get that function by reference
+# (a decorated function is pickled whole), so each executor must import ``user_pkg.text``.
+PACKAGE_JOBS = textwrap.dedent(
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    from user_pkg import text
+
+    shout = F.udf(text.shout, StringType())
+
+
+    def transform(frame):
+        return frame.select(shout(F.col("value").cast("string")).alias("value"))
+    """
+)
+
+
 def _environment() -> dict[str, str]:
     # Nothing on PYTHONPATH: the working directory alone must make the module importable.
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
-def _run_args(broker: BrokerProcess, workdir: Path, transform: str) -> list[str]:
+def _run_args(broker: BrokerProcess, workdir: Path, transform: str, master: str) -> list[str]:
     return [
         str(CONSOLE_SCRIPT),
         "run",
@@ -62,7 +80,7 @@ def _run_args(broker: BrokerProcess, workdir: Path, transform: str) -> list[str]
         "--trigger",
         "500ms",
         "--master",
-        "local[2]",
+        master,
         "--source-option",
         "startingOffsets=earliest",
         "--transform",
@@ -70,25 +88,21 @@ def _run_args(broker: BrokerProcess, workdir: Path, transform: str) -> list[str]
     ]
 
 
-def test_a_transform_beside_the_user_runs_on_driver_and_workers(
-    fresh_broker: BrokerProcess, tmp_path: Path
-) -> None:
+def _shout_words(broker: BrokerProcess, workdir: Path, log_path: Path, transform: str, master: str) -> None:
+    """Run the pipeline over 20 words with ``transform`` from ``workdir`` until all are written
+    shouted, then stop it with SIGTERM; it must exit 0."""
     assert CONSOLE_SCRIPT.exists(), "the sparkafka console script is installed beside this Python"
-    workdir = tmp_path / "project"
-    workdir.mkdir()
-    (workdir / "user_jobs.py").write_text(USER_MODULE)
-    create_topic(fresh_broker.bootstrap_servers, "words", partitions=2)
-    create_topic(fresh_broker.bootstrap_servers, "shouted", partitions=2)
-    sender = producer(fresh_broker.bootstrap_servers)
+    create_topic(broker.bootstrap_servers, "words", partitions=2)
+    create_topic(broker.bootstrap_servers, "shouted", partitions=2)
+    sender = producer(broker.bootstrap_servers)
     words = [f"word{i}" for i in range(20)]
     for i, word in enumerate(words):
         sender.produce("words", value=word.encode(), partition=i % 2)
     assert sender.flush(30) == 0
 
-    log_path = tmp_path / "run.log"
     with open(log_path, "wb") as log:
         run = subprocess.Popen(
-            _run_args(fresh_broker, workdir, "user_jobs:transform"),
+            _run_args(broker, workdir, transform, master),
             cwd=workdir,
             env=_environment(),
             stdout=log,
@@ -96,13 +110,11 @@ def test_a_transform_beside_the_user_runs_on_driver_and_workers(
             start_new_session=True,
         )
     got: list[Message] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     try:
         # Stops early when the run exits: a run that cannot import the module ends at once.
         while len(got) < len(words) and run.poll() is None and time.monotonic() < deadline:
-            got = read_all(
-                fresh_broker.bootstrap_servers, "shouted", expect=len(words), timeout_s=5, partitions=2
-            )
+            got = read_all(broker.bootstrap_servers, "shouted", expect=len(words), timeout_s=5, partitions=2)
     finally:
         run.send_signal(signal.SIGTERM)  # to the driver alone: it stops the query and Spark itself
         try:
@@ -113,6 +125,30 @@ def test_a_transform_beside_the_user_runs_on_driver_and_workers(
     output = log_path.read_text(errors="replace")
     assert sorted(values(got)) == sorted(f"{word.upper()}!".encode() for word in words), output
     assert run.returncode == 0, output
+
+
+def test_a_transform_beside_the_user_runs_on_driver_and_workers(
+    fresh_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "user_jobs.py").write_text(USER_MODULE)
+    _shout_words(fresh_broker, workdir, tmp_path / "run.log", "user_jobs:transform", "local[2]")
+
+
+def test_a_transform_package_reaches_executors_in_directories_of_their_own(
+    fresh_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """With ``local-cluster`` Spark starts executors as separate processes in work directories of
+    their own, as on a cluster: they find the user's package only because it is shipped to them."""
+    workdir = tmp_path / "project"
+    (workdir / "user_pkg").mkdir(parents=True)
+    (workdir / "user_pkg" / "__init__.py").write_text("")
+    (workdir / "user_pkg" / "text.py").write_text('def shout(value):\n    return value.upper() + "!"\n')
+    (workdir / "user_pkg" / "jobs.py").write_text(PACKAGE_JOBS)
+    log_path = tmp_path / "run.log"
+    _shout_words(fresh_broker, workdir, log_path, "user_pkg.jobs:transform", "local-cluster[1,1,1024]")
+    assert "shipped" in log_path.read_text(errors="replace")
 
 
 def test_a_transform_that_cannot_be_imported_fails_before_spark_starts(tmp_path: Path) -> None:

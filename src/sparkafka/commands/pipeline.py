@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
+from pathlib import Path
 
 import typer
 
@@ -26,7 +28,7 @@ def run(
         None,
         "--transform",
         help="module:function taking and returning a DataFrame; the module is looked up in the "
-        "working directory first, as python -m does.",
+        "working directory first, as python -m does, and from there shipped to the executors.",
     ),
     checkpoint: str = typer.Option(
         ..., "--checkpoint", help="Checkpoint directory: offsets and state survive restarts here."
@@ -61,7 +63,14 @@ def run(
     """
     from sparkafka.errors import SparkafkaError
     from sparkafka.options import parse_duration_ms
-    from sparkafka.pipeline import SEED_MAP_SQL, BatchProgress, Pipeline, PipelineConfig, load_transform
+    from sparkafka.pipeline import (
+        SEED_MAP_SQL,
+        BatchProgress,
+        Pipeline,
+        PipelineConfig,
+        load_transform,
+        ship_transform_module,
+    )
     from sparkafka.session import spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -99,13 +108,16 @@ def run(
         spark, config, restart_attempts=restart_attempts, restart_delay_s=delay_s, on_progress=report
     )
     pipeline.install_signal_handlers()
-    try:
-        pipeline.run()
-    except SparkafkaError as error:
-        typer.echo(f"sparkafka run: {error}", err=True)
-        raise typer.Exit(1) from None
-    finally:
-        spark.stop()
+    with tempfile.TemporaryDirectory(prefix="sparkafka-run-") as scratch:
+        try:
+            if transform:
+                ship_transform_module(spark, transform, Path(scratch))
+            pipeline.run()
+        except SparkafkaError as error:
+            typer.echo(f"sparkafka run: {error}", err=True)
+            raise typer.Exit(1) from None
+        finally:
+            spark.stop()
     sys.stdout.flush()
 
 
