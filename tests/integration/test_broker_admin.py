@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -19,6 +26,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
@@ -343,3 +352,115 @@ def test_create_partitions_checks_manual_assignments(broker: BrokerProcess) -> N
         assert raised.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, wrong
     admin.create_partitions([NewPartitions(name, 2, replica_assignment=[[node_id]])])[name].result(30)
     assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2
+
+
+def _described(admin: AdminClient, topic: str) -> dict[str, tuple[str, bool]]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: (entry.value, entry.is_default) for name, entry in entries.items()}
+
+
+def test_topic_configs_change_incrementally_and_take_effect_at_once(fresh_broker: BrokerProcess) -> None:
+    """IncrementalAlterConfigs through confluent-kafka's admin client: SET, DELETE, APPEND and
+    SUBTRACT on a topic's overrides; validate-only changes nothing; the log acts on the new
+    cleanup.policy right away, and the overrides survive a restart."""
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap_servers})
+    name = _name()
+    admin.create_topics([NewTopic(name, 1, 1, config={"retention.ms": "1000"})])[name].result(30)
+
+    def alter(*entries: ConfigEntry, validate_only: bool = False) -> None:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=list(entries))
+        admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(30)
+
+    op = AlterConfigOpType
+    alter(ConfigEntry("max.message.bytes", "2000", incremental_operation=op.SET), validate_only=True)
+    assert _described(admin, name)["max.message.bytes"][1]  # still the default
+    alter(
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=op.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=op.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=op.APPEND),  # to the default
+    )
+    described = _described(admin, name)
+    assert described["max.message.bytes"] == ("2000", False)
+    assert described["retention.ms"] == ("604800000", True)
+    assert described["cleanup.policy"] == ("delete,compact", False)
+    alter(ConfigEntry("cleanup.policy", "delete", incremental_operation=op.SUBTRACT))
+    assert _described(admin, name)["cleanup.policy"] == ("compact", False)
+
+    # The log acts on it at once: DeleteRecords needs the delete policy (Kafka's POLICY_VIOLATION).
+    sender = producer(fresh_broker.bootstrap_servers)
+    sender.produce(name, key=b"k", value=b"v")
+    assert sender.flush(30) == 0
+    with pytest.raises(KafkaException) as refused:
+        next(iter(admin.delete_records([TopicPartition(name, 0, 1)]).values())).result(30)
+    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
+
+    fresh_broker.terminate()
+    fresh_broker.start()  # the same port and data directory
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap_servers})
+    assert _described(admin, name)["cleanup.policy"] == ("compact", False)
+    assert _described(admin, name)["max.message.bytes"] == ("2000", False)
+
+
+def test_legacy_alter_configs_replaces_every_override(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    name = _name()
+    admin.create_topics([NewTopic(name, 1, 1, config={"retention.ms": "1000"})])[name].result(30)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name, set_config={"segment.ms": "3600000"})
+    admin.alter_configs([resource])[resource].result(30)
+    described = _described(admin, name)
+    assert described["segment.ms"] == ("3600000", False)
+    assert described["retention.ms"] == ("604800000", True)  # not given again: dropped
+
+
+def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
+    """ConfigAdminManager.preprocess and the controller's checks, resource by resource, on the wire."""
+    name = _name()
+    create_topic(broker.bootstrap_servers, name)
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+    change = resource.AlterableConfig
+
+    def topic(topic_name: str, *changes: tuple[str, int, str | None]) -> Any:
+        configs = [
+            change(name=key, config_operation=operation, value=value) for key, operation, value in changes
+        ]
+        return resource(resource_type=2, resource_name=topic_name, configs=configs)
+
+    request = IncrementalAlterConfigsRequest(
+        resources=[
+            topic(f"{name}-x", ("retention.ms", 0, "1")),
+            topic(f"{name}-x", ("retention.ms", 0, "2")),  # the same resource twice
+            topic(f"{name}-0", ("retention.ms", 0, "1"), ("retention.ms", 1, None)),
+            topic(f"{name}-1", ("retention.ms", 0, None)),
+            topic(f"{name}-2", ("retention.ms", 2, "5")),  # APPEND to a number
+            topic(f"{name}-3", ("no.such.config", 0, "1")),
+            topic(f"{name}-4", ("retention.ms", 0, "soon")),
+            topic(f"{name}-missing", ("retention.ms", 0, "1")),
+            topic("", ("retention.ms", 0, "1")),
+            resource(
+                resource_type=4,
+                resource_name="",
+                configs=[change(name="log.retention.ms", config_operation=0, value="1")],
+            ),
+            resource(resource_type=99, resource_name="x", configs=[]),
+        ],
+        validate_only=False,
+    )
+    with RawConnection(broker.port) as connection:
+        answer = connection.roundtrip(request, IncrementalAlterConfigsResponse, version=1)
+    got = [(r.error_code, r.error_message) for r in answer.responses]
+    invalid_request, invalid_config = ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_CONFIG
+    assert got[:4] == [
+        (invalid_request, "Each resource must appear at most once."),
+        (invalid_request, "Each resource must appear at most once."),
+        (invalid_request, "Error due to duplicate config keys"),
+        (invalid_request, "Null value not supported for : retention.ms"),
+    ]
+    assert got[4] == (invalid_config, "Can't APPEND to key retention.ms because its type is not LIST.")
+    assert got[5][0] == invalid_config and got[5][1].startswith("Unknown topic config name: no.such.config")
+    assert got[6][0] == invalid_config and "retention.ms" in got[6][1]
+    assert got[7] == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}-missing' does not exist.")
+    assert got[8] == (invalid_request, "Default topic resources are not allowed.")
+    assert got[9][0] == invalid_request and "log.retention.ms" in got[9][1]
+    assert got[10] == (invalid_request, "Unknown resource type 99")
+    assert _described(AdminClient({"bootstrap.servers": broker.bootstrap_servers}), name)["retention.ms"][1]

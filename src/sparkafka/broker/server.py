@@ -62,6 +62,16 @@ class RequestContext:
 Handler = Callable[["Broker", Any, RequestContext], Awaitable[Any]]
 
 
+def _warn_if_inert(topic: str, configs: Mapping[str, str]) -> None:
+    if inert := inert_configs(configs):
+        log.warning(
+            "topic %s: this broker stores and reports %s but does not act on %s",
+            topic,
+            ", ".join(inert),
+            "it" if len(inert) == 1 else "them",
+        )
+
+
 class Broker:
     """A single-node broker: node ``config.node_id`` leads every partition and coordinates every
     group and transactional id."""
@@ -160,14 +170,37 @@ class Broker:
             self._open_partition(topic, index)
         self.topics.save()
         log.info("created topic %s with %d partition(s) %s", name, partitions, valid_configs or "")
-        if inert := inert_configs(valid_configs):
-            log.warning(
-                "topic %s: this broker stores and reports %s but does not act on %s",
-                name,
-                ", ".join(inert),
-                "it" if len(inert) == 1 else "them",
-            )
+        _warn_if_inert(name, valid_configs)
         return topic
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str], *, validate_only: bool) -> None:
+        """Make ``configs`` the topic's whole set of overrides, checking as Kafka's controller does
+        (ControllerConfigurationValidator, then the existence check):
+
+        1. the name: "" is INVALID_REQUEST (no default topic resource), an illegal one
+           INVALID_TOPIC_EXCEPTION;
+        2. the configs, as CreateTopics checks them (INVALID_CONFIG);
+        3. the topic exists (UNKNOWN_TOPIC_OR_PARTITION).
+
+        Unless ``validate_only``, the overrides are stored (topics.json) and every partition's log
+        takes the new config at once: retention, compaction, segment size, record size and timestamp
+        checks apply from the next operation on, as a Kafka broker applies a config change."""
+        if not name:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+        validate_topic_name(name)
+        valid_configs = validate_topic_configs(configs)
+        topic = self.topics.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        if validate_only:
+            return
+        topic.configs = dict(valid_configs)
+        self.topics.save()
+        log_config = topic.log_config(self.config)
+        for index in range(topic.partitions):
+            self.partitions[(name, index)].log.config = log_config
+        log.info("topic %s: configs are now %s", name, valid_configs or "the defaults")
+        _warn_if_inert(name, valid_configs)
 
     def _assigned_partition_count(
         self, partitions: int, replication_factor: int, assignments: Mapping[int, Sequence[int]]

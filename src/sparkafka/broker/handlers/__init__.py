@@ -20,6 +20,8 @@ HANDLERS: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     ApiKey.DELETE_TOPICS: admin.delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.create_partitions,
     ApiKey.DESCRIBE_CONFIGS: admin.describe_configs,
+    ApiKey.ALTER_CONFIGS: admin.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
     ApiKey.PRODUCE: data.produce,
     ApiKey.FETCH: data.fetch,
     ApiKey.LIST_OFFSETS: data.list_offsets,

@@ -10,10 +10,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka.protocol.admin import (
+    AlterConfigsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -21,7 +23,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from sparkafka.broker import protocol
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.sasl import MECHANISMS, SaslState, plain_authentication_error
-from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS
+from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS, ConfigType
 from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name
 
 if TYPE_CHECKING:
@@ -33,6 +35,11 @@ _T = TypeVar("_T")
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type / ConfigSource).
 _RESOURCE_TOPIC = 2
 _RESOURCE_BROKER = 4
+# Resource types Kafka knows besides those (BROKER_LOGGER, CLIENT_METRICS, GROUP): no configs here.
+_RESOURCES_WITHOUT_CONFIGS = frozenset({8, 16, 32})
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
+_OP_SET, _OP_DELETE, _OP_APPEND, _OP_SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {_OP_SET: "SET", _OP_DELETE: "DELETE", _OP_APPEND: "APPEND", _OP_SUBTRACT: "SUBTRACT"}
 _SOURCE_DYNAMIC_TOPIC = 1
 _SOURCE_DEFAULT = 5
 
@@ -473,3 +480,138 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
             )
         )
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _alter_configs(
+    broker: Broker,
+    resources: Sequence[Any],
+    validate_only: bool,
+    null_allowed: Callable[[Any], bool],
+    new_overrides: Callable[[Any, dict[str, str]], dict[str, str]],
+) -> list[tuple[Any, ErrorCode, str | None]]:
+    """(resource, error, message) for each resource of an AlterConfigs or IncrementalAlterConfigs
+    request, in request order, checked as Kafka's ConfigAdminManager.preprocess and then its controller:
+
+    1. a resource given more than once: INVALID_REQUEST for each of its entries;
+    2. a config named twice in one resource: INVALID_REQUEST; a null value (where the operation is
+       not DELETE): INVALID_REQUEST naming the keys;
+    3. a topic: its new overrides from ``new_overrides(resource, current overrides)``, then
+       :meth:`Broker.alter_topic_configs` (name, configs, existence; stored unless validate only);
+    4. a broker (this one, or "" for the cluster): this broker's configs are fixed at start, so any
+       change is INVALID_REQUEST; other resource types INVALID_REQUEST."""
+    counts = collections.Counter((r.resource_type, r.resource_name) for r in resources)
+    results: list[tuple[Any, ErrorCode, str | None]] = []
+    for resource in resources:
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            if len({c.name for c in resource.configs}) < len(resource.configs):
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+            nulls = [c.name for c in resource.configs if c.value is None and not null_allowed(c)]
+            if nulls:
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
+                )
+            if resource.resource_type == _RESOURCE_TOPIC:
+                topic = broker.topics.topics.get(resource.resource_name)
+                current = dict(topic.configs) if topic is not None else {}
+                broker.alter_topic_configs(
+                    resource.resource_name, new_overrides(resource, current), validate_only=validate_only
+                )
+            elif resource.resource_type == _RESOURCE_BROKER:
+                if resource.resource_name not in ("", str(broker.config.node_id)):
+                    raise BrokerError(
+                        ErrorCode.INVALID_REQUEST,
+                        f"Unexpected broker id, expected {broker.config.node_id}, but received "
+                        f"{resource.resource_name}",
+                    )
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST,
+                    "Cannot update these configs dynamically: "
+                    f"{', '.join(sorted(c.name for c in resource.configs))} (this broker's configs are "
+                    "set when it starts)",
+                )
+            elif resource.resource_type in _RESOURCES_WITHOUT_CONFIGS:
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"resource type {resource.resource_type} has no configs on this broker; use 2 (topic)",
+                )
+            else:
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}"
+                )
+            results.append((resource, ErrorCode.NONE, None))
+        except BrokerError as exc:
+            results.append((resource, exc.code, exc.message))
+    return results
+
+
+def _incremental_overrides(resource: Any, current: dict[str, str]) -> dict[str, str]:
+    """Kafka's ConfigurationControlManager.incrementalAlterConfigResource: SET and DELETE replace or
+    drop an override; APPEND and SUBTRACT edit a LIST config's items (its default when not set),
+    and refuse any other config with INVALID_CONFIG."""
+    overrides = dict(current)
+    for change in resource.configs:
+        key, operation = change.name, change.config_operation
+        if operation == _OP_SET:
+            overrides[key] = change.value
+        elif operation == _OP_DELETE:
+            overrides.pop(key, None)
+        elif operation in (_OP_APPEND, _OP_SUBTRACT):
+            definition = TOPIC_CONFIGS.get(key)
+            if definition is None or definition.type is not ConfigType.LIST:
+                raise BrokerError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Can't {_OP_NAMES[operation]} to key {key} because its type is not LIST.",
+                )
+            present = overrides.get(key, definition.default or "")
+            items = [item for item in present.split(",") if item]
+            for item in change.value.split(","):
+                if operation == _OP_APPEND and item not in items:
+                    items.append(item)
+                elif operation == _OP_SUBTRACT and item in items:
+                    items.remove(item)
+            overrides[key] = ",".join(items)
+        else:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation}")
+    return overrides
+
+
+def _alter_configs_response(response_class: Any, results: list[tuple[Any, ErrorCode, str | None]]) -> Any:
+    """AlterConfigs' and IncrementalAlterConfigs' responses have the same shape."""
+    entry_class = response_class.AlterConfigsResourceResponse
+    return response_class(
+        throttle_time_ms=0,
+        responses=[
+            entry_class(
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+            for resource, error, message in results
+        ],
+    )
+
+
+async def incremental_alter_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
+    results = _alter_configs(
+        broker,
+        request.resources,
+        bool(request.validate_only),
+        null_allowed=lambda change: change.config_operation == _OP_DELETE,
+        new_overrides=_incremental_overrides,
+    )
+    return _alter_configs_response(IncrementalAlterConfigsResponse, results)
+
+
+async def alter_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """The legacy AlterConfigs: the given configs become the resource's whole set of overrides."""
+    results = _alter_configs(
+        broker,
+        request.resources,
+        bool(request.validate_only),
+        null_allowed=lambda change: False,
+        new_overrides=lambda resource, current: {c.name: c.value for c in resource.configs},
+    )
+    return _alter_configs_response(AlterConfigsResponse, results)
