@@ -211,6 +211,53 @@ def test_topics_create_list_describe_delete(broker: BrokerProcess, topic_name: s
     assert topic_name not in sparkafka("topics", "list", "-b", bootstrap).stdout.splitlines()
 
 
+def test_topics_alter_sets_and_resets_configs(broker: BrokerProcess, topic_name: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    altered = sparkafka(
+        "topics",
+        "alter",
+        topic_name,
+        "-b",
+        bootstrap,
+        "-c",
+        "retention.ms=3600000",
+        "-c",
+        "max.message.bytes=2000",
+    )
+    assert altered.returncode == 0, altered.stderr
+    assert (
+        altered.stdout.strip()
+        == f"altered topic {topic_name}: set retention.ms=3600000; set max.message.bytes=2000"
+    )
+    dry, reset, bad_value, nothing, both, missing = run_together(
+        [
+            ["topics", "alter", topic_name, "-b", bootstrap, "-c", "retention.ms=1", "--validate-only"],
+            ["topics", "alter", topic_name, "-b", bootstrap, "--delete-config", "max.message.bytes"],
+            ["topics", "alter", topic_name, "-b", bootstrap, "-c", "retention.ms=soon"],
+            ["topics", "alter", topic_name, "-b", bootstrap],
+            ["topics", "alter", topic_name, "-b", bootstrap, "-c", "retention.ms=1", "-d", "retention.ms"],
+            ["topics", "alter", f"{topic_name}-none", "-b", bootstrap, "-c", "retention.ms=1"],
+        ]
+    )
+    assert dry.returncode == 0 and dry.stdout.startswith(
+        f"would alter topic {topic_name}: set retention.ms=1"
+    )
+    assert reset.returncode == 0 and reset.stdout.strip().endswith("reset max.message.bytes")
+    assert (
+        bad_value.returncode == 1
+        and "(INVALID_CONFIG)" in bad_value.stderr
+        and "retention.ms" in bad_value.stderr
+    )
+    assert nothing.returncode == 2 and "nothing to change" in nothing.stderr
+    assert both.returncode == 2 and "given to both --config and --delete-config" in both.stderr
+    assert missing.returncode == 1 and f"topic '{topic_name}-none' does not exist" in missing.stderr
+    described = sparkafka("topics", "describe", topic_name, "-b", bootstrap).stdout.splitlines()
+    assert described[1].startswith(
+        "configs: retention.ms=3600000 "
+    )  # the dry run and the refusal changed nothing
+
+
 def test_groups_describe_shows_committed_offset_end_offset_and_lag(
     broker: BrokerProcess, topic_name: str
 ) -> None:

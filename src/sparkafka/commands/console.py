@@ -46,7 +46,9 @@ from confluent_kafka import (
 from confluent_kafka import IsolationLevel as AdminIsolationLevel
 from confluent_kafka.admin import (
     AdminClient,
+    AlterConfigOpType,
     ClusterMetadata,
+    ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewTopic,
@@ -173,7 +175,7 @@ def _sub_app(help_text: str) -> typer.Typer:
     )
 
 
-topics_app = _sub_app("Create, list, describe and delete topics.")
+topics_app = _sub_app("Create, list, describe, alter and delete topics.")
 groups_app = _sub_app("Consumer groups: their members, committed offsets and lag.")
 transactions_app = _sub_app("Transactions: which ones are open and hold read_committed readers back.")
 
@@ -982,6 +984,53 @@ def _log_offsets(
         for tp, future in futures.items():
             found[(tp.topic, tp.partition)].append(cluster.wait(future, "listing offsets").offset)
     return {key: (values[0], values[1], values[2]) for key, values in found.items()}
+
+
+@topics_app.command(
+    "alter",
+    cls=command_with_example(
+        "sparkafka topics alter out --config retention.ms=3600000 --delete-config max.message.bytes"
+    ),
+)
+def topics_alter(
+    name: str = typer.Argument(..., metavar="NAME", help="Topic whose configs to change."),
+    config: list[str] = typer.Option(
+        [], "--config", "-c", help="KEY=VALUE topic config to set (repeatable), e.g. retention.ms=3600000."
+    ),
+    delete_config: list[str] = typer.Option(
+        [], "--delete-config", "-d", help="Topic config to reset to the cluster's default (repeatable)."
+    ),
+    validate_only: bool = typer.Option(
+        False, "--validate-only", help="Ask the cluster to check the change without making it."
+    ),
+    bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
+    client_property: list[str] = CLIENT_PROPERTY_OPTION,
+) -> None:
+    """Set or reset topic configs; the others keep their values (Kafka's IncrementalAlterConfigs)."""
+    try:
+        configs = parse_key_values("--config", config)
+    except SparkafkaOptionError as error:
+        raise typer.BadParameter(f"{error} (for example --config retention.ms=3600000)") from None
+    if not configs and not delete_config:
+        raise typer.BadParameter("nothing to change: give --config KEY=VALUE or --delete-config KEY")
+    if both := sorted(set(configs) & set(delete_config)):
+        raise typer.BadParameter(f"{', '.join(both)}: given to both --config and --delete-config")
+    changes = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    changes += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete_config]
+    with reporting_errors("topics alter"):
+        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        admin = cluster.admin()
+        if name not in cluster.metadata(admin).topics:
+            raise ConsoleError(f"topic {name!r} does not exist")
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
+        futures = admin.incremental_alter_configs(
+            [resource], validate_only=validate_only, **cluster.request_timeouts()
+        )
+        cluster.wait(futures[resource], f"altering the configs of topic {name!r}")
+        done = [f"set {k}={v}" for k, v in configs.items()] + [f"reset {k}" for k in delete_config]
+        verb = "would alter" if validate_only else "altered"
+        typer.echo(f"{verb} topic {name}: {'; '.join(done)}")
 
 
 @topics_app.command("delete", cls=command_with_example("sparkafka topics delete out"))
