@@ -829,6 +829,14 @@ def _handle_client_errors(cluster: Cluster, seen: int, warned_codes: set[int]) -
 # -- topics -----------------------------------------------------------------------------------------
 
 
+def _config_option(values: list[str], example: str) -> dict[str, str]:
+    """``--config KEY=VALUE`` values as a dict; a malformed one is a usage error showing ``example``."""
+    try:
+        return parse_key_values("--config", values)
+    except SparkafkaOptionError as error:
+        raise typer.BadParameter(f"{error} (for example --config {example})") from None
+
+
 @topics_app.command(
     "create",
     cls=command_with_example("sparkafka topics create out --partitions 3 --config retention.ms=86400000"),
@@ -851,10 +859,7 @@ def topics_create(
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
 ) -> None:
     """Create a topic."""
-    try:
-        configs = parse_key_values("--config", config)
-    except SparkafkaOptionError as error:
-        raise typer.BadParameter(f"{error} (for example --config retention.ms=86400000)") from None
+    configs = _config_option(config, "retention.ms=86400000")
     with reporting_errors("topics create"):
         cluster = Cluster(bootstrap_servers, timeout, client_property)
         admin = cluster.admin()
@@ -1008,10 +1013,7 @@ def topics_alter(
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
 ) -> None:
     """Set or reset topic configs; the others keep their values (Kafka's IncrementalAlterConfigs)."""
-    try:
-        configs = parse_key_values("--config", config)
-    except SparkafkaOptionError as error:
-        raise typer.BadParameter(f"{error} (for example --config retention.ms=3600000)") from None
+    configs = _config_option(config, "retention.ms=3600000")
     if not configs and not delete_config:
         raise typer.BadParameter("nothing to change: give --config KEY=VALUE or --delete-config KEY")
     if both := sorted(set(configs) & set(delete_config)):
