@@ -89,41 +89,69 @@ def load_transform(spec: str) -> Callable[[DataFrame], DataFrame]:
     return function
 
 
-def ship_transform_module(spark: SparkSession, spec: str, scratch: Path) -> Path | None:
-    """Make a transform's module importable by every executor's Python workers, as
-    ``spark-submit --py-files`` does, when it comes from the working directory.
+def ship_transform_module(spark: SparkSession, spec: str, scratch: Path) -> list[Path]:
+    """Make the transform's code importable by every executor's Python workers, as
+    ``spark-submit --py-files`` does: each module and package it imported from the working directory.
 
-    Why: Spark's workers import a UDF's module by name. Locally they share the driver's machine and
-    working directory; on a cluster they run in a directory of their own, where a module that lies
-    beside the user is missing and every task fails with ModuleNotFoundError.
+    Why: Spark's workers import a UDF's function by name when it is defined at module level (one
+    decorated with ``@udf`` travels by value, a plain function under ``udf(f)`` by reference).
+    Locally they share the driver's working directory; on a cluster they run in directories of their
+    own, where a module that lies beside the user is missing and every task fails with
+    ModuleNotFoundError.
 
     Steps:
 
-    1. import the module (:func:`load_transform`) and find its top-level package or module;
-    2. if that lies in the working directory, add it with ``SparkContext.addPyFile``: a module file
-       as it is, a package zipped into ``scratch`` (without ``__pycache__``); Spark serves the file
-       from there for the whole application, so ``scratch`` must outlive the session;
-    3. anything else (an installed package) is left to the executors' own environment.
+    1. import the transform's module (:func:`load_transform`);
+    2. take every top-level module now imported whose file, or package directory, lies in the
+       working directory (symbolic links count where they are, not where they point): the
+       transform's own and whatever it imports from there;
+    3. add each with ``SparkContext.addPyFile``: a module file as it is, a package zipped into
+       ``scratch`` (with its directory entries, so that namespace subpackages import too, and
+       without ``__pycache__``); Spark serves the files from there for the whole application, so
+       ``scratch`` must outlive the session;
+    4. installed packages are left to the executors' own environment.
 
-    Returns the path handed to Spark, or None."""
+    Returns the paths handed to Spark."""
     load_transform(spec)
-    top_name = spec.partition(":")[0].split(".")[0]
-    top = sys.modules[top_name]
-    package_dirs = list(getattr(top, "__path__", []))
-    origin = Path(package_dirs[0]) if package_dirs else Path(top.__file__ or "")
-    if not origin.name or origin.resolve().parent != Path.cwd().resolve():
-        return None
-    if package_dirs:
-        shipped = scratch / f"{top_name}.zip"
-        with zipfile.ZipFile(shipped, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in sorted(origin.rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    archive.write(path, Path(top_name, path.relative_to(origin)))
-    else:
-        shipped = origin
-    spark.sparkContext.addPyFile(str(shipped))
-    log.info("shipped %s to the executors for --transform %s", shipped, spec)
+    shipped = []
+    for name, origin in sorted(_working_directory_modules().items()):
+        if origin.is_dir():
+            archive_path = scratch / f"{name}.zip"
+            _zip_package(origin, name, archive_path)
+        else:
+            archive_path = origin
+        spark.sparkContext.addPyFile(str(archive_path))
+        shipped.append(archive_path)
+    if shipped:
+        log.info("shipped %s to the executors for --transform %s", ", ".join(map(str, shipped)), spec)
     return shipped
+
+
+def _working_directory_modules() -> dict[str, Path]:
+    """Top-level modules imported from the working directory: name -> module file or package dir."""
+    here = Path.cwd().resolve()
+    found: dict[str, Path] = {}
+    for name, module in list(sys.modules.items()):
+        if "." in name or module is None:
+            continue
+        package_dirs = [Path(entry) for entry in getattr(module, "__path__", None) or []]
+        module_file = getattr(module, "__file__", None)
+        candidates = package_dirs or ([Path(module_file)] if module_file else [])
+        for origin in candidates:
+            if origin.parent.resolve() == here:
+                found[name] = origin
+                break
+    return found
+
+
+def _zip_package(directory: Path, name: str, archive_path: Path) -> None:
+    with zipfile.ZipFile(archive_path, "w", zipfile.ZIP_DEFLATED, strict_timestamps=False) as archive:
+        for root, dirs, files in os.walk(directory, followlinks=True):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            relative = Path(name, Path(root).relative_to(directory))
+            archive.write(root, relative)  # the directory entry itself
+            for file_name in sorted(files):
+                archive.write(Path(root, file_name), relative / file_name)
 
 
 def build_query(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:

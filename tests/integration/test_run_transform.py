@@ -42,20 +42,23 @@ USER_MODULE = textwrap.dedent(
 )
 
 
-# A UDF made of a plain function of another module: Spark's workers get that function by reference
-# (a decorated function is pickled whole), so each executor must import ``user_pkg.text``.
-PACKAGE_JOBS = textwrap.dedent(
+# UDFs made of plain functions of other modules: Spark's workers get those functions by reference
+# (a decorated function is pickled whole), so each executor must import ``shouting``, a module
+# beside the package, and ``user_pkg.jobs.text``, in a namespace subpackage (no __init__.py).
+PACKAGE_MAIN = textwrap.dedent(
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    from user_pkg import text
+    import shouting
+    from user_pkg.jobs import text
 
-    shout = F.udf(text.shout, StringType())
+    shout = F.udf(shouting.shout, StringType())
+    bang = F.udf(text.bang, StringType())
 
 
     def transform(frame):
-        return frame.select(shout(F.col("value").cast("string")).alias("value"))
+        return frame.select(bang(shout(F.col("value").cast("string"))).alias("value"))
     """
 )
 
@@ -140,14 +143,16 @@ def test_a_transform_package_reaches_executors_in_directories_of_their_own(
     fresh_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     """With ``local-cluster`` Spark starts executors as separate processes in work directories of
-    their own, as on a cluster: they find the user's package only because it is shipped to them."""
+    their own, as on a cluster: they find the user's package, and the module beside it that the
+    transform imports, only because both are shipped to them."""
     workdir = tmp_path / "project"
-    (workdir / "user_pkg").mkdir(parents=True)
+    (workdir / "user_pkg" / "jobs").mkdir(parents=True)
     (workdir / "user_pkg" / "__init__.py").write_text("")
-    (workdir / "user_pkg" / "text.py").write_text('def shout(value):\n    return value.upper() + "!"\n')
-    (workdir / "user_pkg" / "jobs.py").write_text(PACKAGE_JOBS)
+    (workdir / "user_pkg" / "jobs" / "text.py").write_text('def bang(value):\n    return value + "!"\n')
+    (workdir / "user_pkg" / "jobs" / "main.py").write_text(PACKAGE_MAIN)
+    (workdir / "shouting.py").write_text("def shout(value):\n    return value.upper()\n")
     log_path = tmp_path / "run.log"
-    _shout_words(fresh_broker, workdir, log_path, "user_pkg.jobs:transform", "local-cluster[1,1,1024]")
+    _shout_words(fresh_broker, workdir, log_path, "user_pkg.jobs.main:transform", "local-cluster[1,1,1024]")
     assert "shipped" in log_path.read_text(errors="replace")
 
 
