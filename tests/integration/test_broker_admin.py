@@ -386,6 +386,12 @@ def test_topic_configs_change_incrementally_and_take_effect_at_once(fresh_broker
     assert described["cleanup.policy"] == ("delete,compact", False)
     alter(ConfigEntry("cleanup.policy", "delete", incremental_operation=op.SUBTRACT))
     assert _described(admin, name)["cleanup.policy"] == ("compact", False)
+    # Java's split drops a trailing empty item; Kafka 4 takes an empty list (neither policy) too.
+    alter(ConfigEntry("cleanup.policy", "delete,", incremental_operation=op.APPEND))
+    assert _described(admin, name)["cleanup.policy"] == ("compact,delete", False)
+    alter(ConfigEntry("cleanup.policy", "delete,compact", incremental_operation=op.SUBTRACT))
+    assert _described(admin, name)["cleanup.policy"] == ("", False)
+    alter(ConfigEntry("cleanup.policy", "compact", incremental_operation=op.SET))
 
     # The log acts on it at once: DeleteRecords needs the delete policy (Kafka's POLICY_VIOLATION).
     sender = producer(fresh_broker.bootstrap_servers)
@@ -426,6 +432,7 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
         ]
         return resource(resource_type=2, resource_name=topic_name, configs=configs)
 
+    node_id = str(_node_id(AdminClient({"bootstrap.servers": broker.bootstrap_servers})))
     request = IncrementalAlterConfigsRequest(
         resources=[
             topic(f"{name}-x", ("retention.ms", 0, "1")),
@@ -443,6 +450,9 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
                 configs=[change(name="log.retention.ms", config_operation=0, value="1")],
             ),
             resource(resource_type=99, resource_name="x", configs=[]),
+            topic(f"{name}-5", ("min.compaction.lag.ms", 0, "10"), ("max.compaction.lag.ms", 0, "5")),
+            resource(resource_type=4, resource_name=node_id, configs=[]),  # nothing to change: fine
+            resource(resource_type=4, resource_name="one", configs=[]),
         ],
         validate_only=False,
     )
@@ -463,4 +473,12 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
     assert got[8] == (invalid_request, "Default topic resources are not allowed.")
     assert got[9][0] == invalid_request and "log.retention.ms" in got[9][1]
     assert got[10] == (invalid_request, "Unknown resource type 99")
+    assert got[11] == (
+        invalid_config,
+        "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)",
+    )
+    assert got[12:] == [
+        (ErrorCode.NONE, None),
+        (invalid_request, "Node id must be an integer, but it is: one"),
+    ]
     assert _described(AdminClient({"bootstrap.servers": broker.bootstrap_servers}), name)["retention.ms"][1]

@@ -99,10 +99,12 @@ class LogConfig:
         for name in ("retention_ms", "retention_bytes"):
             if getattr(self, name) < -1:
                 raise ValueError(f"{name} must be >= 0, or -1 for no limit, got {getattr(self, name)}")
-        policies = {part.strip() for part in self.cleanup_policy.split(",")}
-        if not policies or not policies <= set(_POLICIES):
+        # Kafka 4's ValidList takes an empty list too: then the log is neither deleted nor compacted.
+        policies = {part.strip() for part in self.cleanup_policy.split(",") if part.strip()}
+        if not policies <= set(_POLICIES):
             raise ValueError(
-                f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', got {self.cleanup_policy!r}"
+                "cleanup_policy must list 'delete', 'compact', both or neither (''), "
+                f"got {self.cleanup_policy!r}"
             )
         if self.flush_messages is not None and self.flush_messages < 1:
             raise ValueError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import shutil
 import struct
@@ -192,11 +193,14 @@ class Broker:
         topic = self.topics.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        try:
+            log_config = dataclasses.replace(topic, configs=dict(valid_configs)).log_config(self.config)
+        except ValueError as error:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(error)) from None
         if validate_only:
             return
         topic.configs = dict(valid_configs)
         self.topics.save()
-        log_config = topic.log_config(self.config)
         for index in range(topic.partitions):
             self.partitions[(name, index)].log.config = log_config
         log.info("topic %s: configs are now %s", name, valid_configs or "the defaults")

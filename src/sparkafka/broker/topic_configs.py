@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import cast
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.records import HEADER_SIZE
@@ -78,9 +79,10 @@ def _one_of(*choices: str) -> Callable[[object], str | None]:
 def _list_of(*choices: str) -> Callable[[object], str | None]:
     def check(value: object) -> str | None:
         assert isinstance(value, list)
-        if value and all(item in choices for item in value):
+        # Kafka 4.0's ConfigDef.ValidList accepts the empty list as well.
+        if all(item in choices for item in value):
             return None
-        return f"a comma-separated list of {', '.join(choices)}"
+        return f"a comma-separated list of {', '.join(choices)}, or empty"
 
     return check
 
@@ -203,7 +205,19 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG, f"Invalid value {value!r} for topic config {key}: must be {needed}"
             )
-    return {key: value for key, value in configs.items() if value is not None}
+    valid = {key: value for key, value in configs.items() if value is not None}
+    # Kafka's LogConfig.validateValues: the two compaction lags, each given or its default.
+    lags = [
+        cast(int, parse_config_value(TOPIC_CONFIGS[key], valid.get(key, TOPIC_CONFIGS[key].default or "0")))
+        for key in ("min.compaction.lag.ms", "max.compaction.lag.ms")
+    ]
+    if lags[0] > lags[1]:
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflict topic config setting min.compaction.lag.ms ({lags[0]}) > "
+            f"max.compaction.lag.ms ({lags[1]})",
+        )
+    return valid
 
 
 def inert_configs(configs: Mapping[str, str]) -> list[str]:

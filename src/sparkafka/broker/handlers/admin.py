@@ -519,12 +519,10 @@ def _alter_configs(
                     resource.resource_name, new_overrides(resource, current), validate_only=validate_only
                 )
             elif resource.resource_type == _RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(broker.config.node_id)):
-                    raise BrokerError(
-                        ErrorCode.INVALID_REQUEST,
-                        f"Unexpected broker id, expected {broker.config.node_id}, but received "
-                        f"{resource.resource_name}",
-                    )
+                _check_broker_resource_name(resource.resource_name, broker.config.node_id)
+                if not resource.configs:
+                    results.append((resource, ErrorCode.NONE, None))
+                    continue
                 raise BrokerError(
                     ErrorCode.INVALID_REQUEST,
                     "Cannot update these configs dynamically: "
@@ -544,6 +542,34 @@ def _alter_configs(
         except BrokerError as exc:
             results.append((resource, exc.code, exc.message))
     return results
+
+
+def _check_broker_resource_name(name: str, node_id: int) -> None:
+    """Kafka's ConfigAdminManager.validateResourceNameIsCurrentNodeId: "" is the whole cluster,
+    otherwise the name must be an integer naming this broker."""
+    if not name:
+        return
+    try:
+        named = int(name)
+    except ValueError:
+        raise BrokerError(
+            ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+        ) from None
+    if named != node_id:
+        raise BrokerError(
+            ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {node_id}, but received {name}"
+        )
+
+
+def _java_split(value: str) -> list[str]:
+    """``value.split(",")`` as Java splits: trailing empty parts are dropped, so "compact," is one
+    item, while a value without a comma is itself the one item (even "")."""
+    if "," not in value:
+        return [value]
+    parts = value.split(",")
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
 
 
 def _incremental_overrides(resource: Any, current: dict[str, str]) -> dict[str, str]:
@@ -566,7 +592,7 @@ def _incremental_overrides(resource: Any, current: dict[str, str]) -> dict[str, 
                 )
             present = overrides.get(key, definition.default or "")
             items = [item for item in present.split(",") if item]
-            for item in change.value.split(","):
+            for item in _java_split(change.value):
                 if operation == _OP_APPEND and item not in items:
                     items.append(item)
                 elif operation == _OP_SUBTRACT and item in items:
