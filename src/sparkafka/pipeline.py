@@ -9,6 +9,7 @@ checkpoint is kept so the next start resumes exactly where this one stopped.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # seed 001's job: "aa,bb" -> "EVENT(aa,bb)"
 SEED_MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
+# How long a stop waits for the micro-batch in progress before cutting it short.
+STOP_WAIT_S = 60
 
 
 @dataclass
@@ -154,7 +157,52 @@ def _zip_package(directory: Path, name: str, archive_path: Path) -> None:
                 archive.write(Path(root, file_name), relative / file_name)
 
 
-def build_query(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
+class PipelineStopping(SparkafkaError):
+    """Raised by a micro-batch that would start writing after a stop has begun: the batch is left
+    uncommitted, and the next run replays it from the checkpoint."""
+
+
+class BatchGate:
+    """Lets a stop wait for the micro-batch write in progress, and refuses writes once it began.
+
+    Spark's ``StreamingQuery.stop()`` interrupts whatever runs: a batch cut in the middle of its
+    write is safe (its transactions are aborted, it is replayed) but fills the log with killed
+    tasks and interrupted-callback traces. Through foreachBatch the pipeline owns the write, so:
+
+    1. :meth:`writing` brackets each batch's write; it raises :class:`PipelineStopping` once
+       :meth:`close` has been called, before anything is written;
+    2. :meth:`close` refuses further writes and waits (bounded) for the write in progress;
+    3. the caller then stops the query, which finds no write job to interrupt.
+
+    Invariant: a batch either writes completely before the stop or not at all; none is committed
+    without its output."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._writing = False
+        self._closed = False
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._condition:
+            if self._closed:
+                raise PipelineStopping("the pipeline is stopping: this micro-batch is left to the next run")
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writing = False
+                self._condition.notify_all()
+
+    def close(self, timeout_s: float) -> bool:
+        """Refuse new writes; True once no write is in progress, False if one outlasted ``timeout_s``."""
+        with self._condition:
+            self._closed = True
+            return self._condition.wait_for(lambda: not self._writing, timeout_s)
+
+
+def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | None = None) -> StreamingQuery:
     reader = spark.readStream.format("sparkafka").option("kafka.bootstrap.servers", config.bootstrap_servers)
     if config.source_pattern:
         reader = reader.option("subscribePattern", config.source_pattern)
@@ -186,7 +234,8 @@ def build_query(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
         # foreachBatch, whose write tasks still know the query and batch ids, so the sink's
         # exactly-once protocol applies unchanged.
         def write_batch(batch: DataFrame, batch_id: int) -> None:
-            batch.write.format("sparkafka").options(**sink_options).mode("append").save()
+            with gate.writing() if gate is not None else contextlib.nullcontext():
+                batch.write.format("sparkafka").options(**sink_options).mode("append").save()
 
         writer = writer.foreachBatch(write_batch)
     if config.query_name:
@@ -255,6 +304,7 @@ class Pipeline:
         self.on_progress = on_progress
         self._stop_requested = threading.Event()
         self._query: StreamingQuery | None = None
+        self._gate: BatchGate | None = None
 
     def request_stop(self, *_: object) -> None:
         self._stop_requested.set()
@@ -267,7 +317,8 @@ class Pipeline:
         """Start, watch, restart on failure (up to ``restart_attempts`` times), stop cleanly."""
         failures = 0
         while True:
-            self._query = build_query(self.spark, self.config)
+            self._gate = BatchGate()
+            self._query = build_query(self.spark, self.config, self._gate)
             error = self._watch(self._query)
             if error is None:
                 return
@@ -305,13 +356,46 @@ class Pipeline:
         return None
 
     def _stop_gracefully(self, query: StreamingQuery) -> None:
-        """Let the running micro-batch finish (bounded), then stop; abort what an interrupted batch
-        left open so read_committed readers are not held back, and keep the checkpoint."""
-        deadline = time.monotonic() + 60
+        """Stop after the micro-batch in progress, and keep the checkpoint:
+
+        1. silence Spark's and py4j's logs: what the stop cuts short is expected (an unexpected
+           error is reported in step 4);
+        2. foreachBatch pipelines close the :class:`BatchGate`, waiting up to a minute for the
+           write in progress; append pipelines wait while a trigger is active (bounded alike);
+        3. stop the query;
+        4. report its error, unless it is the refused write of step 2;
+        5. exactly-once: fence the query's transactional ids, which aborts what a cut-short batch
+           left open, so read_committed readers are not held back;
+        6. restore the log levels."""
+        from sparkafka.session import spark_log_level
+
+        py4j_log = logging.getLogger("py4j")
+        py4j_level = py4j_log.level
+        py4j_log.setLevel(logging.CRITICAL)
+        self.spark.sparkContext.setLogLevel("OFF")
+        try:
+            self._wait_for_the_batch_in_progress(query)
+            query_id = str(query.id)
+            query.stop()
+            error = query.exception()
+            if error is not None and "the pipeline is stopping" not in str(error):
+                log.error("the query failed while stopping: %s", error)
+            self._fence(query_id)
+        finally:
+            self.spark.sparkContext.setLogLevel(spark_log_level().upper())
+            py4j_log.setLevel(py4j_level)
+        log.info("pipeline stopped; checkpoint kept at %s", self.config.checkpoint)
+
+    def _wait_for_the_batch_in_progress(self, query: StreamingQuery) -> None:
+        if self._gate is not None and self.config.output_mode != "append":
+            if not self._gate.close(STOP_WAIT_S):
+                log.warning("a micro-batch write outlasted %d s; it is cut short", STOP_WAIT_S)
+            return
+        deadline = time.monotonic() + STOP_WAIT_S
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.1)
-        query_id = str(query.id)
-        query.stop()
+
+    def _fence(self, query_id: str) -> None:
         if self.config.delivery_guarantee == "exactly-once":
             from sparkafka.sink import SinkOptions, fence_query_transactions
 
@@ -324,4 +408,3 @@ class Pipeline:
                 }
             )
             fence_query_transactions(options, options.transactional_id_prefix or f"sparkafka-{query_id}")
-        log.info("pipeline stopped; checkpoint kept at %s", self.config.checkpoint)

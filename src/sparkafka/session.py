@@ -46,7 +46,7 @@ def spark_session(
     os.environ.setdefault("PYSPARK_PYTHON", spark_python)
     # Spark also starts the driver-side lookup of Python data sources with this one.
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", spark_python)
-    level = os.environ.get("SPARKAFKA_SPARK_LOG_LEVEL", "error").lower()
+    level = spark_log_level()
     log_config = resources.files("sparkafka").joinpath("resources/log4j2.properties")
     java_options = driver_java_options(
         master, f"-Dlog4j.configurationFile={log_config} -Dsparkafka.spark.log.level={level}"
@@ -69,6 +69,11 @@ def spark_session(
         _prefer_local_checkpoints(spark)
     sparkafka.register(spark)
     return spark
+
+
+def spark_log_level() -> str:
+    """The level of Spark's own log: SPARKAFKA_SPARK_LOG_LEVEL, errors only by default."""
+    return os.environ.get("SPARKAFKA_SPARK_LOG_LEVEL", "error").lower()
 
 
 def is_local_master(master: str) -> bool:

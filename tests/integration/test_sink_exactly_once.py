@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -260,6 +261,53 @@ def test_sigterm_stops_cleanly_and_keeps_the_checkpoint(topics: BrokerProcess, t
     finally:
         resumed.terminate()
     assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more])
+
+
+def test_sigterm_under_steady_input_finishes_the_batch_writing_and_starts_no_other(
+    topics: BrokerProcess, tmp_path: Path
+) -> None:
+    """foreachBatch pipelines (update mode) with back-to-back micro-batches: a stop waits for the
+    batch writing (here paused 3 s in its commit), refuses the next one before it writes, and ends
+    without Spark's reports of killed tasks; a restart then completes the output exactly once."""
+    broker = topics
+    sent: list[bytes] = []
+    stop_feeding = threading.Event()
+
+    def feed() -> None:
+        sender = producer(broker.bootstrap_servers)
+        while not stop_feeding.is_set():
+            line = f"s{len(sent)},t".encode()
+            sender.produce("in", value=line, partition=len(sent) % 2)
+            sent.append(line)
+            sender.flush(10)
+            time.sleep(0.02)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    args = ("--output-mode", "update", "--trigger", "0s")
+    pause = ("--sink-option", "debug.pauseAt=beforeCommit", "--sink-option", "debug.pauseMs=3s")
+    pipeline = _pipeline(broker, tmp_path, *args, *pause).start()
+    try:
+        pipeline.wait_for("sparkafka debug pause: beforeCommit")
+        started = time.monotonic()
+        assert pipeline.terminate() == 0
+        assert time.monotonic() - started < 30  # not the one-minute bound of a write that never ends
+    finally:
+        stop_feeding.set()
+        feeder.join()
+    output = pipeline.output()
+    assert "checkpoint kept" in output
+    for noise in ("ERROR", "Traceback", "StackOverflowError", "TaskKilledException"):
+        assert noise not in output, output[-3000:]
+    assert _no_open_transactions(broker, "out", 2)
+    assert read_all(broker.bootstrap_servers, "out", partitions=2)  # the paused batch was committed
+
+    resumed = _pipeline(broker, tmp_path, *args).start()
+    try:
+        committed = _wait_committed(broker, len(sent), 2)
+    finally:
+        resumed.terminate()
+    assert sorted(committed) == sorted(b"EVENT(" + line + b")" for line in sent)
 
 
 def test_task_failing_on_its_first_attempt_is_retried_exactly_once(

@@ -74,6 +74,8 @@ def run(
     from sparkafka.session import spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # py4j logs every foreachBatch callback at INFO: a line per micro-batch that says nothing.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         config = PipelineConfig(
             bootstrap_servers=bootstrap_servers,
