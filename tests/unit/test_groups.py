@@ -911,18 +911,20 @@ def test_shutdown_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -
     run(scenario)
 
 
+def _subscription(*topics: str) -> bytes:
+    """A consumer protocol Subscription v0 of ``topics``, as a member's join metadata."""
+    body = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        body += struct.pack(">h", len(topic)) + topic.encode()
+    return body + struct.pack(">i", -1)  # null user data
+
+
 def test_consumer_subscription_parsing_limits_expiry_of_a_stable_group_to_unsubscribed_topics(
     tmp_path: Path,
 ) -> None:
-    def subscription(*topics: str) -> bytes:
-        body = struct.pack(">hi", 0, len(topics))
-        for topic in topics:
-            body += struct.pack(">h", len(topic)) + topic.encode()
-        return body + struct.pack(">i", -1)  # null user data
-
     async def scenario() -> None:
         harness = Harness(tmp_path, offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
-        join = harness.join(protocols=[("range", subscription("orders"))], session_timeout_ms=600_000)
+        join = harness.join(protocols=[("range", _subscription("orders"))], session_timeout_ms=600_000)
         await harness.settle()
         member = join.result()
         await harness.sync(member, {member.member_id: b""})
@@ -943,15 +945,9 @@ def test_offset_delete_spares_subscribed_topics_and_refuses_busy_groups(tmp_path
     are GROUP_SUBSCRIBED_TO_TOPIC, the rest lose their committed and pending transactional offsets,
     durably; a busy group of another protocol is NON_EMPTY_GROUP; the group itself stays."""
 
-    def subscription(*topics: str) -> bytes:
-        body = struct.pack(">hi", 0, len(topics))
-        for topic in topics:
-            body += struct.pack(">h", len(topic)) + topic.encode()
-        return body + struct.pack(">i", -1)
-
     async def scenario() -> None:
         harness = Harness(tmp_path)
-        join = harness.join(protocols=[("range", subscription("orders"))], session_timeout_ms=600_000)
+        join = harness.join(protocols=[("range", _subscription("orders"))], session_timeout_ms=600_000)
         await harness.settle()
         member = join.result()
         await harness.sync(member, {member.member_id: b""})
