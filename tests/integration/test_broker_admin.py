@@ -5,6 +5,7 @@ collide or repeat are refused, and manual replica assignments name this broker."
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
 )
@@ -482,3 +484,45 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
         (invalid_request, "Node id must be an integer, but it is: one"),
     ]
     assert _described(AdminClient({"bootstrap.servers": broker.bootstrap_servers}), name)["retention.ms"][1]
+
+
+def test_describe_configs_lists_synonyms_and_the_source_they_give(tmp_path: Path, topic_name: str) -> None:
+    """As Kafka's ConfigHelper: an unset topic config's source is its broker synonym's, and the
+    synonyms run from the topic's override through the broker's static value to the default."""
+    topic_source, static_source, default_source = 1, 4, 5
+    with BrokerProcess(tmp_path / "data", extra_args=["--flush-messages", "5"]) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        admin.create_topics([NewTopic(topic_name, 1, 1, config={"segment.bytes": "5242880"})])[
+            topic_name
+        ].result(30)
+        resource = DescribeConfigsRequest.DescribeConfigsResource
+        request = DescribeConfigsRequest(
+            resources=[resource(resource_type=2, resource_name=topic_name, configuration_keys=None)],
+            include_synonyms=True,
+            include_documentation=False,
+        )
+        with RawConnection(broker.port) as connection:
+            answer = connection.roundtrip(request, DescribeConfigsResponse, version=4)
+        entries = {entry.name: entry for entry in answer.results[0].configs}
+
+        def synonyms(name: str) -> list[tuple[str, str, int]]:
+            return [(s.name, s.value, s.source) for s in entries[name].synonyms]
+
+        assert entries["segment.bytes"].config_source == topic_source
+        assert synonyms("segment.bytes") == [
+            ("segment.bytes", "5242880", topic_source),
+            ("log.segment.bytes", "1073741824", default_source),
+        ]
+        assert (entries["flush.messages"].value, entries["flush.messages"].config_source) == (
+            "5",
+            static_source,
+        )
+        assert synonyms("flush.messages") == [
+            ("log.flush.interval.messages", "5", static_source),
+            ("log.flush.interval.messages", str(2**63 - 1), default_source),
+        ]
+        assert synonyms("retention.ms") == [] and entries["retention.ms"].config_source == default_source
+        # confluent-kafka's admin client reads the same answer (its synonyms keyed by name).
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic_name)])
+        flush = next(iter(described.values())).result(30)["flush.messages"]
+        assert flush.source == ConfigSource.STATIC_BROKER_CONFIG.value and not flush.is_default

@@ -52,6 +52,8 @@ class Topic:
             "segment.bytes": str(broker.segment_bytes),
             "max.message.bytes": str(broker.message_max_bytes),
         }
+        if broker.flush_messages is not None:
+            broker_defaults["flush.messages"] = str(broker.flush_messages)
         default = TOPIC_CONFIGS[key].default
         return broker_defaults.get(key, default if default is not None else "")
 

@@ -21,6 +21,13 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from sparkafka.broker import protocol
+from sparkafka.broker.config_synonyms import (
+    SOURCE_DEFAULT,
+    Synonym,
+    broker_config_synonyms,
+    static_broker_configs,
+    topic_config_synonyms,
+)
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.sasl import MECHANISMS, SaslState, plain_authentication_error
 from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS, ConfigType
@@ -40,8 +47,6 @@ _RESOURCES_WITHOUT_CONFIGS = frozenset({8, 16, 32})
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
 _OP_SET, _OP_DELETE, _OP_APPEND, _OP_SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {_OP_SET: "SET", _OP_DELETE: "DELETE", _OP_APPEND: "APPEND", _OP_SUBTRACT: "SUBTRACT"}
-_SOURCE_DYNAMIC_TOPIC = 1
-_SOURCE_DEFAULT = 5
 
 
 # KIP-511: what ApiVersions v3+ accepts as a client software name and version.
@@ -226,14 +231,38 @@ def _topic_config_names(topic: Topic) -> list[str]:
 def _config_entries(broker: Broker, topic: Topic) -> list[Any]:
     entry_class = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
     return [
-        entry_class(
-            name=key,
-            value=topic.config(key, broker.config),
-            read_only=False,
-            config_source=_SOURCE_DYNAMIC_TOPIC if key in topic.configs else _SOURCE_DEFAULT,
-            is_sensitive=False,
+        entry_class(name=key, value=value, read_only=False, config_source=source, is_sensitive=False)
+        for key, value, source, _type, _synonyms in _topic_config_entries(broker, topic)
+    ]
+
+
+_ConfigEntry = tuple[str, str, int, int, list[Synonym]]  # name, value, source, type, synonyms
+
+
+def _config_entry(name: str, value: str, config_type: int, found: list[Synonym]) -> _ConfigEntry:
+    """A config's source is its first synonym's (Kafka's ConfigHelper), else the default."""
+    return (name, value, found[0].source if found else SOURCE_DEFAULT, int(config_type), found)
+
+
+def _topic_config_entries(broker: Broker, topic: Topic) -> list[_ConfigEntry]:
+    static = static_broker_configs(_broker_configs(broker))
+    return [
+        _config_entry(
+            key,
+            topic.config(key, broker.config),
+            TOPIC_CONFIGS[key].type,
+            topic_config_synonyms(key, topic.configs, static),
         )
         for key in _topic_config_names(topic)
+    ]
+
+
+def _broker_config_entries(broker: Broker) -> list[_ConfigEntry]:
+    configs = _broker_configs(broker)
+    static = static_broker_configs(configs)
+    return [
+        _config_entry(name, value, 0, broker_config_synonyms(name, static))
+        for name, value in sorted(configs.items())
     ]
 
 
@@ -409,16 +438,22 @@ def _broker_configs(broker: Broker) -> dict[str, str]:
         "log.segment.bytes": str(config.segment_bytes),
         "log.retention.ms": str(config.retention_ms),
         "log.retention.bytes": str(config.retention_bytes),
+        **(
+            {"log.flush.interval.messages": str(config.flush_messages)}
+            if config.flush_messages is not None
+            else {}
+        ),
     }
 
 
 async def describe_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
     result_class = DescribeConfigsResponse.DescribeConfigsResult
     entry_class = result_class.DescribeConfigsResourceResult
+    synonym_class = entry_class.DescribeConfigsSynonym
     results = []
     for resource in request.resources:
         keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
-        entries: list[tuple[str, str, int, int]] = []
+        entries: list[_ConfigEntry] = []
         error, message = ErrorCode.NONE, None
         if resource.resource_type == _RESOURCE_TOPIC:
             topic = broker.topics.topics.get(resource.resource_name)
@@ -430,22 +465,12 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 message = f"topic {resource.resource_name!r} does not exist"
             elif topic is not None:
-                entries = [
-                    (
-                        key,
-                        topic.config(key, broker.config),
-                        _SOURCE_DYNAMIC_TOPIC if key in topic.configs else _SOURCE_DEFAULT,
-                        TOPIC_CONFIGS[key].type,
-                    )
-                    for key in _topic_config_names(topic)
-                ]
+                entries = _topic_config_entries(broker, topic)
         elif resource.resource_type == _RESOURCE_BROKER:
             # Kafka's ConfigHelper: "" names the cluster-wide dynamic defaults (none are set here),
             # this broker's id its own configs, and any other id is not this broker's to answer.
             if resource.resource_name == str(broker.config.node_id):
-                entries = [
-                    (key, value, _SOURCE_DEFAULT, 0) for key, value in sorted(_broker_configs(broker).items())
-                ]
+                entries = _broker_config_entries(broker)
             elif resource.resource_name != "":
                 error = ErrorCode.INVALID_REQUEST
                 message = (
@@ -467,13 +492,15 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                         value=value,
                         read_only=resource.resource_type == _RESOURCE_BROKER,
                         config_source=source,
-                        is_default=source == _SOURCE_DEFAULT,
+                        is_default=source == SOURCE_DEFAULT,
                         is_sensitive=False,
-                        synonyms=[],
+                        synonyms=[synonym_class(name=n, value=v, source=src) for n, v, src in found]
+                        if request.include_synonyms
+                        else [],
                         config_type=config_type,
                         documentation=None,
                     )
-                    for key, value, source, config_type in entries
+                    for key, value, source, config_type, found in entries
                     # Kafka's ConfigHelper: no keys, or an empty list of them, asks for every config.
                     if not keys or key in keys
                 ],

@@ -1,0 +1,147 @@
+"""Where a topic config's value comes from, as Kafka's DescribeConfigs reports it: its synonyms.
+
+A topic config left unset takes the value of a broker config (``retention.ms`` that of
+``log.retention.ms``, or of ``log.retention.minutes`` or ``log.retention.hours``), which in turn
+is set in the broker's static configuration or left at its default. Kafka's ConfigHelper lists
+these places, most specific first, as the config's synonyms, and the first one is the config's
+source. The steps (ConfigHelper.createTopicConfigEntry and configSynonyms):
+
+1. the topic's own override, if any (DYNAMIC_TOPIC_CONFIG);
+2. for each broker synonym in order, its static value (STATIC_BROKER_CONFIG), then for each its
+   default (DEFAULT_CONFIG); this broker has no dynamic broker configs;
+3. drop every entry before the first one naming the main broker synonym: an alternate unit such as
+   ``log.retention.hours`` shows only where the main one is also set somewhere.
+
+A broker config counts as statically set here when this broker runs with a value other than
+Kafka's default (what a server.properties line would do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+# Kafka's ServerTopicConfigSynonyms, with DynamicBrokerConfig.brokerConfigSynonyms' alternates.
+BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "segment.bytes": ("log.segment.bytes",),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "segment.index.bytes": ("log.index.size.max.bytes",),
+    "flush.messages": ("log.flush.interval.messages",),
+    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    "retention.bytes": ("log.retention.bytes",),
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "max.message.bytes": ("message.max.bytes",),
+    "index.interval.bytes": ("log.index.interval.bytes",),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+    "cleanup.policy": ("log.cleanup.policy",),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+    "min.insync.replicas": ("min.insync.replicas",),
+    "compression.type": ("compression.type",),
+    "compression.gzip.level": ("compression.gzip.level",),
+    "compression.lz4.level": ("compression.lz4.level",),
+    "compression.zstd.level": ("compression.zstd.level",),
+    "preallocate": ("log.preallocate",),
+    "message.timestamp.type": ("log.message.timestamp.type",),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
+    "local.retention.ms": ("log.local.retention.ms",),
+    "local.retention.bytes": ("log.local.retention.bytes",),
+}
+
+_LONG_MAX = str(2**63 - 1)
+# Kafka 4's defaults of those broker configs, as ConfigDef prints them; None: no default.
+BROKER_DEFAULTS: dict[str, str | None] = {
+    "log.segment.bytes": "1073741824",
+    "log.roll.ms": None,
+    "log.roll.hours": "168",
+    "log.roll.jitter.ms": None,
+    "log.roll.jitter.hours": "0",
+    "log.index.size.max.bytes": "10485760",
+    "log.flush.interval.messages": _LONG_MAX,
+    "log.flush.interval.ms": None,
+    "log.flush.scheduler.interval.ms": _LONG_MAX,
+    "log.retention.bytes": "-1",
+    "log.retention.ms": None,
+    "log.retention.minutes": None,
+    "log.retention.hours": "168",
+    "message.max.bytes": "1048588",
+    "log.index.interval.bytes": "4096",
+    "log.cleaner.delete.retention.ms": "86400000",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": _LONG_MAX,
+    "log.segment.delete.delay.ms": "60000",
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.cleanup.policy": "delete",
+    "unclean.leader.election.enable": "false",
+    "min.insync.replicas": "1",
+    "compression.type": "producer",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
+    "log.preallocate": "false",
+    "log.message.timestamp.type": "CreateTime",
+    "log.message.timestamp.before.max.ms": _LONG_MAX,
+    "log.message.timestamp.after.max.ms": "3600000",
+    "log.local.retention.ms": "-2",
+    "log.local.retention.bytes": "-2",
+    # Broker configs this broker describes that no topic config falls back to.
+    "transaction.max.timeout.ms": "900000",
+    "auto.create.topics.enable": "true",
+    "num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "3000",
+    "socket.request.max.bytes": "104857600",
+}
+# The value each default above amounts to, where the main synonym has none of its own.
+_EFFECTIVE_DEFAULTS = {"log.retention.ms": str(7 * 24 * 3600 * 1000)}
+
+
+class Synonym(NamedTuple):
+    name: str
+    value: str
+    source: int
+
+
+def static_broker_configs(broker_configs: Mapping[str, str]) -> dict[str, str]:
+    """The broker configs this broker runs with that differ from Kafka's defaults."""
+    return {
+        name: value
+        for name, value in broker_configs.items()
+        if name in BROKER_DEFAULTS
+        and value
+        != (BROKER_DEFAULTS[name] if BROKER_DEFAULTS[name] is not None else _EFFECTIVE_DEFAULTS.get(name))
+    }
+
+
+def topic_config_synonyms(
+    key: str, topic_overrides: Mapping[str, str], static: Mapping[str, str]
+) -> list[Synonym]:
+    """The synonyms of topic config ``key``, most specific first (see the module's steps)."""
+    found = [Synonym(key, topic_overrides[key], SOURCE_TOPIC)] if key in topic_overrides else []
+    return found + _broker_synonyms(BROKER_SYNONYMS.get(key, ()), static)
+
+
+def broker_config_synonyms(name: str, static: Mapping[str, str]) -> list[Synonym]:
+    """The synonyms of broker config ``name``: its alternate units too (Kafka's brokerConfigSynonyms)."""
+    alternates = next((names for names in BROKER_SYNONYMS.values() if names[0] == name), (name,))
+    return _broker_synonyms(alternates, static)
+
+
+def _broker_synonyms(names: tuple[str, ...], static: Mapping[str, str]) -> list[Synonym]:
+    found = [Synonym(name, static[name], SOURCE_STATIC_BROKER) for name in names if name in static]
+    found += [
+        Synonym(name, default, SOURCE_DEFAULT)
+        for name in names
+        if (default := BROKER_DEFAULTS.get(name)) is not None
+    ]
+    while found and found[0].name != names[0]:
+        found.pop(0)
+    return found
