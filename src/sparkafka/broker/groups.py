@@ -1355,16 +1355,8 @@ class GroupCoordinator:
                 {tp for tp in group.offsets if tp in deleted}
                 | {tp for pending in group.pending_txn_offsets.values() for tp in pending if tp in deleted}
             )
-            if not affected:
+            if not affected or not self._forget_offsets(group, affected):
                 continue
-            entry = {
-                "type": "offsets_deleted",
-                "group": group.group_id,
-                "partitions": [list(tp) for tp in affected],
-            }
-            if not self._append(entry):
-                continue
-            self._drop_offsets(group, affected)
             _LOG.info(
                 "group %r: removed the offsets of %d deleted partition(s)", group.group_id, len(affected)
             )
@@ -1409,13 +1401,24 @@ class GroupCoordinator:
                     if (topic, p) in group.offsets or group.has_pending_txn_offset((topic, p))
                 ]
         if doomed:
-            entry = {"type": "offsets_deleted", "group": group_id, "partitions": [list(tp) for tp in doomed]}
-            if not self._append(entry):
+            if not self._forget_offsets(group, doomed):
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-            self._drop_offsets(group, doomed)
             _LOG.info("group %r: deleted the offsets of %d partition(s) on request", group_id, len(doomed))
             self._maybe_compact()
         return ErrorCode.NONE, answers
+
+    def _forget_offsets(self, group: _Group, partitions: list[TopicPartition]) -> bool:
+        """Journal (``offsets_deleted``), then drop, the group's committed and pending transactional
+        offsets of ``partitions``; False, with nothing dropped, if the journal refused the entry."""
+        entry = {
+            "type": "offsets_deleted",
+            "group": group.group_id,
+            "partitions": [list(tp) for tp in partitions],
+        }
+        if not self._append(entry):
+            return False
+        self._drop_offsets(group, partitions)
+        return True
 
     @staticmethod
     def _drop_offsets(group: _Group, partitions: Iterable[TopicPartition]) -> None:

@@ -365,8 +365,9 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
         else:
             answer(None, _ZERO_UUID, ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
     name_counts, id_counts = collections.Counter(names), collections.Counter(ids)
+    duplicate = _duplicate_error()
     for name in (n for n, count in name_counts.items() if count > 1):
-        answer(name, _ZERO_UUID, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+        answer(name, _ZERO_UUID, duplicate.code, duplicate.message)
     for topic_id in (i for i, count in id_counts.items() if count > 1):
         answer(None, topic_id, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
     doomed: dict[uuid.UUID, str] = {}
@@ -547,15 +548,13 @@ def _alter_configs(
                 )
             elif resource.resource_type == _RESOURCE_BROKER:
                 _check_broker_resource_name(resource.resource_name, broker.config.node_id)
-                if not resource.configs:
-                    results.append((resource, ErrorCode.NONE, None))
-                    continue
-                raise BrokerError(
-                    ErrorCode.INVALID_REQUEST,
-                    "Cannot update these configs dynamically: "
-                    f"{', '.join(sorted(c.name for c in resource.configs))} (this broker's configs are "
-                    "set when it starts)",
-                )
+                if resource.configs:
+                    raise BrokerError(
+                        ErrorCode.INVALID_REQUEST,
+                        "Cannot update these configs dynamically: "
+                        f"{', '.join(sorted(c.name for c in resource.configs))} (this broker's configs "
+                        "are set when it starts)",
+                    )
             elif resource.resource_type in _RESOURCES_WITHOUT_CONFIGS:
                 raise BrokerError(
                     ErrorCode.INVALID_REQUEST,
