@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from sparkafka.broker.records import Record, encode_batch
 from sparkafka.broker.runner import BrokerProcess
@@ -108,21 +109,24 @@ def _consume_from_zero(bootstrap: str, topic: str, reset: str) -> list[object]:
     raise AssertionError(f"auto.offset.reset={reset}: neither the end of {topic}-0 nor an error in 10 s")
 
 
-def test_retention_deletes_old_segments_and_moves_the_log_start(
+def _segment_bases(broker: BrokerProcess, topic: str) -> list[int]:
+    return sorted(int(path.stem) for path in (broker.data_dir / f"{topic}-0").glob("*.log"))
+
+
+def test_size_retention_deletes_old_segments_and_moves_the_log_start(
     cleaning_broker: BrokerProcess, topic_name: str
 ) -> None:
     bootstrap = cleaning_broker.bootstrap_servers
-    create_topic(bootstrap, topic_name, config={"retention.ms": "100", "internal.segment.bytes": "1024"})
+    config = {"retention.ms": "-1", "retention.bytes": "2048", "internal.segment.bytes": "1024"}
+    create_topic(bootstrap, topic_name, config=config)
     sender = producer(bootstrap, acks="all", linger_ms=0, batch_num_messages=5)
     for start in range(0, 100, 5):
         _deliver(sender, topic_name, [(None, f"v{i:03d}".encode() * 10) for i in range(start, start + 5)])
 
-    directory = cleaning_broker.data_dir / f"{topic_name}-0"
-    _wait_for(lambda: len(list(directory.glob("*.log"))) == 1, what="retention to delete the closed segments")
+    _wait_for(lambda: _segment_bases(cleaning_broker, topic_name)[0] > 0, what="retention to delete segments")
     low, high = _watermarks(bootstrap, topic_name)
     assert high == 100
-    active_base = int(next(directory.glob("*.log")).stem)
-    assert 0 < low == active_base < high  # ListOffsets earliest = the first offset still stored
+    assert 0 < low == _segment_bases(cleaning_broker, topic_name)[0] < high  # earliest: first offset stored
     assert "retention deletes segment" in cleaning_broker.log_path.read_text()
 
     # Offset 0 is out of range now; each auto.offset.reset policy handles it as Kafka's clients do.
@@ -137,6 +141,57 @@ def test_retention_deletes_old_segments_and_moves_the_log_start(
     cleaning_broker.terminate()
     cleaning_broker.start()
     assert _watermarks(cleaning_broker.bootstrap_servers, topic_name) == (low, high)
+
+
+def test_time_retention_expires_a_quiet_topic_entirely_as_kafka_does(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    # Kafka deletes the active segment too once its newest record is past retention.ms: a topic that
+    # stopped receiving records ends up empty, its log start at its log end.
+    bootstrap = cleaning_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"retention.ms": "300"})
+    sender = producer(bootstrap, acks="all", linger_ms=0)
+    _deliver(sender, topic_name, [(None, b"soon expired %d" % i) for i in range(10)])
+
+    _wait_for(lambda: _watermarks(bootstrap, topic_name) == (10, 10), what="the whole log to expire")
+    assert _segment_bases(cleaning_broker, topic_name) == [10]
+    assert _consume_from_zero(bootstrap, topic_name, "earliest") == []
+    [failed] = _consume_from_zero(bootstrap, topic_name, "error")
+    assert isinstance(failed, KafkaError) and failed.code() == KafkaError._AUTO_OFFSET_RESET, failed
+
+    cleaning_broker.terminate()  # the moved log start is checkpointed
+    cleaning_broker.start()
+    bootstrap = cleaning_broker.bootstrap_servers
+    assert _watermarks(bootstrap, topic_name) == (10, 10)
+    _deliver(producer(bootstrap, acks="all", linger_ms=0), topic_name, [(None, b"after")])
+    low, high = _watermarks(bootstrap, topic_name)
+    assert high == 11 and low in (10, 11)  # appends go on at the log end (and expire in turn)
+
+
+def test_segment_ms_rolls_by_record_time_and_follows_a_config_change(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = cleaning_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, config={"segment.ms": "50"})
+    sender = producer(bootstrap, acks="all", linger_ms=0)
+    for i in range(3):
+        _deliver(sender, topic_name, [(None, b"r%d" % i)])
+        time.sleep(0.1)  # the next record's CreateTime is more than segment.ms after this one's
+    assert _segment_bases(cleaning_broker, topic_name) == [0, 1, 2]
+
+    alter = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("segment.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    alter.incremental_alter_configs([resource])[resource].result(30)
+    for i in range(3, 5):
+        _deliver(sender, topic_name, [(None, b"r%d" % i)])
+        time.sleep(0.1)
+    assert _segment_bases(cleaning_broker, topic_name) == [0, 1, 2]  # the live log took the new value
 
 
 def test_compaction_keeps_the_latest_committed_value_per_key(

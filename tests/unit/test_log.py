@@ -54,13 +54,14 @@ def append(
     producer_id: int = -1,
     transactional: bool = False,
     compression: int = 0,
+    now_ms: int = 0,
 ) -> int:
     """Append one batch of `count` records at the log end; return its base offset."""
     base = log.log_end_offset
     batch_records = [
         Record(
             base + i,
-            timestamp + i,
+            timestamp + i if timestamp >= 0 else timestamp,
             keys[i] if keys is not None else b"key-%d" % (base + i),
             values[i] if values is not None else b"value-%d" % (base + i),
         )
@@ -75,7 +76,7 @@ def append(
         is_transactional=transactional,
         compression=compression,
     )
-    log.append([batch], now_ms=0)
+    log.append([batch], now_ms=now_ms)
     return base
 
 
@@ -215,6 +216,18 @@ def test_flush_every_append_and_several_batches_per_call(make_log: LogFactory) -
     batches = [records.encode_batch([Record(i, 0, b"k", b"v")], base_offset=i) for i in range(3)]
     assert log.append(batches, now_ms=0) == 3
     assert batch_bases(log.read(0, 1 << 20)) == [0, 1, 2]
+
+
+def test_flush_messages_counts_records_not_batches(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(flush_messages=5)
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(log.log_end_offset), real_fsync(fd)))
+    for _ in range(6):
+        append(log, 2)  # 5 or more records unsynced first at offset 6, then at 12 (4 at 10)
+    assert synced == [6, 12]
 
 
 def test_iter_batches_is_a_snapshot(make_log: LogFactory) -> None:
@@ -422,18 +435,102 @@ def test_delete_records_before(make_log: LogFactory, tmp_path: Path) -> None:
     assert (reopened.log_start_offset, reopened.log_end_offset) == (20, 20)
 
 
-def test_retention_by_time_drops_old_closed_segments_only(make_log: LogFactory) -> None:
+def test_retention_by_time_drops_the_oldest_expired_segments(make_log: LogFactory) -> None:
     log = make_log(segment_bytes=300, retention_ms=DAY_MS)
     for i in range(10):
         append(log, 2, timestamp=1000 + i)
     now = 1000 + DAY_MS + 5  # segments whose newest record is older than 1005 are expired
     files = log.segment_files()
     removed = log.enforce_retention(now)
-    assert removed >= 1
+    assert 1 <= removed < len(files)
     assert log.segment_files() == files[removed:]
     assert log.log_start_offset == int(files[removed].stem)
-    assert log.enforce_retention(10 * DAY_MS) == len(files) - removed - 1  # never the active segment
+
+
+def test_retention_by_time_expires_the_active_segment_too_and_rolls_an_empty_one(
+    make_log: LogFactory, tmp_path: Path
+) -> None:
+    # Kafka deletes a quiet topic's records once they expire, the active segment's included.
+    log = make_log(segment_bytes=300, retention_ms=DAY_MS)
+    for i in range(10):
+        append(log, 2, timestamp=1000 + i)
+    files = log.segment_files()
+    # The newest record (1010) is exactly retention_ms old: every segment but the active one expired.
+    assert log.enforce_retention(1010 + DAY_MS) == len(files) - 1
     assert log.segment_files() == files[-1:]
+    assert log.enforce_retention(1011 + DAY_MS) == 1
+    assert (log.log_start_offset, log.log_end_offset) == (20, 20)
+    assert [int(path.stem) for path in log.segment_files()] == [20]
+    assert log.read(20, 1 << 20) == b""
+    with pytest.raises(BrokerError) as below:
+        log.read(19, 10)
+    assert below.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert log.enforce_retention(10 * DAY_MS) == 0  # an empty active segment is never deleted
+    assert append(log, 1) == 20
+    log.close()
+    reopened = make_log(segment_bytes=300, retention_ms=DAY_MS)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (20, 21)
+
+
+def test_retention_by_size_counts_the_active_segment(make_log: LogFactory) -> None:
+    log = make_log(retention_ms=-1, retention_bytes=0)
+    append(log, 3)
+    assert len(log.segment_files()) == 1
+    assert log.enforce_retention(0) == 1
+    assert (log.log_start_offset, log.log_end_offset, log.size_bytes()) == (3, 3, 0)
+
+
+# ---- time-based rolling (segment.ms) -------------------------------------------------------------
+
+
+def test_segment_ms_rolls_once_the_records_are_that_much_newer_than_the_first_batch(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_ms=1000)
+    append(log, 1, timestamp=5000, now_ms=10**9)  # the wall clock plays no part while records have times
+    append(log, 1, timestamp=6000, now_ms=10**9)  # exactly segment_ms newer: no roll (Kafka's `>`)
+    append(log, 1, timestamp=4000)  # older records never roll
+    assert len(log.segment_files()) == 1
+    append(log, 1, timestamp=6001)
+    assert [int(path.stem) for path in log.segment_files()] == [0, 3]
+    append(log, 1, timestamp=7001)  # measured from the new segment's first batch (6001)
+    assert [int(path.stem) for path in log.segment_files()] == [0, 3]
+
+
+def test_segment_ms_without_record_timestamps_counts_from_when_the_segment_was_opened(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_ms=1000, segment_bytes=10_000)
+    append(log, 1, timestamp=-1, now_ms=50_000)
+    append(log, 1, timestamp=-1, now_ms=50_500)
+    assert len(log.segment_files()) == 1  # opened at the wall clock's now, long after 50_000 ms
+    append(log, 1, timestamp=-1, now_ms=int(1e13))
+    rolled_at = int(1e13)
+    assert [int(path.stem) for path in log.segment_files()] == [0, 2]
+    append(log, 1, timestamp=-1, now_ms=rolled_at + 1000)
+    assert len(log.segment_files()) == 2
+    append(log, 1, timestamp=-1, now_ms=rolled_at + 1001)  # the rolled segment was opened at rolled_at
+    assert [int(path.stem) for path in log.segment_files()] == [0, 2, 4]
+
+
+def test_segment_jitter_rolls_earlier_by_a_random_amount_per_segment(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[int] = []
+
+    def randrange(stop: int) -> int:
+        drawn.append(stop)
+        return stop - 1
+
+    monkeypatch.setattr("sparkafka.broker.log.random.randrange", randrange)
+    log = make_log(segment_ms=1000, segment_jitter_ms=5000)
+    assert drawn == [1000]  # the jitter is drawn below min(segment_jitter_ms, segment_ms)
+    append(log, 1, timestamp=5000)
+    append(log, 1, timestamp=5002)  # 2 ms newer > 1000 - 999
+    assert len(log.segment_files()) == 2
+    assert drawn == [1000, 1000]
+    make_log(log.directory.parent / "other-0", segment_ms=1000)
+    assert drawn == [1000, 1000]  # no jitter configured, none drawn
 
 
 def test_retention_by_size(make_log: LogFactory) -> None:

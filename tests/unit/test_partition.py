@@ -88,3 +88,39 @@ def test_a_markers_newer_epoch_starts_the_sequences_anew(open_partition: type[Pa
         assert stale.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
     offset, _, duplicate = _append(partition, _batch(epoch=1, sequence=0))
     assert (offset, duplicate) == (5, False)
+
+
+def _allow_transactions(producer_id: int, epoch: int, topic: str, partition: int) -> None:
+    """The coordinator's answer for a producer that added the partition to its transaction."""
+
+
+@pytest.mark.parametrize("removed_by", ["DeleteRecords", "retention"])
+def test_the_last_stable_offset_never_falls_below_the_log_start(
+    open_partition: type[Partition], removed_by: str
+) -> None:
+    partition = open_partition(retention_ms=60_000)  # type: ignore[call-arg]
+    _append(partition, _batch(epoch=0, sequence=0, count=2))
+    transactional = records.encode_batch(
+        [records.Record(i, NOW_MS - 5_000 + i, b"k", b"t%d" % i) for i in range(2)],
+        base_offset=0,
+        producer_id=PRODUCER + 1,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    partition.append_from_client(
+        transactional, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
+    )
+    assert (partition.last_stable_offset, partition.high_watermark) == (2, 4)
+    # The open transaction's first records go: Kafka's first unstable offset moves up to the log start.
+    if removed_by == "DeleteRecords":
+        partition.delete_records_before(3)
+        assert partition.last_stable_offset == 3
+    else:
+        partition.enforce_retention(NOW_MS + 120_000)
+        assert partition.log_start_offset == 4
+        assert partition.last_stable_offset == 4
+    partition.write_txn_marker(
+        producer_id=PRODUCER + 1, producer_epoch=0, commit=True, coordinator_epoch=0, now_ms=NOW_MS
+    )
+    assert partition.last_stable_offset == partition.high_watermark == 5

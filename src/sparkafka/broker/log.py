@@ -9,7 +9,8 @@ Files in a partition directory:
     .clean_shutdown        exists only between close() and the next open
 
 Durability: append() has called write() before it returns, so a killed process loses nothing the page
-cache holds; fsync happens on segment roll, on close and every `flush_messages` appends. After a crash
+cache holds; fsync happens on segment roll, on close and once `flush_messages` records were appended
+since the last fsync. After a crash
 (no clean-shutdown marker) every segment is scanned with CRC checks, torn tails are cut and the
 indexes are rebuilt. The index files are a cache: they are only trusted after a clean shutdown.
 
@@ -22,8 +23,10 @@ import bisect
 import itertools
 import logging
 import os
+import random
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +66,11 @@ _POLICIES = ("delete", "compact")
 @dataclass
 class LogConfig:
     segment_bytes: int = 1 << 30
+    # segment.ms: the active segment rolls once an append's records are this much newer than its
+    # first batch; segment.jitter.ms takes a random amount off that per segment, so that the
+    # segments of many partitions do not all roll at once.
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_jitter_ms: int = 0
     index_interval_bytes: int = 4096
     retention_ms: int = 7 * 24 * 3600 * 1000  # -1 = keep forever
     retention_bytes: int = -1  # -1 = no size limit
@@ -76,7 +84,8 @@ class LogConfig:
     # (message.timestamp.before.max.ms / after.max.ms, Kafka 4's defaults: unbounded / one hour).
     timestamp_before_max_ms: int = 2**63 - 1
     timestamp_after_max_ms: int = 3_600_000
-    # fsync after this many appended batches; None leaves it to the OS (survives SIGKILL, not power loss).
+    # flush.messages: fsync once this many records were appended since the last fsync; None leaves it
+    # to the OS (survives SIGKILL, not power loss).
     flush_messages: int | None = None
 
     def __post_init__(self) -> None:
@@ -85,7 +94,10 @@ class LogConfig:
                 f"segment_bytes must be between {HEADER_SIZE} and {INT32_MAX} (index positions are int32), "
                 f"got {self.segment_bytes}"
             )
+        if self.segment_ms < 1:
+            raise ValueError(f"segment_ms must be >= 1, got {self.segment_ms}")
         names = (
+            "segment_jitter_ms",
             "index_interval_bytes",
             "delete_retention_ms",
             "min_compaction_lag_ms",
@@ -174,6 +186,11 @@ class _Segment:
     offset_of_max_timestamp: int = -1
     bytes_since_index: int = 0
     indexes_dirty: bool = True
+    # Time-based rolling (Kafka's LogSegment.timeWaitedForRoll): the max timestamp of the first batch,
+    # or, while the segment is empty or its first batch has none, the time the segment was opened.
+    first_batch_timestamp: int = -1
+    opened_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    roll_jitter_ms: int = 0
 
     def sibling(self, suffix: str) -> Path:
         return self.path.with_suffix(suffix)
@@ -194,8 +211,17 @@ class _Segment:
         self.index_offsets, self.index_positions = [], []
         self.time_timestamps, self.time_offsets = [], []
         self.max_timestamp = self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = -1
         self.bytes_since_index = 0
         self.indexes_dirty = True
+
+    def waited_for_roll(self, appended_max_timestamp: int, now_ms: int) -> int:
+        """How long the segment has waited to roll, for records with `appended_max_timestamp` arriving
+        at `now_ms`: the gap between their timestamp and the first batch's, or, if the first batch has
+        no timestamp, the time since the segment was opened (Kafka's LogSegment.timeWaitedForRoll)."""
+        if self.first_batch_timestamp >= 0:
+            return appended_max_timestamp - self.first_batch_timestamp
+        return now_ms - self.opened_ms
 
     def track(self, header: BatchHeader, position: int, index_interval_bytes: int) -> None:
         """Account for a batch just stored at `position`, as Kafka's LogSegment.append does.
@@ -204,6 +230,8 @@ class _Segment:
         max timestamp so far -> the batch that set it) is added once more than index_interval_bytes were
         appended since the previous entry.
         """
+        if position == 0:
+            self.first_batch_timestamp = header.max_timestamp
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.offset_of_max_timestamp = header.last_offset
@@ -320,8 +348,9 @@ class PartitionLog:
         self._segments: list[_Segment] = []
         self._lock = threading.RLock()
         self._closed = False
-        self._unflushed_batches = 0
         self._load()
+        # Kafka's recovery point: records past it were written but not yet fsynced.
+        self._flushed_offset = self.log_end_offset
 
     # ---- opening and recovery ----------------------------------------------------------------------
 
@@ -340,7 +369,7 @@ class PartitionLog:
             for i, base in enumerate(bases):
                 next_base = bases[i + 1] if i + 1 < len(bases) else None
                 path = _segment_path(self.directory, base)
-                segment = _Segment(base, path, _open_fd(path))
+                segment = _Segment(base, path, _open_fd(path), roll_jitter_ms=self._random_roll_jitter())
                 self._segments.append(segment)
                 if not (clean and next_base is not None and self._load_indexes(segment, next_base)):
                     self._recover_segment(segment, next_base)
@@ -454,13 +483,26 @@ class PartitionLog:
 
     # ---- segment files -----------------------------------------------------------------------------
 
-    def _create_segment(self, base_offset: int) -> _Segment:
+    def _create_segment(self, base_offset: int, opened_ms: int | None = None) -> _Segment:
         path = _segment_path(self.directory, base_offset)
         if path.exists() and path.stat().st_size > 0:
             raise RuntimeError(f"cannot start a segment at offset {base_offset}: {path} already holds data")
-        segment = _Segment(base_offset, path, _open_fd(path), next_offset=base_offset)
+        segment = _Segment(
+            base_offset,
+            path,
+            _open_fd(path),
+            next_offset=base_offset,
+            roll_jitter_ms=self._random_roll_jitter(),
+        )
+        if opened_ms is not None:
+            segment.opened_ms = opened_ms
         _fsync_directory(self.directory)
         return segment
+
+    def _random_roll_jitter(self) -> int:
+        # Kafka's LogConfig.randomSegmentJitter, drawn for every segment opened.
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return random.randrange(jitter) if jitter > 0 else 0
 
     def _write_indexes(self, segment: _Segment) -> None:
         base = segment.base_offset
@@ -487,11 +529,11 @@ class PartitionLog:
         if segment.indexes_dirty:
             self._write_indexes(segment)
 
-    def _roll(self, base_offset: int) -> _Segment:
+    def _roll(self, base_offset: int, opened_ms: int | None = None) -> _Segment:
         self._seal(self._segments[-1])
-        segment = self._create_segment(base_offset)
+        segment = self._create_segment(base_offset, opened_ms)
         self._segments.append(segment)
-        self._unflushed_batches = 0
+        self._flushed_offset = base_offset
         return segment
 
     def _delete_segment(self, segment: _Segment) -> None:
@@ -544,9 +586,11 @@ class PartitionLog:
         """Write batches that already carry their offsets (starting at log_end_offset); return the new end.
 
         Steps: check every batch (whole, contiguous offsets, no larger than a segment) before writing any;
-        then per batch roll a new segment if it would overflow segment_bytes (or relative offsets would
-        overflow int32), write() it, update the indexes and log_end_offset; fsync per flush_messages.
-        `now_ms` is accepted for time-based rolling (Kafka's segment.ms), which is not configurable yet.
+        then per batch roll a new segment if the active one holds data and the batch would overflow
+        segment_bytes, its relative offsets would overflow int32, or its records are segment_ms (less the
+        segment's jitter) newer than the active segment's first batch (see `_Segment.waited_for_roll`;
+        `now_ms` counts when that batch has no timestamp); write() it, update the indexes and
+        log_end_offset; fsync once flush_messages records were appended since the last fsync.
         """
         with self._lock:
             self._ensure_open()
@@ -575,9 +619,8 @@ class PartitionLog:
                 expected = header.next_offset
             for header, batch in zip(headers, batches, strict=True):
                 segment = self._segments[-1]
-                overflows = segment.size + header.size > self.config.segment_bytes
-                if segment.size > 0 and (overflows or header.last_offset - segment.base_offset > INT32_MAX):
-                    segment = self._roll(header.base_offset)
+                if segment.size > 0 and self._should_roll(segment, header, now_ms):
+                    segment = self._roll(header.base_offset, now_ms)
                 position = segment.size
                 try:
                     _write_all(segment.fd, batch)
@@ -590,12 +633,20 @@ class PartitionLog:
                     ) from exc
                 segment.track(header, position, self.config.index_interval_bytes)
                 self.log_end_offset = header.next_offset
-                self._unflushed_batches += 1
             flush_every = self.config.flush_messages
-            if flush_every is not None and self._unflushed_batches >= flush_every:
+            if flush_every is not None and self.log_end_offset - self._flushed_offset >= flush_every:
                 os.fsync(self._segments[-1].fd)
-                self._unflushed_batches = 0
+                self._flushed_offset = self.log_end_offset
             return self.log_end_offset
+
+    def _should_roll(self, segment: _Segment, header: BatchHeader, now_ms: int) -> bool:
+        """Kafka's LogSegment.shouldRoll for a non-empty active segment and the batch to append."""
+        return (
+            segment.size + header.size > self.config.segment_bytes
+            or header.last_offset - segment.base_offset > INT32_MAX
+            or segment.waited_for_roll(header.max_timestamp, now_ms)
+            > self.config.segment_ms - segment.roll_jitter_ms
+        )
 
     def read(
         self, offset: int, max_bytes: int, *, upper_bound: int | None = None, min_one_batch: bool = True
@@ -764,34 +815,44 @@ class PartitionLog:
         return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Delete-policy retention: drop the oldest closed segments that are past retention_ms (by their
-        largest timestamp) or that retention_bytes allows to go; return how many were removed.
+        """Delete-policy retention (Kafka's UnifiedLog.deleteOldSegments); return how many segments
+        were removed. A no-op unless cleanup_policy includes "delete".
 
-        Only a prefix of segments goes, the active segment never does, and log_start_offset moves to the
-        first remaining segment. A no-op unless cleanup_policy includes "delete".
+        Steps:
+          1. Candidates are the segments oldest first, the active one included unless it is empty: on a
+             single replica the high watermark is the log end, so every record is below it.
+          2. Doomed is the longest prefix whose segments are all past retention_ms (now - their largest
+             timestamp > retention_ms), or the longest prefix whose removal keeps the log at or above
+             retention_bytes, whichever is longer.
+          3. If every segment is doomed, an empty segment is rolled at the log end first: a log always
+             has an active segment, and a quiet topic's records expire as on Kafka.
+          4. log_start_offset moves to the first remaining segment's base (checkpointed), then the
+             doomed segments' files are deleted.
         """
         with self._lock:
             self._ensure_open()
             if not self.config.deletes:
                 return 0
-            closed = self._segments[:-1]
+            candidates = self._segments if self._segments[-1].size > 0 else self._segments[:-1]
             expired = 0
             if self.config.retention_ms >= 0:
-                for segment in closed:
+                for segment in candidates:
                     if now_ms - self._largest_timestamp(segment) <= self.config.retention_ms:
                         break
                     expired += 1
             over_size = 0
             if self.config.retention_bytes >= 0:
                 excess = self.size_bytes() - self.config.retention_bytes
-                for segment in closed:
+                for segment in candidates:
                     if excess - segment.size < 0:
                         break
                     excess -= segment.size
                     over_size += 1
-            doomed = closed[: max(expired, over_size)]
+            doomed = candidates[: max(expired, over_size)]
             if not doomed:
                 return 0
+            if len(doomed) == len(self._segments):
+                self._roll(self.log_end_offset, now_ms)
             new_start = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
             if new_start != self.log_start_offset:
                 self.log_start_offset = new_start
@@ -944,7 +1005,7 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             os.fsync(self._segments[-1].fd)
-            self._unflushed_batches = 0
+            self._flushed_offset = self.log_end_offset
 
     def size_bytes(self) -> int:
         with self._lock:

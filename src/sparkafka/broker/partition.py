@@ -124,7 +124,9 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         if self.open_txn_first_offset:
-            return min(self.open_txn_first_offset.values())
+            # Retention or DeleteRecords may remove an open transaction's first records; Kafka's first
+            # unstable offset never falls below the log start (UnifiedLog.maybeIncrementFirstUnstableOffset).
+            return max(min(self.open_txn_first_offset.values()), self.log_start_offset)
         return self.high_watermark
 
     # -- produce ----------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ _DEFINITIONS = (
     TopicConfigDefinition("compression.zstd.level", _I, "3", check=_between(-131072, 22)),
     TopicConfigDefinition("delete.retention.ms", _L, "86400000", True, _at_least(0)),
     TopicConfigDefinition("file.delete.delay.ms", _L, "60000", check=_at_least(0)),
-    TopicConfigDefinition("flush.messages", _L, str(INT64_MAX), check=_at_least(1)),
+    TopicConfigDefinition("flush.messages", _L, str(INT64_MAX), True, _at_least(1)),
     TopicConfigDefinition("flush.ms", _L, str(INT64_MAX), check=_at_least(0)),
     TopicConfigDefinition(
         "follower.replication.throttled.replicas", ConfigType.LIST, "", check=_throttled_replicas
@@ -153,8 +153,8 @@ _DEFINITIONS = (
     # Below segment.bytes' bound, for tests of segment rolling and retention (as Kafka's own tests).
     TopicConfigDefinition("internal.segment.bytes", _I, None, True, _at_least(HEADER_SIZE), internal=True),
     TopicConfigDefinition("segment.index.bytes", _I, "10485760", check=_at_least(4)),
-    TopicConfigDefinition("segment.jitter.ms", _L, "0", check=_at_least(0)),
-    TopicConfigDefinition("segment.ms", _L, "604800000", check=_at_least(1)),
+    TopicConfigDefinition("segment.jitter.ms", _L, "0", True, _at_least(0)),
+    TopicConfigDefinition("segment.ms", _L, "604800000", True, _at_least(1)),
     TopicConfigDefinition("unclean.leader.election.enable", _B, "false"),
 )
 TOPIC_CONFIGS: Mapping[str, TopicConfigDefinition] = {d.name: d for d in _DEFINITIONS}

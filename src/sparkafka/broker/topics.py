@@ -12,7 +12,7 @@ from pathlib import Path
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import LogConfig
-from sparkafka.broker.topic_configs import TOPIC_CONFIGS
+from sparkafka.broker.topic_configs import INT64_MAX, TOPIC_CONFIGS
 
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_NAME_LENGTH = 249
@@ -59,6 +59,7 @@ class Topic:
 
     def log_config(self, broker: BrokerConfig) -> LogConfig:
         segment_bytes = self.configs.get("internal.segment.bytes") or self.config("segment.bytes", broker)
+        flush_messages = int(self.config("flush.messages", broker))
         return LogConfig(
             segment_bytes=int(segment_bytes),
             index_interval_bytes=int(self.config("index.interval.bytes", broker)),
@@ -72,7 +73,9 @@ class Topic:
             log_append_time=self.config("message.timestamp.type", broker).strip() == "LogAppendTime",
             timestamp_before_max_ms=int(self.config("message.timestamp.before.max.ms", broker)),
             timestamp_after_max_ms=int(self.config("message.timestamp.after.max.ms", broker)),
-            flush_messages=broker.flush_messages,
+            segment_ms=int(self.config("segment.ms", broker)),
+            segment_jitter_ms=int(self.config("segment.jitter.ms", broker)),
+            flush_messages=None if flush_messages == INT64_MAX else flush_messages,
         )
 
 

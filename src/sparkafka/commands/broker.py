@@ -55,8 +55,8 @@ def broker(
         0,
         "--flush-messages",
         min=0,
-        help="fsync every N appended batches (1 = every append); "
-        "0 leaves flushing to the OS: safe against SIGKILL, not power loss.",
+        help="Kafka's log.flush.interval.messages: fsync once N records were appended since the last "
+        "fsync (1 = every append); 0 leaves flushing to the OS: safe against SIGKILL, not power loss.",
     ),
     sasl_plain_user: list[str] = typer.Option(
         [],
