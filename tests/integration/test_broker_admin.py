@@ -522,6 +522,24 @@ def test_describe_configs_lists_synonyms_and_the_source_they_give(tmp_path: Path
             ("log.flush.interval.messages", str(2**63 - 1), default_source),
         ]
         assert synonyms("retention.ms") == [] and entries["retention.ms"].config_source == default_source
+        assert entries["retention.ms"].value == "604800000"  # log.retention.hours' 168 hours
+
+        # The broker's own configs: Kafka leaves log.retention.ms unset (null) and lists the hours; the
+        # broker configs behind topic configs are the dynamically changeable (not read-only) ones.
+        node = str(_node_id(admin))
+        request.resources = [resource(resource_type=4, resource_name=node, configuration_keys=None)]
+        with RawConnection(broker.port) as connection:
+            answer = connection.roundtrip(request, DescribeConfigsResponse, version=4)
+        assert answer.results[0].error_code == 0
+        configs = {
+            e.name: (e.value, e.config_source, e.read_only, e.config_type) for e in answer.results[0].configs
+        }
+        int_type, long_type = 3, 5
+        assert configs["log.retention.ms"] == (None, default_source, False, long_type)
+        assert configs["log.retention.hours"] == ("168", default_source, True, int_type)
+        assert configs["log.flush.interval.messages"] == ("5", static_source, False, long_type)
+        assert configs["num.partitions"] == ("1", default_source, True, int_type)
+        assert configs["log.roll.hours"] == ("168", default_source, True, int_type)
         # confluent-kafka's admin client reads the same answer (its synonyms keyed by name).
         described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic_name)])
         flush = next(iter(described.values())).result(30)["flush.messages"]

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.config_synonyms import (
     SOURCE_DEFAULT,
     SOURCE_STATIC_BROKER,
     SOURCE_TOPIC,
+    BrokerConfigEntry,
     Synonym,
+    broker_config_entries,
     broker_config_synonyms,
+    inherited_topic_config,
+    kafka_settings,
     static_broker_configs,
     topic_config_synonyms,
 )
+from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType
 
 LONG_MAX = str(2**63 - 1)
 
@@ -51,3 +59,35 @@ def test_only_values_other_than_kafkas_defaults_count_as_statically_set() -> Non
         "not.a.kafka.config": "x",
     }
     assert static_broker_configs(running) == {"message.max.bytes": "2000000"}
+
+
+def test_a_topic_inherits_the_first_broker_synonym_set_in_milliseconds() -> None:
+    assert inherited_topic_config("retention.ms", {}) == "604800000"  # log.retention.hours' default
+    assert inherited_topic_config("retention.ms", {"log.retention.hours": "2"}) == "7200000"
+    assert inherited_topic_config(
+        "retention.ms", {"log.retention.minutes": "3", "log.retention.hours": "2"}
+    ) == ("180000")
+    assert inherited_topic_config("retention.ms", {"log.retention.ms": "1000"}) == "1000"
+    assert inherited_topic_config("flush.messages", {"log.flush.interval.messages": "5"}) == "5"
+    assert inherited_topic_config("follower.replication.throttled.replicas", {}) is None
+
+
+def test_kafkas_broker_defaults_amount_to_kafkas_topic_defaults() -> None:
+    for key, definition in TOPIC_CONFIGS.items():
+        inherited = inherited_topic_config(key, {})
+        assert inherited is None or inherited == definition.default, key
+
+
+def test_the_broker_describes_each_config_with_its_type_and_whether_kafka_can_change_it_live() -> None:
+    entries = {entry.name: entry for entry in broker_config_entries({"log.retention.ms": "1000"})}
+    assert entries["log.retention.ms"] == BrokerConfigEntry(
+        "log.retention.ms", "1000", ConfigType.LONG, False
+    )
+    assert entries["log.retention.minutes"] == BrokerConfigEntry(
+        "log.retention.minutes", None, ConfigType.INT, True
+    )
+    assert entries["log.cleanup.policy"].type == ConfigType.LIST
+    assert entries["auto.create.topics.enable"] == BrokerConfigEntry(
+        "auto.create.topics.enable", "true", ConfigType.BOOLEAN, True
+    )
+    assert kafka_settings(BrokerConfig(data_dir=Path("unused")))["log.retention.ms"] == "604800000"

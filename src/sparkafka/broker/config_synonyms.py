@@ -13,13 +13,19 @@ source. The steps (ConfigHelper.createTopicConfigEntry and configSynonyms):
    ``log.retention.hours`` shows only where the main one is also set somewhere.
 
 A broker config counts as statically set here when this broker runs with a value other than
-Kafka's default (what a server.properties line would do).
+Kafka's default (what a server.properties line would do). This module is the one place that says
+which broker setting stands behind a topic config: the value a topic inherits
+(:func:`inherited_topic_config`) and what DescribeConfigs lists (:func:`broker_config_entries`)
+both come from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import NamedTuple
+
+from sparkafka.broker.config import BrokerConfig
+from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType
 
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
@@ -102,12 +108,48 @@ BROKER_DEFAULTS: dict[str, str | None] = {
 }
 # The value each default above amounts to, where the main synonym has none of its own.
 _EFFECTIVE_DEFAULTS = {"log.retention.ms": str(7 * 24 * 3600 * 1000)}
+_EXTRA_BROKER_CONFIG_TYPES = {
+    "transaction.max.timeout.ms": ConfigType.INT,
+    "auto.create.topics.enable": ConfigType.BOOLEAN,
+    "num.partitions": ConfigType.INT,
+    "group.initial.rebalance.delay.ms": ConfigType.INT,
+    "socket.request.max.bytes": ConfigType.INT,
+}
+# Alternate units of a broker config (log.retention.hours for log.retention.ms), in milliseconds.
+_UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
+
+
+class BrokerConfigEntry(NamedTuple):
+    name: str
+    value: str | None  # None: unset, as Kafka's log.retention.ms is by default
+    type: ConfigType
+    # Kafka's DynamicBrokerConfig.AllDynamicConfigs: of these, the broker configs behind topic
+    # configs can change at run time on Kafka (this broker fixes them all at start).
+    read_only: bool
 
 
 class Synonym(NamedTuple):
     name: str
     value: str
     source: int
+
+
+def kafka_settings(config: BrokerConfig) -> dict[str, str]:
+    """What this broker runs with, by the names of Kafka's broker configs."""
+    settings = {
+        "transaction.max.timeout.ms": str(config.transaction_max_timeout_ms),
+        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
+        "num.partitions": str(config.default_partitions),
+        "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
+        "message.max.bytes": str(config.message_max_bytes),
+        "socket.request.max.bytes": str(config.socket_request_max_bytes),
+        "log.segment.bytes": str(config.segment_bytes),
+        "log.retention.ms": str(config.retention_ms),
+        "log.retention.bytes": str(config.retention_bytes),
+    }
+    if config.flush_messages is not None:
+        settings["log.flush.interval.messages"] = str(config.flush_messages)
+    return settings
 
 
 def static_broker_configs(broker_configs: Mapping[str, str]) -> dict[str, str]:
@@ -119,6 +161,39 @@ def static_broker_configs(broker_configs: Mapping[str, str]) -> dict[str, str]:
         and value
         != (BROKER_DEFAULTS[name] if BROKER_DEFAULTS[name] is not None else _EFFECTIVE_DEFAULTS.get(name))
     }
+
+
+def inherited_topic_config(key: str, static: Mapping[str, str]) -> str | None:
+    """The value topic config ``key`` takes from the broker when the topic does not set it: the
+    first of its broker synonyms set statically, else the first with a default (Kafka's
+    KafkaConfig: log.retention.ms, else .minutes, else .hours), in milliseconds where that synonym
+    counts hours or minutes. None where no broker config stands behind ``key``."""
+    names = BROKER_SYNONYMS.get(key, ())
+    for source in (static, BROKER_DEFAULTS):
+        for name in names:
+            value = source.get(name)
+            if value is not None:
+                unit = next((ms for suffix, ms in _UNIT_MS.items() if name.endswith(suffix)), None)
+                return str(int(value) * unit) if unit else value
+    return None
+
+
+def broker_config_entries(static: Mapping[str, str]) -> list[BrokerConfigEntry]:
+    """Every broker config this broker describes, by name: its static setting, else Kafka's default."""
+    dynamic = {names[0] for names in BROKER_SYNONYMS.values()}
+    return [
+        BrokerConfigEntry(name, static.get(name, default), _broker_config_type(name), name not in dynamic)
+        for name, default in sorted(BROKER_DEFAULTS.items())
+    ]
+
+
+def _broker_config_type(name: str) -> ConfigType:
+    if name in _EXTRA_BROKER_CONFIG_TYPES:
+        return _EXTRA_BROKER_CONFIG_TYPES[name]
+    if any(name.endswith(suffix) for suffix in _UNIT_MS):
+        return ConfigType.INT
+    topic_config = next(key for key, names in BROKER_SYNONYMS.items() if name in names)
+    return TOPIC_CONFIGS[topic_config].type
 
 
 def topic_config_synonyms(

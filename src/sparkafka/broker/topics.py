@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkafka.broker.config import BrokerConfig
+from sparkafka.broker.config_synonyms import inherited_topic_config, kafka_settings, static_broker_configs
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import LogConfig
 from sparkafka.broker.topic_configs import INT64_MAX, TOPIC_CONFIGS
@@ -44,18 +45,15 @@ class Topic:
     internal: bool = False
 
     def config(self, key: str, broker: BrokerConfig) -> str:
+        """The topic's value of ``key``: its override, else what it inherits from the broker's
+        settings, else Kafka's default for the topic config."""
         if key in self.configs:
             return self.configs[key]
-        broker_defaults = {
-            "retention.ms": str(broker.retention_ms),
-            "retention.bytes": str(broker.retention_bytes),
-            "segment.bytes": str(broker.segment_bytes),
-            "max.message.bytes": str(broker.message_max_bytes),
-        }
-        if broker.flush_messages is not None:
-            broker_defaults["flush.messages"] = str(broker.flush_messages)
+        inherited = inherited_topic_config(key, static_broker_configs(kafka_settings(broker)))
+        if inherited is not None:
+            return inherited
         default = TOPIC_CONFIGS[key].default
-        return broker_defaults.get(key, default if default is not None else "")
+        return default if default is not None else ""
 
     def log_config(self, broker: BrokerConfig) -> LogConfig:
         segment_bytes = self.configs.get("internal.segment.bytes") or self.config("segment.bytes", broker)

@@ -24,7 +24,9 @@ from sparkafka.broker import protocol
 from sparkafka.broker.config_synonyms import (
     SOURCE_DEFAULT,
     Synonym,
+    broker_config_entries,
     broker_config_synonyms,
+    kafka_settings,
     static_broker_configs,
     topic_config_synonyms,
 )
@@ -232,20 +234,23 @@ def _config_entries(broker: Broker, topic: Topic) -> list[Any]:
     entry_class = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
     return [
         entry_class(name=key, value=value, read_only=False, config_source=source, is_sensitive=False)
-        for key, value, source, _type, _synonyms in _topic_config_entries(broker, topic)
+        for key, value, source, *_ in _topic_config_entries(broker, topic)
     ]
 
 
-_ConfigEntry = tuple[str, str, int, int, list[Synonym]]  # name, value, source, type, synonyms
+# name, value, source, type, read only, synonyms
+_ConfigEntry = tuple[str, str | None, int, int, bool, list[Synonym]]
 
 
-def _config_entry(name: str, value: str, config_type: int, found: list[Synonym]) -> _ConfigEntry:
+def _config_entry(
+    name: str, value: str | None, config_type: int, found: list[Synonym], *, read_only: bool = False
+) -> _ConfigEntry:
     """A config's source is its first synonym's (Kafka's ConfigHelper), else the default."""
-    return (name, value, found[0].source if found else SOURCE_DEFAULT, int(config_type), found)
+    return (name, value, found[0].source if found else SOURCE_DEFAULT, int(config_type), read_only, found)
 
 
 def _topic_config_entries(broker: Broker, topic: Topic) -> list[_ConfigEntry]:
-    static = static_broker_configs(_broker_configs(broker))
+    static = static_broker_configs(kafka_settings(broker.config))
     return [
         _config_entry(
             key,
@@ -258,11 +263,16 @@ def _topic_config_entries(broker: Broker, topic: Topic) -> list[_ConfigEntry]:
 
 
 def _broker_config_entries(broker: Broker) -> list[_ConfigEntry]:
-    configs = _broker_configs(broker)
-    static = static_broker_configs(configs)
+    static = static_broker_configs(kafka_settings(broker.config))
     return [
-        _config_entry(name, value, 0, broker_config_synonyms(name, static))
-        for name, value in sorted(configs.items())
+        _config_entry(
+            entry.name,
+            entry.value,
+            entry.type,
+            broker_config_synonyms(entry.name, static),
+            read_only=entry.read_only,
+        )
+        for entry in broker_config_entries(static)
     ]
 
 
@@ -427,26 +437,6 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
-def _broker_configs(broker: Broker) -> dict[str, str]:
-    config = broker.config
-    return {
-        "transaction.max.timeout.ms": str(config.transaction_max_timeout_ms),
-        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
-        "num.partitions": str(config.default_partitions),
-        "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
-        "message.max.bytes": str(config.message_max_bytes),
-        "socket.request.max.bytes": str(config.socket_request_max_bytes),
-        "log.segment.bytes": str(config.segment_bytes),
-        "log.retention.ms": str(config.retention_ms),
-        "log.retention.bytes": str(config.retention_bytes),
-        **(
-            {"log.flush.interval.messages": str(config.flush_messages)}
-            if config.flush_messages is not None
-            else {}
-        ),
-    }
-
-
 async def describe_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
     result_class = DescribeConfigsResponse.DescribeConfigsResult
     entry_class = result_class.DescribeConfigsResourceResult
@@ -491,7 +481,7 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                     entry_class(
                         name=key,
                         value=value,
-                        read_only=resource.resource_type == _RESOURCE_BROKER,
+                        read_only=read_only,
                         config_source=source,
                         is_default=source == SOURCE_DEFAULT,
                         is_sensitive=False,
@@ -501,7 +491,7 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                         config_type=config_type,
                         documentation=None,
                     )
-                    for key, value, source, config_type, found in entries
+                    for key, value, source, config_type, read_only, found in entries
                     # Kafka's ConfigHelper: no keys, or an empty list of them, asks for every config.
                     if not keys or key in keys
                 ],
