@@ -347,6 +347,25 @@ def test_garbage_frames_close_only_their_connection(broker: BrokerProcess, topic
     )  # unknown api
     garbage_body = struct.pack(">hhih", 0, 9, 8, 0) + b"\xff" * 20  # Produce v9 with an undecodable body
     assert _send_frame(port, struct.pack(">i", len(garbage_body)) + garbage_body) == b""
+    # A null where Kafka's schema has none fails the parse, as Kafka's generated readers fail it.
+    from kafka.protocol.admin import AlterConfigsRequest
+
+    resource = AlterConfigsRequest.AlterConfigsResource
+    null_name = AlterConfigsRequest(
+        resources=[
+            resource(
+                resource_type=2,
+                resource_name=topic_name,
+                configs=[resource.AlterableConfig(name=None, value="1")],
+            )
+        ],
+        validate_only=False,
+    )
+    null_name.with_header(correlation_id=9, client_id="test")
+    assert _send_frame(port, bytes(null_name.encode(version=1, header=True, framed=True))) == b""
+    broker_log = broker.log_path.read_text()
+    assert "non-nullable field Resources.Configs.Name was serialized as null" in broker_log
+    assert "Traceback" not in broker_log
     # ApiVersions with an unknown version is answered (KIP-511) with UNSUPPORTED_VERSION.
     request = struct.pack(">hhih", 18, 99, 42, 0)
     answer = _send_frame(port, struct.pack(">i", len(request)) + request)

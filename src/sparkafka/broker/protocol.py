@@ -179,14 +179,51 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 
 def decode_request(header: RequestHeader, frame: bytes | bytearray) -> Any:
-    """Decode a whole request frame (header included) with the schema of its api key and version."""
+    """Decode a whole request frame (header included) with the schema of its api key and version.
+
+    Steps: decode with kafka-python's class for the api key; then refuse a null in any field the
+    version's schema does not declare nullable (kafka-python decodes a null string, bytes or array
+    wherever it finds one, while Kafka's generated readers fail the parse, so no handler ever sees a
+    null name, id or list that Kafka would not let through)."""
     request_class = REQUEST_CLASSES[header.api_key]
     try:
-        return request_class.decode(frame, version=header.api_version, header=True)
+        request = request_class.decode(frame, version=header.api_version, header=True)
     except Exception as exc:  # the codec raises assorted errors on garbage input
         raise MalformedRequest(
             f"cannot decode {request_class.__name__} v{header.api_version}: {type(exc).__name__}: {exc}"
         ) from exc
+    null_field = _null_in_non_nullable_field(request_class._struct, request, header.api_version)
+    if null_field is not None:
+        raise MalformedRequest(
+            f"cannot decode {request_class.__name__} v{header.api_version}: non-nullable field "
+            f"{null_field} was serialized as null"
+        )
+    return request
+
+
+_NULLABLE_TYPES = frozenset({"string", "bytes", "records"})
+
+
+def _null_in_non_nullable_field(schema: Any, data: Any, version: int) -> str | None:
+    """The dotted name of the first field of ``data`` that is null although ``schema`` does not
+    allow null in ``version``, else None. Tagged fields are skipped: absent means their default."""
+    for field in schema.fields.values():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        value = getattr(data, field.name, None)
+        if value is None:
+            # kafka-python also decodes a zero uuid as None; only these types have a null on the wire.
+            can_be_null = field.type_str in _NULLABLE_TYPES or field.type_str.startswith("[]") or field.fields
+            if can_be_null and not field.nullable_for_version_q(version):
+                return field._name
+            continue
+        if field.fields is None:  # a primitive, or an array of primitives
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            inner = _null_in_non_nullable_field(field, item, version)
+            if inner is not None:
+                return f"{field._name}.{inner}"
+    return None
 
 
 def response_class(api_key: int) -> Any:
