@@ -513,6 +513,28 @@ def test_segment_ms_without_record_timestamps_counts_from_when_the_segment_was_o
     assert [int(path.stem) for path in log.segment_files()] == [0, 2, 4]
 
 
+def test_size_retention_runs_first_and_time_retention_on_what_it_left(make_log: LogFactory) -> None:
+    # One batch per segment (each batch is larger than half a segment); timestamps out of order.
+    log = make_log(segment_bytes=400, retention_ms=DAY_MS)
+    for timestamp in (5 * DAY_MS, 1000, 1000, 5 * DAY_MS):
+        append(log, 1, timestamp=timestamp, values=[b"x" * 250])
+    files = log.segment_files()
+    assert len(files) == 4
+    log.config.retention_bytes = log.size_bytes() - os.path.getsize(files[0])
+    # Size takes the first segment; then the next two are the oldest and past retention_ms.
+    assert log.enforce_retention(1001 + DAY_MS) == 3
+    assert log.segment_files() == files[3:]
+
+
+def test_a_compacted_topic_also_rolls_by_max_compaction_lag(make_log: LogFactory) -> None:
+    compacted = make_log(cleanup_policy="compact", segment_ms=10_000, max_compaction_lag_ms=1000)
+    deleting = make_log(compacted.directory.parent / "d-0", segment_ms=10_000, max_compaction_lag_ms=1000)
+    for log in (compacted, deleting):
+        append(log, 1, timestamp=5000)
+        append(log, 1, timestamp=6001)
+    assert (len(compacted.segment_files()), len(deleting.segment_files())) == (2, 1)
+
+
 def test_segment_jitter_rolls_earlier_by_a_random_amount_per_segment(
     make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -124,3 +124,40 @@ def test_the_last_stable_offset_never_falls_below_the_log_start(
         producer_id=PRODUCER + 1, producer_epoch=0, commit=True, coordinator_epoch=0, now_ms=NOW_MS
     )
     assert partition.last_stable_offset == partition.high_watermark == 5
+
+
+def test_compaction_stops_at_the_last_stable_offset_when_retention_cut_an_open_transaction(
+    open_partition: type[Partition],
+) -> None:
+    # Kafka's cleaner stops at the last stable offset: once retention removed an open transaction's
+    # first batch, that is the log start, so nothing is cleaned until the transaction ends.
+    partition = open_partition(  # type: ignore[call-arg]
+        cleanup_policy="compact,delete", segment_bytes=200, retention_ms=60_000
+    )
+    old, new = NOW_MS - 120_000, NOW_MS
+
+    def keyed(key: bytes, value: bytes, timestamp: int, *, producer: int = -1, sequence: int = -1) -> bytes:
+        return records.encode_batch(
+            [records.Record(0, timestamp, key, value + b"." * 120)],
+            base_offset=0,
+            producer_id=producer,
+            producer_epoch=0 if producer >= 0 else -1,
+            base_sequence=sequence,
+            is_transactional=producer >= 0,
+        )
+
+    def write(batch: bytes) -> None:
+        partition.append_from_client(
+            batch, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
+        )
+
+    write(keyed(b"t", b"open-1", old, producer=PRODUCER + 1, sequence=0))
+    write(keyed(b"a", b"v1", new))
+    write(keyed(b"a", b"v2", new))
+    write(keyed(b"t", b"open-2", new, producer=PRODUCER + 1, sequence=1))
+    write(keyed(b"f", b"filler", new))
+    assert len(partition.log.segment_files()) == 5  # one batch per segment
+    partition.enforce_retention(NOW_MS)
+    assert partition.log_start_offset == partition.last_stable_offset == 1
+    values = [r.value[:2] for _, batch in partition.log.iter_batches() for r in records.decode_records(batch)]
+    assert values == [b"v1", b"v2", b"op", b"fi"]  # v1 is still there: it is not below the stable offset

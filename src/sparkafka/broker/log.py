@@ -77,6 +77,7 @@ class LogConfig:
     cleanup_policy: str = "delete"  # "delete" | "compact" | "compact,delete"
     delete_retention_ms: int = 24 * 3600 * 1000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
     max_message_bytes: int = 1048588
     # message.timestamp.type=LogAppendTime: batches from clients get the broker's append time.
     log_append_time: bool = False
@@ -101,6 +102,7 @@ class LogConfig:
             "index_interval_bytes",
             "delete_retention_ms",
             "min_compaction_lag_ms",
+            "max_compaction_lag_ms",
             "max_message_bytes",
             "timestamp_before_max_ms",
             "timestamp_after_max_ms",
@@ -122,6 +124,14 @@ class LogConfig:
             raise ValueError(
                 f"flush_messages must be >= 1 or None (leave flushing to the OS), got {self.flush_messages}"
             )
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment may grow (Kafka's LogConfig.maxSegmentMs): a compacted topic
+        rolls by max.compaction.lag.ms too, since only closed segments are ever cleaned."""
+        if self.compacts and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     @property
     def deletes(self) -> bool:
@@ -640,12 +650,13 @@ class PartitionLog:
             return self.log_end_offset
 
     def _should_roll(self, segment: _Segment, header: BatchHeader, now_ms: int) -> bool:
-        """Kafka's LogSegment.shouldRoll for a non-empty active segment and the batch to append."""
+        """Kafka's LogSegment.shouldRoll for a non-empty active segment and the batch to append. Kafka
+        decides once per append, for all of its batches; a client's append is one batch here."""
         return (
             segment.size + header.size > self.config.segment_bytes
             or header.last_offset - segment.base_offset > INT32_MAX
             or segment.waited_for_roll(header.max_timestamp, now_ms)
-            > self.config.segment_ms - segment.roll_jitter_ms
+            > self.config.max_segment_ms - segment.roll_jitter_ms
         )
 
     def read(
@@ -815,57 +826,75 @@ class PartitionLog:
         return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Delete-policy retention (Kafka's UnifiedLog.deleteOldSegments); return how many segments
-        were removed. A no-op unless cleanup_policy includes "delete".
+        """Delete-policy retention (Kafka's UnifiedLog.deleteOldSegments): the size limit first, then
+        the time limit on what is left; return how many segments were removed. A no-op unless
+        cleanup_policy includes "delete".
 
-        Steps:
-          1. Candidates are the segments oldest first, the active one included unless it is empty: on a
-             single replica the high watermark is the log end, so every record is below it.
-          2. Doomed is the longest prefix whose segments are all past retention_ms (now - their largest
-             timestamp > retention_ms), or the longest prefix whose removal keeps the log at or above
-             retention_bytes, whichever is longer.
-          3. If every segment is doomed, an empty segment is rolled at the log end first: a log always
-             has an active segment, and a quiet topic's records expire as on Kafka.
-          4. log_start_offset moves to the first remaining segment's base (checkpointed), then the
-             doomed segments' files are deleted.
+        - size: while the log is larger than retention_bytes, drop the oldest segments as long as
+          dropping one leaves at least retention_bytes;
+        - time: drop the oldest segments whose largest timestamp is more than retention_ms old.
+        Each rule removes a prefix of the segments (see :meth:`_delete_oldest_while`).
         """
         with self._lock:
             self._ensure_open()
             if not self.config.deletes:
                 return 0
-            candidates = self._segments if self._segments[-1].size > 0 else self._segments[:-1]
-            expired = 0
-            if self.config.retention_ms >= 0:
-                for segment in candidates:
-                    if now_ms - self._largest_timestamp(segment) <= self.config.retention_ms:
-                        break
-                    expired += 1
-            over_size = 0
+            removed = 0
             if self.config.retention_bytes >= 0:
                 excess = self.size_bytes() - self.config.retention_bytes
-                for segment in candidates:
+
+                def over_size(segment: _Segment) -> bool:
+                    nonlocal excess
                     if excess - segment.size < 0:
-                        break
+                        return False
                     excess -= segment.size
-                    over_size += 1
-            doomed = candidates[: max(expired, over_size)]
-            if not doomed:
-                return 0
-            if len(doomed) == len(self._segments):
-                self._roll(self.log_end_offset, now_ms)
-            new_start = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
-            if new_start != self.log_start_offset:
-                self.log_start_offset = new_start
-                self._write_log_start_checkpoint()
-            for segment in doomed:
-                logger.info("%s: retention deletes segment %s", self, segment.path.name)
-                self._delete_segment(segment)
-            _fsync_directory(self.directory)
-            return len(doomed)
+                    return True
+
+                removed += self._delete_oldest_while(over_size, now_ms)
+            if self.config.retention_ms >= 0:
+                retention_ms = self.config.retention_ms
+                removed += self._delete_oldest_while(
+                    lambda segment: now_ms - self._largest_timestamp(segment) > retention_ms, now_ms
+                )
+            return removed
+
+    def _delete_oldest_while(self, deletable: Callable[[_Segment], bool], now_ms: int) -> int:
+        """Delete the longest prefix of segments that are all `deletable` (Kafka's deletableSegments
+        and deleteSegments); return how many.
+
+        Steps:
+          1. Candidates are the segments oldest first, the active one included unless it is empty: on a
+             single replica the high watermark is the log end, so every record is below it.
+          2. If every segment goes, an empty segment is rolled at the log end first: a log always has
+             an active segment, and a quiet topic's records expire as on Kafka.
+          3. log_start_offset moves to the first remaining segment's base (checkpointed), then the
+             doomed segments' files are deleted.
+        """
+        candidates = self._segments if self._segments[-1].size > 0 else self._segments[:-1]
+        doomed = list(itertools.takewhile(deletable, candidates))
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll(self.log_end_offset, now_ms)
+        new_start = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
+        if new_start != self.log_start_offset:
+            self.log_start_offset = new_start
+            self._write_log_start_checkpoint()
+        for segment in doomed:
+            logger.info("%s: retention deletes segment %s", self, segment.path.name)
+            self._delete_segment(segment)
+        _fsync_directory(self.directory)
+        return len(doomed)
 
     # ---- compaction --------------------------------------------------------------------------------
 
-    def compact(self, *, now_ms: int, is_aborted: Callable[[int, int], bool] | None = None) -> int:
+    def compact(
+        self,
+        *,
+        now_ms: int,
+        is_aborted: Callable[[int, int], bool] | None = None,
+        last_stable_offset: int | None = None,
+    ) -> int:
         """Compact-policy cleaning (Kafka's LogCleaner); return the number of records removed.
 
         Steps:
@@ -884,13 +913,17 @@ class PartitionLog:
              a crash leaves either the old or the new file (a stray .cleaned is deleted on open).
         min_compaction_lag_ms > 0 also stops the cleaning at the first segment holding records that young.
         `is_aborted(producer_id, batch_base_offset)` may mark more transactional batches as aborted than the
-        log's own markers do. A no-op unless cleanup_policy includes "compact".
+        log's own markers do; `last_stable_offset` (the partition's, which knows transactions whose
+        first batches retention removed) lowers the stable bound further, as Kafka's cleaner stops there.
+        A no-op unless cleanup_policy includes "compact".
         """
         with self._lock:
             self._ensure_open()
             if not self.config.compacts or len(self._segments) < 2:
                 return 0
             aborted, stable_bound, last_data_offsets = self._transaction_outline(is_aborted)
+            if last_stable_offset is not None:
+                stable_bound = min(stable_bound, last_stable_offset)
             if self.config.min_compaction_lag_ms > 0:
                 for segment in self._segments:
                     if self._largest_timestamp(segment) > now_ms - self.config.min_compaction_lag_ms:

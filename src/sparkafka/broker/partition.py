@@ -362,7 +362,9 @@ class Partition:
         if "delete" in self.log.config.cleanup_policy and self.log.enforce_retention(now_ms):
             self._prune_aborted()
         if "compact" in self.log.config.cleanup_policy:
-            self.log.compact(now_ms=now_ms, is_aborted=self.is_aborted)
+            self.log.compact(
+                now_ms=now_ms, is_aborted=self.is_aborted, last_stable_offset=self.last_stable_offset
+            )
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:
         return any(
