@@ -161,3 +161,105 @@ def test_compaction_stops_at_the_last_stable_offset_when_retention_cut_an_open_t
     assert partition.log_start_offset == partition.last_stable_offset == 1
     values = [r.value[:2] for _, batch in partition.log.iter_batches() for r in records.decode_records(batch)]
     assert values == [b"v1", b"v2", b"op", b"fi"]  # v1 is still there: it is not below the stable offset
+
+
+# -- state whose batches are gone: snapshots ------------------------------------------------------
+
+
+def _reopened(partition: Partition, open_partition: type[Partition], **config: object) -> Partition:
+    partition.log.close()
+    return open_partition(**config)  # type: ignore[call-arg]
+
+
+def test_a_producer_stays_fenced_after_its_batches_expired_and_the_broker_restarted(
+    open_partition: type[Partition],
+) -> None:
+    partition = open_partition(retention_ms=60_000)  # type: ignore[call-arg]
+    _append(partition, _batch(epoch=3, sequence=0))
+    partition.enforce_retention(NOW_MS + 120_000)
+    assert (partition.log_start_offset, partition.high_watermark) == (2, 2)
+    partition = _reopened(partition, open_partition, retention_ms=60_000)
+    with pytest.raises(BrokerError) as stale:
+        _append(partition, _batch(epoch=2, sequence=0))
+    assert stale.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    # A retry of the removed batch is still known as a duplicate, answered with its first offset.
+    assert _append(partition, _batch(epoch=3, sequence=0)) == (0, NOW_MS - 5_000 + 1, True)
+    assert _append(partition, _batch(epoch=3, sequence=2))[0] == 2
+
+
+def test_an_open_transaction_whose_records_expired_holds_the_lso_after_a_restart(
+    open_partition: type[Partition],
+) -> None:
+    partition = open_partition(retention_ms=60_000, segment_bytes=200)  # type: ignore[call-arg]
+    transactional = records.encode_batch(
+        [records.Record(0, NOW_MS - 120_000, b"k", b"t" * 120)],
+        base_offset=0,
+        producer_id=PRODUCER,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    partition.append_from_client(
+        transactional, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
+    )
+    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    partition.delete_records_before(1)
+    partition = _reopened(partition, open_partition, retention_ms=60_000, segment_bytes=200)
+    assert partition.has_open_txn(PRODUCER)
+    assert (partition.log_start_offset, partition.last_stable_offset, partition.high_watermark) == (1, 1, 2)
+    partition.write_txn_marker(
+        producer_id=PRODUCER, producer_epoch=0, commit=False, coordinator_epoch=0, now_ms=NOW_MS
+    )
+    assert partition.last_stable_offset == partition.high_watermark == 3
+
+
+def test_aborted_transactions_survive_in_the_snapshot_while_their_records_remain(
+    open_partition: type[Partition],
+) -> None:
+    partition = open_partition(segment_bytes=200)  # type: ignore[call-arg]
+
+    def transactional(sequence: int) -> bytes:
+        return records.encode_batch(
+            [records.Record(0, NOW_MS, b"k", b"t" * 120)],
+            base_offset=0,
+            producer_id=PRODUCER,
+            producer_epoch=0,
+            base_sequence=sequence,
+            is_transactional=True,
+        )
+
+    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    for sequence in (0, 1):
+        partition.append_from_client(
+            transactional(sequence),
+            now_ms=NOW_MS,
+            max_message_bytes=1 << 20,
+            verify_transaction=_allow_transactions,
+        )
+    partition.write_txn_marker(
+        producer_id=PRODUCER, producer_epoch=0, commit=False, coordinator_epoch=0, now_ms=NOW_MS
+    )
+    partition.delete_records_before(2)  # the abort's first record is gone, its second and marker remain
+    before = list(partition.aborted)
+    assert [(t.first_offset, t.last_offset) for t in before] == [(1, 3)]
+    partition = _reopened(partition, open_partition, segment_bytes=200)
+    assert partition.aborted == before
+    assert partition.is_aborted(PRODUCER, 2)
+
+
+def test_a_snapshot_past_the_log_end_is_deleted_and_an_unreadable_one_is_reported(
+    open_partition: type[Partition], caplog: pytest.LogCaptureFixture
+) -> None:
+    partition = open_partition()
+    _append(partition, _batch(epoch=1, sequence=0))
+    directory = partition.log.directory
+    partition.log.close()
+    (directory / f"{99:020d}.snapshot").write_text(
+        '{"producers": {}, "open_transactions": {}, "aborted": []}'
+    )
+    (directory / f"{1:020d}.snapshot").write_text("{not json")
+    with caplog.at_level("WARNING"):
+        partition = open_partition()
+    assert not (directory / f"{99:020d}.snapshot").exists()
+    assert "is past the log end 2" in caplog.text and "is unreadable" in caplog.text
+    assert partition.producers[PRODUCER].epoch == 1  # recovered from the log alone

@@ -292,7 +292,7 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_file_atomically(path: Path, data: bytes) -> None:
+def write_file_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + _TMP_SUFFIX)
     with open(tmp, "wb") as handle:
         handle.write(data)
@@ -433,7 +433,7 @@ class PartitionLog:
         return int(text)
 
     def _write_log_start_checkpoint(self) -> None:
-        _write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{self.log_start_offset}\n".encode())
+        write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{self.log_start_offset}\n".encode())
         _fsync_directory(self.directory)
 
     def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
@@ -516,14 +516,14 @@ class PartitionLog:
 
     def _write_indexes(self, segment: _Segment) -> None:
         base = segment.base_offset
-        _write_file_atomically(
+        write_file_atomically(
             segment.sibling(_INDEX_SUFFIX),
             b"".join(
                 _OFFSET_ENTRY.pack(offset - base, pos)
                 for offset, pos in zip(segment.index_offsets, segment.index_positions, strict=True)
             ),
         )
-        _write_file_atomically(
+        write_file_atomically(
             segment.sibling(_TIMEINDEX_SUFFIX),
             b"".join(
                 _TIME_ENTRY.pack(ts, offset - base)
@@ -804,8 +804,9 @@ class PartitionLog:
 
     # ---- deletion ----------------------------------------------------------------------------------
 
-    def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: raise log_start_offset to `offset` (never lower it), drop segments wholly below."""
+    def delete_records_before(self, offset: int, *, before_deleting: Callable[[], None] | None = None) -> int:
+        """DeleteRecords: raise log_start_offset to `offset` (never lower it), drop segments wholly below.
+        `before_deleting` runs first whenever the log start moves (see :meth:`enforce_retention`)."""
         with self._lock:
             self._ensure_open()
             if offset < 0 or offset > self.log_end_offset:
@@ -815,6 +816,8 @@ class PartitionLog:
                     f"since it is larger than the log end offset {self.log_end_offset}",
                 )
             if offset > self.log_start_offset:
+                if before_deleting is not None:
+                    before_deleting()
                 self.log_start_offset = offset
                 self._write_log_start_checkpoint()
                 self._delete_segments_below(offset)
@@ -825,7 +828,7 @@ class PartitionLog:
             return segment.max_timestamp
         return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
 
-    def enforce_retention(self, now_ms: int) -> int:
+    def enforce_retention(self, now_ms: int, *, before_deleting: Callable[[], None] | None = None) -> int:
         """Delete-policy retention (Kafka's UnifiedLog.deleteOldSegments): the size limit first, then
         the time limit on what is left; return how many segments were removed. A no-op unless
         cleanup_policy includes "delete".
@@ -833,7 +836,9 @@ class PartitionLog:
         - size: while the log is larger than retention_bytes, drop the oldest segments as long as
           dropping one leaves at least retention_bytes;
         - time: drop the oldest segments whose largest timestamp is more than retention_ms old.
-        Each rule removes a prefix of the segments (see :meth:`_delete_oldest_while`).
+        Each rule removes a prefix of the segments (see :meth:`_delete_oldest_while`). `before_deleting`
+        runs before the first segment goes: the partition saves the state that the removed batches
+        can no longer rebuild.
         """
         with self._lock:
             self._ensure_open()
@@ -850,15 +855,22 @@ class PartitionLog:
                     excess -= segment.size
                     return True
 
-                removed += self._delete_oldest_while(over_size, now_ms)
+                removed += self._delete_oldest_while(over_size, now_ms, before_deleting)
             if self.config.retention_ms >= 0:
                 retention_ms = self.config.retention_ms
                 removed += self._delete_oldest_while(
-                    lambda segment: now_ms - self._largest_timestamp(segment) > retention_ms, now_ms
+                    lambda segment: now_ms - self._largest_timestamp(segment) > retention_ms,
+                    now_ms,
+                    None if removed else before_deleting,
                 )
             return removed
 
-    def _delete_oldest_while(self, deletable: Callable[[_Segment], bool], now_ms: int) -> int:
+    def _delete_oldest_while(
+        self,
+        deletable: Callable[[_Segment], bool],
+        now_ms: int,
+        before_deleting: Callable[[], None] | None,
+    ) -> int:
         """Delete the longest prefix of segments that are all `deletable` (Kafka's deletableSegments
         and deleteSegments); return how many.
 
@@ -874,6 +886,8 @@ class PartitionLog:
         doomed = list(itertools.takewhile(deletable, candidates))
         if not doomed:
             return 0
+        if before_deleting is not None:
+            before_deleting()
         if len(doomed) == len(self._segments):
             self._roll(self.log_end_offset, now_ms)
         new_start = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
@@ -1057,7 +1071,7 @@ class PartitionLog:
                 self._seal(segment)
             for segment in self._segments:
                 os.close(segment.fd)
-            _write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
+            write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
             _fsync_directory(self.directory)
             self._closed = True
 

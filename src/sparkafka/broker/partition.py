@@ -1,6 +1,7 @@
 """One partition: its log plus the idempotent-producer and transaction state that Kafka keeps beside it.
 
-State kept per partition (rebuilt from the log itself on start, so nothing here needs its own file):
+State kept per partition (rebuilt from the log itself on start; a snapshot keeps what the log can
+no longer tell once retention or DeleteRecords removed batches, see :meth:`Partition._save_state`):
 
 - per producer id: the latest epoch and the last five appended batches' sequence ranges and offsets
   (duplicate detection for idempotent retries, as Kafka's ProducerStateManager);
@@ -12,6 +13,7 @@ State kept per partition (rebuilt from the log itself on start, so nothing here 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -21,13 +23,15 @@ from typing import cast
 
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog
+from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog, write_file_atomically
 
 log = logging.getLogger(__name__)
 
 # Kafka keeps the metadata of the last 5 batches per producer (max.in.flight for idempotence).
 _RETAINED_BATCHES_PER_PRODUCER = 5
 _MAX_SEQUENCE = 2**31 - 1
+# Kafka's producer-state snapshot files: {offset:020d}.snapshot, the state as of that log offset.
+_SNAPSHOT_SUFFIX = ".snapshot"
 
 # Raises BrokerError when a producer may not write transactionally to (topic, partition): the
 # transaction coordinator's KIP-890 partition verification.
@@ -90,9 +94,18 @@ class Partition:
     # -- recovery ---------------------------------------------------------------------------------
 
     def _rebuild_state(self) -> None:
-        """Replay every batch of the log to recover producer and transaction state (what Kafka's
-        producer-state snapshots and .txnindex files hold), so a SIGKILL loses none of it."""
-        for header, batch in self.log.iter_batches(self.log.log_start_offset):
+        """Recover producer and transaction state (what Kafka's producer-state snapshots and .txnindex
+        files hold), so a SIGKILL loses none of it.
+
+        Steps: load the newest state snapshot at or below the log end, if any (one beyond it is
+        deleted: the log it described was cut, as Kafka's loader deletes such snapshots); replay
+        every batch from the snapshot's offset (or the log start, without one) to the log end; drop
+        aborted transactions that end before the log start."""
+        replay_from = self.log.log_start_offset
+        restored = self._load_state()
+        if restored is not None:
+            replay_from = max(replay_from, restored)
+        for header, batch in self.log.iter_batches(replay_from):
             if header.producer_id < 0:
                 continue
             if header.is_control:
@@ -102,6 +115,7 @@ class Partition:
                 self._marker_epoch(header.producer_id, header.producer_epoch, header.max_timestamp)
                 continue
             self._record_batch(header, header.base_offset, header.max_timestamp)
+        self._prune_aborted()
         if self.open_txn_first_offset:
             log.info(
                 "%s-%d: %d transaction(s) still open after recovery, awaiting their coordinator",
@@ -109,6 +123,79 @@ class Partition:
                 self.index,
                 len(self.open_txn_first_offset),
             )
+
+    def _save_state(self) -> None:
+        """Snapshot the producer and transaction state as of the log end, before batches are removed.
+
+        Invariant: a snapshot at offset S holds exactly what replaying the log up to S gave, so
+        recovery replays only from S: the removed batches' producers (their epochs and last sequences,
+        which fence zombies and detect duplicate retries), transactions still open whose first
+        records are gone, and aborted transactions whose records remain are all kept. Written
+        atomically; older snapshots are deleted once it is in place."""
+        offset = self.log.log_end_offset
+        state = {
+            "producers": {
+                str(producer_id): {
+                    "epoch": entry.epoch,
+                    "coordinator_epoch": entry.coordinator_epoch,
+                    "last_timestamp": entry.last_timestamp,
+                    "batches": [
+                        [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.max_timestamp]
+                        for b in entry.recent
+                    ],
+                }
+                for producer_id, entry in self.producers.items()
+            },
+            "open_transactions": {str(pid): first for pid, first in self.open_txn_first_offset.items()},
+            "aborted": [[t.producer_id, t.first_offset, t.last_offset] for t in self.aborted],
+        }
+        path = self.log.directory / f"{offset:020d}{_SNAPSHOT_SUFFIX}"
+        write_file_atomically(path, json.dumps(state).encode())
+        for older in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}"):
+            if older != path:
+                older.unlink(missing_ok=True)
+
+    def _load_state(self) -> int | None:
+        """Restore the newest usable snapshot (see :meth:`_rebuild_state`); its offset, or None."""
+        snapshots = sorted(
+            (int(path.stem), path)
+            for path in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}")
+            if path.stem.isdigit()
+        )
+        for offset, path in reversed(snapshots):
+            if offset > self.log.log_end_offset:
+                log.warning("%s is past the log end %d; deleting it", path, self.log.log_end_offset)
+                path.unlink()
+                continue
+            try:
+                state = json.loads(path.read_text())
+                producers = {
+                    int(pid): ProducerEntry(
+                        entry["epoch"],
+                        deque(
+                            (_BatchSeqs(*batch) for batch in entry["batches"]),
+                            maxlen=_RETAINED_BATCHES_PER_PRODUCER,
+                        ),
+                        entry["last_timestamp"],
+                        entry["coordinator_epoch"],
+                    )
+                    for pid, entry in state["producers"].items()
+                }
+                open_transactions = {
+                    int(pid): int(first) for pid, first in state["open_transactions"].items()
+                }
+                aborted = [AbortedTxn(*map(int, entry)) for entry in state["aborted"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "%s is unreadable (%s); recovering from the log alone, which lacks the state of "
+                    "producers whose batches retention or DeleteRecords removed",
+                    path,
+                    exc,
+                )
+                continue
+            self.producers, self.open_txn_first_offset, self.aborted = producers, open_transactions, aborted
+            return offset
+        return None
 
     # -- offsets ----------------------------------------------------------------------------------
 
@@ -354,12 +441,14 @@ class Partition:
                 f"Records of partition {self.topic}-{self.index} can not be deleted due to the configured "
                 f"policy (cleanup.policy={self.log.config.cleanup_policy})",
             )
-        start = self.log.delete_records_before(offset)
+        start = self.log.delete_records_before(offset, before_deleting=self._save_state)
         self._prune_aborted()
         return start
 
     def enforce_retention(self, now_ms: int) -> None:
-        if "delete" in self.log.config.cleanup_policy and self.log.enforce_retention(now_ms):
+        if "delete" in self.log.config.cleanup_policy and self.log.enforce_retention(
+            now_ms, before_deleting=self._save_state
+        ):
             self._prune_aborted()
         if "compact" in self.log.config.cleanup_policy:
             self.log.compact(
