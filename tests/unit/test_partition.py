@@ -4,6 +4,7 @@ producer's sequences anew, at run time and after recovery from the log."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -263,3 +264,55 @@ def test_a_snapshot_past_the_log_end_is_deleted_and_an_unreadable_one_is_reporte
     assert not (directory / f"{99:020d}.snapshot").exists()
     assert "is past the log end 2" in caplog.text and "is unreadable" in caplog.text
     assert partition.producers[PRODUCER].epoch == 1  # recovered from the log alone
+
+
+# -- producer expiration ------------------------------------------------------------------------------
+
+
+def test_an_idle_producer_without_an_open_transaction_expires(open_partition: type[Partition]) -> None:
+    partition = open_partition()
+    _append(partition, _batch(epoch=0, sequence=0, timestamp=NOW_MS - 10_000))  # last timestamp 9_999 ago
+    transactional = records.encode_batch(
+        [records.Record(0, NOW_MS - 50_000, b"k", b"t")],
+        base_offset=0,
+        producer_id=PRODUCER + 1,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    partition.append_from_client(
+        transactional, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
+    )
+    partition.expire_producers(NOW_MS, 10_000)
+    assert set(partition.producers) == {PRODUCER, PRODUCER + 1}  # 9_999 ms < 10_000: not yet
+    partition.expire_producers(NOW_MS + 1, 10_000)
+    assert set(partition.producers) == {PRODUCER + 1}  # an open transaction keeps its producer
+    # An expired producer is one never seen: any sequence is taken (Kafka's ProducerAppendInfo).
+    assert _append(partition, _batch(epoch=0, sequence=7))[2] is False
+
+
+def test_the_broker_expires_producers_periodically(tmp_path: Path) -> None:
+    from sparkafka.broker import server
+    from sparkafka.broker.config import BrokerConfig
+
+    async def run() -> set[int]:
+        broker = server.Broker(
+            BrokerConfig(
+                port=0,
+                data_dir=tmp_path / "data",
+                producer_id_expiration_ms=1,
+                producer_id_expiration_check_interval_ms=20,
+            )
+        )
+        broker.create_topic("t", 1, {})
+        partition = broker.partitions[("t", 0)]
+        _append(partition, _batch(epoch=0, sequence=0, timestamp=1_000_000))  # long ago
+        assert set(partition.producers) == {PRODUCER}
+        await broker.start()
+        try:
+            await asyncio.sleep(0.2)
+            return set(partition.producers)
+        finally:
+            await broker.stop()
+
+    assert asyncio.run(run()) == set()

@@ -47,6 +47,10 @@ class BrokerConfig:
     flush_messages: int | None = None
     # log.retention.check.interval.ms
     retention_check_interval_ms: int = 300_000
+    # producer.id.expiration.ms and producer.id.expiration.check.interval.ms: a partition forgets a
+    # producer without an open transaction once its last batch's timestamp is this old.
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
     # SASL/PLAIN users; empty means no authentication (PLAINTEXT listener)
     sasl_plain_users: list[SaslUser] = field(default_factory=list)
 

@@ -386,6 +386,19 @@ class Partition:
         if first is not None and not commit:
             self.aborted.append(AbortedTxn(producer_id, first, marker_offset))
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
+        """Forget producers without an open transaction here whose last batch's timestamp is at
+        least ``expiration_ms`` old (Kafka's ProducerStateManager.removeExpiredProducers): their
+        next batch is taken at any sequence, as from a producer never seen."""
+        expired = [
+            producer_id
+            for producer_id, entry in self.producers.items()
+            if producer_id not in self.open_txn_first_offset
+            and now_ms - entry.last_timestamp >= expiration_ms
+        ]
+        for producer_id in expired:
+            del self.producers[producer_id]
+
     def has_open_txn(self, producer_id: int) -> bool:
         return producer_id in self.open_txn_first_offset
 

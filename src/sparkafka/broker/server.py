@@ -330,6 +330,9 @@ class Broker:
             asyncio.create_task(
                 self._every(self.config.retention_check_interval_ms, self._enforce_retention)
             ),
+            asyncio.create_task(
+                self._every(self.config.producer_id_expiration_check_interval_ms, self._expire_producers)
+            ),
         ]
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
@@ -351,6 +354,11 @@ class Broker:
         now = now_ms()
         for partition in list(self.partitions.values()):
             partition.enforce_retention(now)
+
+    def _expire_producers(self) -> None:
+        now = now_ms()
+        for partition in list(self.partitions.values()):
+            partition.expire_producers(now, self.config.producer_id_expiration_ms)
 
     async def stop(self) -> None:
         for task in self._background:
