@@ -28,7 +28,15 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from sparkafka.errors import SparkafkaError
-from sparkafka.harness import Cluster, TopicReader, Verdict, judge, readers, wait_until
+from sparkafka.harness import (
+    Cluster,
+    TopicReader,
+    Verdict,
+    judge,
+    last_connection_failure,
+    readers,
+    wait_until,
+)
 from sparkafka.pipeline_process import PipelineProcess, run_arguments
 
 FIRST_WAVE = [b"aa,bb", b"cc,dd"]
@@ -82,7 +90,9 @@ class Demo:
         for line in lines:
             producer.produce(self.in_topic, value=line)
         if producer.flush(30):
-            raise SparkafkaError(f"could not write the demo input to {self.in_topic}")
+            raise SparkafkaError(
+                f"could not write the demo input to {self.in_topic} within 30 s{last_connection_failure()}"
+            )
 
     def run(self) -> DemoResult:
         progress = Progress(

@@ -11,15 +11,32 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.errors import KafkaUnavailableError
+from sparkafka.kafka_admin import quiet_librdkafka_logger
 
 if TYPE_CHECKING:
     from sparkafka.broker.runner import BrokerProcess
+
+# The proofs restart the broker on purpose and report trouble themselves (a reader's error, a
+# record not delivered, output that never arrived): their clients' retries stay off the screen,
+# and the last connection failure is kept for those reports.
+CLIENT_LOGGER, CLIENT_FAILURES = quiet_librdkafka_logger("sparkafka.harness.librdkafka")
+
+
+def client_config(bootstrap_servers: str, **settings: Any) -> dict[str, Any]:
+    """A harness client's configuration: the cluster, the quiet logger, ``settings`` on top."""
+    return {"bootstrap.servers": bootstrap_servers, "logger": CLIENT_LOGGER, **settings}
+
+
+def last_connection_failure() -> str:
+    """What the harness clients last failed to connect with, as a clause for an error message."""
+    reason = CLIENT_FAILURES.last
+    return f"; the last connection failure of its Kafka clients: {reason}" if reason else ""
 
 
 class Cluster:
@@ -76,7 +93,7 @@ class Cluster:
             self.broker = None
 
     def check_reachable(self, timeout_s: float = 15) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(client_config(self.bootstrap_servers))
         try:
             admin.list_topics(timeout=timeout_s)
         except KafkaException as error:
@@ -89,15 +106,13 @@ class Cluster:
         return f"{self.prefix}{name}"
 
     def create_topics(self, names: list[str], partitions: int) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(client_config(self.bootstrap_servers))
         futures = admin.create_topics([NewTopic(n, partitions, -1) for n in names], operation_timeout=30)
         for future in futures.values():
             future.result(60)
 
     def producer(self) -> Producer:
-        return Producer(
-            {"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True, "linger.ms": 5}
-        )
+        return Producer(client_config(self.bootstrap_servers, **{"enable.idempotence": True, "linger.ms": 5}))
 
 
 @dataclass(frozen=True)
@@ -132,13 +147,15 @@ class TopicReader:
 
     def _run(self) -> None:
         consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "group.id": f"sparkafka-reader-{self.isolation_level}-{uuid.uuid4().hex[:6]}",
-                "isolation.level": self.isolation_level,
-                "enable.auto.commit": False,
-                "enable.partition.eof": False,
-            }
+            client_config(
+                self.bootstrap_servers,
+                **{
+                    "group.id": f"sparkafka-reader-{self.isolation_level}-{uuid.uuid4().hex[:6]}",
+                    "isolation.level": self.isolation_level,
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": False,
+                },
+            )
         )
         try:
             consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])

@@ -8,6 +8,7 @@ or a firewall shows up as one clear sentence instead of a hang or a bare ``_TRAN
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -115,6 +116,34 @@ def most_telling_reason(reasons: Sequence[str | None]) -> str | None:
     if refused:
         return refused[0]
     return known[-1] if known else None
+
+
+class LastConnectionFailure(logging.Handler):
+    """Remembers the last connection failure a client logged, e.g. `Connection refused`: the part of
+    each record's message that ``pattern``'s group ``reason`` matches (the most telling one, see
+    :func:`most_telling_reason`)."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.pattern = re.compile(pattern)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.pattern.search(record.getMessage())
+        if found:
+            self.last = most_telling_reason([self.last, found.group("reason")])
+
+
+def quiet_librdkafka_logger(name: str) -> tuple[logging.Logger, LastConnectionFailure]:
+    """A logger to give librdkafka clients (their ``logger`` setting) that prints nothing and keeps
+    their last connection failure, for tools that report failures themselves, in one line: the
+    clients' own log (every retry of every connection, each restart of a broker) stays off stderr."""
+    logger = logging.getLogger(name)
+    failures = LastConnectionFailure(r"^FAIL \[[^\]]*\] \[[^\]]*\]: (?P<reason>.*)")
+    logger.addHandler(failures)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)  # connection failures come as INFO (syslog level 6)
+    return logger, failures
 
 
 def waits_until_refused(timeout_s: float, client_errors: Iterable[KafkaError]) -> Iterator[float]:

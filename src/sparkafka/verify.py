@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sparkafka.errors import SparkafkaError
-from sparkafka.harness import Cluster, Seen, Verdict, judge, readers, wait_until
+from sparkafka.harness import Cluster, Seen, Verdict, judge, last_connection_failure, readers, wait_until
 from sparkafka.pipeline_process import PipelineProcess, run_arguments
 
 MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
@@ -96,7 +96,10 @@ class ChaosRun:
                 self.sent = i + 1
                 time.sleep(pause)
             if producer.flush(120):
-                raise SparkafkaError("the input producer could not deliver every record within 120 s")
+                raise SparkafkaError(
+                    "the input producer could not deliver every record within 120 s"
+                    + last_connection_failure()
+                )
         except BaseException as error:
             self.send_error = error
 
@@ -154,6 +157,8 @@ class ChaosRun:
                 if not caught_up:
                     self.console.print(
                         "the pipeline did not catch up in time; the verdict counts what arrived"
+                        + last_connection_failure(),
+                        markup=False,
                     )
             expected = [f"EVENT({i})".encode() for i in range(settings.records)]
             verdict = judge(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -59,34 +58,18 @@ from typer.core import TyperCommand
 
 from sparkafka.commands.common import format_table, parse_key_values
 from sparkafka.errors import SparkafkaOptionError
-from sparkafka.kafka_admin import is_login_failure, most_telling_reason
+from sparkafka.kafka_admin import (
+    LastConnectionFailure,
+    is_login_failure,
+    most_telling_reason,
+    quiet_librdkafka_logger,
+)
 
 T = TypeVar("T")
 
 
-class _LastConnectionFailure(logging.Handler):
-    """Remembers the last connection failure a client logged, e.g. `Connection refused`.
-
-    Installed on a client's logger with propagation off: the tools report failures themselves, in one
-    line, so the clients' own logs (every retry of every connection) stay off stderr."""
-
-    def __init__(self, pattern: str) -> None:
-        super().__init__(logging.DEBUG)
-        self.pattern = re.compile(pattern)
-        self.last: str | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        found = self.pattern.search(record.getMessage())
-        if found:
-            self.last = most_telling_reason([self.last, found.group("reason")])
-
-
 # librdkafka hands its log to this logger (unless the user asks for it on stderr with -X debug=...).
-_LIBRDKAFKA_LOGGER = logging.getLogger("sparkafka.console.librdkafka")
-_LIBRDKAFKA_FAILURES = _LastConnectionFailure(r"^FAIL \[[^\]]*\] \[[^\]]*\]: (?P<reason>.*)")
-_LIBRDKAFKA_LOGGER.addHandler(_LIBRDKAFKA_FAILURES)
-_LIBRDKAFKA_LOGGER.propagate = False
-_LIBRDKAFKA_LOGGER.setLevel(logging.INFO)  # connection failures come as INFO (syslog level 6)
+_LIBRDKAFKA_LOGGER, _LIBRDKAFKA_FAILURES = quiet_librdkafka_logger("sparkafka.console.librdkafka")
 
 _UNREACHABLE_CODES = frozenset(
     {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
@@ -1181,7 +1164,7 @@ def _kafka_python_admin(cluster: Cluster) -> Iterator[Any]:
     from kafka.errors import KafkaTimeoutError
 
     kafka_logger = logging.getLogger("kafka")
-    last_failure = _LastConnectionFailure(r"Connection (?:failed|lost): (?P<reason>.*)")
+    last_failure = LastConnectionFailure(r"Connection (?:failed|lost): (?P<reason>.*)")
     kafka_logger.addHandler(last_failure)
     propagated, kafka_logger.propagate = kafka_logger.propagate, False
     timeout_ms = int(cluster.timeout_s * 1000)
