@@ -175,17 +175,54 @@ def _reopened(partition: Partition, open_partition: type[Partition], **config: o
 def test_a_producer_stays_fenced_after_its_batches_expired_and_the_broker_restarted(
     open_partition: type[Partition],
 ) -> None:
-    partition = open_partition(retention_ms=60_000)  # type: ignore[call-arg]
-    _append(partition, _batch(epoch=3, sequence=0))
-    partition.enforce_retention(NOW_MS + 120_000)
-    assert (partition.log_start_offset, partition.high_watermark) == (2, 2)
-    partition = _reopened(partition, open_partition, retention_ms=60_000)
+    config = {"retention_ms": 60_000, "segment_bytes": 200}
+    partition = open_partition(**config)  # type: ignore[arg-type]
+    _append(partition, _batch(epoch=3, sequence=0, timestamp=NOW_MS - 120_000))
+    other = records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
+    _append(partition, other)  # a second segment, not expired
+    partition.enforce_retention(NOW_MS)
+    assert (partition.log_start_offset, partition.high_watermark) == (2, 3)
+    partition = _reopened(partition, open_partition, **config)
     with pytest.raises(BrokerError) as stale:
         _append(partition, _batch(epoch=2, sequence=0))
     assert stale.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
     # A retry of the removed batch is still known as a duplicate, answered with its first offset.
-    assert _append(partition, _batch(epoch=3, sequence=0)) == (0, NOW_MS - 5_000 + 1, True)
-    assert _append(partition, _batch(epoch=3, sequence=2))[0] == 2
+    assert _append(partition, _batch(epoch=3, sequence=0, timestamp=NOW_MS - 120_000)) == (
+        0,
+        NOW_MS - 120_000 + 1,
+        True,
+    )
+    assert _append(partition, _batch(epoch=3, sequence=2))[0] == 3
+
+
+def test_once_the_whole_log_expired_a_restart_forgets_its_producers_as_kafka_does(
+    open_partition: type[Partition],
+) -> None:
+    # Kafka's loader deletes snapshots at or below the log start (truncateAndReload).
+    partition = open_partition(retention_ms=60_000)  # type: ignore[call-arg]
+    _append(partition, _batch(epoch=3, sequence=0))
+    partition.enforce_retention(NOW_MS + 120_000)
+    assert (partition.log_start_offset, partition.high_watermark) == (2, 2)
+    with pytest.raises(BrokerError):  # still fenced while the broker runs
+        _append(partition, _batch(epoch=2, sequence=0))
+    partition = _reopened(partition, open_partition, retention_ms=60_000)
+    assert partition.producers == {}
+    assert not list(partition.log.directory.glob("*.snapshot"))
+    assert _append(partition, _batch(epoch=2, sequence=0)) == (2, -1, False)
+
+
+def test_producers_that_expired_while_the_broker_was_down_are_not_restored(
+    open_partition: type[Partition],
+) -> None:
+    config = {"retention_ms": 60_000, "segment_bytes": 200}
+    partition = open_partition(**config)  # type: ignore[arg-type]
+    long_ago = 1_000_000  # far more than producer.id.expiration.ms before the real clock
+    _append(partition, _batch(epoch=3, sequence=0, timestamp=long_ago))
+    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    partition.enforce_retention(long_ago + 120_000)
+    assert partition.log_start_offset == 2 and PRODUCER in partition.producers
+    partition = _reopened(partition, open_partition, **config)
+    assert PRODUCER not in partition.producers
 
 
 def test_an_open_transaction_whose_records_expired_holds_the_lso_after_a_restart(
@@ -262,6 +299,7 @@ def test_a_snapshot_past_the_log_end_is_deleted_and_an_unreadable_one_is_reporte
     with caplog.at_level("WARNING"):
         partition = open_partition()
     assert not (directory / f"{99:020d}.snapshot").exists()
+    assert not (directory / f"{1:020d}.snapshot").exists()  # unreadable: deleted, as Kafka does
     assert "is past the log end 2" in caplog.text and "is unreadable" in caplog.text
     assert partition.producers[PRODUCER].epoch == 1  # recovered from the log alone
 
@@ -316,3 +354,45 @@ def test_the_broker_expires_producers_periodically(tmp_path: Path) -> None:
             await broker.stop()
 
     assert asyncio.run(run()) == set()
+
+
+def test_the_log_is_fsynced_before_the_snapshot_that_relies_on_it(
+    open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sparkafka.broker.partition as partition_module
+
+    partition = open_partition(retention_ms=60_000, segment_bytes=200)  # type: ignore[call-arg]
+    _append(partition, _batch(epoch=0, sequence=0, timestamp=NOW_MS - 120_000))
+    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    events: list[str] = []
+    flush, write = partition.log.flush, partition_module.write_file_atomically
+    monkeypatch.setattr(partition.log, "flush", lambda: (events.append("log fsynced"), flush())[1])
+    monkeypatch.setattr(
+        partition_module,
+        "write_file_atomically",
+        lambda path, data: (events.append(f"wrote {path.name}"), write(path, data))[1],
+    )
+    partition.enforce_retention(NOW_MS)
+    assert events == ["log fsynced", f"wrote {3:020d}.snapshot"]  # as of the log end
+
+
+def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name(tmp_path: Path) -> None:
+    from sparkafka.broker import server
+    from sparkafka.broker.config import BrokerConfig
+
+    config = BrokerConfig(port=0, data_dir=tmp_path / "data")
+    broker = server.Broker(config)
+    broker.create_topic("t", 1, {})
+    _append(broker.partitions[("t", 0)], _batch(epoch=0, sequence=0))
+    broker.delete_topic("t")
+    assert sorted(path.name for path in config.data_dir.iterdir() if path.name.startswith("t-")) == []
+    broker.create_topic("t", 1, {})
+    assert broker.partitions[("t", 0)].log.log_end_offset == 0
+    # What a crash left of a deletion in progress goes when the broker starts.
+    leftover = config.data_dir / "t-0.0123abcd-delete"
+    leftover.mkdir()
+    (leftover / f"{5:020d}.snapshot").write_text("{}")
+    broker.partitions[("t", 0)].close()
+    broker._lock_file.close()
+    server.Broker(config)
+    assert not leftover.exists()

@@ -284,7 +284,7 @@ def _open_fd(path: Path) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -434,7 +434,7 @@ class PartitionLog:
 
     def _write_log_start_checkpoint(self) -> None:
         write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{self.log_start_offset}\n".encode())
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
 
     def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
         """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover)."""
@@ -506,7 +506,7 @@ class PartitionLog:
         )
         if opened_ms is not None:
             segment.opened_ms = opened_ms
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         return segment
 
     def _random_roll_jitter(self) -> int:
@@ -560,7 +560,7 @@ class PartitionLog:
             self._delete_segment(self._segments[0])
             removed += 1
         if removed:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         return removed
 
     def _headers(self, segment: _Segment, start: int) -> Iterator[tuple[int, BatchHeader]]:
@@ -897,7 +897,7 @@ class PartitionLog:
         for segment in doomed:
             logger.info("%s: retention deletes segment %s", self, segment.path.name)
             self._delete_segment(segment)
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         return len(doomed)
 
     # ---- compaction --------------------------------------------------------------------------------
@@ -1018,7 +1018,7 @@ class PartitionLog:
             return 0
         os.close(segment.fd)
         segment.adopt(rewritten)
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         self._seal(segment)
         logger.info("%s: compaction removed %d records from %s", self, removed, segment.path.name)
         return removed
@@ -1072,7 +1072,7 @@ class PartitionLog:
             for segment in self._segments:
                 os.close(segment.fd)
             write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             self._closed = True
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import cast
 
 from sparkafka.broker import records
+from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog, write_file_atomically
+from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog, fsync_directory, write_file_atomically
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,18 @@ def _next_sequence(seq: int) -> int:
 class Partition:
     """A topic partition on this (single, always leader) broker."""
 
-    def __init__(self, topic: str, index: int, directory: Path, config: LogConfig) -> None:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        directory: Path,
+        config: LogConfig,
+        *,
+        producer_id_expiration_ms: int = 86_400_000,
+    ) -> None:
         self.topic = topic
         self.index = index
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.log = PartitionLog(directory, config)
         self.producers: dict[int, ProducerEntry] = {}
         self.open_txn_first_offset: dict[int, int] = {}
@@ -97,10 +107,14 @@ class Partition:
         """Recover producer and transaction state (what Kafka's producer-state snapshots and .txnindex
         files hold), so a SIGKILL loses none of it.
 
-        Steps: load the newest state snapshot at or below the log end, if any (one beyond it is
-        deleted: the log it described was cut, as Kafka's loader deletes such snapshots); replay
-        every batch from the snapshot's offset (or the log start, without one) to the log end; drop
-        aborted transactions that end before the log start."""
+        Steps, as Kafka's ProducerStateManager.truncateAndReload and loadFromSnapshot:
+          1. delete snapshots past the log end (the log they described was cut) and those at or
+             below the log start (they describe no record still stored: once a whole log expired,
+             Kafka forgets its producers at the next start, and so does this broker);
+          2. load the newest remaining snapshot, leaving out producers that expired meanwhile; an
+             unreadable one is deleted and the next older one tried;
+          3. replay every batch from the snapshot's offset (or the log start, without one) to the
+             log end; drop aborted transactions that end before the log start."""
         replay_from = self.log.log_start_offset
         restored = self._load_state()
         if restored is not None:
@@ -130,8 +144,12 @@ class Partition:
         Invariant: a snapshot at offset S holds exactly what replaying the log up to S gave, so
         recovery replays only from S: the removed batches' producers (their epochs and last sequences,
         which fence zombies and detect duplicate retries), transactions still open whose first
-        records are gone, and aborted transactions whose records remain are all kept. Written
-        atomically; older snapshots are deleted once it is in place."""
+        records are gone, and aborted transactions whose records remain are all kept.
+
+        Steps: fsync the log first (a snapshot past a log end lost in a power failure would be
+        deleted at the next start, taking the removed batches' state with it); write the snapshot
+        atomically and fsync its directory; only then delete the older snapshots."""
+        self.log.flush()
         offset = self.log.log_end_offset
         state = {
             "producers": {
@@ -151,6 +169,7 @@ class Partition:
         }
         path = self.log.directory / f"{offset:020d}{_SNAPSHOT_SUFFIX}"
         write_file_atomically(path, json.dumps(state).encode())
+        fsync_directory(self.log.directory)
         for older in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}"):
             if older != path:
                 older.unlink(missing_ok=True)
@@ -162,14 +181,20 @@ class Partition:
             for path in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}")
             if path.stem.isdigit()
         )
-        for offset, path in reversed(snapshots):
+        usable = []
+        for offset, path in snapshots:
             if offset > self.log.log_end_offset:
                 log.warning("%s is past the log end %d; deleting it", path, self.log.log_end_offset)
                 path.unlink()
-                continue
+            elif offset <= self.log.log_start_offset:
+                path.unlink()
+            else:
+                usable.append((offset, path))
+        now = now_ms()
+        for offset, path in reversed(usable):
             try:
                 state = json.loads(path.read_text())
-                producers = {
+                entries = {
                     int(pid): ProducerEntry(
                         entry["epoch"],
                         deque(
@@ -187,13 +212,20 @@ class Partition:
                 aborted = [AbortedTxn(*map(int, entry)) for entry in state["aborted"]]
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning(
-                    "%s is unreadable (%s); recovering from the log alone, which lacks the state of "
-                    "producers whose batches retention or DeleteRecords removed",
+                    "%s is unreadable (%s); deleting it and recovering without it, which loses the "
+                    "state of producers whose batches retention or DeleteRecords removed",
                     path,
                     exc,
                 )
+                path.unlink()
                 continue
-            self.producers, self.open_txn_first_offset, self.aborted = producers, open_transactions, aborted
+            # Kafka's loader leaves out producers that expired while the broker was down.
+            self.producers = {
+                pid: entry
+                for pid, entry in entries.items()
+                if pid in open_transactions or now - entry.last_timestamp < self.producer_id_expiration_ms
+            }
+            self.open_txn_first_offset, self.aborted = open_transactions, aborted
             return offset
         return None
 

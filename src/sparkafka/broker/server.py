@@ -81,6 +81,8 @@ class Broker:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(config.data_dir)
+        for leftover in config.data_dir.glob(f"*{_DELETED_SUFFIX}"):  # of topics deleted before a crash
+            shutil.rmtree(leftover, ignore_errors=True)
         self.topics = TopicRegistry(config.data_dir)
         self.partitions: dict[tuple[str, int], Partition] = {}
         for topic in self.topics.topics.values():
@@ -119,7 +121,11 @@ class Broker:
 
     def _open_partition(self, topic: Topic, index: int) -> Partition:
         partition = Partition(
-            topic.name, index, self._partition_dir(topic.name, index), topic.log_config(self.config)
+            topic.name,
+            index,
+            self._partition_dir(topic.name, index),
+            topic.log_config(self.config),
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
         self.partitions[(topic.name, index)] = partition
         return partition
@@ -244,7 +250,13 @@ class Broker:
         for index in range(topic.partitions):
             partition = self.partitions.pop((name, index))
             partition.close()
-            shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+            # Renamed first, as Kafka's LogManager.asyncDelete does: a topic created again under this
+            # name never opens what a crash or a failed removal left of the old one.
+            directory = self._partition_dir(name, index)
+            doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETED_SUFFIX}")
+            with contextlib.suppress(FileNotFoundError):
+                directory.rename(doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
         self.groups.on_partitions_deleted((name, index) for index in range(topic.partitions))
         log.info("deleted topic %s", name)
 
@@ -406,6 +418,8 @@ def _lock_data_dir(data_dir: Path) -> Any:
 # (produce batches) are received straight into a buffer of their own, with no further copy. Small
 # enough that thousands of idle connections cost little memory.
 _RECEIVE_BUFFER_BYTES = 64 * 1024
+# A deleted topic's partition directories are renamed {topic}-{n}.{uuid}-delete, then removed.
+_DELETED_SUFFIX = "-delete"
 # Read-ahead: stop reading from a client once this many bytes of requests wait to be handled, resume
 # below half of it. Requests are still handled one at a time and answered in order.
 _MAX_QUEUED_BYTES = 8 * 1024 * 1024

@@ -56,7 +56,6 @@ def _produce(
     known_topics = broker.topics.topics
     for name, partition_data in topics:
         topic = known_topics.get(name)
-        max_message_bytes = int(topic.config("max.message.bytes", broker.config)) if topic else 0
         results: list[PartitionProduceResult] = []
         for index, records in partition_data:
             result = PartitionProduceResult(index)
@@ -73,7 +72,7 @@ def _produce(
                 appended_at = partition.append_from_client(
                     records,
                     now_ms=now,
-                    max_message_bytes=max_message_bytes,
+                    max_message_bytes=partition.log.config.max_message_bytes,
                     verify_transaction=broker.transactions.verify_partition,
                     produce_version=version,
                 )
