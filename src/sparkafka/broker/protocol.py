@@ -204,25 +204,58 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray) -> Any:
 _NULLABLE_TYPES = frozenset({"string", "bytes", "records"})
 
 
+@dataclass(frozen=True, slots=True)
+class _NullCheck:
+    """What to look at in one field of a struct, for one version."""
+
+    name: str  # Kafka's field name, for the error message
+    attribute: str  # kafka-python's attribute
+    null_refused: bool
+    inner: tuple[_NullCheck, ...]  # the checks of the struct (or of each struct in the array) it holds
+
+
+_NULL_CHECKS: dict[tuple[int, int], tuple[_NullCheck, ...]] = {}
+
+
+def _null_checks(schema: Any, version: int) -> tuple[_NullCheck, ...]:
+    """The fields of ``schema`` in ``version`` that may not be null or that hold such fields,
+    computed once per struct and version. Tagged fields are left out: absent means their default.
+    Only strings, bytes, records, arrays and structs have a null on the wire (kafka-python also
+    decodes a zero uuid as None)."""
+    key = (id(schema), version)
+    checks = _NULL_CHECKS.get(key)
+    if checks is None:
+        found = []
+        for field in schema.fields.values():
+            if not field.for_version_q(version) or field.tagged_field_q(version):
+                continue
+            can_be_null = field.type_str in _NULLABLE_TYPES or field.type_str.startswith("[]") or field.fields
+            null_refused = bool(can_be_null) and not field.nullable_for_version_q(version)
+            inner = _null_checks(field, version) if field.fields is not None else ()
+            if null_refused or inner:
+                found.append(_NullCheck(field._name, field.name, null_refused, inner))
+        checks = _NULL_CHECKS[key] = tuple(found)
+    return checks
+
+
 def _null_in_non_nullable_field(schema: Any, data: Any, version: int) -> str | None:
     """The dotted name of the first field of ``data`` that is null although ``schema`` does not
-    allow null in ``version``, else None. Tagged fields are skipped: absent means their default."""
-    for field in schema.fields.values():
-        if not field.for_version_q(version) or field.tagged_field_q(version):
-            continue
-        value = getattr(data, field.name, None)
+    allow null in ``version``, else None."""
+    return _first_refused_null(_null_checks(schema, version), data)
+
+
+def _first_refused_null(checks: tuple[_NullCheck, ...], data: Any) -> str | None:
+    for check in checks:
+        value = getattr(data, check.attribute, None)
         if value is None:
-            # kafka-python also decodes a zero uuid as None; only these types have a null on the wire.
-            can_be_null = field.type_str in _NULLABLE_TYPES or field.type_str.startswith("[]") or field.fields
-            if can_be_null and not field.nullable_for_version_q(version):
-                return field._name
+            if check.null_refused:
+                return check.name
             continue
-        if field.fields is None:  # a primitive, or an array of primitives
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            inner = _null_in_non_nullable_field(field, item, version)
-            if inner is not None:
-                return f"{field._name}.{inner}"
+        if check.inner:
+            for item in value if isinstance(value, list) else (value,):
+                inner = _first_refused_null(check.inner, item)
+                if inner is not None:
+                    return f"{check.name}.{inner}"
     return None
 
 
