@@ -95,22 +95,33 @@ def _allow_transactions(producer_id: int, epoch: int, topic: str, partition: int
     """The coordinator's answer for a producer that added the partition to its transaction."""
 
 
+def _transactional(
+    producer_id: int, *, sequence: int = 0, timestamp: int = NOW_MS, count: int = 1, value: bytes = b"t" * 120
+) -> bytes:
+    return records.encode_batch(
+        [records.Record(i, timestamp + i, b"k", value) for i in range(count)],
+        base_offset=0,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=sequence,
+        is_transactional=True,
+    )
+
+
+def _write_transactional(partition: Partition, batch: bytes) -> None:
+    partition.append_from_client(
+        batch, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
+    )
+
+
 @pytest.mark.parametrize("removed_by", ["DeleteRecords", "retention"])
 def test_the_last_stable_offset_never_falls_below_the_log_start(
     open_partition: type[Partition], removed_by: str
 ) -> None:
     partition = open_partition(retention_ms=60_000)  # type: ignore[call-arg]
     _append(partition, _batch(epoch=0, sequence=0, count=2))
-    transactional = records.encode_batch(
-        [records.Record(i, NOW_MS - 5_000 + i, b"k", b"t%d" % i) for i in range(2)],
-        base_offset=0,
-        producer_id=PRODUCER + 1,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    partition.append_from_client(
-        transactional, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
+    _write_transactional(
+        partition, _transactional(PRODUCER + 1, timestamp=NOW_MS - 5_000, count=2, value=b"t")
     )
     assert (partition.last_stable_offset, partition.high_watermark) == (2, 4)
     # The open transaction's first records go: Kafka's first unstable offset moves up to the log start.
@@ -229,17 +240,7 @@ def test_an_open_transaction_whose_records_expired_holds_the_lso_after_a_restart
     open_partition: type[Partition],
 ) -> None:
     partition = open_partition(retention_ms=60_000, segment_bytes=200)  # type: ignore[call-arg]
-    transactional = records.encode_batch(
-        [records.Record(0, NOW_MS - 120_000, b"k", b"t" * 120)],
-        base_offset=0,
-        producer_id=PRODUCER,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    partition.append_from_client(
-        transactional, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
-    )
+    _write_transactional(partition, _transactional(PRODUCER, timestamp=NOW_MS - 120_000))
     _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
     partition.delete_records_before(1)
     partition = _reopened(partition, open_partition, retention_ms=60_000, segment_bytes=200)
@@ -256,24 +257,9 @@ def test_aborted_transactions_survive_in_the_snapshot_while_their_records_remain
 ) -> None:
     partition = open_partition(segment_bytes=200)  # type: ignore[call-arg]
 
-    def transactional(sequence: int) -> bytes:
-        return records.encode_batch(
-            [records.Record(0, NOW_MS, b"k", b"t" * 120)],
-            base_offset=0,
-            producer_id=PRODUCER,
-            producer_epoch=0,
-            base_sequence=sequence,
-            is_transactional=True,
-        )
-
     _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
     for sequence in (0, 1):
-        partition.append_from_client(
-            transactional(sequence),
-            now_ms=NOW_MS,
-            max_message_bytes=1 << 20,
-            verify_transaction=_allow_transactions,
-        )
+        _write_transactional(partition, _transactional(PRODUCER, sequence=sequence))
     partition.write_txn_marker(
         producer_id=PRODUCER, producer_epoch=0, commit=False, coordinator_epoch=0, now_ms=NOW_MS
     )
@@ -310,17 +296,7 @@ def test_a_snapshot_past_the_log_end_is_deleted_and_an_unreadable_one_is_reporte
 def test_an_idle_producer_without_an_open_transaction_expires(open_partition: type[Partition]) -> None:
     partition = open_partition()
     _append(partition, _batch(epoch=0, sequence=0, timestamp=NOW_MS - 10_000))  # last timestamp 9_999 ago
-    transactional = records.encode_batch(
-        [records.Record(0, NOW_MS - 50_000, b"k", b"t")],
-        base_offset=0,
-        producer_id=PRODUCER + 1,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    partition.append_from_client(
-        transactional, now_ms=NOW_MS, max_message_bytes=1 << 20, verify_transaction=_allow_transactions
-    )
+    _write_transactional(partition, _transactional(PRODUCER + 1, timestamp=NOW_MS - 50_000))
     partition.expire_producers(NOW_MS, 10_000)
     assert set(partition.producers) == {PRODUCER, PRODUCER + 1}  # 9_999 ms < 10_000: not yet
     partition.expire_producers(NOW_MS + 1, 10_000)
