@@ -39,6 +39,8 @@ from typing import Any
 
 import crc32c
 
+from sparkafka.broker.files import fsync_directory, write_all
+
 _LOG = logging.getLogger(__name__)
 
 MAGIC = b"SPKJRNL1"
@@ -124,21 +126,6 @@ def _raise_unless_torn_tail(path: Path, data: memoryview, bad_position: int) -> 
             )
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 class Journal:
     """An append-only, crash-safe file of JSON object entries (see the module docstring).
 
@@ -176,7 +163,7 @@ class Journal:
                 if data:
                     _LOG.warning("journal %s: dropping %d bytes of a torn header", self.path, len(data))
                 os.ftruncate(fd, 0)
-                _write_all(fd, MAGIC)
+                write_all(fd, MAGIC)
                 self._sync(fd, force=True)
                 return fd, 0
             spans, valid_end = _scan(self.path, data)
@@ -241,7 +228,7 @@ class Journal:
         frame = _encode_frame(entry, self.path)
         start = os.fstat(fd).st_size
         try:
-            _write_all(fd, frame)
+            write_all(fd, frame)
             self._sync(fd)
         except OSError as exc:
             self._undo_partial_write(fd, start, exc)
@@ -262,7 +249,7 @@ class Journal:
         temp = self._temp_path()
         temp_fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(temp_fd, MAGIC + b"".join(frames))
+            write_all(temp_fd, MAGIC + b"".join(frames))
             os.fsync(temp_fd)
         except BaseException:
             os.close(temp_fd)
@@ -279,7 +266,7 @@ class Journal:
         os.close(old_fd)
         self._broken_reason = None
         self.appended_since_rewrite = 0
-        _fsync_directory(self.path.parent)
+        fsync_directory(self.path.parent)
 
     def close(self) -> None:
         """Close the file; further use raises JournalError.  Closing twice is harmless."""

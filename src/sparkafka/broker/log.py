@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import cast
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.files import TEMPORARY_SUFFIX, fsync_directory, write_all, write_file_atomically
 from sparkafka.broker.records import (
     HEADER_SIZE,
     INT32_MAX,
@@ -59,7 +60,6 @@ _LOG_SUFFIX = ".log"
 _INDEX_SUFFIX = ".index"
 _TIMEINDEX_SUFFIX = ".timeindex"
 _CLEANED_SUFFIX = ".cleaned"
-_TMP_SUFFIX = ".tmp"
 _POLICIES = ("delete", "compact")
 
 
@@ -284,29 +284,6 @@ def _open_fd(path: Path) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[tuple[int, BatchHeader, bytes]]:
     """Yield (position, header, batch bytes) for the batches in bytes [start, end) of a segment file.
 
@@ -417,7 +394,9 @@ class PartitionLog:
                 path.unlink()
                 continue
             is_index = path.suffix in (_INDEX_SUFFIX, _TIMEINDEX_SUFFIX)
-            if (is_index and not path.with_suffix(_LOG_SUFFIX).exists()) or path.name.endswith(_TMP_SUFFIX):
+            if (is_index and not path.with_suffix(_LOG_SUFFIX).exists()) or path.name.endswith(
+                TEMPORARY_SUFFIX
+            ):
                 path.unlink()
 
     def _read_log_start_checkpoint(self) -> int | None:
@@ -434,7 +413,6 @@ class PartitionLog:
 
     def _write_log_start_checkpoint(self) -> None:
         write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{self.log_start_offset}\n".encode())
-        fsync_directory(self.directory)
 
     def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
         """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover)."""
@@ -633,7 +611,7 @@ class PartitionLog:
                     segment = self._roll(header.base_offset, now_ms)
                 position = segment.size
                 try:
-                    _write_all(segment.fd, batch)
+                    write_all(segment.fd, batch)
                 except OSError as exc:
                     # Cut the partial write so the next append does not land after garbage.
                     os.ftruncate(segment.fd, position)
@@ -1040,9 +1018,9 @@ class PartitionLog:
             pending.append(kept)
             pending_bytes += len(kept)
             if pending_bytes >= _SCAN_CHUNK:
-                _write_all(rewritten.fd, b"".join(pending))
+                write_all(rewritten.fd, b"".join(pending))
                 pending, pending_bytes = [], 0
-        _write_all(rewritten.fd, b"".join(pending))
+        write_all(rewritten.fd, b"".join(pending))
         return removed, changed
 
     # ---- housekeeping ------------------------------------------------------------------------------

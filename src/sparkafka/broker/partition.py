@@ -24,7 +24,8 @@ from typing import cast
 from sparkafka.broker import records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog, fsync_directory, write_file_atomically
+from sparkafka.broker.files import write_file_atomically
+from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class Partition:
 
         Steps: fsync the log first (a snapshot past a log end lost in a power failure would be
         deleted at the next start, taking the removed batches' state with it); write the snapshot
-        atomically and fsync its directory; only then delete the older snapshots."""
+        atomically (its directory fsynced too); only then delete the older snapshots."""
         self.log.flush()
         offset = self.log.log_end_offset
         state = {
@@ -169,7 +170,6 @@ class Partition:
         }
         path = self.log.directory / f"{offset:020d}{_SNAPSHOT_SUFFIX}"
         write_file_atomically(path, json.dumps(state).encode())
-        fsync_directory(self.log.directory)
         for older in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}"):
             if older != path:
                 older.unlink(missing_ok=True)

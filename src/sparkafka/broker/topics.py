@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ from pathlib import Path
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.config_synonyms import inherited_topic_config, kafka_settings, static_broker_configs
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.files import write_file_atomically
 from sparkafka.broker.log import LogConfig
 from sparkafka.broker.topic_configs import INT64_MAX, TOPIC_CONFIGS
 
@@ -106,12 +106,7 @@ class TopicRegistry:
             }
             for t in self.topics.values()
         ]
-        temporary = self._path.with_suffix(".json.tmp")
-        with open(temporary, "w") as handle:
-            json.dump(payload, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self._path)
+        write_file_atomically(self._path, json.dumps(payload, indent=1).encode())
 
     def check_collision(self, name: str) -> None:
         """Kafka refuses a name that equals an existing one once '.' and '_' are alike (Topic.hasCollision):
