@@ -295,11 +295,12 @@ def test_a_snapshot_past_the_log_end_is_deleted_and_an_unreadable_one_is_reporte
 
 def test_an_idle_producer_without_an_open_transaction_expires(open_partition: type[Partition]) -> None:
     partition = open_partition()
+    partition.producer_id_expiration_ms = 10_000
     _append(partition, _batch(epoch=0, sequence=0, timestamp=NOW_MS - 10_000))  # last timestamp 9_999 ago
     _write_transactional(partition, _transactional(PRODUCER + 1, timestamp=NOW_MS - 50_000))
-    partition.expire_producers(NOW_MS, 10_000)
+    partition.expire_producers(NOW_MS)
     assert set(partition.producers) == {PRODUCER, PRODUCER + 1}  # 9_999 ms < 10_000: not yet
-    partition.expire_producers(NOW_MS + 1, 10_000)
+    partition.expire_producers(NOW_MS + 1)
     assert set(partition.producers) == {PRODUCER + 1}  # an open transaction keeps its producer
     # An expired producer is one never seen: any sequence is taken (Kafka's ProducerAppendInfo).
     assert _append(partition, _batch(epoch=0, sequence=7))[2] is False

@@ -190,7 +190,6 @@ class Partition:
                 path.unlink()
             else:
                 usable.append((offset, path))
-        now = now_ms()
         for offset, path in reversed(usable):
             try:
                 state = json.loads(path.read_text())
@@ -219,13 +218,9 @@ class Partition:
                 )
                 path.unlink()
                 continue
+            self.producers, self.open_txn_first_offset, self.aborted = entries, open_transactions, aborted
             # Kafka's loader leaves out producers that expired while the broker was down.
-            self.producers = {
-                pid: entry
-                for pid, entry in entries.items()
-                if pid in open_transactions or now - entry.last_timestamp < self.producer_id_expiration_ms
-            }
-            self.open_txn_first_offset, self.aborted = open_transactions, aborted
+            self.expire_producers(now_ms())
             return offset
         return None
 
@@ -418,15 +413,15 @@ class Partition:
         if first is not None and not commit:
             self.aborted.append(AbortedTxn(producer_id, first, marker_offset))
 
-    def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
+    def expire_producers(self, now_ms: int) -> None:
         """Forget producers without an open transaction here whose last batch's timestamp is at
-        least ``expiration_ms`` old (Kafka's ProducerStateManager.removeExpiredProducers): their
-        next batch is taken at any sequence, as from a producer never seen."""
+        least ``producer_id_expiration_ms`` old (Kafka's ProducerStateManager.removeExpiredProducers):
+        their next batch is taken at any sequence, as from a producer never seen."""
         expired = [
             producer_id
             for producer_id, entry in self.producers.items()
             if producer_id not in self.open_txn_first_offset
-            and now_ms - entry.last_timestamp >= expiration_ms
+            and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
         ]
         for producer_id in expired:
             del self.producers[producer_id]

@@ -370,7 +370,7 @@ class Broker:
     def _expire_producers(self) -> None:
         now = now_ms()
         for partition in list(self.partitions.values()):
-            partition.expire_producers(now, self.config.producer_id_expiration_ms)
+            partition.expire_producers(now)
 
     async def stop(self) -> None:
         for task in self._background:
