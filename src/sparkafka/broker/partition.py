@@ -486,14 +486,12 @@ class Partition:
         return start
 
     def enforce_retention(self, now_ms: int) -> None:
-        if "delete" in self.log.config.cleanup_policy and self.log.enforce_retention(
-            now_ms, before_deleting=self._save_state
-        ):
+        # Each is a no-op unless cleanup.policy names it (LogConfig.deletes, LogConfig.compacts).
+        if self.log.enforce_retention(now_ms, before_deleting=self._save_state):
             self._prune_aborted()
-        if "compact" in self.log.config.cleanup_policy:
-            self.log.compact(
-                now_ms=now_ms, is_aborted=self.is_aborted, last_stable_offset=self.last_stable_offset
-            )
+        self.log.compact(
+            now_ms=now_ms, is_aborted=self.is_aborted, last_stable_offset=self.last_stable_offset
+        )
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:
         return any(
