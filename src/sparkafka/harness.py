@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 CLIENT_LOGGER, CLIENT_FAILURES = quiet_librdkafka_logger("sparkafka.harness.librdkafka")
 
 
-def client_config(bootstrap_servers: str, **settings: Any) -> dict[str, Any]:
+def client_config(bootstrap_servers: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A harness client's configuration: the cluster, the quiet logger, ``settings`` on top."""
-    return {"bootstrap.servers": bootstrap_servers, "logger": CLIENT_LOGGER, **settings}
+    return {"bootstrap.servers": bootstrap_servers, "logger": CLIENT_LOGGER, **(settings or {})}
 
 
 def last_connection_failure() -> str:
@@ -112,7 +112,7 @@ class Cluster:
             future.result(60)
 
     def producer(self) -> Producer:
-        return Producer(client_config(self.bootstrap_servers, **{"enable.idempotence": True, "linger.ms": 5}))
+        return Producer(client_config(self.bootstrap_servers, {"enable.idempotence": True, "linger.ms": 5}))
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class TopicReader:
         consumer = Consumer(
             client_config(
                 self.bootstrap_servers,
-                **{
+                {
                     "group.id": f"sparkafka-reader-{self.isolation_level}-{uuid.uuid4().hex[:6]}",
                     "isolation.level": self.isolation_level,
                     "enable.auto.commit": False,
