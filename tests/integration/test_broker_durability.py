@@ -112,6 +112,56 @@ def test_committed_group_offsets_survive_sigkill(fresh_broker: BrokerProcess, to
     assert [(tp.partition, tp.offset) for tp in found] == [(tp.partition, tp.offset) for tp in committed]
 
 
+def test_a_consumer_group_keeps_its_members_and_assignment_across_a_broker_sigkill(
+    fresh_broker: BrokerProcess, topic_name: str
+) -> None:
+    """As with Kafka, whose coordinator reloads a group's members from __consumer_offsets: after the
+    restart the member heartbeats on under the same member id and generation, with no rebalance."""
+    create_topic(fresh_broker.bootstrap_servers, topic_name, partitions=PARTITIONS)
+    rebalances: list[tuple[str, list[int]]] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": fresh_broker.bootstrap_servers,
+            "group.id": f"g-{topic_name}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "heartbeat.interval.ms": 300,
+        }
+    )
+    consumer.subscribe(
+        [topic_name],
+        on_assign=lambda _, parts: rebalances.append(("assign", sorted(p.partition for p in parts))),
+        on_revoke=lambda _, parts: rebalances.append(("revoke", sorted(p.partition for p in parts))),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not rebalances and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert rebalances == [("assign", list(range(PARTITIONS)))]
+        member_id = consumer.memberid()
+
+        fresh_broker.kill()
+        fresh_broker.start()
+        sender = producer(fresh_broker.bootstrap_servers)
+        sender.produce(topic_name, value=b"after-restart", partition=1)
+        assert sender.flush(30) == 0
+        received = []
+        deadline = time.monotonic() + 30
+        while not received and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                received.append(message.value())
+        # Heartbeats go on for a while after the restart: every one of them is accepted.
+        settle_until = time.monotonic() + 3
+        while time.monotonic() < settle_until:
+            consumer.poll(0.2)
+        assert received == [b"after-restart"]
+        assert rebalances == [("assign", list(range(PARTITIONS)))]
+        assert consumer.memberid() == member_id
+    finally:
+        consumer.close()
+
+
 @pytest.mark.parametrize("tail", ["garbage", "half-batch"])
 def test_torn_tail_is_truncated_on_restart(fresh_broker: BrokerProcess, topic_name: str, tail: str) -> None:
     create_topic(fresh_broker.bootstrap_servers, topic_name)

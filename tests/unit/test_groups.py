@@ -7,6 +7,7 @@ so nothing sleeps.  Each test runs its own event loop with ``asyncio.run``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import struct
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -42,6 +43,17 @@ class FakeClock:
         self.now += ms
 
 
+class FailingJournal(Journal):
+    """A journal whose disk can be made to fail: appends raise what a failed write raises."""
+
+    failing = False
+
+    def append(self, entry: dict[str, Any]) -> None:
+        if self.failing:
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        super().append(entry)
+
+
 class Harness:
     """A coordinator over a journal in `directory`, with helpers that play the client side."""
 
@@ -51,15 +63,13 @@ class Harness:
         settings: dict[str, Any] = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 1000}
         settings.update(config)
         self.config = GroupConfig(**settings)
-        self.coordinator = GroupCoordinator(
-            Journal(directory / "groups.journal"), self.config, now_ms=self.clock
-        )
+        self.restart(first=True)
 
-    def restart(self) -> None:
-        self.coordinator.shutdown()
-        self.coordinator = GroupCoordinator(
-            Journal(self.directory / "groups.journal"), self.config, now_ms=self.clock
-        )
+    def restart(self, *, first: bool = False) -> None:
+        if not first:
+            self.coordinator.shutdown()
+        self.journal = FailingJournal(self.directory / "groups.journal")
+        self.coordinator = GroupCoordinator(self.journal, self.config, now_ms=self.clock)
 
     def join(
         self,
@@ -634,27 +644,210 @@ def test_oversized_metadata_is_refused_per_partition(tmp_path: Path) -> None:
     assert harness.fetch([("t", 1)]) == {("t", 1): NO_OFFSET}
 
 
-def test_offsets_and_generation_survive_a_restart(tmp_path: Path) -> None:
+def test_a_stable_group_survives_a_restart_with_its_members_and_their_assignments(tmp_path: Path) -> None:
+    """As Kafka's coordinator loads a group from its last GroupMetadataValue: Stable, the same members,
+    generation, leader and assignments; members heartbeat and commit on without a rebalance."""
+
     async def scenario() -> None:
         harness = Harness(tmp_path)
-        one, _ = await harness.form_group(2)
+        one, two = await harness.form_group(2)
         harness.commit({("t", 0): (100, 5, "m")}, generation_id=1, member_id=one.member_id)
         harness.commit(
             {("t", 0): (200, 6, "n"), ("t", 1): (50, -1, "")}, generation_id=1, member_id=one.member_id
         )
+        before = harness.coordinator.describe_group(GROUP)
         harness.restart()
         assert harness.fetch(None) == {
             ("t", 0): FetchedOffset(200, 6, "n", ErrorCode.NONE),
             ("t", 1): FetchedOffset(50, -1, "", ErrorCode.NONE),
         }
-        assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
-        # Membership is not persisted: old members must rejoin, and the generation moves on from 1.
-        assert harness.heartbeat(one) is ErrorCode.UNKNOWN_MEMBER_ID
-        assert harness.commit({("t", 0): (1, -1, "")}, generation_id=1, member_id=one.member_id) == {
-            ("t", 0): ErrorCode.UNKNOWN_MEMBER_ID
+        assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Stable")]
+        assert harness.coordinator.describe_group(GROUP) == before
+        assert {m.assignment for m in before.members} == {
+            f"assignment-of-{r.member_id}".encode() for r in (one, two)
         }
+        assert harness.heartbeat(one) is ErrorCode.NONE
+        assert harness.heartbeat(two) is ErrorCode.NONE
+        assert harness.commit({("t", 0): (300, -1, "")}, generation_id=1, member_id=two.member_id) == {
+            ("t", 0): ErrorCode.NONE
+        }
+        # A member that asks for its assignment again gets the one it had.
+        synced = await harness.sync(two)
+        assert synced.assignment == f"assignment-of-{two.member_id}".encode()
+        assert harness.state() == "Stable"
+
+    run(scenario)
+
+
+def test_restored_members_sessions_start_over_and_expire_if_nobody_heartbeats(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        harness.clock.advance(SESSION_TIMEOUT_MS - 1)
+        harness.restart()
+        # Sessions restart at load (Kafka's onLoaded), so the time before the restart does not count.
+        harness.clock.advance(SESSION_TIMEOUT_MS - 1)
+        assert harness.heartbeat(one) is ErrorCode.NONE
+        await harness.settle()
+        assert harness.state() == "Stable"
+        harness.clock.advance(2)
+        await harness.settle()
+        # `two` never heartbeat after the restart: its session expired and the group rebalances.
+        assert harness.state() == "PreparingRebalance"
+        assert harness.heartbeat(one) is ErrorCode.REBALANCE_IN_PROGRESS
+        assert harness.heartbeat(two) is ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_a_restart_during_a_rebalance_restores_the_last_generation_with_an_assignment(tmp_path: Path) -> None:
+    """Kafka writes a generation with members only with its assignment (the leader's SyncGroup): a
+    rebalance cut short by a restart leaves the previous generation, whose members must rejoin."""
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        rejoins = [harness.join(one.member_id), harness.join(two.member_id)]
+        await harness.settle()
+        second = [task.result() for task in rejoins]
+        assert {r.generation_id for r in second} == {2}
+        assert harness.state() == "CompletingRebalance"
+        harness.restart()
+        assert harness.state() == "Stable"
+        assert harness.coordinator.describe_group(GROUP).members[0].assignment.startswith(b"assignment-of-")
+        assert harness.heartbeat(second[0]) is ErrorCode.ILLEGAL_GENERATION
+        assert (await harness.sync(second[0])).error is ErrorCode.ILLEGAL_GENERATION
+        third = await _rejoin_all(harness, [one, two])
+        assert {r.generation_id for r in third} == {2}
+
+    run(scenario)
+
+
+def test_an_empty_group_survives_a_restart_empty_with_its_generation(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        (one,) = await harness.form_group(1)
+        harness.coordinator.leave_group(group_id=GROUP, members=[(one.member_id, None)])
+        await harness.settle()
+        assert harness.state() == "Empty"
+        harness.restart()
+        assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
+        assert harness.heartbeat(one) is ErrorCode.UNKNOWN_MEMBER_ID
         (rejoined,) = await harness.form_group(1)
-        assert rejoined.generation_id == 2
+        assert rejoined.generation_id == 3  # 1 with the member, 2 empty, 3 now
+
+    run(scenario)
+
+
+def test_a_journal_written_before_members_were_kept_restores_its_groups_empty(tmp_path: Path) -> None:
+    with Journal(tmp_path / "groups.journal") as journal:
+        journal.append(
+            {
+                "type": "group_metadata",
+                "group": GROUP,
+                "generation": 4,
+                "protocol_type": "consumer",
+                "protocol": "range",
+                "empty_since_ms": None,
+            }
+        )
+    harness = Harness(tmp_path)
+    assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
+    assert harness.coordinator.describe_group(GROUP).members == []
+
+
+def test_static_member_replacement_survives_a_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        joining = harness.join(group_instance_id="instance-a")
+        await harness.settle()
+        first = joining.result()
+        await harness.sync(first, {first.member_id: b"partitions"}, group_instance_id="instance-a")
+        replaced = await harness.join(group_instance_id="instance-a")
+        assert replaced.error is ErrorCode.NONE and replaced.member_id != first.member_id
+        harness.restart()
+        (member,) = harness.coordinator.describe_group(GROUP).members
+        assert (member.member_id, member.group_instance_id, member.assignment) == (
+            replaced.member_id,
+            "instance-a",
+            b"partitions",
+        )
+        fenced = harness.coordinator.heartbeat(
+            group_id=GROUP, generation_id=1, member_id=first.member_id, group_instance_id="instance-a"
+        )
+        assert fenced is ErrorCode.FENCED_INSTANCE_ID
+
+    run(scenario)
+
+
+def test_an_assignment_that_cannot_be_journaled_is_handed_to_nobody_and_the_group_rebalances(
+    tmp_path: Path,
+) -> None:
+    """Kafka's SyncGroup when the group's record cannot be appended (a storage error): every member
+    gets NOT_COORDINATOR instead of an assignment a restart would not restore, and the group goes
+    back to PreparingRebalance."""
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        joins = [harness.join(client_id="c1"), harness.join(client_id="c2")]
+        await harness.settle()
+        one, two = (task.result() for task in joins)
+        leader, follower = (one, two) if one.member_id == one.leader else (two, one)
+        waiting = harness.sync(follower)
+        await harness.settle()
+        harness.journal.failing = True
+        answered = await harness.sync(leader, _assignments([one, two]))
+        assert answered.error is ErrorCode.NOT_COORDINATOR
+        assert (await waiting).error is ErrorCode.NOT_COORDINATOR
+        assert harness.state() == "PreparingRebalance"
+        assert {m.assignment for m in harness.coordinator.describe_group(GROUP).members} == {b""}
+        harness.journal.failing = False
+        third = await _rejoin_all(harness, [one, two])
+        assert {r.generation_id for r in third} == {2}
+
+    run(scenario)
+
+
+def test_a_static_member_replacement_that_cannot_be_journaled_keeps_the_old_member_id(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        joining = harness.join(group_instance_id="instance-a")
+        await harness.settle()
+        first = joining.result()
+        await harness.sync(first, {first.member_id: b"partitions"}, group_instance_id="instance-a")
+        harness.journal.failing = True
+        refused = await harness.join(group_instance_id="instance-a", session_timeout_ms=20_000)
+        assert (refused.error, refused.member_id) == (ErrorCode.NOT_COORDINATOR, "")
+        assert refused.generation_id == 1
+        harness.journal.failing = False
+        (member,) = harness.coordinator.describe_group(GROUP).members
+        assert member.member_id == first.member_id
+        assert harness.state() == "Stable"
+        kept = harness.coordinator.heartbeat(
+            group_id=GROUP, generation_id=1, member_id=first.member_id, group_instance_id="instance-a"
+        )
+        assert kept is ErrorCode.NONE
+        # The old session timeout is back: the member expires after 10 s without heartbeats, not 20 s.
+        harness.clock.advance(SESSION_TIMEOUT_MS + 1)
+        await harness.settle()
+        assert harness.state() != "Stable"
+
+    run(scenario)
+
+
+def test_journal_compaction_keeps_the_members(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path, journal_compaction_min_entries=10)
+        one, two = await harness.form_group(2)
+        for offset in range(50):
+            harness.commit({("t", 0): (offset, -1, "")}, generation_id=1, member_id=one.member_id)
+        assert (tmp_path / "groups.journal").stat().st_size < 3000, "50 commits should have been compacted"
+        before = harness.coordinator.describe_group(GROUP)
+        harness.restart()
+        assert harness.coordinator.describe_group(GROUP) == before
+        assert harness.heartbeat(two) is ErrorCode.NONE
 
     run(scenario)
 
@@ -972,7 +1165,13 @@ def test_offset_delete_spares_subscribed_topics_and_refuses_busy_groups(tmp_path
         assert set(harness.fetch(None)) == {("orders", 0), ("old", 1)}
         harness.restart()
         assert set(harness.fetch(None)) == {("orders", 0), ("old", 1)}
-        # Restored without members, the group subscribes to nothing, as Kafka's replay computes.
+        # Restored with its member, the group still subscribes to what the member's subscription names.
+        assert harness.coordinator.delete_offsets(GROUP, [("orders", [0])]) == (
+            ErrorCode.NONE,
+            [("orders", [(0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)])],
+        )
+        harness.coordinator.leave_group(group_id=GROUP, members=[(member.member_id, None)])
+        await harness.settle()
         assert harness.coordinator.delete_offsets(GROUP, [("orders", [0])]) == (
             ErrorCode.NONE,
             [("orders", [(0, ErrorCode.NONE)])],

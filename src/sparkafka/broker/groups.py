@@ -27,10 +27,16 @@ the earliest deadline whenever it has a running event loop, so the server does n
 after advancing the clock.
 
 Durability: offset commits, transactional offset staging and completion, group deletions, offset
-expirations and each new generation's metadata (generation id, protocol type) are appended to a
-:class:`~sparkafka.broker.journal.Journal` before the request is answered.  Membership is not
-persisted: after a restart every group is Empty and its former members get UNKNOWN_MEMBER_ID and
-rejoin (as after a session timeout).  Journal entries (JSON objects)::
+expirations and the group's metadata are appended to a :class:`~sparkafka.broker.journal.Journal`
+before the request is answered.  The metadata entry is Kafka's GroupMetadataValue, written when
+Kafka writes it: when a rebalance leaves the group Empty, when the leader's SyncGroup brings the
+assignment (the entry holds every member with its subscription and assignment; the group becomes
+Stable only once it is written), and when a static member takes its old place under a new member id.
+A restart restores each group from its last metadata entry, as Kafka's coordinator loads it: Stable
+with those members, their sessions starting over, or Empty.  Members therefore keep heartbeating
+and committing across a broker restart without a rebalance; a group whose rebalance was under way
+falls back to the last generation that was written, and its members rejoin.  Journal entries (JSON
+objects)::
 
     {"type": "offsets_committed", "group": g, "offsets": [ROW, ...]}
     {"type": "txn_offsets_staged", "group": g, "producer_id": pid, "offsets": [ROW, ...]}
@@ -38,9 +44,13 @@ rejoin (as after a session timeout).  Journal entries (JSON objects)::
     {"type": "offsets_expired", "group": g, "partitions": [[topic, partition], ...]}
     {"type": "offsets_deleted", "group": g, "partitions": [[topic, partition], ...]}
     {"type": "group_metadata", "group": g, "generation": int, "protocol_type": str | null,
-     "protocol": str | null, "empty_since_ms": int | null}
+     "protocol": str | null, "empty_since_ms": int | null, "leader": str | null, "members": [MEMBER, ...]}
     {"type": "group_deleted", "group": g}
     ROW = [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms, sequence]
+    MEMBER = {"member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
+              "session_timeout_ms", "subscription": base64, "assignment": base64}
+
+An entry without "leader" and "members" (written before members were kept) restores an Empty group.
 
 ``sequence`` orders commits the way Kafka's log offsets do: a committed transaction's offset replaces
 the current one only if it was staged after it.
@@ -49,6 +59,7 @@ the current one only if it was staged after it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 import functools
 import logging
@@ -212,6 +223,12 @@ class FetchedOffset(NamedTuple):
 _NO_COMMITTED_OFFSET = FetchedOffset(NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.NONE)
 
 
+# What Kafka answers when the group's record cannot be appended because of a storage error
+# (appendGroupMetadataErrorToResponseError: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR); the journal's
+# disk is this broker's storage.
+_METADATA_NOT_STORED = ErrorCode.NOT_COORDINATOR
+
+
 def _join_error(member_id: str, error: ErrorCode) -> JoinGroupResult:
     return JoinGroupResult(error, NO_GENERATION, None, None, NO_LEADER, member_id)
 
@@ -334,6 +351,9 @@ class _Group:
         self.offsets: dict[TopicPartition, _CommittedOffset] = {}
         self.pending_txn_offsets: dict[int, dict[TopicPartition, _CommittedOffset]] = {}
         self.journaled = False  # whether any journal entry names this group (so deletion must be journaled)
+        # The last group_metadata entry journaled (or replayed): what a restart restores, so journal
+        # compaction keeps it as it is, as Kafka's log compaction keeps a group's last record.
+        self.metadata_entry: dict[str, Any] | None = None
 
     # -- membership ------------------------------------------------------------------------------------
 
@@ -619,6 +639,51 @@ def _offsets_from_rows(rows: list[list[Any]]) -> dict[TopicPartition, _Committed
     return result
 
 
+def _member_rows(group: _Group) -> list[dict[str, Any]]:
+    """The members of a group that has a protocol, as Kafka's GroupMetadataValue keeps them: only the
+    subscription of the group's protocol, and each member's current assignment."""
+    protocol_name = group.protocol_name
+    if protocol_name is None:
+        if group.members:
+            raise RuntimeError(f"group {group.group_id!r}: members without a chosen protocol cannot be kept")
+        return []
+    return [
+        {
+            "member_id": member.member_id,
+            "group_instance_id": member.group_instance_id,
+            "client_id": member.client_id,
+            "client_host": member.client_host,
+            "rebalance_timeout_ms": member.rebalance_timeout_ms,
+            "session_timeout_ms": member.session_timeout_ms,
+            "subscription": base64.b64encode(member.metadata_for(protocol_name)).decode("ascii"),
+            "assignment": base64.b64encode(member.assignment).decode("ascii"),
+        }
+        for member in group.members.values()
+    ]
+
+
+def _members_from_rows(
+    rows: list[dict[str, Any]], protocol_type: str | None, protocol_name: str | None
+) -> list[_Member]:
+    if rows and protocol_name is None:
+        raise ValueError("members are stored without the group's protocol")
+    return [
+        _Member(
+            member_id=str(row["member_id"]),
+            group_instance_id=None if row["group_instance_id"] is None else str(row["group_instance_id"]),
+            client_id=str(row["client_id"]),
+            client_host=str(row["client_host"]),
+            rebalance_timeout_ms=int(row["rebalance_timeout_ms"]),
+            session_timeout_ms=int(row["session_timeout_ms"]),
+            protocol_type=protocol_type or "",
+            # What Kafka's replay gives a loaded member: the group's protocol with its subscription.
+            protocols=[(str(protocol_name), base64.b64decode(row["subscription"], validate=True))],
+            assignment=base64.b64decode(row["assignment"], validate=True),
+        )
+        for row in rows
+    ]
+
+
 # -- the coordinator ---------------------------------------------------------------------------------------
 
 
@@ -864,11 +929,31 @@ class GroupCoordinator:
         previous_leader = group.leader_id or NO_LEADER
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
         self._set_heartbeat_deadline(member, member.session_timeout_ms)
+        previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         group.update_member(member, request, waiter)
         if group.state is GroupState.STABLE:
             if group.select_protocol() != group.protocol_name:
                 self._maybe_prepare_rebalance(
                     group, f"static member {instance_id} rejoined with a protocol change"
+                )
+                return
+            if not self._journal_group_metadata(group):
+                # Kafka reverts to the old member id when the new one cannot be stored: a restart
+                # must not bring back an id the group no longer knows.
+                member.join_waiter = None
+                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = previous
+                restored = group.replace_static_member(instance_id, new_member_id, old_member_id)
+                self._set_heartbeat_deadline(restored, restored.session_timeout_ms)
+                _resolve(
+                    waiter,
+                    JoinGroupResult(
+                        _METADATA_NOT_STORED,
+                        group.generation_id,
+                        group.protocol_type,
+                        group.protocol_name,
+                        previous_leader,
+                        UNKNOWN_MEMBER_ID,
+                    ),
                 )
                 return
             # KIP-345: a restarted static member takes its old place without a rebalance.
@@ -991,9 +1076,12 @@ class GroupCoordinator:
             self._schedule_wakeup(group.join_deadline_ms)
             return
         group.init_next_generation(now)
-        self._journal_group_metadata(group)
         if group.state is GroupState.EMPTY:
             _LOG.info("group %r: generation %d is empty", group.group_id, group.generation_id)
+            # A generation with members is journaled with its assignment, at the leader's SyncGroup.
+            # This write only keeps the generation and the Empty time; Kafka likewise only warns when
+            # it fails, since a restart would restore an older generation that has no live members.
+            self._journal_group_metadata(group)
             return
         _LOG.info(
             "group %r: generation %d formed with %d members, protocol %r, leader %r",
@@ -1173,6 +1261,12 @@ class GroupCoordinator:
             )
         for member in group.members.values():
             member.assignment = by_member.get(member.member_id, b"")
+        if not self._journal_group_metadata(group):
+            # As Kafka when the group's record cannot be appended: nobody gets an assignment that a
+            # restart would not restore; every member learns why, and the group rebalances.
+            self._reset_and_propagate_assignment_error(group, _METADATA_NOT_STORED)
+            self._maybe_prepare_rebalance(group, "the assignment could not be journaled")
+            return
         _LOG.info(
             "group %r: assignment received from leader %r for generation %d",
             group.group_id,
@@ -1833,7 +1927,10 @@ class GroupCoordinator:
             return False
         return True
 
-    def _journal_group_metadata(self, group: _Group) -> None:
+    def _journal_group_metadata(self, group: _Group) -> bool:
+        """Journal the group as Kafka's GroupMetadataValue holds it (generation, protocol, leader, and
+        each member with its subscription and current assignment); False, with the cause logged, if it
+        could not be written."""
         entry = {
             "type": "group_metadata",
             "group": group.group_id,
@@ -1841,29 +1938,21 @@ class GroupCoordinator:
             "protocol_type": group.protocol_type,
             "protocol": group.protocol_name,
             "empty_since_ms": group.state_timestamp_ms if group.state is GroupState.EMPTY else None,
+            "leader": group.leader_id,
+            "members": _member_rows(group),
         }
-        # Only the generation counter and protocol type depend on this; losing it is not worth failing
-        # the rebalance for (Kafka likewise only warns when the empty-group metadata write fails).
-        if self._append(entry):
-            group.journaled = True
-            self._maybe_compact()
+        if not self._append(entry):
+            return False
+        group.journaled = True
+        group.metadata_entry = entry
+        self._maybe_compact()
+        return True
 
     def _snapshot_entries(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
         for group in self._groups.values():
-            if group.generation_id > 0 or group.protocol_type is not None:
-                entries.append(
-                    {
-                        "type": "group_metadata",
-                        "group": group.group_id,
-                        "generation": group.generation_id,
-                        "protocol_type": group.protocol_type,
-                        "protocol": group.protocol_name,
-                        "empty_since_ms": group.state_timestamp_ms
-                        if group.state is GroupState.EMPTY
-                        else None,
-                    }
-                )
+            if group.metadata_entry is not None:
+                entries.append(group.metadata_entry)
             if group.offsets:
                 entries.append(
                     {
@@ -1904,7 +1993,13 @@ class GroupCoordinator:
                     f"journal {self._journal.path}: entry #{index} cannot be applied to group state "
                     f"({type(exc).__name__}: {exc}): {entry!r}"
                 ) from exc
-        _LOG.info("group coordinator: restored %d groups from %s", len(self._groups), self._journal.path)
+        self._start_restored_sessions()
+        _LOG.info(
+            "group coordinator: restored %d groups (%d members) from %s",
+            len(self._groups),
+            sum(len(group.members) for group in self._groups.values()),
+            self._journal.path,
+        )
 
     def _apply_journal_entry(self, entry: dict[str, Any], now: int) -> None:
         kind = entry["type"]
@@ -1936,16 +2031,47 @@ class GroupCoordinator:
                 group, [(str(topic), int(partition)) for topic, partition in entry["partitions"]]
             )
         elif kind == "group_metadata":
-            group.generation_id = int(entry["generation"])
-            group.protocol_type = entry["protocol_type"]
-            # Members are not persisted, so a restored group is Empty; a group that had members becomes
-            # Empty now, which starts its offset-retention clock (Kafka: members would time out now).
-            empty_since = entry["empty_since_ms"]
-            group.state_timestamp_ms = int(empty_since) if empty_since is not None else now
-            # What Kafka's replay computes for a group without members: nothing subscribed.
-            group.subscribed_topics = group._compute_subscribed_topics()
+            self._restore_group_metadata(group, entry, now)
         else:
             raise ValueError(f"unknown entry type {kind!r}")
+
+    @staticmethod
+    def _restore_group_metadata(group: _Group, entry: dict[str, Any], now: int) -> None:
+        """Kafka's replay of a GroupMetadataValue: the group as the entry describes it, Stable with its
+        members or Empty; the members' sessions start when the whole journal is replayed."""
+        protocol_type, protocol_name = entry["protocol_type"], entry["protocol"]
+        members = _members_from_rows(entry.get("members") or [], protocol_type, protocol_name)
+        group.generation_id = int(entry["generation"])
+        group.protocol_type = protocol_type
+        group.protocol_name = protocol_name
+        group.members = {member.member_id: member for member in members}
+        group.static_members = {
+            member.group_instance_id: member.member_id
+            for member in members
+            if member.group_instance_id is not None
+        }
+        group.leader_id = entry.get("leader") if members else None
+        if members and group.leader_id not in group.members:
+            raise ValueError(f"leader {group.leader_id!r} is none of the members")
+        group.state = GroupState.STABLE if members else GroupState.EMPTY
+        # An Empty group's offset-retention clock runs from the time it became Empty.
+        empty_since = entry["empty_since_ms"]
+        group.state_timestamp_ms = int(empty_since) if empty_since is not None and not members else now
+        group.subscribed_topics = group._compute_subscribed_topics()
+        group.metadata_entry = entry
+
+    def _start_restored_sessions(self) -> None:
+        """Kafka's onLoaded: every restored member's session timer starts now, and a group larger than
+        group.max.size (lowered since) rebalances so that its members can commit before some leave."""
+        for group in self._groups.values():
+            for member in group.members.values():
+                self._set_heartbeat_deadline(member, member.session_timeout_ms)
+            if len(group.members) > self._config.max_group_size:
+                self._prepare_rebalance(
+                    group,
+                    f"restored with {len(group.members)} members, more than group.max.size "
+                    f"{self._config.max_group_size}",
+                )
 
     def _advance_sequence(self, offsets: dict[TopicPartition, _CommittedOffset]) -> None:
         for committed in offsets.values():
