@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import LogConfig
+from sparkafka.broker.log import LogConfig, PartitionLog
 from sparkafka.broker.partition import Partition
 
 NOW_MS = 1_800_000_000_000
@@ -373,3 +374,43 @@ def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name
     broker._lock_file.close()
     server.Broker(config)
     assert not leftover.exists()
+
+
+def test_a_clean_close_snapshots_the_state_so_the_next_open_replays_nothing(
+    open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's UnifiedLog.close takes a producer-state snapshot at the log end: the next start loads
+    it instead of reading the log again, and ends up with the same state."""
+    partition = open_partition()
+    _append(partition, _batch(epoch=0, sequence=0))
+    _write_transactional(partition, _transactional(11))
+    partition.write_txn_marker(
+        producer_id=11, producer_epoch=0, commit=False, coordinator_epoch=0, now_ms=NOW_MS
+    )
+    _write_transactional(partition, _transactional(12))  # left open
+    state = (partition.producers, partition.open_txn_first_offset, partition.aborted)
+    lso, end = partition.last_stable_offset, partition.high_watermark
+    partition.close()
+    assert [p.name for p in partition.log.directory.glob("*.snapshot")] == [f"{end:020d}.snapshot"]
+
+    replayed: list[int] = []
+    iter_batches = PartitionLog.iter_batches
+
+    def counting(log: PartitionLog, start: int = 0) -> Iterator[Any]:
+        for header, batch in iter_batches(log, start):
+            replayed.append(header.base_offset)
+            yield header, batch
+
+    monkeypatch.setattr(PartitionLog, "iter_batches", counting)
+    reopened = open_partition()
+    assert replayed == []
+    assert (reopened.producers, reopened.open_txn_first_offset, reopened.aborted) == state
+    assert (reopened.last_stable_offset, reopened.high_watermark) == (lso, end)
+    assert _append(reopened, _batch(epoch=0, sequence=0))[2] is True  # still a known duplicate
+
+
+def test_closing_a_partition_of_a_deleted_topic_writes_no_snapshot(open_partition: type[Partition]) -> None:
+    partition = open_partition()
+    _append(partition, _batch(epoch=0, sequence=0))
+    partition.close(keep_state=False)
+    assert not list(partition.log.directory.glob("*.snapshot"))

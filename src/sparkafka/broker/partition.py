@@ -502,5 +502,12 @@ class Partition:
         start = self.log.log_start_offset
         self.aborted = [t for t in self.aborted if t.last_offset >= start]
 
-    def close(self) -> None:
+    def close(self, *, keep_state: bool = True) -> None:
+        """Close the log. Unless the partition is being deleted (``keep_state=False``), first snapshot
+        the producer state at the log end, as Kafka's UnifiedLog.close does, so that the next start
+        loads it instead of replaying the whole log."""
+        if keep_state and not self.log.closed:
+            snapshot = self.log.directory / f"{self.log.log_end_offset:020d}{_SNAPSHOT_SUFFIX}"
+            if not snapshot.exists():  # already written when nothing was appended since
+                self._save_state()
         self.log.close()

@@ -249,7 +249,7 @@ class Broker:
         self.topics.save()
         for index in range(topic.partitions):
             partition = self.partitions.pop((name, index))
-            partition.close()
+            partition.close(keep_state=False)
             # Renamed first, as Kafka's LogManager.asyncDelete does: a topic created again under this
             # name never opens what a crash or a failed removal left of the old one.
             directory = self._partition_dir(name, index)
