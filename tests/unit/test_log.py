@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from sparkafka.broker import log as log_module
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import LogConfig, PartitionLog
@@ -262,6 +263,77 @@ def test_clean_reopen_keeps_everything(make_log: LogFactory, tmp_path: Path) -> 
     assert reopened.log_end_offset == 30
     assert reopened.read(0, 1 << 20) == expected
     assert batch_bases(reopened.read(17, 1)) == [16]
+
+
+def test_clean_reopen_reads_only_the_tail_of_the_active_segment(
+    make_log: LogFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka after a clean shutdown: the active segment's index files are trusted and only the
+    batches after its last index entry are read (LogSegment.readNextOffset), never the whole file."""
+    log = make_log(index_interval_bytes=512)
+    for _ in range(200):
+        append(log, 3)
+    log.close()
+    segment_size = (log.directory / "00000000000000000000.log").stat().st_size
+    scanned: list[int] = []
+    scan = log_module._scan
+
+    def counting_scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[Any]:
+        for position, header, batch in scan(fd, start, end, validate_crc=validate_crc):
+            scanned.append(header.size)
+            yield position, header, batch
+
+    monkeypatch.setattr(log_module, "_scan", counting_scan)
+    reopened = make_log(index_interval_bytes=512)
+    assert reopened.log_end_offset == 600
+    assert 0 < sum(scanned) < 2 * 512 < segment_size
+
+
+def test_clean_reopen_of_the_active_segment_continues_it_as_if_it_had_never_closed(
+    make_log: LogFactory, tmp_path: Path
+) -> None:
+    """Appending after a clean reopen gives the same log and index files, byte for byte, as appending
+    without the restart: the bytes since the last index entry and the segment's max timestamp are
+    restored, not reset."""
+    for name, restart in (("straight-0", False), ("restarted-0", True)):
+        log = make_log(tmp_path / name, index_interval_bytes=300)
+        for step in range(40):
+            append(log, 2, timestamp=1000 + 7 * (step % 5))
+            if restart and step == 22:
+                log.close()
+                log = make_log(tmp_path / name, index_interval_bytes=300)
+        log.close()
+    for suffix in (".log", ".index", ".timeindex"):
+        name = f"00000000000000000000{suffix}"
+        assert (tmp_path / "straight-0" / name).read_bytes() == (tmp_path / "restarted-0" / name).read_bytes()
+
+
+def test_segment_ms_after_a_clean_reopen_still_counts_from_the_first_batch(make_log: LogFactory) -> None:
+    log = make_log(segment_ms=1000, index_interval_bytes=100)
+    append(log, 1, timestamp=5000, now_ms=10**9)
+    for _ in range(20):  # index entries, so that the reopen does not read the first batch as tail
+        append(log, 1, timestamp=5500, now_ms=10**9)
+    log.close()
+    reopened = make_log(segment_ms=1000, index_interval_bytes=100)
+    append(reopened, 1, timestamp=6001, now_ms=10**9)
+    assert [int(path.stem) for path in reopened.segment_files()] == [0, 21]
+
+
+def test_clean_reopen_rescans_an_active_segment_whose_tail_is_damaged(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(index_interval_bytes=200)
+    for _ in range(30):
+        append(log, 2)
+    good = log.read(0, 1 << 20)
+    log.close()
+    with open(log.directory / "00000000000000000000.log", "ab") as handle:
+        handle.write(os.urandom(41))  # written after the index files: not what a clean close leaves
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log(index_interval_bytes=200)
+    assert "truncating 41 bytes" in caplog.text
+    assert reopened.log_end_offset == 60
+    assert reopened.read(0, 1 << 20) == good
 
 
 @pytest.mark.parametrize("tail", ["half_batch", "garbage", "bad_crc"])

@@ -358,7 +358,7 @@ class PartitionLog:
                 path = _segment_path(self.directory, base)
                 segment = _Segment(base, path, _open_fd(path), roll_jitter_ms=self._random_roll_jitter())
                 self._segments.append(segment)
-                if not (clean and next_base is not None and self._load_indexes(segment, next_base)):
+                if not (clean and self._load_indexes(segment, next_base)):
                     self._recover_segment(segment, next_base)
         except BaseException:
             for segment in self._segments:
@@ -440,8 +440,13 @@ class PartitionLog:
             os.fsync(segment.fd)
         segment.size = os.fstat(segment.fd).st_size
 
-    def _load_indexes(self, segment: _Segment, next_base: int) -> bool:
-        """Load a closed segment's index files; False if missing or inconsistent (then it is rescanned)."""
+    def _load_indexes(self, segment: _Segment, next_base: int | None) -> bool:
+        """Load a segment's index files after a clean shutdown; False if they are missing or
+        inconsistent (the segment is then rescanned).
+
+        A closed segment ends where the next one begins. The active segment (``next_base`` None) is
+        read only from its last indexed batch to its end, as Kafka's LogSegment.readNextOffset does,
+        so that a clean restart never scans a whole segment."""
         index_path, time_path = segment.sibling(_INDEX_SUFFIX), segment.sibling(_TIMEINDEX_SUFFIX)
         if not (index_path.exists() and time_path.exists()):
             return False
@@ -449,24 +454,51 @@ class PartitionLog:
         index_data, time_data = index_path.read_bytes(), time_path.read_bytes()
         if len(index_data) % _OFFSET_ENTRY.size or len(time_data) % _TIME_ENTRY.size:
             return False
+        limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
         index = [(segment.base_offset + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(index_data)]
         times = [(ts, segment.base_offset + rel) for ts, rel in _TIME_ENTRY.iter_unpack(time_data)]
         offsets_ok = all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(index)) and all(
-            segment.base_offset <= offset < next_base and 0 <= pos < size for offset, pos in index
+            segment.base_offset <= offset < limit and 0 <= pos < size for offset, pos in index
         )
         times_ok = all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(times)) and all(
-            segment.base_offset <= offset < next_base for _, offset in times
+            segment.base_offset <= offset < limit for _, offset in times
         )
         if not (offsets_ok and times_ok) or (size > 0 and not times):
             return False
         segment.size = size
-        segment.next_offset = next_base
         segment.index_offsets = [offset for offset, _ in index]
         segment.index_positions = [pos for _, pos in index]
         segment.time_timestamps = [ts for ts, _ in times]
         segment.time_offsets = [offset for _, offset in times]
         segment.max_timestamp, segment.offset_of_max_timestamp = times[-1] if times else (-1, -1)
+        if next_base is None:
+            if not self._read_active_tail(segment, limit):
+                return False
+        else:
+            segment.next_offset = next_base
         segment.indexes_dirty = False
+        return True
+
+    def _read_active_tail(self, segment: _Segment, limit: int) -> bool:
+        """Find the active segment's next offset from the batches after its last index entry, and
+        what appending needs: the bytes since that entry and the first batch's timestamp. False if
+        that tail is not a run of valid batches (the segment is then rescanned)."""
+        start = segment.index_positions[-1] if segment.index_positions else 0
+        segment.next_offset = segment.base_offset
+        segment.bytes_since_index = 0
+        try:
+            for position, header, _ in _scan(segment.fd, start, segment.size, validate_crc=True):
+                if header.base_offset < segment.next_offset or header.last_offset >= limit:
+                    return False
+                if position == 0:
+                    segment.first_batch_timestamp = header.max_timestamp
+                segment.next_offset = header.next_offset
+                segment.bytes_since_index += header.size
+            if start > 0:
+                first = next(_scan(segment.fd, 0, segment.size, validate_crc=False))
+                segment.first_batch_timestamp = first[1].max_timestamp
+        except CorruptBatchError:
+            return False
         return True
 
     # ---- segment files -----------------------------------------------------------------------------
@@ -560,6 +592,10 @@ class PartitionLog:
 
     def _segment_slot(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _ensure_open(self) -> None:
         if self._closed:
