@@ -7,6 +7,7 @@ so nothing sleeps.  Each test runs its own event loop with ``asyncio.run``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import struct
 from collections.abc import Callable, Coroutine
@@ -751,9 +752,15 @@ def test_a_journal_written_before_members_were_kept_restores_its_groups_empty(tm
                 "empty_since_ms": None,
             }
         )
-    harness = Harness(tmp_path)
-    assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
-    assert harness.coordinator.describe_group(GROUP).members == []
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
+        assert harness.coordinator.describe_group(GROUP).members == []
+        (joined,) = await harness.form_group(1)
+        assert joined.generation_id == 5
+
+    run(scenario)
 
 
 def test_static_member_replacement_survives_a_restart(tmp_path: Path) -> None:
@@ -837,13 +844,127 @@ def test_a_static_member_replacement_that_cannot_be_journaled_keeps_the_old_memb
     run(scenario)
 
 
+def test_offset_operations_that_cannot_be_journaled_answer_not_coordinator(tmp_path: Path) -> None:
+    """Kafka's CoordinatorOperationExceptionHelper: a storage error becomes NOT_COORDINATOR, and
+    nothing changes."""
+    harness = Harness(tmp_path)
+    harness.commit({("t", 0): (5, -1, "")})
+    harness.journal.failing = True
+    assert harness.commit({("t", 0): (9, -1, "")}) == {("t", 0): ErrorCode.NOT_COORDINATOR}
+    assert harness.coordinator.delete_offsets(GROUP, [("t", [0])]) == (ErrorCode.NOT_COORDINATOR, [])
+    assert harness.coordinator.delete_groups([GROUP]) == {GROUP: ErrorCode.NOT_COORDINATOR}
+    harness.journal.failing = False
+    assert harness.fetch([("t", 0)])[("t", 0)].offset == 5
+    harness.restart()
+    assert harness.fetch([("t", 0)])[("t", 0)].offset == 5
+
+
+def test_an_empty_generation_that_cannot_be_journaled_still_leaves_the_group_empty(tmp_path: Path) -> None:
+    """Kafka only warns when the empty group's record fails: a restart brings back the last generation
+    written, whose members then time out."""
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        (one,) = await harness.form_group(1)
+        harness.journal.failing = True
+        harness.coordinator.leave_group(group_id=GROUP, members=[(one.member_id, None)])
+        await harness.settle()
+        assert harness.state() == "Empty"
+        harness.journal.failing = False
+        harness.restart()
+        assert harness.state() == "Stable"
+        harness.clock.advance(SESSION_TIMEOUT_MS + 1)
+        await harness.settle()
+        assert harness.state() == "Empty"
+
+    run(scenario)
+
+
+def test_a_generation_whose_assignment_was_not_journaled_is_not_restored(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, two = await harness.form_group(2)
+        rejoins = [harness.join(one.member_id), harness.join(two.member_id)]
+        await harness.settle()
+        second = [task.result() for task in rejoins]
+        leader = next(r for r in second if r.member_id == r.leader)
+        harness.journal.failing = True
+        assert (await harness.sync(leader, _assignments(second))).error is ErrorCode.NOT_COORDINATOR
+        harness.journal.failing = False
+        harness.restart()
+        assert harness.coordinator.describe_group(GROUP).state == "Stable"
+        assert harness.heartbeat(one) is ErrorCode.NONE  # generation 1, the last one journaled
+        assert harness.heartbeat(second[0]) is ErrorCode.ILLEGAL_GENERATION
+
+    run(scenario)
+
+
+def test_a_group_restored_above_group_max_size_rebalances(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path)
+        one, _ = await harness.form_group(2)
+        harness.config = dataclasses.replace(harness.config, max_group_size=1)
+        harness.restart()
+        assert harness.state() == "PreparingRebalance"
+        assert harness.heartbeat(one) is ErrorCode.REBALANCE_IN_PROGRESS
+
+    run(scenario)
+
+
+def test_journal_compaction_during_a_rebalance_keeps_the_last_journaled_generation(tmp_path: Path) -> None:
+    """Compaction keeps the group's last metadata entry as it was written, as Kafka's log compaction
+    keeps a group's last record: not the state of a rebalance that has written nothing yet."""
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path, journal_compaction_min_entries=10)
+        one, two = await harness.form_group(2)
+        rejoins = [harness.join(one.member_id), harness.join(two.member_id)]
+        await harness.settle()
+        assert harness.state() == "CompletingRebalance"
+        for offset in range(50):  # a simple group's commits, accepted while this group rebalances
+            harness.coordinator.commit_offsets(
+                group_id="other",
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                offsets={("t", 0): (offset, -1, "")},
+            )
+        assert harness.journal.appended_since_rewrite < 50, "the journal should have been compacted"
+        harness.restart()
+        assert harness.state() == "Stable"
+        assert harness.heartbeat(one) is ErrorCode.NONE
+        assert harness.heartbeat(rejoins[0].result()) is ErrorCode.ILLEGAL_GENERATION
+
+    run(scenario)
+
+
+def test_a_group_created_by_joingroup_exists_after_a_restart_even_before_its_first_rebalance(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        harness = Harness(tmp_path, initial_rebalance_delay_ms=10_000)
+        parked = harness.join()
+        await harness.settle()
+        assert not parked.done()
+        harness.restart()
+        assert (await parked).error is ErrorCode.NOT_COORDINATOR
+        assert harness.coordinator.list_groups() == [(GROUP, "", "Empty")]
+
+        harness.journal.failing = True
+        refused = await harness.join(group_id="new-group")
+        assert refused.error is ErrorCode.NOT_COORDINATOR
+        assert [g.group_id for g in harness.coordinator.list_groups()] == [GROUP]
+
+    run(scenario)
+
+
 def test_journal_compaction_keeps_the_members(tmp_path: Path) -> None:
     async def scenario() -> None:
         harness = Harness(tmp_path, journal_compaction_min_entries=10)
         one, two = await harness.form_group(2)
         for offset in range(50):
             harness.commit({("t", 0): (offset, -1, "")}, generation_id=1, member_id=one.member_id)
-        assert (tmp_path / "groups.journal").stat().st_size < 3000, "50 commits should have been compacted"
+        assert harness.journal.appended_since_rewrite < 50, "the journal should have been compacted"
         before = harness.coordinator.describe_group(GROUP)
         harness.restart()
         assert harness.coordinator.describe_group(GROUP) == before

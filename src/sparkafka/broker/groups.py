@@ -28,10 +28,11 @@ after advancing the clock.
 
 Durability: offset commits, transactional offset staging and completion, group deletions, offset
 expirations and the group's metadata are appended to a :class:`~sparkafka.broker.journal.Journal`
-before the request is answered.  The metadata entry is Kafka's GroupMetadataValue, written when
-Kafka writes it: when a rebalance leaves the group Empty, when the leader's SyncGroup brings the
-assignment (the entry holds every member with its subscription and assignment; the group becomes
-Stable only once it is written), and when a static member takes its old place under a new member id.
+before the request is answered.  The metadata entry is Kafka 4's GroupMetadataValue, written when
+Kafka writes it: when JoinGroup creates the group, when a rebalance leaves it Empty, when the
+leader's SyncGroup brings the assignment (the entry holds every member with its subscription and
+assignment; the group becomes Stable only once it is written), and when a static member takes its
+old place under a new member id.
 A restart restores each group from its last metadata entry, as Kafka's coordinator loads it: Stable
 with those members, their sessions starting over, or Empty.  Members therefore keep heartbeating
 and committing across a broker restart without a rebalance; a group whose rebalance was under way
@@ -223,10 +224,11 @@ class FetchedOffset(NamedTuple):
 _NO_COMMITTED_OFFSET = FetchedOffset(NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.NONE)
 
 
-# What Kafka answers when the group's record cannot be appended because of a storage error
-# (appendGroupMetadataErrorToResponseError: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR); the journal's
-# disk is this broker's storage.
-_METADATA_NOT_STORED = ErrorCode.NOT_COORDINATOR
+# What Kafka's group coordinator answers when a record cannot be appended because of a storage error
+# (KAFKA_STORAGE_ERROR becomes NOT_COORDINATOR: appendGroupMetadataErrorToResponseError for group
+# records, CoordinatorOperationExceptionHelper for offset commits and deletions); the journal's disk
+# is this broker's storage.
+_NOT_JOURNALED = ErrorCode.NOT_COORDINATOR
 
 
 def _join_error(member_id: str, error: ErrorCode) -> JoinGroupResult:
@@ -783,6 +785,11 @@ class GroupCoordinator:
             if not is_unknown_member:
                 return _join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
             group = self._create_group(group_id)
+            # Kafka 4 records a group created by JoinGroup at once, empty, so that it exists after a
+            # restart; if that fails, the group is dropped and the join refused.
+            if not self._journal_group_metadata(group):
+                del self._groups[group_id]
+                return _join_error(member_id, _NOT_JOURNALED)
 
         result: JoinGroupResult | asyncio.Future[JoinGroupResult]
         if not self._accept_joining_member(group, member_id):
@@ -947,7 +954,7 @@ class GroupCoordinator:
                 _resolve(
                     waiter,
                     JoinGroupResult(
-                        _METADATA_NOT_STORED,
+                        _NOT_JOURNALED,
                         group.generation_id,
                         group.protocol_type,
                         group.protocol_name,
@@ -1264,7 +1271,7 @@ class GroupCoordinator:
         if not self._journal_group_metadata(group):
             # As Kafka when the group's record cannot be appended: nobody gets an assignment that a
             # restart would not restore; every member learns why, and the group rebalances.
-            self._reset_and_propagate_assignment_error(group, _METADATA_NOT_STORED)
+            self._reset_and_propagate_assignment_error(group, _NOT_JOURNALED)
             self._maybe_prepare_rebalance(group, "the assignment could not be journaled")
             return
         _LOG.info(
@@ -1423,7 +1430,7 @@ class GroupCoordinator:
 
     def _delete_group(self, group: _Group, reason: str) -> ErrorCode:
         if group.journaled and not self._append({"type": "group_deleted", "group": group.group_id}):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return _NOT_JOURNALED
         if group.pending_txn_offsets:
             _LOG.info(
                 "group %r: deleting with pending transactional offsets of producers %s",
@@ -1496,7 +1503,7 @@ class GroupCoordinator:
                 ]
         if doomed:
             if not self._forget_offsets(group, doomed):
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+                return _NOT_JOURNALED, []
             _LOG.info("group %r: deleted the offsets of %d partition(s) on request", group_id, len(doomed))
             self._maybe_compact()
         return ErrorCode.NONE, answers
@@ -1625,7 +1632,7 @@ class GroupCoordinator:
             }
         if not self._append(entry):
             for partition in accepted:
-                results[partition] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                results[partition] = _NOT_JOURNALED
             return results
         self._next_sequence += 1
         group.journaled = True
@@ -1711,7 +1718,7 @@ class GroupCoordinator:
         complete_transaction.  The caller (transaction coordinator) has validated the producer and, for
         v3+, called validate_txn_offset_commit_member.  Creates the group if needed, as Kafka does.
         Returns an error per partition: NONE, OFFSET_METADATA_TOO_LARGE, INVALID_GROUP_ID (empty group
-        id), or COORDINATOR_NOT_AVAILABLE (shut down or journal failure)."""
+        id), COORDINATOR_NOT_AVAILABLE (shut down) or NOT_COORDINATOR (journal failure)."""
         if self._shut_down:
             return dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if not group_id:
