@@ -32,12 +32,11 @@ before the request is answered.  The metadata entry is Kafka 4's GroupMetadataVa
 Kafka writes it: when JoinGroup creates the group, when a rebalance leaves it Empty, when the
 leader's SyncGroup brings the assignment (the entry holds every member with its subscription and
 assignment; the group becomes Stable only once it is written), and when a static member takes its
-old place under a new member id.
-A restart restores each group from its last metadata entry, as Kafka's coordinator loads it: Stable
-with those members, their sessions starting over, or Empty.  Members therefore keep heartbeating
-and committing across a broker restart without a rebalance; a group whose rebalance was under way
-falls back to the last generation that was written, and its members rejoin.  Journal entries (JSON
-objects)::
+old place under a new member id.  A restart restores each group from its last metadata entry, as
+Kafka's coordinator loads it: Stable with those members, their sessions starting over, or Empty.
+Members therefore keep heartbeating and committing across a broker restart without a rebalance; a
+group whose rebalance was under way falls back to the last generation that was written, and its
+members rejoin.  Journal entries (JSON objects)::
 
     {"type": "offsets_committed", "group": g, "offsets": [ROW, ...]}
     {"type": "txn_offsets_staged", "group": g, "producer_id": pid, "offsets": [ROW, ...]}

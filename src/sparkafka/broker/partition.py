@@ -168,7 +168,7 @@ class Partition:
             "open_transactions": {str(pid): first for pid, first in self.open_txn_first_offset.items()},
             "aborted": [[t.producer_id, t.first_offset, t.last_offset] for t in self.aborted],
         }
-        path = self.log.directory / f"{offset:020d}{_SNAPSHOT_SUFFIX}"
+        path = self._snapshot_path(offset)
         write_file_atomically(path, json.dumps(state).encode())
         for older in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}"):
             if older != path:
@@ -506,8 +506,10 @@ class Partition:
         """Close the log. Unless the partition is being deleted (``keep_state=False``), first snapshot
         the producer state at the log end, as Kafka's UnifiedLog.close does, so that the next start
         loads it instead of replaying the whole log."""
-        if keep_state and not self.log.closed:
-            snapshot = self.log.directory / f"{self.log.log_end_offset:020d}{_SNAPSHOT_SUFFIX}"
-            if not snapshot.exists():  # already written when nothing was appended since
-                self._save_state()
+        # No new snapshot when one at the log end exists: nothing was appended since it was written.
+        if keep_state and not self.log.closed and not self._snapshot_path(self.log.log_end_offset).exists():
+            self._save_state()
         self.log.close()
+
+    def _snapshot_path(self, offset: int) -> Path:
+        return self.log.directory / f"{offset:020d}{_SNAPSHOT_SUFFIX}"
