@@ -169,6 +169,65 @@ def error_code(error: BaseException) -> int | None:
     return None
 
 
+# What a client answers while it cannot tell: no connection, or no metadata (yet) for the topic.
+_TRANSIENT_WATERMARK_CODES = _UNAVAILABLE_CODES | {
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._DESTROY_BROKER,
+    KafkaError._WAIT_COORD,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+}
+_WATERMARK_RETRY_INTERVAL_S = 0.2
+
+
+def partition_watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int] | None:
+    """(log start offset, high watermark) of a partition, asked of its leader; None if the cluster
+    says the partition does not exist.
+
+    librdkafka also answers "unknown partition" while it has no metadata for the topic: during a
+    broker outage, and for seconds after the cluster is back. So that answer is only believed once
+    fresh metadata from a cluster that answers lists no such partition; until then, as for other
+    transient errors, the query is asked again until ``timeout_s`` has passed, and then the last
+    error is raised (a KafkaException, which the caller words)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(remaining, 0.001), cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as error:
+            code = error_code(error)
+            if code not in _TRANSIENT_WATERMARK_CODES | _UNKNOWN_PARTITION_CODES:
+                raise
+            if code in _UNKNOWN_PARTITION_CODES and not _partition_listed(
+                consumer, topic, partition, remaining
+            ):
+                return None
+            if deadline - time.monotonic() <= _WATERMARK_RETRY_INTERVAL_S:
+                raise
+        time.sleep(_WATERMARK_RETRY_INTERVAL_S)
+
+
+def _partition_listed(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> bool:
+    """False only if the cluster answered a metadata request and lists no such partition; True when
+    it lists it or could not be asked (then the question stays open)."""
+    try:
+        metadata = consumer.list_topics(topic, timeout=max(timeout_s, 0.001))
+    except KafkaException:
+        return True
+    found = metadata.topics.get(topic)
+    if found is None or (found.error is not None and found.error.code() in _UNKNOWN_PARTITION_CODES):
+        return False
+    if found.error is not None:  # e.g. LEADER_NOT_AVAILABLE: it exists, its leader is moving
+        return True
+    return partition in found.partitions
+
+
 class KafkaAdmin:
     """Bounded, retrying admin operations against one cluster.
 
@@ -285,32 +344,49 @@ class KafkaAdmin:
         if not specs:
             return {}
 
-        def fetch() -> PartitionOffsets:
-            request = {TopicPartition(topic, partition): spec for (topic, partition), spec in specs.items()}
+        def ask(
+            pending: Mapping[TopicPartitionKey, OffsetSpec], result: PartitionOffsets
+        ) -> list[TopicPartitionKey]:
+            """Put the offsets found into ``result``; the partitions the client called unknown."""
+            request = {TopicPartition(topic, partition): spec for (topic, partition), spec in pending.items()}
             futures = self.client.list_offsets(
                 request, isolation_level=isolation, request_timeout=self.timeout_s
             )
-            result: PartitionOffsets = {}
-            missing = False
+            unknown = []
             for tp, future in futures.items():
                 try:
                     info = self._result(future)
                 except KafkaException as error:
                     if error_code(error) in _UNKNOWN_PARTITION_CODES:
-                        missing = True
+                        unknown.append((tp.topic, tp.partition))
                         continue
                     raise
                 result[(tp.topic, tp.partition)] = int(info.offset)
-            if missing and len(result) < len(specs):
-                # One unknown partition can fail the whole request; ask again for those that exist.
+            return unknown
+
+        def fetch() -> PartitionOffsets:
+            """Only a partition the cluster's metadata no longer lists is left out: one unknown
+            partition can fail the whole request, and the client calls partitions unknown while its
+            metadata is stale (for seconds after a broker restart), so the others are asked again."""
+            deadline = time.monotonic() + self.timeout_s
+            result: PartitionOffsets = {}
+            pending: Mapping[TopicPartitionKey, OffsetSpec] = specs
+            while unknown := ask(pending, result):
                 existing = self.topic_partitions()
-                still_there = {
-                    tp: spec
-                    for tp, spec in specs.items()
-                    if tp[1] in existing.get(tp[0], ()) and tp not in result
-                }
-                if still_there and len(still_there) < len(specs):
-                    result.update(self._list_offsets(still_there, isolation))
+                pending = {tp: specs[tp] for tp in unknown if tp[1] in existing.get(tp[0], ())}
+                if not pending:
+                    break
+                if time.monotonic() >= deadline:
+                    raise self.unavailable(
+                        f"list the offsets of {sorted(pending)}",
+                        KafkaException(
+                            KafkaError(
+                                KafkaError._UNKNOWN_PARTITION,
+                                "the cluster's metadata lists them, the client still calls them unknown",
+                            )
+                        ),
+                    )
+                time.sleep(self.retry_interval_s)
             return result
 
         return self._with_retries("list offsets", fetch)

@@ -58,6 +58,7 @@ from sparkafka.kafka_admin import (
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
     error_code,
+    partition_watermarks,
     unreachable_error,
     waits_until_refused,
 )
@@ -362,10 +363,19 @@ def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> 
     config = _marker_consumer_config(options, {"isolation.level": "read_uncommitted"})
     with CONSUMERS.borrow(config) as probe:
         try:
-            low, high = probe.get_watermark_offsets(partition, timeout=options.operation_timeout_s)
+            marks = partition_watermarks(
+                probe, partition.topic, partition.partition, options.operation_timeout_s
+            )
         except KafkaException as error:
             raise _unreachable(options, f"read the offsets of {options.marker_topic}", error) from None
-    return int(low), int(high)
+    if marks is None:
+        raise SparkafkaError(
+            f"the commit-marker topic '{options.marker_topic}' has no partition {partition.partition} any "
+            "more (deleted while the query ran?). The markers are what makes a replayed batch skip "
+            "output it already committed: restore the topic from a backup, or start the query again "
+            "with a new checkpoint"
+        )
+    return marks
 
 
 def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -> dict[str, Any]:

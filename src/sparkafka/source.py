@@ -122,7 +122,7 @@ from sparkafka.kafka_admin import (
     KafkaAdmin,
     PartitionOffsets,
     TopicPartitionKey,
-    error_code,
+    partition_watermarks,
     validate_consumer_config,
 )
 from sparkafka.options import (
@@ -1465,11 +1465,9 @@ def _read_with(
                     done = done or cast(int, message.offset()) >= end
                     continue
                 CONSUMERS.do_not_reuse(consumer)
-                if code in _PARTITION_GONE:
-                    _partition_gone(options, partition, position, error.str())
-                    done = True
-                    break
-                if code in _OFFSET_GONE:
+                # Both are checked with the cluster first: the client also says "unknown partition"
+                # while it has no metadata, as during a broker outage.
+                if code in _PARTITION_GONE or code in _OFFSET_GONE:
                     marks = _watermarks(consumer, topic, number, timeout_s, options)
                     if marks is None:
                         _partition_gone(options, partition, position, error.str())
@@ -1526,19 +1524,15 @@ def _consumer_position(consumer: Consumer, topic: str, partition: int) -> int:
 def _watermarks(
     consumer: Consumer, topic: str, partition: int, timeout_s: float, options: SourceOptions
 ) -> tuple[int, int] | None:
-    """(log start offset, high watermark), or None when the partition does not exist (any more)."""
+    """(log start offset, high watermark), or None when the cluster says the partition does not
+    exist (any more); a broker outage shorter than ``timeout_s`` is waited out."""
     try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s, cached=False
-        )
+        return partition_watermarks(consumer, topic, partition, timeout_s)
     except KafkaException as error:
-        if error_code(error) in _PARTITION_GONE:
-            return None
         raise KafkaUnavailableError(
             f"could not read the offsets of topic '{topic}' partition {partition} from Kafka at "
             f"'{options.bootstrap_servers}' within {timeout_s:g} s: {error}"
         ) from None
-    return int(low), int(high)
 
 
 def _partition_gone(options: SourceOptions, partition: OffsetRange, position: int, detail: str) -> None:
