@@ -5,6 +5,7 @@ collide or repeat are refused, and manual replica assignments name this broker."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -544,3 +545,143 @@ def test_describe_configs_lists_synonyms_and_the_source_they_give(tmp_path: Path
         described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic_name)])
         flush = next(iter(described.values())).result(30)["flush.messages"]
         assert flush.source == ConfigSource.STATIC_BROKER_CONFIG.value and not flush.is_default
+
+
+def _creatable(
+    name: str, partitions: int, factor: int, assignments: Sequence[tuple[int, list[int]]] = ()
+) -> Any:
+    topic = CreateTopicsRequest.CreatableTopic
+    assignment = topic.CreatableReplicaAssignment
+    return topic(
+        name=name,
+        num_partitions=partitions,
+        replication_factor=factor,
+        assignments=[assignment(partition_index=i, broker_ids=ids) for i, ids in assignments],
+        configs=[],
+    )
+
+
+def test_create_topics_and_create_partitions_refuse_in_kafkas_order_and_words(broker: BrokerProcess) -> None:
+    """The checks and messages of Kafka's ReplicationControlManager (createTopic, createPartitions,
+    validateManualPartitionAssignment) and Topic.validate, which Java and librdkafka clients show."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    node = _node_id(admin)
+    names = [_name() for _ in range(9)]
+    cases = [
+        (
+            _creatable(names[0], 1, 0),
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        (
+            _creatable(names[1], 0, 0),
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        (
+            _creatable(names[2], 0, 1),
+            ErrorCode.INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        ),
+        (
+            _creatable(names[3], 1, 3),
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be "
+            "reached because only 1 broker(s) are registered.",
+        ),
+        (
+            _creatable(names[4], -1, 1, [(0, [node])]),
+            ErrorCode.INVALID_REQUEST,
+            "A manual partition assignment was specified, but replication factor was not set to -1.",
+        ),
+        (
+            _creatable(names[5], 1, -1, [(0, [node])]),
+            ErrorCode.INVALID_REQUEST,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        ),
+        (
+            _creatable(names[6], -1, -1, [(0, [node]), (0, [node])]),
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            "Found multiple manual partition assignments for partition 0",
+        ),
+        (
+            _creatable(names[7], -1, -1, [(1, [node])]),
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            "partitions should be a consecutive 0-based integer sequence",
+        ),
+        (
+            _creatable(names[8], -1, -1, [(0, [node, node])]),
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"The manual partition assignment includes the broker {node} more than once.",
+        ),
+        (
+            _creatable("a b", 1, 1),
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            "Topic name is invalid: 'a b' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'",
+        ),
+        (
+            _creatable("..", 1, 1),
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            "Topic name is invalid: '..' is not allowed",
+        ),
+    ]
+    existing = _name()
+    create_topic(broker.bootstrap_servers, existing, partitions=2)
+    grow = CreatePartitionsRequest.CreatePartitionsTopic
+    growths = [
+        (grow(name=_name(), count=3, assignments=None), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None),
+        (
+            grow(name=existing, count=2, assignments=None),
+            ErrorCode.INVALID_PARTITIONS,
+            "Topic already has 2 partition(s).",
+        ),
+        (
+            grow(name=existing, count=1, assignments=None),
+            ErrorCode.INVALID_PARTITIONS,
+            f"The topic {existing} currently has 2 partition(s); 1 would not be an increase.",
+        ),
+    ]
+    assignment = CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment
+    for replicas, message in (
+        (
+            [node + 4],
+            f"The manual partition assignment includes broker {node + 4}, but no such broker is registered.",
+        ),
+        ([], "The manual partition assignment includes an empty replica list."),
+        ([node, node], f"The manual partition assignment includes the broker {node} more than once."),
+    ):
+        growths.append(
+            (
+                grow(name=existing, count=3, assignments=[assignment(broker_ids=replicas)]),
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                message,
+            )
+        )
+    with RawConnection(broker.port) as connection:
+        for wanted, code, message in cases:
+            created = connection.roundtrip(
+                CreateTopicsRequest(topics=[wanted], timeout_ms=10_000, validate_only=False),
+                CreateTopicsResponse,
+                version=5,
+            )
+            assert [(t.error_code, t.error_message) for t in created.topics] == [(code, message)], wanted.name
+        for wanted, code, message in growths:
+            grown = connection.roundtrip(
+                CreatePartitionsRequest(topics=[wanted], timeout_ms=10_000, validate_only=True),
+                CreatePartitionsResponse,
+                version=2,
+            )
+            assert [(t.error_code, t.error_message) for t in grown.results] == [(code, message)], wanted
+    assert not set(names) & set(admin.list_topics(timeout=10).topics)
+
+
+def test_a_topic_created_under_an_internal_name_is_internal_as_on_kafka(fresh_broker: BrokerProcess) -> None:
+    """Kafka's Topic.isInternal goes by the name alone."""
+    create_topic(fresh_broker.bootstrap_servers, "__consumer_offsets")
+    create_topic(fresh_broker.bootstrap_servers, "plain")
+    for _ in range(2):
+        listed = {t.name: t.is_internal for t in _metadata(fresh_broker).topics}
+        assert listed == {"__consumer_offsets": True, "plain": False}
+        fresh_broker.terminate()
+        fresh_broker.start()

@@ -104,7 +104,8 @@ _RETRIABLE = frozenset(
 class BrokerError(Exception):
     """A request-level failure that maps onto one Kafka error code."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
+        # None where Kafka's response carries a null message (an exception built without one).
+        super().__init__(message if message is not None else code.name)
         self.code = code
         self.message = message

@@ -137,7 +137,7 @@ class Broker:
         configs: Mapping[str, str | None],
         *,
         replication_factor: int = -1,
-        assignments: Mapping[int, Sequence[int]] | None = None,
+        assignments: Sequence[tuple[int, Sequence[int]]] | None = None,
         validate_only: bool = False,
     ) -> Topic:
         """Create a topic, checking in the order of Kafka's ReplicationControlManager.createTopic:
@@ -155,17 +155,23 @@ class Broker:
         if assignments:
             partitions = self._assigned_partition_count(partitions, replication_factor, assignments)
         else:
-            if partitions == -1:
-                partitions = self.config.default_partitions
-            if partitions < 1:
+            if replication_factor < -1 or replication_factor == 0:
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
+            if partitions < -1 or partitions == 0:
                 raise BrokerError(
                     ErrorCode.INVALID_PARTITIONS,
                     "Number of partitions was set to an invalid non-positive value.",
                 )
+            if partitions == -1:
+                partitions = self.config.default_partitions
             if replication_factor not in (-1, 1):
+                # Kafka's StripedReplicaPlacer, as ReplicationControlManager words its failure.
                 raise BrokerError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"Unable to replicate the partition {replication_factor} time(s): the target "
+                    f"Unable to replicate the partition {replication_factor} time(s): The target "
                     f"replication factor of {replication_factor} cannot be reached because only 1 broker(s) "
                     "are registered.",
                 )
@@ -213,33 +219,67 @@ class Broker:
         _warn_if_inert(name, valid_configs)
 
     def _assigned_partition_count(
-        self, partitions: int, replication_factor: int, assignments: Mapping[int, Sequence[int]]
+        self, partitions: int, replication_factor: int, assignments: Sequence[tuple[int, Sequence[int]]]
     ) -> int:
-        """The partition count of a manual replica assignment, checked as Kafka does: no count or
-        factor beside it, partitions 0..n-1, each with this broker alone as its replica."""
-        if partitions != -1 or replication_factor != -1:
+        """The partition count of a manual replica assignment, checked in the order and words of
+        Kafka's ReplicationControlManager.createTopic: no factor, then no count beside it; each
+        partition once, with a valid replica list as long as the previous ones; partitions 0..n-1."""
+        if replication_factor != -1:
             raise BrokerError(
                 ErrorCode.INVALID_REQUEST,
-                "A manual partition assignment was specified, but numPartitions was not set to -1 "
-                "or replicationFactor was not set to -1.",
+                "A manual partition assignment was specified, but replication factor was not set to -1.",
             )
-        if sorted(assignments) != list(range(len(assignments))):
+        if partitions != -1:
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            )
+        seen: set[int] = set()
+        factor: int | None = None
+        for index, replicas in assignments:
+            if index in seen:
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Found multiple manual partition assignments for partition {index}",
+                )
+            seen.add(index)
+            self._check_replicas(replicas, factor)
+            factor = len(replicas)
+        if seen != set(range(len(seen))):
             raise BrokerError(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"partitions should be a consecutive 0-based integer sequence, got {sorted(assignments)}",
+                "partitions should be a consecutive 0-based integer sequence",
             )
-        for replicas in assignments.values():
-            self._check_replicas(replicas)
-        return len(assignments)
+        return len(seen)
 
-    def _check_replicas(self, replicas: Sequence[int]) -> None:
-        """A manual assignment's replica list names this broker alone: the only one registered, and
-        every partition here has one replica."""
-        if list(replicas) != [self.config.node_id]:
+    def _check_replicas(self, replicas: Sequence[int], replication_factor: int | None) -> None:
+        """A manual assignment's replica list, as Kafka's validateManualPartitionAssignment checks it:
+        not empty, only registered brokers (this one), none twice, as many as the other partitions'."""
+        if not replicas:
             raise BrokerError(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"The manual partition assignment {list(replicas)} names a broker that is not "
-                f"registered or more than one replica; this broker is {self.config.node_id}",
+                "The manual partition assignment includes an empty replica list.",
+            )
+        previous: int | None = None
+        for broker_id in sorted(replicas):
+            if broker_id != self.config.node_id:
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment includes broker {broker_id}, but no such broker is "
+                    "registered.",
+                )
+            if broker_id == previous:
+                raise BrokerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment includes the broker {previous} more than once.",
+                )
+            previous = broker_id
+        if replication_factor is not None and len(replicas) != replication_factor:
+            raise BrokerError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+                f"this is not consistent with previous partitions, which have {replication_factor} "
+                "replica(s).",
             )
 
     def delete_topic(self, name: str) -> None:
@@ -273,11 +313,14 @@ class Broker:
         per new partition."""
         topic = self.topics.topics.get(name)
         if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        if count <= topic.partitions:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)  # Kafka sends no message
+        if count == topic.partitions:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {count} partition(s).")
+        if count < topic.partitions:
             raise BrokerError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"Topic already has {topic.partitions} partition(s); the new count {count} must be larger",
+                f"The topic {name} currently has {topic.partitions} partition(s); {count} would not be an "
+                "increase.",
             )
         if assignments is not None:
             if len(assignments) != count - topic.partitions:
@@ -287,7 +330,7 @@ class Broker:
                     f"{len(assignments)} assignment(s) were specified.",
                 )
             for replicas in assignments:
-                self._check_replicas(replicas)
+                self._check_replicas(replicas, 1)  # every partition here has one replica
         if validate_only:
             return
         for index in range(topic.partitions, count):

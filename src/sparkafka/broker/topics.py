@@ -22,18 +22,18 @@ INTERNAL_TOPIC_NAMES = frozenset({"__consumer_offsets", "__transaction_state", "
 
 
 def validate_topic_name(name: str) -> None:
-    if not name or name in (".", ".."):
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is illegal")
-    if len(name) > _MAX_TOPIC_NAME_LENGTH:
-        raise BrokerError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name!r} is longer than {_MAX_TOPIC_NAME_LENGTH} characters",
-        )
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        raise BrokerError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'",
-        )
+    """INVALID_TOPIC_EXCEPTION for a name Kafka refuses, in the words of its Topic.validate."""
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > _MAX_TOPIC_NAME_LENGTH:
+        reason = f"the length of '{name}' is longer than the max allowed length {_MAX_TOPIC_NAME_LENGTH}"
+    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return
+    raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}")
 
 
 @dataclass
@@ -42,7 +42,12 @@ class Topic:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
+
+    @property
+    def internal(self) -> bool:
+        """As Kafka's Topic.isInternal: a matter of the name alone, also for a topic a client created
+        under one of those names."""
+        return self.name in INTERNAL_TOPIC_NAMES
 
     def config(self, key: str, broker: BrokerConfig) -> str:
         """The topic's value of ``key``: its override, else what it inherits from the broker's
@@ -91,7 +96,6 @@ class TopicRegistry:
                     uuid.UUID(entry["id"]),
                     entry["partitions"],
                     entry["configs"],
-                    entry.get("internal", False),
                 )
                 self.topics[topic.name] = topic
 
@@ -102,7 +106,6 @@ class TopicRegistry:
                 "id": str(t.topic_id),
                 "partitions": t.partitions,
                 "configs": t.configs,
-                "internal": t.internal,
             }
             for t in self.topics.values()
         ]

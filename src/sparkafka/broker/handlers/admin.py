@@ -305,7 +305,7 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
                 wanted.num_partitions,
                 {c.name: c.value for c in wanted.configs},
                 replication_factor=wanted.replication_factor,
-                assignments={a.partition_index: a.broker_ids for a in wanted.assignments},
+                assignments=[(a.partition_index, a.broker_ids) for a in wanted.assignments],
                 validate_only=bool(request.validate_only),
             )
         except BrokerError as exc:
