@@ -470,8 +470,11 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
         (invalid_request, "Null value not supported for : retention.ms"),
     ]
     assert got[4] == (invalid_config, "Can't APPEND to key retention.ms because its type is not LIST.")
-    assert got[5][0] == invalid_config and got[5][1].startswith("Unknown topic config name: no.such.config")
-    assert got[6][0] == invalid_config and "retention.ms" in got[6][1]
+    assert got[5] == (invalid_config, "Unknown topic config name: no.such.config")
+    assert got[6] == (
+        invalid_config,
+        "Invalid value soon for configuration retention.ms: Not a number of type LONG",
+    )
     assert got[7] == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}-missing' does not exist.")
     assert got[8] == (invalid_request, "Default topic resources are not allowed.")
     assert got[9][0] == invalid_request and "log.retention.ms" in got[9][1]
@@ -685,3 +688,80 @@ def test_a_topic_created_under_an_internal_name_is_internal_as_on_kafka(fresh_br
         assert listed == {"__consumer_offsets": True, "plain": False}
         fresh_broker.terminate()
         fresh_broker.start()
+
+
+@pytest.mark.parametrize(
+    ("configs", "message"),
+    [
+        (
+            {"retention.ms": None, "segment.ms": None, "flush.ms": "1"},
+            "Null value not supported for topic configs: retention.ms,segment.ms",
+        ),
+        ({"retention.ms": "x", "no.such": "1"}, "Unknown topic config name: no.such"),
+        (
+            {"max.message.bytes": " 99999999999"},
+            "Invalid value  99999999999 for configuration max.message.bytes: Not a number of type INT",
+        ),
+        (
+            {"preallocate": "yes"},
+            "Invalid value yes for configuration preallocate: Expected value to be either true or false",
+        ),
+        (
+            {"min.cleanable.dirty.ratio": "half"},
+            "Invalid value half for configuration min.cleanable.dirty.ratio: Not a number of type DOUBLE",
+        ),
+        (
+            {"min.cleanable.dirty.ratio": "1.5"},
+            "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must be no more than 1",
+        ),
+        (
+            {"retention.ms": "-2"},
+            "Invalid value -2 for configuration retention.ms: Value must be at least -1",
+        ),
+        (
+            {"compression.type": " brotli "},
+            "Invalid value brotli for configuration compression.type: String must be one of: uncompressed, "
+            "zstd, lz4, snappy, gzip, producer",
+        ),
+        (
+            {"cleanup.policy": "delete, archive"},
+            "Invalid value archive for configuration cleanup.policy: String must be one of: compact, delete",
+        ),
+        (
+            {"compression.gzip.level": "0"},
+            "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or "
+            "equal to -1",
+        ),
+        (
+            {"leader.replication.throttled.replicas": "0:1,x"},
+            "Invalid value [0:1, x] for configuration leader.replication.throttled.replicas: "
+            "leader.replication.throttled.replicas must be the literal '*' or a list of replicas in the "
+            "following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+        ),
+        (
+            {"remote.storage.enable": "true"},
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote "
+            "log storage.",
+        ),
+    ],
+)
+def test_create_topics_refuses_a_config_in_kafkas_words(
+    broker: BrokerProcess, configs: dict[str, str | None], message: str
+) -> None:
+    """Kafka's controller: null values (all named), then LogConfig.validate's unknown names, then
+    ConfigDef's parse and validator messages (ConfigException: 'Invalid value V for configuration N: ...')."""
+    topic = CreateTopicsRequest.CreatableTopic
+    wanted = topic(
+        name=_name(),
+        num_partitions=1,
+        replication_factor=1,
+        assignments=[],
+        configs=[topic.CreatableTopicConfig(name=key, value=value) for key, value in configs.items()],
+    )
+    with RawConnection(broker.port) as connection:
+        created = connection.roundtrip(
+            CreateTopicsRequest(topics=[wanted], timeout_ms=10_000, validate_only=True),
+            CreateTopicsResponse,
+            version=5,
+        )
+    assert [(t.error_code, t.error_message) for t in created.topics] == [(ErrorCode.INVALID_CONFIG, message)]

@@ -42,64 +42,99 @@ class ConfigType(IntEnum):
     LIST = 7
 
 
+# A check of a parsed value: Kafka's message when the value is not valid (its ConfigException's
+# text), else None. It gets the config's name, as Kafka's validators do.
+Check = Callable[[str, object], str | None]
+
+
 @dataclass(frozen=True)
 class TopicConfigDefinition:
     name: str
     type: ConfigType
     default: str | None
     acted_on: bool = False
-    # Checks the parsed value; returns what the value must be when it is not valid.
-    check: Callable[[object], str | None] | None = None
+    check: Check | None = None
     internal: bool = False  # accepted, but not described unless set (Kafka's defineInternal)
 
 
-def _at_least(minimum: int) -> Callable[[object], str | None]:
-    def check(value: object) -> str | None:
-        return None if isinstance(value, int | float) and value >= minimum else f"at least {minimum}"
+def invalid_value(name: str, value: object, reason: str) -> str:
+    """Kafka's ConfigException(name, value, message) text."""
+    return f"Invalid value {value} for configuration {name}: {reason}"
+
+
+def _at_least(minimum: int) -> Check:
+    # Kafka's ConfigDef.Range.atLeast
+    def check(name: str, value: object) -> str | None:
+        assert isinstance(value, int | float)
+        return None if value >= minimum else invalid_value(name, value, f"Value must be at least {minimum}")
 
     return check
 
 
-def _between(low: float, high: float) -> Callable[[object], str | None]:
-    def check(value: object) -> str | None:
+def _between(low: int, high: int) -> Check:
+    # Kafka's ConfigDef.Range.between
+    def check(name: str, value: object) -> str | None:
+        assert isinstance(value, int | float)
+        if value < low:
+            return invalid_value(name, value, f"Value must be at least {low}")
+        if value > high:
+            return invalid_value(name, value, f"Value must be no more than {high}")
+        return None
+
+    return check
+
+
+def _one_of(*choices: str) -> Check:
+    # Kafka's ConfigDef.ValidString.in
+    def check(name: str, value: object) -> str | None:
         return (
-            None if isinstance(value, int | float) and low <= value <= high else f"between {low} and {high}"
+            None
+            if value in choices
+            else invalid_value(name, value, f"String must be one of: {', '.join(choices)}")
         )
 
     return check
 
 
-def _one_of(*choices: str) -> Callable[[object], str | None]:
-    def check(value: object) -> str | None:
-        return None if value in choices else f"one of {', '.join(choices)}"
+def _list_of(*choices: str) -> Check:
+    # Kafka 4.0's ConfigDef.ValidList.in: each item as ValidString checks it; the empty list is valid.
+    one = _one_of(*choices)
 
-    return check
-
-
-def _list_of(*choices: str) -> Callable[[object], str | None]:
-    def check(value: object) -> str | None:
+    def check(name: str, value: object) -> str | None:
         assert isinstance(value, list)
-        # Kafka 4.0's ConfigDef.ValidList accepts the empty list as well.
-        if all(item in choices for item in value):
-            return None
-        return f"a comma-separated list of {', '.join(choices)}, or empty"
+        return next((message for item in value if (message := one(name, item)) is not None), None)
 
     return check
 
 
-def _gzip_level(value: object) -> str | None:
-    return None if value == -1 or (isinstance(value, int) and 1 <= value <= 9) else "-1 or between 1 and 9"
+def _gzip_level(name: str, value: object) -> str | None:
+    # Kafka's CompressionType.GZIP.levelValidator: Deflater's levels 1-9, or its default -1.
+    if value == -1 or (isinstance(value, int) and 1 <= value <= 9):
+        return None
+    return invalid_value(name, value, "Value must be between 1 and 9 or equal to -1")
 
 
-def _throttled_replicas(value: object) -> str | None:
+def _throttled_replicas(name: str, value: object) -> str | None:
+    # Kafka's ThrottledReplicaListValidator; the value shows as a Java list does.
     assert isinstance(value, list)
     if value in ([], ["*"]) or all(_THROTTLED_REPLICA.fullmatch(item) for item in value):
         return None
-    return "'*' or a comma-separated list of partition:broker pairs"
+    return invalid_value(
+        name,
+        f"[{', '.join(value)}]",
+        f"{name} must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
 
 
-def _no_tiered_storage(value: object) -> str | None:
-    return "false: tiered storage is not enabled on this broker" if value is True else None
+def _no_tiered_storage(name: str, value: object) -> str | None:
+    # Kafka's LogConfig.validateRemoteStorageOnlyIfSystemEnabled, on a broker without tiered storage.
+    if value is True:
+        return (
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with "
+            "remote log storage."
+        )
+    return None
 
 
 _L, _I, _B = ConfigType.LONG, ConfigType.INT, ConfigType.BOOLEAN
@@ -162,50 +197,50 @@ DESCRIBED_TOPIC_CONFIGS = tuple(sorted(d.name for d in _DEFINITIONS if not d.int
 
 
 def parse_config_value(definition: TopicConfigDefinition, value: str) -> object:
-    """The value as Kafka's ConfigDef parses it; ValueError saying what the type needs."""
+    """The value as Kafka's ConfigDef.parseType parses it; ValueError with Kafka's reason."""
     trimmed = value.strip()
     if definition.type in (ConfigType.INT, ConfigType.LONG):
         low, high = (INT32_MIN, INT32_MAX) if definition.type is ConfigType.INT else (INT64_MIN, INT64_MAX)
         if not _WHOLE_NUMBER.fullmatch(trimmed) or not low <= int(trimmed) <= high:
-            kind = "a 32-bit" if definition.type is ConfigType.INT else "a 64-bit"
-            raise ValueError(f"must be {kind} whole number")
+            raise ValueError(f"Not a number of type {definition.type.name}")
         return int(trimmed)
     if definition.type is ConfigType.BOOLEAN:
         if trimmed.lower() not in ("true", "false"):
-            raise ValueError("must be true or false")
+            raise ValueError("Expected value to be either true or false")
         return trimmed.lower() == "true"
     if definition.type is ConfigType.DOUBLE:
         try:
             return float(trimmed)
         except ValueError:
-            raise ValueError("must be a number") from None
+            raise ValueError("Not a number of type DOUBLE") from None
     if definition.type is ConfigType.LIST:
         return [item.strip() for item in trimmed.split(",")] if trimmed else []
     return trimmed
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """The configs as given, or BrokerError(INVALID_CONFIG) naming the bad key and what it needs."""
-    for key, value in configs.items():
-        definition = TOPIC_CONFIGS.get(key)
-        if definition is None:
-            raise BrokerError(
-                ErrorCode.INVALID_CONFIG,
-                f"Unknown topic config name: {key}. Kafka's topic configs are: "
-                f"{', '.join(sorted(TOPIC_CONFIGS))}",
-            )
-        if value is None:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {key}")
+    """The configs as given, or BrokerError(INVALID_CONFIG) with Kafka's message, checked in the order
+    of its controller (ReplicationControlManager.computeConfigChanges, then LogConfig.validate):
+    every null value named at once, then the first unknown name, then each value parsed and checked,
+    then the two compaction lags against each other."""
+    nulls = [key for key, value in configs.items() if value is None]
+    if nulls:
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {','.join(nulls)}"
+        )
+    valid = cast(dict[str, str], dict(configs))
+    unknown = next((key for key in valid if key not in TOPIC_CONFIGS), None)
+    if unknown is not None:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {unknown}")
+    for key, value in valid.items():
+        definition = TOPIC_CONFIGS[key]
         try:
             parsed = parse_config_value(definition, value)
-            needed = definition.check(parsed) if definition.check else None
         except ValueError as error:
-            needed = str(error).removeprefix("must be ")
-        if needed is not None:
-            raise BrokerError(
-                ErrorCode.INVALID_CONFIG, f"Invalid value {value!r} for topic config {key}: must be {needed}"
-            )
-    valid = {key: value for key, value in configs.items() if value is not None}
+            raise BrokerError(ErrorCode.INVALID_CONFIG, invalid_value(key, value, str(error))) from None
+        message = definition.check(key, parsed) if definition.check else None
+        if message is not None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, message)
     # Kafka's LogConfig.validateValues: the two compaction lags, each given or its default.
     lags = [
         cast(int, parse_config_value(TOPIC_CONFIGS[key], valid.get(key, TOPIC_CONFIGS[key].default or "0")))
