@@ -332,9 +332,14 @@ def test_describe_transactions_and_producers_answer_as_kafka(broker: BrokerProce
             DescribeTransactionsResponse,
             0,
         )
+        wanted = DescribeProducersRequest.TopicRequest
         producers = connection.roundtrip(
             DescribeProducersRequest(
-                topics=[DescribeProducersRequest.TopicRequest(name=topic_name, partition_indexes=[0])]
+                topics=[
+                    wanted(name=topic_name, partition_indexes=[0, 7]),
+                    wanted(name=f"never-{topic_name}", partition_indexes=[0]),
+                    wanted(name="bad/name", partition_indexes=[0]),
+                ]
             ),
             DescribeProducersResponse,
             0,
@@ -344,4 +349,14 @@ def test_describe_transactions_and_producers_answer_as_kafka(broker: BrokerProce
         for s in described.transaction_states
     ] == [(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, 0, 0, 0), (ErrorCode.INVALID_REQUEST, 0, 0, 0)]
     (state,) = producers.topics[0].partitions[0].active_producers
+    # Kafka's handleDescribeProducersRequest: its messages, or none, for each kind of missing partition.
+    assert [(p.error_code, p.error_message) for t in producers.topics for p in t.partitions][1:] == [
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None),
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."),
+        (
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            "Topic name is invalid: 'bad/name' contains one or more characters other than ASCII "
+            "alphanumerics, '.', '_' and '-'",
+        ),
+    ]
     assert state.last_timestamp >= before_commit_ms  # the COMMIT marker's, not the record's 1000

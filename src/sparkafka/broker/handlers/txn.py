@@ -22,6 +22,7 @@ from kafka.protocol.producer import (
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.handlers.groups import requested_offsets
+from sparkafka.broker.topics import validate_topic_name
 from sparkafka.broker.transactions import TxnState
 
 if TYPE_CHECKING:
@@ -150,23 +151,33 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
     )
 
 
+# Kafka's Errors.UNKNOWN_TOPIC_OR_PARTITION.message(), which ApiError(Errors) carries.
+_UNKNOWN_TOPIC_OR_PARTITION_TEXT = "This server does not host this topic-partition."
+
+
 async def describe_producers(broker: Broker, request: Any, context: RequestContext) -> Any:
     topic_class = DescribeProducersResponse.TopicResponse
     partition_class = topic_class.PartitionResponse
     state_class = partition_class.ProducerState
     topics = []
     for wanted in request.topics:
+        # Kafka's handleDescribeProducersRequest: the name, then the topic, then each partition.
+        topic_error: tuple[ErrorCode, str | None] | None = None
+        try:
+            validate_topic_name(wanted.name)
+        except BrokerError as exc:
+            topic_error = (exc.code, exc.message)
+        if topic_error is None and wanted.name not in broker.topics.topics:
+            topic_error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC_OR_PARTITION_TEXT)
         partitions = []
         for index in wanted.partition_indexes:
-            try:
-                partition = broker.partition(wanted.name, index)
-            except BrokerError as exc:
+            partition = None if topic_error else broker.partitions.get((wanted.name, index))
+            if partition is None:
+                # A missing partition of a topic: the code alone (ReplicaManager.getPartitionOrError).
+                code, message = topic_error or (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
                 partitions.append(
                     partition_class(
-                        partition_index=index,
-                        error_code=exc.code,
-                        error_message=exc.message,
-                        active_producers=[],
+                        partition_index=index, error_code=code, error_message=message, active_producers=[]
                     )
                 )
                 continue
