@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
-from .kafka_clients import create_topic, open_transaction, read_all, transactional_producer, values
+from .kafka_clients import create_topic, open_transaction, producer, read_all, transactional_producer, values
 from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
@@ -277,6 +277,39 @@ def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(
         writer.abort_transaction(30)
     # As in Kafka, the answer comes from the log's timestamps, aborted records included.
     assert _list_offsets(broker, topic_name, max_timestamp, read_committed=True) == [(0, base + 60_000, 2, 0)]
+
+
+def test_list_offsets_special_timestamps_of_tiered_storage_answer_as_kafka_without_it(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Kafka's UnifiedLog.fetchOffsetByTimestamp on a broker without remote storage: EARLIEST_LOCAL
+    (-4, v8+) is the log start; LATEST_TIERED (-5, v9+) and EARLIEST_PENDING_UPLOAD (-6, v11+) find
+    nothing (offset -1, epoch -1). Below those versions, and for any other negative timestamp, the
+    partition is UNSUPPORTED_VERSION (ReplicaManager.timestampMinSupportedVersion), checked before
+    the partition exists."""
+    create_topic(broker.bootstrap_servers, topic_name)
+    writer = producer(broker.bootstrap_servers)
+    for _ in range(3):
+        writer.produce(topic_name, value=b"v", partition=0)
+    assert writer.flush(30) == 0
+    unsupported = (ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1)
+    answers = {
+        (timestamp, version): _list_offsets(
+            broker, topic_name, timestamp, read_committed=True, version=version
+        )
+        for timestamp, version in [(-4, 7), (-4, 8), (-5, 8), (-5, 9), (-6, 10), (-6, 11), (-7, 11), (-2, 10)]
+    }
+    assert answers == {
+        (-4, 7): [unsupported],
+        (-4, 8): [(0, -1, 0, 0)],
+        (-5, 8): [unsupported],
+        (-5, 9): [(0, -1, -1, -1)],
+        (-6, 10): [unsupported],
+        (-6, 11): [(0, -1, -1, -1)],
+        (-7, 11): [unsupported],
+        (-2, 10): [(0, -1, 0, 0)],
+    }
+    assert _list_offsets(broker, f"never-{topic_name}", -4, read_committed=True, version=7) == [unsupported]
 
 
 def test_list_transactions_duration_filter_keeps_longer_running_ones(

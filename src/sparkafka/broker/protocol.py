@@ -74,7 +74,7 @@ class ApiKey(IntEnum):
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 8),

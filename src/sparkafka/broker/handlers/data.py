@@ -28,7 +28,19 @@ log = logging.getLogger(__name__)
 _LATEST = -1
 _EARLIEST = -2
 _MAX_TIMESTAMP = -3
-_FIRST_MAX_TIMESTAMP_VERSION = 7  # KIP-734
+_EARLIEST_LOCAL = -4  # KIP-405: the local log start, here the log start (no tiered storage)
+_LATEST_TIERED = -5  # KIP-1005: nothing tiered here
+_EARLIEST_PENDING_UPLOAD = -6  # KIP-1023: nothing tiered here
+# The first ListOffsets version that accepts each special timestamp (Kafka's ReplicaManager
+# timestampMinSupportedVersion); any other negative timestamp is unsupported at every version.
+_SPECIAL_TIMESTAMP_MIN_VERSION = {
+    _LATEST: 1,
+    _EARLIEST: 1,
+    _MAX_TIMESTAMP: 7,
+    _EARLIEST_LOCAL: 8,
+    _LATEST_TIERED: 9,
+    _EARLIEST_PENDING_UPLOAD: 11,
+}
 _READ_COMMITTED = 1
 
 # Returned by a fast handler that leaves the request to the general codec and handler.
@@ -336,24 +348,30 @@ async def list_offsets(broker: Broker, request: Any, context: RequestContext) ->
         for wanted in wanted_topic.partitions:
             timestamp, offset, error = -1, -1, ErrorCode.NONE
             try:
+                # Kafka's ReplicaManager.fetchOffset: a duplicate, then an unsupported timestamp for
+                # this version, then the partition.
                 if named[(wanted_topic.name, wanted.partition_index)] > 1:
                     raise BrokerError(ErrorCode.INVALID_REQUEST, "partition listed more than once")
+                if wanted.timestamp < 0 and context.version < _SPECIAL_TIMESTAMP_MIN_VERSION.get(
+                    wanted.timestamp, 1 << 15
+                ):
+                    raise BrokerError(
+                        ErrorCode.UNSUPPORTED_VERSION,
+                        f"ListOffsets v{context.version} timestamp {wanted.timestamp} is not supported",
+                    )
                 partition = broker.partition(wanted_topic.name, wanted.partition_index)
                 # Partition.fetchOffsetForTimestamp: nothing at or past the last fetchable offset.
                 upper = partition.last_stable_offset if read_committed else partition.high_watermark
                 if wanted.timestamp == _LATEST:
                     offset = upper
-                elif wanted.timestamp == _EARLIEST:
+                elif wanted.timestamp in (_EARLIEST, _EARLIEST_LOCAL):
                     offset = partition.log_start_offset
-                elif wanted.timestamp == _MAX_TIMESTAMP and context.version >= _FIRST_MAX_TIMESTAMP_VERSION:
+                elif wanted.timestamp in (_LATEST_TIERED, _EARLIEST_PENDING_UPLOAD):
+                    pass  # UnifiedLog without remote storage: offset -1, epoch -1
+                elif wanted.timestamp == _MAX_TIMESTAMP:
                     found = partition.log.max_timestamp_offset()
                     if found is not None and found[0] < upper:
                         offset, timestamp = found
-                elif wanted.timestamp < 0:
-                    raise BrokerError(
-                        ErrorCode.UNSUPPORTED_VERSION,
-                        f"ListOffsets v{context.version} timestamp {wanted.timestamp} is not supported",
-                    )
                 else:
                     found = partition.log.offset_for_timestamp(wanted.timestamp)
                     if found is not None and found[0] < upper:
