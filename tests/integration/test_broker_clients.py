@@ -14,6 +14,7 @@ from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
+    ConsumerGroupType,
     KafkaError,
     KafkaException,
     TopicPartition,
@@ -226,6 +227,11 @@ def test_consumer_group_commits_and_resumes(broker: BrokerProcess, topic_name: s
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     listed = admin.list_consumer_groups().result(30)
     assert group in {g.group_id for g in listed.valid}
+    # ListGroups v5 (KIP-848): every group here is a classic one, and the types filter says so.
+    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(30).valid
+    assert {g.type for g in classic if g.group_id == group} == {ConsumerGroupType.CLASSIC}
+    modern = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(30).valid
+    assert group not in {g.group_id for g in modern}
 
 
 def test_kafka_python_admin_deletes_a_groups_offsets(broker: BrokerProcess, topic_name: str) -> None:

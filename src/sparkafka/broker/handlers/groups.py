@@ -241,14 +241,27 @@ async def offset_fetch(broker: Broker, request: Any, context: RequestContext) ->
     )
 
 
+_CLASSIC_GROUP_TYPE = "classic"  # Kafka's Group.GroupType.CLASSIC
+
+
 async def list_groups(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """ListGroups as Kafka 4's GroupMetadataManager.listGroups: the states filter (v4+) and the types
+    filter (v5+, names compared in lower case as GroupType.parse does) must both admit a group; every
+    group here is a classic one."""
     states = list(request.states_filter) if context.version >= 4 and request.states_filter else None
+    types = {name.lower() for name in request.types_filter} if context.version >= 5 else set()
+    listed = broker.groups.list_groups(states) if not types or _CLASSIC_GROUP_TYPE in types else []
     return ListGroupsResponse(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
         groups=[
-            ListGroupsResponse.ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=state)
-            for group_id, protocol_type, state in broker.groups.list_groups(states)
+            ListGroupsResponse.ListedGroup(
+                group_id=group_id,
+                protocol_type=protocol_type,
+                group_state=state,
+                group_type=_CLASSIC_GROUP_TYPE,
+            )
+            for group_id, protocol_type, state in listed
         ],
     )
 
