@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -765,3 +772,83 @@ def test_create_topics_refuses_a_config_in_kafkas_words(
             version=5,
         )
     assert [(t.error_code, t.error_message) for t in created.topics] == [(ErrorCode.INVALID_CONFIG, message)]
+
+
+def test_describe_cluster_and_authorized_operations_answer_as_kafka_without_an_authorizer(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """DescribeCluster (Kafka's handleDescribeCluster) and the authorized operations Metadata and
+    DescribeGroups report when asked: without an authorizer, every operation the resource type
+    supports (AclEntry.supportedOperations)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    create_topic(broker.bootstrap_servers, topic_name)
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
+    node = _node_id(admin)
+    assert cluster.cluster_id == "sparkafka-embedded"
+    assert [(n.id, n.port) for n in cluster.nodes] == [(node, broker.port)]
+    assert cluster.controller.id == node
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+        "ALTER",
+        "DESCRIBE",
+    }
+    assert admin.describe_cluster().result(30).authorized_operations is None
+    described = admin.describe_topics(TopicCollection([topic_name]), include_authorized_operations=True)
+    assert {op.name for op in described[topic_name].result(30).authorized_operations} == {
+        "READ",
+        "WRITE",
+        "CREATE",
+        "DESCRIBE",
+        "DELETE",
+        "ALTER",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+    }
+    group = f"g-{topic_name}"
+    admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic_name, 0, 0)])]
+    )[group].result(30)
+    groups = admin.describe_consumer_groups([group], include_authorized_operations=True)
+    assert {op.name for op in groups[group].result(30).authorized_operations} == {
+        "READ",
+        "DESCRIBE",
+        "DELETE",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+    }
+    assert AclOperation.DESCRIBE in cluster.authorized_operations
+
+    from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+
+    with RawConnection(broker.port) as connection:
+        answers = [
+            connection.roundtrip(
+                DescribeClusterRequest(
+                    include_cluster_authorized_operations=False,
+                    endpoint_type=endpoint,
+                    include_fenced_brokers=False,
+                ),
+                DescribeClusterResponse,
+                version=version,
+            )
+            for endpoint, version in [(1, 2), (2, 1), (7, 1)]
+        ]
+    assert [(a.error_code, a.error_message, a.controller_id, len(a.brokers)) for a in answers] == [
+        (ErrorCode.NONE, None, node, 1),
+        (
+            ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type "
+            "CONTROLLER",
+            -1,
+            0,
+        ),
+        (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, "Unsupported endpoint type 7", -1, 0),
+    ]
+    assert answers[0].brokers[0].is_fenced is False

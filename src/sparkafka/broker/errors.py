@@ -77,6 +77,8 @@ class ErrorCode(IntEnum):
     TRANSACTIONAL_ID_NOT_FOUND = 105
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
     @property
     def retriable(self) -> bool:

@@ -14,6 +14,7 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    DescribeClusterResponse,
     DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
@@ -123,7 +124,38 @@ async def sasl_authenticate(broker: Broker, request: Any, context: RequestContex
     )
 
 
-def _topic_metadata(broker: Broker, topic: Topic) -> Any:
+# AclOperation codes (Kafka's org.apache.kafka.common.acl.AclOperation).
+_ACL_OPERATION_CODES = {
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+    "CLUSTER_ACTION": 9,
+    "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11,
+    "IDEMPOTENT_WRITE": 12,
+}
+
+
+def _operations(*names: str) -> frozenset[int]:
+    return frozenset(_ACL_OPERATION_CODES[name] for name in names)
+
+
+# A resource's authorized operations on a broker without an authorizer: every operation its type
+# supports (AuthHelper.authorizedOperations over AclEntry.supportedOperations). The protocol sends
+# them as a bitfield; kafka-python's codec takes the set of bit numbers (None: not asked for).
+CLUSTER_OPERATIONS = _operations(
+    "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"
+)
+TOPIC_OPERATIONS = _operations(
+    "READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"
+)
+GROUP_OPERATIONS = _operations("READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")
+
+
+def _topic_metadata(broker: Broker, topic: Topic, operations: frozenset[int] | None = None) -> Any:
     node = broker.config.node_id
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
@@ -142,18 +174,20 @@ def _topic_metadata(broker: Broker, topic: Topic) -> Any:
             )
             for index in range(topic.partitions)
         ],
-        authorized_operations=None,
+        authorized_operations=operations,
     )
 
 
-def _missing_topic(name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
+def _missing_topic(
+    name: str | None, topic_id: uuid.UUID | None, error: ErrorCode, operations: frozenset[int] | None = None
+) -> Any:
     return MetadataResponse.MetadataResponseTopic(
         error_code=error,
         name=name,
         topic_id=topic_id or _ZERO_UUID,
         is_internal=name in INTERNAL_TOPIC_NAMES,
         partitions=[],
-        authorized_operations=None,
+        authorized_operations=operations,
     )
 
 
@@ -177,23 +211,34 @@ def _auto_create(broker: Broker, name: str) -> None:
         log.warning("auto-creation of topic %r failed: %s", name, exc)
 
 
-def _named_topic_metadata(broker: Broker, name: str, auto_create: bool) -> Any:
+def _named_topic_metadata(
+    broker: Broker, name: str, auto_create: bool, operations: frozenset[int] | None
+) -> Any:
     topic = broker.topics.topics.get(name)
     if topic is not None:
-        return _topic_metadata(broker, topic)
+        return _topic_metadata(broker, topic, operations)
     try:
         # Kafka's getTopicMetadata: a name that could never exist is INVALID_TOPIC_EXCEPTION.
         validate_topic_name(name)
     except BrokerError as exc:
-        return _missing_topic(name, None, exc.code)
+        return _missing_topic(name, None, exc.code, operations)
     if auto_create and broker.config.auto_create_topics:
         _auto_create(broker, name)
-    return _missing_topic(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    return _missing_topic(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, operations)
 
 
 async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """Metadata as Kafka's handleTopicMetadataRequest. From v8 on, the authorized operations asked
+    for are those of a broker without an authorizer: every one (v8-10 also for the cluster); topics
+    asked for by an unknown id get none."""
+    cluster_operations = topic_operations = None
+    if context.version >= 8:
+        if context.version <= 10 and request.include_cluster_authorized_operations:
+            cluster_operations = CLUSTER_OPERATIONS
+        if request.include_topic_authorized_operations:
+            topic_operations = TOPIC_OPERATIONS
     if request.topics is None or (context.version == 0 and not request.topics):
-        topics = [_topic_metadata(broker, t) for t in broker.topics.topics.values()]
+        topics = [_topic_metadata(broker, t, topic_operations) for t in broker.topics.topics.values()]
     else:
         topics = []
         auto_create = context.version < 4 or request.allow_auto_topic_creation
@@ -204,13 +249,13 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
             if wanted.name is None:
                 found = broker.topics.by_id(wanted.topic_id)
                 topics.append(
-                    _topic_metadata(broker, found)
+                    _topic_metadata(broker, found, topic_operations)
                     if found
                     else _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
                 )
             elif wanted.name not in names:
                 names.add(wanted.name)
-                topics.append(_named_topic_metadata(broker, wanted.name, auto_create))
+                topics.append(_named_topic_metadata(broker, wanted.name, auto_create, topic_operations))
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
@@ -221,7 +266,7 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
         cluster_id=broker.config.cluster_id,
         controller_id=broker.config.node_id,
         topics=topics,
-        authorized_operations=None,
+        authorized_operations=cluster_operations,
     )
 
 
@@ -657,3 +702,48 @@ async def alter_configs(broker: Broker, request: Any, context: RequestContext) -
         new_overrides=lambda resource, current: {c.name: c.value for c in resource.configs},
     )
     return _alter_configs_response(AlterConfigsResponse, results)
+
+
+_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2  # Kafka's EndpointType ids
+
+
+async def describe_cluster(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """DescribeCluster as Kafka's handleDescribeCluster (AuthHelper.computeDescribeClusterResponse):
+    a broker describes the broker endpoint only (v1+ may ask for another: UNSUPPORTED_ENDPOINT_TYPE
+    for an unknown one, MISMATCHED_ENDPOINT_TYPE for the controllers'); this single broker is every
+    broker and the "random alive broker" a broker names as controller."""
+    endpoint = request.endpoint_type if context.version >= 1 else _BROKER_ENDPOINT
+    error: ErrorCode | None = None
+    if endpoint not in (_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT):
+        error, message = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {endpoint}"
+    elif endpoint != _BROKER_ENDPOINT:
+        error = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+        message = (
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
+        )
+    if error is not None:
+        return DescribeClusterResponse(
+            throttle_time_ms=0,
+            error_code=error,
+            error_message=message,
+            endpoint_type=_BROKER_ENDPOINT,
+            cluster_id="",
+            controller_id=-1,
+            brokers=[],
+            authorized_operations=None,
+        )
+    node = broker.config.node_id
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        endpoint_type=_BROKER_ENDPOINT,
+        cluster_id=broker.config.cluster_id,
+        controller_id=node,
+        brokers=[
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=node, host=broker.config.host, port=broker.port, rack=None, is_fenced=False
+            )
+        ],
+        authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else None,
+    )

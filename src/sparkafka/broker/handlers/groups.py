@@ -17,6 +17,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from sparkafka.broker.errors import ErrorCode
+from sparkafka.broker.handlers.admin import GROUP_OPERATIONS
 
 if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
@@ -290,7 +291,13 @@ async def describe_groups(broker: Broker, request: Any, context: RequestContext)
                     )
                     for m in described.members
                 ],
-                authorized_operations=None,
+                # Kafka's handleDescribeGroupsRequest: asked for (v3+), a group described without
+                # error gets its operations, here those of a broker without an authorizer.
+                authorized_operations=GROUP_OPERATIONS
+                if context.version >= 3
+                and request.include_authorized_operations
+                and described.error == ErrorCode.NONE
+                else None,
             )
         )
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
