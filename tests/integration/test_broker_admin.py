@@ -337,6 +337,10 @@ def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -
                     resource(resource_type=4, resource_name=str(node_id), configuration_keys=None),
                     resource(resource_type=4, resource_name="", configuration_keys=None),
                     resource(resource_type=4, resource_name=str(node_id + 1), configuration_keys=None),
+                    resource(resource_type=4, resource_name="one", configuration_keys=None),
+                    resource(resource_type=4, resource_name=f"+{node_id}", configuration_keys=None),
+                    resource(resource_type=2, resource_name=_name(), configuration_keys=None),
+                    resource(resource_type=99, resource_name="x", configuration_keys=None),
                 ],
                 include_synonyms=False,
                 include_documentation=False,
@@ -349,6 +353,16 @@ def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -
     assert answers[1][0] == ErrorCode.NONE and answers[1][1] > 0
     assert answers[2] == (ErrorCode.NONE, 0)
     assert answers[3] == (ErrorCode.INVALID_REQUEST, 0)
+    assert answers[5] == answers[1]  # Java's Integer.parseInt takes the sign
+    assert [(r.error_code, r.error_message) for r in described.results[3:5] + described.results[6:]] == [
+        (
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {node_id} or empty string, but received {node_id + 1}",
+        ),
+        (ErrorCode.INVALID_REQUEST, "Broker id must be an integer, but it is: one"),
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None),  # ConfigHelper sets the code alone
+        (ErrorCode.INVALID_REQUEST, "Unsupported resource type: UNKNOWN"),
+    ]
 
 
 def test_create_partitions_checks_manual_assignments(broker: BrokerProcess) -> None:

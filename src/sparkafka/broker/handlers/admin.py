@@ -482,6 +482,12 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
+# What Java's Integer.parseInt accepts (ConfigHelper.resourceNameToBrokerId): no spaces, an optional sign.
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
+# Config resource types Kafka 4 describes that this broker keeps no configs for.
+_RESOURCE_TYPES_NOT_KEPT = {8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
+
+
 async def describe_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
     result_class = DescribeConfigsResponse.DescribeConfigsResult
     entry_class = result_class.DescribeConfigsResourceResult
@@ -498,24 +504,32 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
             except BrokerError as exc:
                 error, message = exc.code, exc.message
             if error == ErrorCode.NONE and topic is None:
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                message = f"topic {resource.resource_name!r} does not exist"
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # with no message, as Kafka's ConfigHelper
             elif topic is not None:
                 entries = _topic_config_entries(broker, topic)
         elif resource.resource_type == _RESOURCE_BROKER:
             # Kafka's ConfigHelper: "" names the cluster-wide dynamic defaults (none are set here),
             # this broker's id its own configs, and any other id is not this broker's to answer.
-            if resource.resource_name == str(broker.config.node_id):
+            name = resource.resource_name
+            if name != "" and not _JAVA_INT.fullmatch(name):
+                error, message = ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
+            elif name != "" and int(name) == broker.config.node_id:
                 entries = _broker_config_entries(broker)
-            elif resource.resource_name != "":
+            elif name != "":
                 error = ErrorCode.INVALID_REQUEST
                 message = (
                     f"Unexpected broker id, expected {broker.config.node_id} or empty string, "
-                    f"but received {resource.resource_name}"
+                    f"but received {name}"
                 )
-        else:
+        elif resource.resource_type in _RESOURCE_TYPES_NOT_KEPT:
             error = ErrorCode.INVALID_REQUEST
-            message = f"resource type {resource.resource_type} is not supported; use 2 (topic) or 4 (broker)"
+            kind = _RESOURCE_TYPES_NOT_KEPT[resource.resource_type]
+            message = (
+                f"resource type {resource.resource_type} ({kind}) is not supported by this broker; "
+                "use 2 (topic) or 4 (broker)"
+            )
+        else:
+            error, message = ErrorCode.INVALID_REQUEST, "Unsupported resource type: UNKNOWN"
         results.append(
             result_class(
                 error_code=error,
