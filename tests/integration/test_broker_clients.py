@@ -451,6 +451,41 @@ def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, 
             ]
 
 
+def test_metadata_by_topic_id_answers_the_ids_alone(broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's handleTopicMetadataRequest (useTopicId): once a request names a topic id, the ids say
+    what is asked (unknown ones first, as UNKNOWN_TOPIC_ID without a name) and names are ignored."""
+    import uuid as uuid_module
+
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    entry = MetadataRequest.MetadataRequestTopic
+    with RawConnection(broker.port) as connection:
+        everything = MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        listed = connection.roundtrip(everything, MetadataResponse, version=12)
+        topic_id = next(t.topic_id for t in listed.topics if t.name == topic_name)
+        unknown = uuid_module.uuid4()
+        request = MetadataRequest(
+            topics=[
+                entry(topic_id=None, name=f"{topic_name}-by-name"),
+                entry(topic_id=topic_id, name=None),
+                entry(topic_id=unknown, name=f"{topic_name}-named-too"),
+            ],
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        response = connection.roundtrip(request, MetadataResponse, version=12)
+        after = connection.roundtrip(everything, MetadataResponse, version=12)
+    assert [(t.name, t.topic_id, t.error_code) for t in response.topics] == [
+        (None, unknown, ErrorCode.UNKNOWN_TOPIC_ID),
+        (topic_name, topic_id, ErrorCode.NONE),
+    ]
+    # The names were not even looked at: auto-creation, allowed, created neither.
+    assert not {f"{topic_name}-by-name", f"{topic_name}-named-too"} & {t.name for t in after.topics}
+
+
 def test_metadata_auto_creates_a_topic_as_kafka_4_does(broker: BrokerProcess, topic_name: str) -> None:
     """Kafka 4's AutoTopicCreationManager: the request naming a missing topic gets
     UNKNOWN_TOPIC_OR_PARTITION while the creation goes ahead, the next finds the topic. A name

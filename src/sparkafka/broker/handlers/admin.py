@@ -237,8 +237,20 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
             cluster_operations = CLUSTER_OPERATIONS
         if request.include_topic_authorized_operations:
             topic_operations = TOPIC_OPERATIONS
+    # Kafka's useTopicId: once a request names any topic id (v10+; the zero id reads as None), the
+    # ids alone say what is asked: unknown ones first (UNKNOWN_TOPIC_ID, no name), names are ignored.
+    topic_ids = list(dict.fromkeys(t.topic_id for t in request.topics or () if getattr(t, "topic_id", None)))
     if request.topics is None or (context.version == 0 and not request.topics):
         topics = [_topic_metadata(broker, t, topic_operations) for t in broker.topics.topics.values()]
+    elif topic_ids:
+        found = {topic_id: broker.topics.by_id(topic_id) for topic_id in topic_ids}
+        topics = [
+            _missing_topic(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+            for topic_id, topic in found.items()
+            if topic is None
+        ] + [
+            _topic_metadata(broker, topic, topic_operations) for topic in found.values() if topic is not None
+        ]
     else:
         topics = []
         auto_create = context.version < 4 or request.allow_auto_topic_creation
@@ -246,14 +258,7 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
         # once (else the second would find the topic the first just auto-created).
         names: set[str] = set()
         for wanted in request.topics:
-            if wanted.name is None:
-                found = broker.topics.by_id(wanted.topic_id)
-                topics.append(
-                    _topic_metadata(broker, found, topic_operations)
-                    if found
-                    else _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
-                )
-            elif wanted.name not in names:
+            if wanted.name is not None and wanted.name not in names:
                 names.add(wanted.name)
                 topics.append(_named_topic_metadata(broker, wanted.name, auto_create, topic_operations))
     return MetadataResponse(
