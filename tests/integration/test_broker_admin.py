@@ -866,3 +866,37 @@ def test_describe_cluster_and_authorized_operations_answer_as_kafka_without_an_a
         (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, "Unsupported endpoint type 7", -1, 0),
     ]
     assert answers[0].brokers[0].is_fenced is False
+
+
+def test_describe_log_dirs_lists_the_asked_partitions_of_the_one_log_directory(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """As Kafka's ReplicaManager.describeLogDirs: the log directory with each asked partition's size
+    (offset lag 0 on the leader), topics without an asked partition left out, the volume's bytes."""
+    from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+
+    create_topic(broker.bootstrap_servers, topic_name, partitions=2)
+    writer = producer(broker.bootstrap_servers)
+    writer.produce(topic_name, value=b"x" * 500, partition=1)
+    assert writer.flush(30) == 0
+    asked = DescribeLogDirsRequest.DescribableLogDirTopic
+    with RawConnection(broker.port) as connection:
+        some = connection.roundtrip(
+            DescribeLogDirsRequest(
+                topics=[asked(topic=topic_name, partitions=[1, 7]), asked(topic="nope", partitions=[0])]
+            ),
+            DescribeLogDirsResponse,
+            version=4,
+        )
+        every = connection.roundtrip(DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse, version=4)
+    (directory,) = some.results
+    assert (some.error_code, directory.error_code) == (ErrorCode.NONE, ErrorCode.NONE)
+    assert Path(directory.log_dir).is_absolute()
+    assert 0 < directory.usable_bytes <= directory.total_bytes
+    assert [
+        (t.name, [(p.partition_index, p.offset_lag, p.is_future_key) for p in t.partitions])
+        for t in directory.topics
+    ] == [(topic_name, [(1, 0, False)])]
+    assert directory.topics[0].partitions[0].partition_size > 500
+    listed = {t.name: sorted(p.partition_index for p in t.partitions) for t in every.results[0].topics}
+    assert listed[topic_name] == [0, 1]

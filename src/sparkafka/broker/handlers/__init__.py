@@ -23,6 +23,7 @@ HANDLERS: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     ApiKey.ALTER_CONFIGS: admin.alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+    ApiKey.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
     ApiKey.PRODUCE: data.produce,
     ApiKey.FETCH: data.fetch,
     ApiKey.LIST_OFFSETS: data.list_offsets,

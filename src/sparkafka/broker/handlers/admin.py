@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +17,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeClusterResponse,
     DescribeConfigsResponse,
+    DescribeLogDirsResponse,
     IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
@@ -765,4 +767,44 @@ async def describe_cluster(broker: Broker, request: Any, context: RequestContext
             )
         ],
         authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else None,
+    )
+
+
+async def describe_log_dirs(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """DescribeLogDirs as Kafka's ReplicaManager.describeLogDirs, for this broker's one log directory:
+    each asked partition (all, for a null topic list) with its size and an offset lag of 0 (this
+    broker leads every partition, and its high watermark is its log end); topics left with no
+    partition are left out; the volume's total and usable bytes (v4+)."""
+    if request.topics is None:
+        wanted = set(broker.partitions)
+    else:
+        wanted = {(t.topic, index) for t in request.topics for index in t.partitions}
+    by_topic: dict[str, list[Any]] = {}
+    for topic, index in sorted(wanted & set(broker.partitions)):
+        by_topic.setdefault(topic, []).append(
+            DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic.DescribeLogDirsPartition(
+                partition_index=index,
+                partition_size=broker.partitions[(topic, index)].log.size_bytes(),
+                offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    directory = broker.config.data_dir.absolute()
+    volume = os.statvfs(directory)
+    result = DescribeLogDirsResponse.DescribeLogDirsResult
+    return DescribeLogDirsResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        results=[
+            result(
+                error_code=ErrorCode.NONE,
+                log_dir=str(directory),
+                topics=[
+                    result.DescribeLogDirsTopic(name=topic, partitions=partitions)
+                    for topic, partitions in by_topic.items()
+                ],
+                total_bytes=volume.f_blocks * volume.f_frsize,
+                usable_bytes=volume.f_bavail * volume.f_frsize,
+            )
+        ],
     )
