@@ -6,6 +6,7 @@ failed a pipeline whose broker restarted, or, with failOnDataLoss=false, would s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,9 +36,21 @@ def consumer(fresh_broker: BrokerProcess) -> Iterator[Consumer]:
     client.close()
 
 
-def _restart_after(broker: BrokerProcess, seconds: float) -> None:
-    time.sleep(seconds)
-    broker.start()
+@contextlib.contextmanager
+def _killed_and_restarted_after(broker: BrokerProcess, seconds: float) -> Iterator[None]:
+    """SIGKILL the broker now and start it again ``seconds`` later, while the block runs."""
+    broker.kill()
+
+    def restart() -> None:
+        time.sleep(seconds)
+        broker.start()
+
+    restarter = threading.Thread(target=restart)
+    restarter.start()
+    try:
+        yield
+    finally:
+        restarter.join()
 
 
 def _filled_topic(broker: BrokerProcess, name: str, records: int) -> None:
@@ -63,13 +76,8 @@ def test_a_broker_restart_within_the_timeout_is_waited_out(
 ) -> None:
     _filled_topic(fresh_broker, "restarted", 5)
     assert partition_watermarks(consumer, "restarted", 1, 10) == (0, 5)
-    fresh_broker.kill()
-    restarter = threading.Thread(target=_restart_after, args=(fresh_broker, 3))
-    restarter.start()
-    try:
+    with _killed_and_restarted_after(fresh_broker, 3):
         assert partition_watermarks(consumer, "restarted", 1, 30) == (0, 5)
-    finally:
-        restarter.join()
     # Right after the restart the client still lacks metadata for a while; asked again at once:
     assert partition_watermarks(consumer, "restarted", 0, 30) == (0, 0)
 
@@ -96,14 +104,9 @@ def test_latest_offsets_asked_during_a_broker_outage_leave_no_existing_partition
     wanted = [("listed", 0), ("listed", 1), ("listed", 2)]
     try:
         assert admin.latest_offsets(wanted, read_committed=True) == {("listed", 0): 0, ("listed", 1): 4}
-        fresh_broker.kill()
-        restarter = threading.Thread(target=_restart_after, args=(fresh_broker, 2))
-        restarter.start()
-        try:
+        with _killed_and_restarted_after(fresh_broker, 2):
             # Asked while the broker is down: the answer waits for it.
             existing = wanted[:2]
             assert admin.latest_offsets(existing, read_committed=True) == {("listed", 0): 0, ("listed", 1): 4}
-        finally:
-            restarter.join()
     finally:
         admin.close()
