@@ -169,15 +169,18 @@ def error_code(error: BaseException) -> int | None:
     return None
 
 
-# What a client answers while it cannot tell: no connection, or no metadata (yet) for the topic.
-_TRANSIENT_WATERMARK_CODES = _UNAVAILABLE_CODES | {
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._DESTROY_BROKER,
-    KafkaError._WAIT_COORD,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-}
+# What a client answers while it cannot tell: no connection, no metadata (yet) for the topic, a
+# leader moving, or a partition that is really gone (told apart by asking the cluster).
+_TRANSIENT_WATERMARK_CODES = (
+    _UNAVAILABLE_CODES
+    | _UNKNOWN_PARTITION_CODES
+    | {
+        KafkaError._DESTROY_BROKER,
+        KafkaError._WAIT_COORD,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
 _WATERMARK_RETRY_INTERVAL_S = 0.2
 
 
@@ -202,7 +205,7 @@ def partition_watermarks(
             return int(low), int(high)
         except KafkaException as error:
             code = error_code(error)
-            if code not in _TRANSIENT_WATERMARK_CODES | _UNKNOWN_PARTITION_CODES:
+            if code not in _TRANSIENT_WATERMARK_CODES:
                 raise
             if code in _UNKNOWN_PARTITION_CODES and not _partition_listed(
                 consumer, topic, partition, remaining
