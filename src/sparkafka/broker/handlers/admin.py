@@ -489,8 +489,17 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
-# What Java's Integer.parseInt accepts (ConfigHelper.resourceNameToBrokerId): no spaces, an optional sign.
-_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _broker_id(name: str) -> int | None:
+    """The broker id a config resource names, as Java's Integer.parseInt reads it for Kafka's
+    ConfigHelper.resourceNameToBrokerId (an optional sign, no spaces, 32 bits); None if it is none."""
+    if not _JAVA_INT.fullmatch(name) or not -(2**31) <= int(name) < 2**31:
+        return None
+    return int(name)
+
+
 # Config resource types Kafka 4 describes that this broker keeps no configs for.
 _RESOURCE_TYPES_NOT_KEPT = {8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
 
@@ -518,9 +527,9 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
             # Kafka's ConfigHelper: "" names the cluster-wide dynamic defaults (none are set here),
             # this broker's id its own configs, and any other id is not this broker's to answer.
             name = resource.resource_name
-            if name != "" and not _JAVA_INT.fullmatch(name):
+            if name != "" and _broker_id(name) is None:
                 error, message = ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
-            elif name != "" and int(name) == broker.config.node_id:
+            elif name != "" and _broker_id(name) == broker.config.node_id:
                 entries = _broker_config_entries(broker)
             elif name != "":
                 error = ErrorCode.INVALID_REQUEST
@@ -631,12 +640,9 @@ def _check_broker_resource_name(name: str, node_id: int) -> None:
     otherwise the name must be an integer naming this broker."""
     if not name:
         return
-    try:
-        named = int(name)
-    except ValueError:
-        raise BrokerError(
-            ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
-        ) from None
+    named = _broker_id(name)
+    if named is None:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}")
     if named != node_id:
         raise BrokerError(
             ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {node_id}, but received {name}"
