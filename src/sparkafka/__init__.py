@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkafka import log_fallback
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __version__ = "0.1.0"
+
+log_fallback.install()
 
 __all__ = ["__version__", "format_known", "register"]
 
