@@ -153,6 +153,11 @@ class Harness:
     def state(self, group_id: str = GROUP) -> str:
         return self.coordinator.describe_group(group_id).state
 
+    async def leave(self, joined: JoinGroupResult) -> None:
+        """The member leaves (LeaveGroup by member id), and the rebalance that follows runs."""
+        self.coordinator.leave_group(group_id=GROUP, members=[(joined.member_id, None)])
+        await self.settle()
+
     async def settle(self) -> None:
         """Let parked requests run, then fire every deadline that has passed."""
         for _ in range(5):
@@ -363,8 +368,7 @@ def test_last_member_leaving_empties_the_group(tmp_path: Path) -> None:
     async def scenario() -> None:
         harness = Harness(tmp_path)
         (only,) = await harness.form_group(1)
-        harness.coordinator.leave_group(group_id=GROUP, members=[(only.member_id, None)])
-        await harness.settle()
+        await harness.leave(only)
         assert harness.state() == "Empty"
         description = harness.coordinator.describe_group(GROUP)
         assert description.members == [] and description.protocol_type == "consumer"
@@ -728,8 +732,7 @@ def test_an_empty_group_survives_a_restart_empty_with_its_generation(tmp_path: P
     async def scenario() -> None:
         harness = Harness(tmp_path)
         (one,) = await harness.form_group(1)
-        harness.coordinator.leave_group(group_id=GROUP, members=[(one.member_id, None)])
-        await harness.settle()
+        await harness.leave(one)
         assert harness.state() == "Empty"
         harness.restart()
         assert harness.coordinator.list_groups() == [(GROUP, "consumer", "Empty")]
@@ -867,8 +870,7 @@ def test_an_empty_generation_that_cannot_be_journaled_still_leaves_the_group_emp
         harness = Harness(tmp_path)
         (one,) = await harness.form_group(1)
         harness.journal.failing = True
-        harness.coordinator.leave_group(group_id=GROUP, members=[(one.member_id, None)])
-        await harness.settle()
+        await harness.leave(one)
         assert harness.state() == "Empty"
         harness.journal.failing = False
         harness.restart()
@@ -1291,8 +1293,7 @@ def test_offset_delete_spares_subscribed_topics_and_refuses_busy_groups(tmp_path
             ErrorCode.NONE,
             [("orders", [(0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)])],
         )
-        harness.coordinator.leave_group(group_id=GROUP, members=[(member.member_id, None)])
-        await harness.settle()
+        await harness.leave(member)
         assert harness.coordinator.delete_offsets(GROUP, [("orders", [0])]) == (
             ErrorCode.NONE,
             [("orders", [(0, ErrorCode.NONE)])],
