@@ -84,6 +84,12 @@ class ErrorCode(IntEnum):
     def retriable(self) -> bool:
         return self in _RETRIABLE
 
+    @property
+    def kafka_message(self) -> str:
+        """Kafka's default text for the code (Errors.message()), which an ApiError built from the code
+        alone carries; only the codes answered that way here."""
+        return _KAFKA_MESSAGES[self]
+
 
 _RETRIABLE = frozenset(
     {
@@ -101,6 +107,12 @@ _RETRIABLE = frozenset(
         ErrorCode.UNSTABLE_OFFSET_COMMIT,
     }
 )
+
+
+_KAFKA_MESSAGES = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
+}
 
 
 class BrokerError(Exception):

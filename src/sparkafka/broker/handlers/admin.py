@@ -436,7 +436,7 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
     for topic_id in (i for i, count in id_counts.items() if count == 1):
         found = broker.topics.by_id(topic_id)
         if found is None:
-            answer(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+            answer(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID.kafka_message)
         else:
             doomed[topic_id] = found.name
     for name in (n for n, count in name_counts.items() if count == 1):
@@ -446,7 +446,7 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
                 name,
                 _ZERO_UUID,
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                "This server does not host this topic-partition.",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.kafka_message,
             )
         elif topic.topic_id in doomed or id_counts[topic.topic_id] > 1:
             doomed.pop(topic.topic_id, None)

@@ -151,10 +151,6 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
     )
 
 
-# Kafka's Errors.UNKNOWN_TOPIC_OR_PARTITION.message(), which ApiError(Errors) carries.
-_UNKNOWN_TOPIC_OR_PARTITION_TEXT = "This server does not host this topic-partition."
-
-
 async def describe_producers(broker: Broker, request: Any, context: RequestContext) -> Any:
     topic_class = DescribeProducersResponse.TopicResponse
     partition_class = topic_class.PartitionResponse
@@ -168,7 +164,8 @@ async def describe_producers(broker: Broker, request: Any, context: RequestConte
         except BrokerError as exc:
             topic_error = (exc.code, exc.message)
         if topic_error is None and wanted.name not in broker.topics.topics:
-            topic_error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC_OR_PARTITION_TEXT)
+            unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            topic_error = (unknown, unknown.kafka_message)
         partitions = []
         for index in wanted.partition_indexes:
             partition = None if topic_error else broker.partitions.get((wanted.name, index))
