@@ -25,6 +25,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from sparkafka import client_log
 from sparkafka.errors import KafkaUnavailableError, SparkafkaOptionError
 from sparkafka.options import java_only_property_hint
 
@@ -36,6 +37,7 @@ PartitionOffsets = dict[TopicPartitionKey, int]
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 LIBRDKAFKA_LOGGER = logging.getLogger("sparkafka.librdkafka")
+client_log.install(LIBRDKAFKA_LOGGER)
 
 # Properties only a consumer understands; librdkafka warns when an admin client gets them.
 _CONSUMER_ONLY_PREFIXES = (
