@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import (
@@ -617,3 +618,200 @@ def test_api_versions_v3_refuses_an_invalid_client_software_name_or_version(
     _size, correlation_id, error, compact_key_count = struct.unpack(">iihB", refused[:11])
     assert (correlation_id, error, compact_key_count - 1) == (7, ErrorCode.INVALID_REQUEST, 0)
     assert answered.error_code == ErrorCode.NONE and len(answered.api_keys) > 20
+
+
+def _fetch_partitions(
+    wanted: list[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int = 1, max_bytes: int = 1 << 20
+) -> Any:
+    """A Fetch (v12 layout, read_uncommitted, no session) of (topic, partition, offset) each."""
+    from kafka.protocol.consumer import FetchRequest
+
+    topic_class = FetchRequest.FetchTopic
+    topics: dict[str, list[Any]] = {}
+    for topic, partition, offset in wanted:
+        topics.setdefault(topic, []).append(
+            topic_class.FetchPartition(
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 20,
+            )
+        )
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[topic_class(topic=name, partitions=partitions) for name, partitions in topics.items()],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
+def test_fetch_waits_as_kafka_whatever_partitions_it_names(broker: BrokerProcess, topic_name: str) -> None:
+    """KafkaApis.handleFetchRequest: partitions the broker lacks are answered UNKNOWN_TOPIC_OR_PARTITION
+    beside the read, so a fetch of a known partition at its end still waits max_wait_ms; with no known
+    partition (or none at all) the answer is immediate; min_bytes counts at most max_bytes."""
+    from kafka.protocol.consumer import FetchResponse
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    sender = producer(broker.bootstrap_servers)
+    sender.produce(topic_name, value=b"v" * 50)
+    assert sender.flush(10) == 0
+
+    def fetch(request: Any) -> tuple[float, list[tuple[str, int, int, int]]]:
+        with RawConnection(broker.port) as connection:
+            started = time.monotonic()
+            response = connection.roundtrip(request, FetchResponse, 12)
+            took = time.monotonic() - started
+        return took, [
+            (t.topic, p.partition_index, p.error_code, len(p.records or b""))
+            for t in response.responses
+            for p in t.partitions
+        ]
+
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    took, partitions = fetch(
+        _fetch_partitions([(topic_name, 0, 1), (topic_name, 5, 0), ("no-such-topic", 0, 0)], max_wait_ms=1500)
+    )
+    assert took >= 1.2, took
+    assert partitions == [
+        (topic_name, 0, 0, 0),
+        (topic_name, 5, unknown, 0),
+        ("no-such-topic", 0, unknown, 0),
+    ]
+    took, partitions = fetch(
+        _fetch_partitions([(topic_name, 5, 0), ("no-such-topic", 0, 0)], max_wait_ms=5000)
+    )
+    assert took < 2.5 and partitions == [(topic_name, 5, unknown, 0), ("no-such-topic", 0, unknown, 0)]
+    took, partitions = fetch(_fetch_partitions([], max_wait_ms=5000))
+    assert took < 2.5 and partitions == []
+    # 50 bytes of value are there: min_bytes above max_bytes is max_bytes, which they exceed.
+    took, partitions = fetch(
+        _fetch_partitions([(topic_name, 0, 0)], max_wait_ms=5000, min_bytes=10_000, max_bytes=60)
+    )
+    assert took < 2.5 and partitions[0][2] == 0 and partitions[0][3] > 50
+
+
+def _produce_once(connection: RawConnection, topic: str, batch: bytes, *, acks: int = -1) -> Any:
+    """One raw ProduceRequest v9 for partition 0; its partition response (None for acks=0)."""
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    partition_class = ProduceRequest.TopicProduceData.PartitionProduceData
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic, partition_data=[partition_class(index=0, records=batch)]
+            )
+        ],
+    )
+    if acks == 0:
+        request.with_header(correlation_id=99, client_id="sparkafka-tests")
+        connection._socket.sendall(bytes(request.encode(version=9, header=True, framed=True)))
+        return None
+    return connection.roundtrip(request, ProduceResponse, version=9).responses[0].partition_responses[0]
+
+
+def test_produce_errors_carry_what_kafka_puts_in_them(broker: BrokerProcess, topic_name: str) -> None:
+    """ReplicaManager.appendToLocalLog: an append that fails in the log answers the partition's log
+    start offset, except for the errors it catches by type (too large, corrupt, unknown partition:
+    -1); only a record validation error brings its own text (LogAppendResult.hasCustomErrorMessage)."""
+    from sparkafka.broker.records import Record, encode_batch
+
+    create_topic(broker.bootstrap_servers, topic_name, config={"max.message.bytes": "5000"})
+    sender = producer(broker.bootstrap_servers)
+    for i in range(3):
+        sender.produce(topic_name, value=f"v{i}".encode())
+    assert sender.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    assert (
+        next(iter(admin.delete_records([TopicPartition(topic_name, 0, 2)]).values())).result(30).low_watermark
+        == 2
+    )
+
+    now = int(time.time() * 1000)
+    good = encode_batch([Record(0, now, b"k", b"v")], base_offset=0)
+    with RawConnection(broker.port) as connection:
+        answers = {
+            "offset": _produce_once(
+                connection, topic_name, encode_batch([Record(7, now, b"k", b"v")], base_offset=7)
+            ),
+            "large": _produce_once(
+                connection, topic_name, encode_batch([Record(0, now, b"k", b"x" * 6000)], base_offset=0)
+            ),
+            "future": _produce_once(
+                connection, topic_name, encode_batch([Record(0, now + 7_200_000, b"k", b"v")], base_offset=0)
+            ),
+            "unknown": _produce_once(connection, "no-such-topic", good),
+            "good": _produce_once(connection, topic_name, good),
+        }
+    got = {name: (a.error_code, a.log_start_offset, a.error_message) for name, a in answers.items()}
+    assert got["offset"] == (ErrorCode.INVALID_RECORD, 2, None)
+    assert got["large"] == (ErrorCode.MESSAGE_TOO_LARGE, -1, None)
+    assert got["future"][:2] == (ErrorCode.INVALID_TIMESTAMP, 2)
+    assert got["future"][2] == "One or more records have been rejected due to invalid timestamp"
+    assert got["unknown"] == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, None)
+    assert got["good"] == (ErrorCode.NONE, 2, None)
+
+
+def test_a_failed_acks_0_produce_closes_the_connection(broker: BrokerProcess, topic_name: str) -> None:
+    """KafkaApis.handleProduceRequest: acks=0 gets no answer; when a partition failed the broker closes
+    the connection instead, the only way such a producer learns of it (and refreshes its metadata)."""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    from sparkafka.broker.records import Record, encode_batch
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    batch = encode_batch([Record(0, int(time.time() * 1000), b"k", b"v")], base_offset=0)
+    with RawConnection(broker.port) as connection:
+        _produce_once(connection, topic_name, batch, acks=0)
+        # Still open: the next request on it is answered.
+        versions = connection.roundtrip(ApiVersionsRequest(), ApiVersionsResponse, 0)
+        assert versions.error_code == 0
+        _produce_once(connection, "no-such-topic", batch, acks=0)
+        assert connection.closed_by_peer()
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"v"]
+
+
+def test_delete_records_checks_the_policy_before_the_offset(broker: BrokerProcess, topic_name: str) -> None:
+    """Partition.deleteRecordsOnLeader: a compact-only topic is POLICY_VIOLATION even for an offset past
+    its high watermark; a topic with an empty cleanup.policy may have its records deleted."""
+    from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
+
+    compact, unbounded = f"{topic_name}-compact", f"{topic_name}-none"
+    create_topic(broker.bootstrap_servers, compact, config={"cleanup.policy": "compact"})
+    create_topic(broker.bootstrap_servers, unbounded, config={"cleanup.policy": ""})
+    sender = producer(broker.bootstrap_servers)
+    for name in (compact, unbounded):
+        for i in range(3):
+            sender.produce(name, key=b"k", value=str(i).encode())
+    assert sender.flush(10) == 0
+
+    def delete(topic: str, offset: int) -> tuple[int, int]:
+        topic_class = DeleteRecordsRequest.DeleteRecordsTopic
+        request = DeleteRecordsRequest(
+            topics=[
+                topic_class(
+                    name=topic,
+                    partitions=[topic_class.DeleteRecordsPartition(partition_index=0, offset=offset)],
+                )
+            ],
+            timeout_ms=5000,
+        )
+        with RawConnection(broker.port) as connection:
+            response = connection.roundtrip(request, DeleteRecordsResponse, 2)
+        (result,) = response.topics[0].partitions
+        return result.error_code, result.low_watermark
+
+    assert delete(compact, 100) == (ErrorCode.POLICY_VIOLATION, -1)
+    assert delete(unbounded, 100) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+    assert delete(unbounded, 2) == (ErrorCode.NONE, 2)
+    assert delete(unbounded, -1) == (ErrorCode.NONE, 3)

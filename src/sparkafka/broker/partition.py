@@ -34,6 +34,8 @@ _RETAINED_BATCHES_PER_PRODUCER = 5
 _MAX_SEQUENCE = 2**31 - 1
 # Kafka's producer-state snapshot files: {offset:020d}.snapshot, the state as of that log offset.
 _SNAPSHOT_SUFFIX = ".snapshot"
+# DeleteRecords' offset that means "up to the high watermark" (DeleteRecordsRequest.HIGH_WATERMARK).
+DELETE_UP_TO_HIGH_WATERMARK = -1
 
 # Raises BrokerError when a producer may not write transactionally to (topic, partition): the
 # transaction coordinator's KIP-890 partition verification.
@@ -474,13 +476,21 @@ class Partition:
         return chunks, size, aborted
 
     def delete_records_before(self, offset: int) -> int:
-        # Kafka's Partition.deleteRecordsOnLeader: a topic that does not delete keeps its records.
-        if not self.log.config.deletes:
+        """DeleteRecords on this partition, as Kafka's Partition.deleteRecordsOnLeader, in its order:
+        1. a compacted topic that does not also delete keeps its records (POLICY_VIOLATION); an empty
+           cleanup.policy allows deletion (records are then removed only this way);
+        2. -1 means the high watermark;
+        3. the offset must lie in [0, high watermark] (OFFSET_OUT_OF_RANGE), whatever the policy said.
+        Returns the new log start offset (never lower than before)."""
+        config = self.log.config
+        if config.compacts and not config.deletes:
             raise BrokerError(
                 ErrorCode.POLICY_VIOLATION,
                 f"Records of partition {self.topic}-{self.index} can not be deleted due to the configured "
-                f"policy (cleanup.policy={self.log.config.cleanup_policy})",
+                f"policy (cleanup.policy={config.cleanup_policy})",
             )
+        if offset == DELETE_UP_TO_HIGH_WATERMARK:
+            offset = self.high_watermark
         start = self.log.delete_records_before(offset, before_deleting=self._save_state)
         self._prune_aborted()
         return start

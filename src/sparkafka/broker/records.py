@@ -107,6 +107,12 @@ class CodecUnavailableError(RuntimeError):
     """The Python library needed for a batch's compression codec is not installed."""
 
 
+class ProduceRequestRecordsError(BrokerError):
+    """Kafka's ProduceRequest.validateRecords refused a partition's records (no batch, a magic other
+    than 2, more than one batch): KafkaApis answers that before the partition's log is involved, so the
+    Produce response carries no log start offset for it, unlike errors found while appending."""
+
+
 class RecordValidationError(BrokerError):
     """Some records of a batch were rejected; `record_errors` holds (batch index, message) per record.
 
@@ -365,13 +371,15 @@ def validate_produce_payload(
     requests = "Produce requests" + ("" if produce_version is None else f" with version {produce_version}")
     size = _produce_batch_size(view, 0)
     if size is None:
-        raise BrokerError(invalid, f"{requests} must have at least one record batch per partition")
+        raise ProduceRequestRecordsError(
+            invalid, f"{requests} must have at least one record batch per partition"
+        )
     if view[_MAGIC_OFFSET] != MAGIC:
-        raise BrokerError(
+        raise ProduceRequestRecordsError(
             invalid, f"{requests} are only allowed to contain record batches with magic version 2"
         )
     if _produce_batch_size(view, size) is not None:
-        raise BrokerError(
+        raise ProduceRequestRecordsError(
             invalid, f"{requests} are only allowed to contain exactly one record batch per partition"
         )
     if len(view) > size:

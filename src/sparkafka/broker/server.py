@@ -807,6 +807,6 @@ class Connection(asyncio.BufferedProtocol):
             self._log_bad_input_once(str(exc))
             return False
         response = await self.broker.handle(request, context)
-        if response is None:
-            return None
+        if response is None or response is False:
+            return cast("Literal[False] | None", response)
         return protocol.encode_response(response, header.api_version, header.correlation_id)

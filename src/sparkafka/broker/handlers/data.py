@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from kafka.protocol.admin import DeleteRecordsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
@@ -18,9 +18,10 @@ from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.fastpath import Buffer, PartitionFetchResult, PartitionProduceResult
 from sparkafka.broker.log import FileRegion
 from sparkafka.broker.protocol import ApiKey
-from sparkafka.broker.records import RecordValidationError
+from sparkafka.broker.records import ProduceRequestRecordsError, RecordValidationError
 
 if TYPE_CHECKING:
+    from sparkafka.broker.partition import Partition
     from sparkafka.broker.server import Broker, RequestContext
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,21 @@ _SPECIAL_TIMESTAMP_MIN_VERSION = {
 }
 _READ_COMMITTED = 1
 
+# Produce errors answered without the partition's log start offset (-1): those Kafka finds before
+# appending (KafkaApis, ReplicaManager.appendRecords) and those ReplicaManager.appendToLocalLog catches
+# by type; every other append error carries the log start offset.
+_NO_LOG_START_OFFSET_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+    }
+)
+
 # Returned by a fast handler that leaves the request to the general codec and handler.
 NOT_HANDLED: Any = object()
 
@@ -50,6 +66,8 @@ NOT_HANDLED: Any = object()
 # Record chunks at least this large are sent from the segment file with sendfile by the fast fetch path;
 # smaller ones are read into memory, where one write costs less than a sendfile round.
 SENDFILE_MIN_BYTES = 256 * 1024
+# Kafka's fetch.max.bytes broker default (55 MiB): no fetch response holds more, whatever it asks for.
+FETCH_MAX_BYTES = 57_671_680
 
 ProduceTopics = Iterable[tuple[str, Iterable[tuple[int, Buffer | None]]]]
 
@@ -71,6 +89,7 @@ def _produce(
         results: list[PartitionProduceResult] = []
         for index, records in partition_data:
             result = PartitionProduceResult(index)
+            partition: Partition | None = None
             try:
                 if not acks_ok:
                     raise BrokerError(
@@ -93,10 +112,18 @@ def _produce(
                 result.log_start_offset = partition.log_start_offset
                 appended = appended or not appended_at.duplicate
             except BrokerError as exc:
-                result.error_code, result.error_message = exc.code, exc.message
+                result.error_code = exc.code
                 if isinstance(exc, RecordValidationError):
-                    # Produce v8+: which records of the batch were rejected and why (KIP-467).
+                    # Produce v8+: which records of the batch were rejected and why (KIP-467); the only
+                    # append error whose own text Kafka sends (LogAppendResult.hasCustomErrorMessage).
                     result.record_errors = list(exc.record_errors)
+                    result.error_message = exc.message
+                if (
+                    partition is not None
+                    and exc.code not in _NO_LOG_START_OFFSET_ERRORS
+                    and not isinstance(exc, ProduceRequestRecordsError)
+                ):
+                    result.log_start_offset = partition.log_start_offset
                 log.debug("produce to %s-%d rejected: %s", name, index, exc.message)
             results.append(result)
         responses.append((name, results))
@@ -114,8 +141,31 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
         context.version,
     )
     if request.acks == 0:
-        return None
+        return _unanswered_produce(results, context)
     return produce_response_object(results)
+
+
+def _unanswered_produce(
+    results: Iterable[tuple[str, Iterable[PartitionProduceResult]]], context: RequestContext
+) -> Literal[False] | None:
+    """acks=0: no response; but if any partition failed, False (close the connection). A producer that
+    expects no answer learns of a failure only by the disconnect, which makes it refresh its metadata
+    (KafkaApis.handleProduceRequest)."""
+    failed = [
+        f"{name}-{result.index}: {ErrorCode(result.error_code).name}"
+        for name, partitions in results
+        for result in partitions
+        if result.error_code != ErrorCode.NONE
+    ]
+    if not failed:
+        return None
+    log.info(
+        "closing the connection of client %r after a failed acks=0 produce request (correlation id %d): %s",
+        context.client_id,
+        context.correlation_id,
+        ", ".join(failed),
+    )
+    return False
 
 
 def produce_response_object(results: Iterable[tuple[str, Iterable[PartitionProduceResult]]]) -> Any:
@@ -157,7 +207,7 @@ async def produce_frame(broker: Broker, frame: Buffer, context: RequestContext) 
         return NOT_HANDLED
     results = _produce(broker, request.acks, request.topics, context.version)
     if request.acks == 0:
-        return None
+        return _unanswered_produce(results, context)
     return fastpath.encode_produce_response(context.version, context.correlation_id, results)
 
 
@@ -175,15 +225,35 @@ async def _fetch(
     """Read up to ``max_bytes`` across the requested partitions, waiting up to ``max_wait_ms`` for
     ``min_bytes``. read_committed reads stop at each partition's last stable offset and carry the
     aborted transactions overlapping the returned range. Chunks of at least ``region_min_bytes`` are file
-    regions (see log.FileRegion) that the caller must send or close."""
+    regions (see log.FileRegion) that the caller must send or close.
+
+    As Kafka's KafkaApis.handleFetchRequest and ReplicaManager.fetchMessages:
+      1. ``max_bytes`` is at most the broker's fetch.max.bytes (requests before v3 have none: that
+         limit alone), ``min_bytes`` at most ``max_bytes``;
+      2. partitions this broker does not have are answered UNKNOWN_TOPIC_OR_PARTITION and take no
+         further part; with none left (or none asked for) the answer is immediate;
+      3. the answer is immediate when ``min_bytes`` are there or a partition's read failed
+         (OFFSET_OUT_OF_RANGE, …); else it waits for new data up to ``max_wait_ms``, and stops waiting
+         as soon as a partition it reads is gone (deleted topic)."""
+    max_bytes = min(max_bytes if version >= 3 else FETCH_MAX_BYTES, FETCH_MAX_BYTES)
+    min_bytes = min(min_bytes, max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(max_wait_ms, 0) / 1000
+    readable_at_start: int | None = None
     while True:
-        responses, total_bytes, had_error = _read_fetch(
+        responses, total_bytes, read_failed, readable = _read_fetch(
             broker, max_bytes, isolation_level, topics, version, region_min_bytes
         )
+        if readable_at_start is None:
+            readable_at_start = readable
         remaining = deadline - loop.time()
-        if total_bytes >= min_bytes or had_error or remaining <= 0:
+        if (
+            total_bytes >= min_bytes
+            or read_failed
+            or readable == 0
+            or readable < readable_at_start
+            or remaining <= 0
+        ):
             return responses
         close_regions(responses)
         await broker.wait_for_data(remaining)
@@ -296,19 +366,27 @@ def _read_fetch(
     topics: list[tuple[str, list[tuple[int, int, int]]]],
     version: int,
     region_min_bytes: int | None,
-) -> tuple[list[tuple[str, list[PartitionFetchResult]]], int, bool]:
+) -> tuple[list[tuple[str, list[PartitionFetchResult]]], int, bool, int]:
+    """One pass over the requested partitions: (results per topic, bytes read, whether a partition's
+    read failed, how many partitions this broker has)."""
     read_committed = isolation_level == _READ_COMMITTED
-    budget = max_bytes if version >= 3 else 2**31 - 1
+    budget = max_bytes
     first_data = True
     total = 0
-    had_error = False
+    read_failed = False
+    readable = 0
     responses: list[tuple[str, list[PartitionFetchResult]]] = []
     for name, wanted_partitions in topics:
         results: list[PartitionFetchResult] = []
         for index, fetch_offset, partition_max_bytes in wanted_partitions:
             result = PartitionFetchResult(index)
+            partition = broker.partitions.get((name, index))
+            if partition is None:
+                # KafkaApis leaves it out of the read (the metadata cache does not list it).
+                results.append(PartitionFetchResult(index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            readable += 1
             try:
-                partition = broker.partition(name, index)
                 result.high_watermark = partition.high_watermark
                 result.last_stable_offset = partition.last_stable_offset
                 result.log_start_offset = partition.log_start_offset
@@ -329,23 +407,33 @@ def _read_fetch(
                     result.aborted_transactions = [(t.producer_id, t.first_offset) for t in aborted_txns]
             except BrokerError as exc:
                 # As Kafka's ReplicaManager for a failed read: the error alone, every offset unknown.
-                result = PartitionFetchResult(index, error_code=exc.code)
-                had_error = True
+                code = exc.code
+                if code == ErrorCode.KAFKA_STORAGE_ERROR and version <= 5:
+                    # KafkaApis.maybeDownConvertStorageError: clients of Fetch v5 and older may not know
+                    # the code and would give up; NOT_LEADER_OR_FOLLOWER makes them refresh and retry.
+                    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                result = PartitionFetchResult(index, error_code=code)
+                read_failed = True
             results.append(result)
         responses.append((name, results))
-    return responses, total, had_error
+    return responses, total, read_failed, readable
 
 
 async def list_offsets(broker: Broker, request: Any, context: RequestContext) -> Any:
     topic_class = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_class = topic_class.ListOffsetsPartitionResponse
     read_committed = request.isolation_level == _READ_COMMITTED
-    # As Kafka's KafkaApis: a partition named twice is answered INVALID_REQUEST each time.
+    # As Kafka's ReplicaManager.fetchOffset: one answer per partition (INVALID_REQUEST for a partition
+    # named more than once), grouped by topic.
     named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
-    topics = []
+    answers: dict[str, list[Any]] = {}
+    answered: set[tuple[str, int]] = set()
     for wanted_topic in request.topics:
-        partitions = []
+        partitions = answers.setdefault(wanted_topic.name, [])
         for wanted in wanted_topic.partitions:
+            if (wanted_topic.name, wanted.partition_index) in answered:
+                continue
+            answered.add((wanted_topic.name, wanted.partition_index))
             timestamp, offset, error = -1, -1, ErrorCode.NONE
             try:
                 # Kafka's ReplicaManager.fetchOffset: a duplicate, then an unsupported timestamp for
@@ -388,7 +476,7 @@ async def list_offsets(broker: Broker, request: Any, context: RequestContext) ->
                     leader_epoch=0 if error == ErrorCode.NONE and offset >= 0 else -1,
                 )
             )
-        topics.append(topic_class(name=wanted_topic.name, partitions=partitions))
+    topics = [topic_class(name=name, partitions=partitions) for name, partitions in answers.items()]
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
@@ -402,14 +490,7 @@ async def delete_records(broker: Broker, request: Any, context: RequestContext) 
             low_watermark, error = -1, ErrorCode.NONE
             try:
                 partition = broker.partition(wanted_topic.name, wanted.partition_index)
-                target = partition.high_watermark if wanted.offset == -1 else wanted.offset
-                if not 0 <= target <= partition.high_watermark:
-                    raise BrokerError(
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"cannot delete records before {target}: "
-                        f"high watermark is {partition.high_watermark}",
-                    )
-                low_watermark = partition.delete_records_before(target)
+                low_watermark = partition.delete_records_before(wanted.offset)
             except BrokerError as exc:
                 error = exc.code
             partitions.append(
