@@ -92,6 +92,24 @@ def test_a_markers_newer_epoch_starts_the_sequences_anew(open_partition: type[Pa
     assert (offset, duplicate) == (5, False)
 
 
+def test_the_last_markers_coordinator_epoch_outlives_a_newer_producer_epoch(
+    open_partition: type[Partition],
+) -> None:
+    """ProducerStateEntry.maybeUpdateProducerEpoch changes the epoch and nothing else, and recovery
+    reads the coordinator epoch back from the marker (ProducerAppendInfo.appendEndTxnMarker), so
+    DescribeProducers shows the last marker's coordinator epoch after a new epoch and after a crash."""
+    partition = open_partition()
+    _append(partition, _batch(epoch=0, sequence=0))
+    partition.write_txn_marker(
+        producer_id=PRODUCER, producer_epoch=0, commit=True, coordinator_epoch=4, now_ms=NOW_MS
+    )
+    _append(partition, _batch(epoch=1, sequence=0))
+    assert (partition.producers[PRODUCER].epoch, partition.producers[PRODUCER].coordinator_epoch) == (1, 4)
+    partition.log.close()  # no snapshot: the state comes back from the log alone
+    partition = open_partition()
+    assert (partition.producers[PRODUCER].epoch, partition.producers[PRODUCER].coordinator_epoch) == (1, 4)
+
+
 def _allow_transactions(producer_id: int, epoch: int, topic: str, partition: int) -> None:
     """The coordinator's answer for a producer that added the partition to its transaction."""
 

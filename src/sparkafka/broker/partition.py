@@ -127,9 +127,10 @@ class Partition:
                 continue
             if header.is_control:
                 marker = records.control_marker(batch)
+                entry = self._marker_epoch(header.producer_id, header.producer_epoch, header.max_timestamp)
                 if marker is not None:
                     self._complete_txn(header.producer_id, header.base_offset, marker[0] == "COMMIT")
-                self._marker_epoch(header.producer_id, header.producer_epoch, header.max_timestamp)
+                    entry.coordinator_epoch = marker[1]
                 continue
             self._record_batch(header, header.base_offset, header.max_timestamp)
         self._prune_aborted()
@@ -356,9 +357,14 @@ class Partition:
 
     def _record_batch(self, header: records.BatchHeader, base_offset: int, max_timestamp: int) -> None:
         entry = self.producers.get(header.producer_id)
-        if entry is None or header.producer_epoch > entry.epoch:
+        if entry is None:
             entry = ProducerEntry(header.producer_epoch)
             self.producers[header.producer_id] = entry
+        elif header.producer_epoch > entry.epoch:
+            # Kafka's ProducerStateEntry.maybeUpdateProducerEpoch: the batches of the older epoch go,
+            # the coordinator epoch of the last marker stays (DescribeProducers reports it).
+            entry.epoch = header.producer_epoch
+            entry.recent.clear()
         if header.base_sequence >= 0:
             entry.recent.append(
                 _BatchSeqs(
