@@ -393,3 +393,196 @@ def test_describe_transactions_and_producers_answer_as_kafka(broker: BrokerProce
         ),
     ]
     assert state.last_timestamp >= before_commit_ms  # the COMMIT marker's, not the record's 1000
+
+
+def _raw_transactional_producer(connection: RawConnection, transactional_id: str) -> tuple[int, int]:
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+    request = InitProducerIdRequest(
+        transactional_id=transactional_id, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+    )
+    response = connection.roundtrip(request, InitProducerIdResponse, 4)
+    assert response.error_code == 0
+    return response.producer_id, response.producer_epoch
+
+
+def test_transactional_produce_is_verified_as_kafka_does(broker: BrokerProcess, topic_name: str) -> None:
+    """KafkaApis/ReplicaManager for transactional batches: no transactional id in the request refuses
+    all of it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); a partition not in the transaction, even a
+    retry after the commit, is INVALID_TXN_STATE with Kafka's text and no log start offset."""
+    from kafka.protocol.producer import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnResponse,
+        EndTxnRequest,
+        EndTxnResponse,
+        ProduceRequest,
+        ProduceResponse,
+    )
+
+    from sparkafka.broker.records import Record, encode_batch
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    transactional_id = f"verified-{topic_name}"
+    with RawConnection(broker.port) as connection:
+        producer_id, epoch = _raw_transactional_producer(connection, transactional_id)
+        batch = encode_batch(
+            [Record(0, int(time.time() * 1000), b"k", b"v")],
+            base_offset=0,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=0,
+            is_transactional=True,
+        )
+
+        def produce(with_id: str | None) -> tuple[int, int, str | None]:
+            partition_class = ProduceRequest.TopicProduceData.PartitionProduceData
+            request = ProduceRequest(
+                transactional_id=with_id,
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    ProduceRequest.TopicProduceData(
+                        name=topic_name, partition_data=[partition_class(index=0, records=batch)]
+                    )
+                ],
+            )
+            answer = connection.roundtrip(request, ProduceResponse, 9).responses[0].partition_responses[0]
+            return answer.error_code, answer.log_start_offset, answer.error_message
+
+        not_added = (ErrorCode.INVALID_TXN_STATE, -1, "Partition was not added to the transaction")
+        assert produce(None) == (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, None)
+        assert produce(transactional_id) == not_added
+        assert produce(f"other-{topic_name}") == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, None)
+        topic_class = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = connection.roundtrip(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=transactional_id,
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[topic_class(name=topic_name, partitions=[0])],
+            ),
+            AddPartitionsToTxnResponse,
+            3,
+        )
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        assert produce(transactional_id) == (ErrorCode.NONE, 0, None)
+        assert produce(transactional_id) == (ErrorCode.NONE, 0, None)  # a retry within the transaction
+        ended = connection.roundtrip(
+            EndTxnRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                committed=True,
+            ),
+            EndTxnResponse,
+            3,
+        )
+        assert ended.error_code == 0
+        assert produce(transactional_id) == not_added  # the same batch once more, after the commit
+    assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"v"]
+
+
+def test_transactional_requests_are_checked_as_kafka_checks_them(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """InitProducerId with half a producer id/epoch is INVALID_REQUEST (KafkaApis); TxnOffsetCommit
+    answers unknown partitions before the transaction's checks; DescribeTransactions lists the offsets
+    partition AddOffsetsToTxn added; ListTransactions knows Kafka's every state name."""
+    from kafka.protocol.admin import (
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        ListTransactionsRequest,
+        ListTransactionsResponse,
+    )
+    from kafka.protocol.producer import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        InitProducerIdRequest,
+        InitProducerIdResponse,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+    )
+
+    from sparkafka.broker.transactions import offsets_partition_for
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    transactional_id, group = f"checked-{topic_name}", f"group-{topic_name}"
+    with RawConnection(broker.port) as connection:
+        producer_id, epoch = _raw_transactional_producer(connection, transactional_id)
+        for half in ((producer_id, -1), (-1, epoch)):
+            answer = connection.roundtrip(
+                InitProducerIdRequest(
+                    transactional_id=transactional_id,
+                    transaction_timeout_ms=60_000,
+                    producer_id=half[0],
+                    producer_epoch=half[1],
+                ),
+                InitProducerIdResponse,
+                4,
+            )
+            assert (answer.error_code, answer.producer_id) == (ErrorCode.INVALID_REQUEST, -1), half
+        added = connection.roundtrip(
+            AddOffsetsToTxnRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                group_id=group,
+            ),
+            AddOffsetsToTxnResponse,
+            3,
+        )
+        assert added.error_code == 0
+
+        def commit_offsets(producer_epoch: int, topics: list[str]) -> list[int]:
+            topic_class = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+            partition_class = topic_class.TxnOffsetCommitRequestPartition
+            request = TxnOffsetCommitRequest(
+                transactional_id=transactional_id,
+                group_id=group,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=[
+                    topic_class(
+                        name=name,
+                        partitions=[
+                            partition_class(
+                                partition_index=0,
+                                committed_offset=1,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            )
+                        ],
+                    )
+                    for name in topics
+                ],
+            )
+            response = connection.roundtrip(request, TxnOffsetCommitResponse, 3)
+            return [p.error_code for t in response.topics for p in t.partitions]
+
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert commit_offsets(epoch + 1, [topic_name, "no-such-topic"]) == [
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            unknown,
+        ]
+        assert commit_offsets(epoch + 1, ["no-such-topic"]) == [unknown]
+        assert commit_offsets(epoch, [topic_name, "no-such-topic"]) == [ErrorCode.NONE, unknown]
+
+        described = connection.roundtrip(
+            DescribeTransactionsRequest(transactional_ids=[transactional_id]), DescribeTransactionsResponse, 0
+        )
+        (state,) = described.transaction_states
+        assert state.transaction_state == "Ongoing"
+        assert [(t.topic, list(t.partitions)) for t in state.topics] == [
+            ("__consumer_offsets", [offsets_partition_for(group)])
+        ]
+        listed = connection.roundtrip(
+            ListTransactionsRequest(
+                state_filters=["Dead", "PrepareEpochFence", "Nonsense"], producer_id_filters=[]
+            ),
+            ListTransactionsResponse,
+            0,
+        )
+        assert listed.unknown_state_filters == ["Nonsense"]

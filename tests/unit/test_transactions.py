@@ -12,7 +12,12 @@ import pytest
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.journal import Journal, JournalError
-from sparkafka.broker.transactions import TransactionCoordinator, TxnState
+from sparkafka.broker.transactions import (
+    TransactionCoordinator,
+    TransactionVerificationError,
+    TxnState,
+    offsets_partition_for,
+)
 
 TIMEOUT_MS = 60_000
 EXHAUSTED_EPOCH = 32766  # Short.MaxValue - 1: Kafka moves the id to a new producer id
@@ -154,6 +159,49 @@ def test_the_last_epoch_survives_a_restart(journal_path: Path, markers: Markers,
 
 def test_an_empty_transactional_id_is_an_invalid_request(coordinator: TransactionCoordinator) -> None:
     assert _error(coordinator.init_producer_id, "", TIMEOUT_MS) == ErrorCode.INVALID_REQUEST
+    # Before anything else is looked at, in every transactional request (KafkaApis, the coordinator).
+    assert _error(coordinator.add_partitions, "", 0, 0, [("out", 0)]) == ErrorCode.INVALID_REQUEST
+    assert _error(coordinator.add_offsets, "", 0, 0, "group") == ErrorCode.INVALID_REQUEST
+    assert _error(coordinator.end_txn, "", 0, 0, True) == ErrorCode.INVALID_REQUEST
+    assert _error(coordinator.verify_partition, "", 0, 0, "out", 0) == ErrorCode.INVALID_REQUEST
+
+
+def test_a_batch_is_verified_against_the_transactional_id_it_names(
+    coordinator: TransactionCoordinator,
+) -> None:
+    """The produce path's answers to the coordinator's verification (AddPartitionsToTxnManager,
+    ReplicaManager.appendRecords): another producer of the id, another epoch, a partition not added."""
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    other_pid, _ = coordinator.init_producer_id("other", TIMEOUT_MS)
+    coordinator.add_partitions("t", pid, epoch, [("out", 0)])
+    coordinator.verify_partition("t", pid, epoch, "out", 0)
+    assert (
+        _error(coordinator.verify_partition, "other", pid, epoch, "out", 0)
+        == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    )
+    assert (
+        _error(coordinator.verify_partition, "never", pid, epoch, "out", 0)
+        == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    )
+    assert (
+        _error(coordinator.verify_partition, "t", pid, epoch + 1, "out", 0)
+        == ErrorCode.INVALID_PRODUCER_EPOCH
+    )
+    with pytest.raises(TransactionVerificationError) as not_added:
+        coordinator.verify_partition("t", pid, epoch, "out", 1)
+    assert (not_added.value.code, not_added.value.kafka_text) == (
+        ErrorCode.INVALID_TXN_STATE,
+        "Partition was not added to the transaction",
+    )
+    assert other_pid != pid
+
+
+def test_a_groups_offsets_partition_is_javas_string_hash() -> None:
+    """GroupCoordinator.partitionFor: abs(groupId.hashCode) % 50, hashCode over UTF-16 code units."""
+    assert offsets_partition_for("hello") == 99162322 % 50
+    assert offsets_partition_for("polygenelubricants") == 0  # hashCode is Integer.MIN_VALUE
+    # "\U0001F600" is two UTF-16 units, 0xD83D 0xDE00: 31 * 0xD83D + 0xDE00 = 1772899.
+    assert offsets_partition_for("\U0001f600") == 1772899 % 50
 
 
 def test_a_decided_commit_whose_markers_failed_is_completed_later(
@@ -168,6 +216,18 @@ def test_a_decided_commit_whose_markers_failed_is_completed_later(
     assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS) == ErrorCode.CONCURRENT_TRANSACTIONS
     assert (
         _error(coordinator.add_partitions, "t", pid, epoch, [("out", 0)]) == ErrorCode.CONCURRENT_TRANSACTIONS
+    )
+    # TransactionCoordinator.endTransaction: the decided outcome again is still completing, the
+    # other one contradicts it.
+    assert _error(coordinator.end_txn, "t", pid, epoch, True) == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert _error(coordinator.end_txn, "t", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+    # A batch of the transaction meanwhile: retriable, with Kafka's text.
+    with pytest.raises(TransactionVerificationError) as completing:
+        coordinator.verify_partition("t", pid, epoch, "out", 0)
+    assert (completing.value.code, completing.value.kafka_text) == (
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        "Unable to verify the partition has been added to the transaction. Underlying error: "
+        "CONCURRENT_TRANSACTIONS",
     )
 
     assert coordinator.complete_prepared() == 1

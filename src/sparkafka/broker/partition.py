@@ -259,14 +259,18 @@ class Partition:
     ) -> AppendResult:
         """Validate and append the batches of one Produce partition entry.
 
-        Steps, as Kafka's UnifiedLog.append for a leader:
-        1. validate the v2 batch (magic, CRC32C, record counts, size, keys on compacted topics); a
-           produce carries exactly one batch per partition;
-        2. for a batch with a producer id: fence an older epoch, detect a duplicate retry (answer with
-           the offset it was first written at, append nothing), reject a sequence gap;
-        3. for a transactional batch: the coordinator must have this partition in the producer's
-           ongoing transaction (KIP-890 verification), and its first batch opens the transaction here;
-        4. assign offsets from the log end offset; stamp each batch's maxTimestamp: ``now_ms`` on a
+        Steps, in Kafka's order (KafkaApis, ReplicaManager.appendRecords, UnifiedLog.append):
+        1. one v2 batch per produce (ProduceRequest.validateRecords);
+        2. a transactional batch of a producer without a transaction open here at that epoch: the
+           coordinator must have this partition in the ongoing transaction of the request's
+           transactional id (KIP-890 verification; UnifiedLog.maybeStartTransactionVerification), so
+           even a retry of a batch whose transaction has ended is refused;
+        3. validate the batch (CRC32C, record counts, size, keys on compacted topics, timestamps);
+        4. for a batch with a producer id: fence an older epoch, detect a duplicate retry (answer with
+           the offset it was first written at, append nothing), reject a sequence gap; a
+           transactional batch opens the transaction here, a non-transactional one may not come
+           while one is open;
+        5. assign offsets from the log end offset; stamp each batch's maxTimestamp: ``now_ms`` on a
            LogAppendTime topic (the produce response reports it, -1 otherwise), the largest record
            timestamp on a CreateTime topic; append.
         """
@@ -274,6 +278,10 @@ class Partition:
         # payload may be a view into the request frame).
         batch = bytearray(payload)
         config = self.log.config
+        records.check_produce_request_records(batch, produce_version)
+        transactional = records.transactional_producer(batch)
+        if transactional is not None and not self._has_ongoing_transaction(*transactional):
+            verify_transaction(*transactional, self.topic, self.index)
         accepted = records.validate_produce_payload(
             batch,
             max_batch_bytes=max_message_bytes,
@@ -291,9 +299,7 @@ class Partition:
             duplicate = self._check_sequence(header)
             if duplicate is not None:
                 return AppendResult(duplicate.first_offset, duplicate.max_timestamp, True)
-            if header.is_transactional:
-                verify_transaction(header.producer_id, header.producer_epoch, self.topic, self.index)
-            elif header.producer_id in self.open_txn_first_offset:
+            if not header.is_transactional and header.producer_id in self.open_txn_first_offset:
                 raise BrokerError(
                     ErrorCode.INVALID_TXN_STATE,
                     f"producer {header.producer_id} sent a non-transactional batch during its transaction",
@@ -320,6 +326,13 @@ class Partition:
             offset += header.last_offset_delta + 1
         self.log.append(assigned, now_ms=now_ms)
         return AppendResult(base, log_append_time, False)
+
+    def _has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Kafka's UnifiedLog.hasOngoingTransaction: the producer's transaction is open here at this epoch."""
+        entry = self.producers.get(producer_id)
+        return (
+            producer_id in self.open_txn_first_offset and entry is not None and entry.epoch == producer_epoch
+        )
 
     def _check_sequence(self, header: records.BatchHeader) -> _BatchSeqs | None:
         """Idempotence rules of Kafka's ProducerAppendInfo; returns the batch this one duplicates."""

@@ -296,6 +296,17 @@ def iter_batches(
         pos += header.size
 
 
+def first_batch_is_transactional(buf: Buffer | None) -> bool:
+    """Whether the first batch of a Produce partition entry is marked transactional (Kafka's
+    RequestUtils.hasTransactionalRecords looks at that batch only; magic 0 and 1 have no such flag)."""
+    if buf is None or len(buf) < _ATTRIBUTES_OFFSET + _ATTRIBUTES.size:
+        return False
+    view = memoryview(buf)
+    if view[_MAGIC_OFFSET] != MAGIC:
+        return False
+    return bool(_ATTRIBUTES.unpack_from(view, _ATTRIBUTES_OFFSET)[0] & TRANSACTIONAL_FLAG)
+
+
 def _produce_batch_size(view: memoryview, pos: int) -> int | None:
     """Size of the complete batch at `pos`, or None if none fits (Kafka's ByteBufferLogInputStream)."""
     remaining = len(view) - pos
@@ -333,6 +344,36 @@ class AcceptedBatch:
     max_record_timestamp: int
 
 
+def check_produce_request_records(buf: Buffer, produce_version: int | None = None) -> int:
+    """Step 1 of :func:`validate_produce_payload` alone (Kafka's ProduceRequest.validateRecords, which
+    KafkaApis runs before anything else looks at the records): the size of the one v2 batch."""
+    view = memoryview(buf)
+    invalid = ErrorCode.INVALID_RECORD
+    requests = "Produce requests" + ("" if produce_version is None else f" with version {produce_version}")
+    size = _produce_batch_size(view, 0)
+    if size is None:
+        raise ProduceRequestRecordsError(
+            invalid, f"{requests} must have at least one record batch per partition"
+        )
+    if view[_MAGIC_OFFSET] != MAGIC:
+        raise ProduceRequestRecordsError(
+            invalid, f"{requests} are only allowed to contain record batches with magic version 2"
+        )
+    if _produce_batch_size(view, size) is not None:
+        raise ProduceRequestRecordsError(
+            invalid, f"{requests} are only allowed to contain exactly one record batch per partition"
+        )
+    return size
+
+
+def transactional_producer(buf: Buffer) -> tuple[int, int] | None:
+    """(producer id, epoch) of a v2 batch at the start of ``buf`` marked transactional, else None."""
+    if len(buf) < HEADER_SIZE or not first_batch_is_transactional(buf):
+        return None
+    header = parse_header(memoryview(buf))
+    return header.producer_id, header.producer_epoch
+
+
 def validate_produce_payload(
     buf: Buffer,
     *,
@@ -368,20 +409,7 @@ def validate_produce_payload(
     view = memoryview(buf)
     tp = topic_partition
     invalid = ErrorCode.INVALID_RECORD
-    requests = "Produce requests" + ("" if produce_version is None else f" with version {produce_version}")
-    size = _produce_batch_size(view, 0)
-    if size is None:
-        raise ProduceRequestRecordsError(
-            invalid, f"{requests} must have at least one record batch per partition"
-        )
-    if view[_MAGIC_OFFSET] != MAGIC:
-        raise ProduceRequestRecordsError(
-            invalid, f"{requests} are only allowed to contain record batches with magic version 2"
-        )
-    if _produce_batch_size(view, size) is not None:
-        raise ProduceRequestRecordsError(
-            invalid, f"{requests} are only allowed to contain exactly one record batch per partition"
-        )
+    size = check_produce_request_records(view, produce_version)
     if len(view) > size:
         raise BrokerError(
             ErrorCode.CORRUPT_MESSAGE,

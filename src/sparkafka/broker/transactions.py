@@ -42,6 +42,25 @@ from sparkafka.broker.journal import Journal
 
 log = logging.getLogger(__name__)
 
+# Kafka's offsets.topic.num.partitions default: a group's offsets live in partition
+# abs(groupId.hashCode) % 50 of __consumer_offsets, which AddOffsetsToTxn adds to the transaction.
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_PARTITIONS = 50
+
+
+def offsets_partition_for(group_id: str) -> int:
+    """Kafka's GroupCoordinator.partitionFor: Java's String.hashCode over UTF-16 code units, then
+    Utils.abs (Integer.MIN_VALUE maps to 0), modulo the offsets topic's partition count."""
+    hash_code = 0
+    units = group_id.encode("utf-16-be")
+    for index in range(0, len(units), 2):
+        hash_code = (31 * hash_code + (units[index] << 8 | units[index + 1])) & 0xFFFFFFFF
+    if hash_code >= 1 << 31:
+        hash_code -= 1 << 32
+    magnitude = 0 if hash_code == -(1 << 31) else abs(hash_code)
+    return magnitude % OFFSETS_TOPIC_PARTITIONS
+
+
 # Kafka bumps to a new producer id once the epoch would reach Short.MaxValue.
 _MAX_EPOCH = 32767 - 1
 _PRODUCER_ID_BLOCK = 1000
@@ -110,6 +129,16 @@ class TransactionMetadata:
             last_producer_epoch=entry.get("last_epoch", -1),
             previous_producer_id=entry.get("previous_pid", -1),
         )
+
+
+class TransactionVerificationError(BrokerError):
+    """A transactional batch the coordinator's verification refused. Kafka answers these before the
+    log is involved (no log start offset in the Produce response); ``kafka_text`` is the error message
+    Kafka's response carries (ReplicaManager's custom messages), None where it sends none."""
+
+    def __init__(self, code: ErrorCode, message: str, *, kafka_text: str | None = None) -> None:
+        super().__init__(code, message)
+        self.kafka_text = kafka_text
 
 
 # (topic, partition, producer id, epoch, commit) -> writes a marker if the partition holds the
@@ -253,7 +282,15 @@ class TransactionCoordinator:
 
     # -- validation shared by the transactional requests -------------------------------------------
 
-    def _owned(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
+    def _owned(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, *, ending: bool = False
+    ) -> TransactionMetadata:
+        """The transaction of ``transactional_id`` if this producer owns it, checked in Kafka's order:
+        an empty id (INVALID_REQUEST), the producer id (INVALID_PRODUCER_ID_MAPPING), the epoch
+        (PRODUCER_FENCED), then a decided transaction still completing (CONCURRENT_TRANSACTIONS; for
+        EndTxn, ``ending``, the caller tells a retry from a contradiction)."""
+        if not transactional_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id must not be empty")
         txn = self.transactions.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
             raise BrokerError(
@@ -267,7 +304,7 @@ class TransactionCoordinator:
                 f"producer {producer_id} epoch {producer_epoch} of transactional id {transactional_id!r} "
                 f"was fenced by epoch {txn.producer_epoch}",
             )
-        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and not ending:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         return txn
 
@@ -317,39 +354,65 @@ class TransactionCoordinator:
                 f"TxnOffsetCommit for group {group_id!r} before AddOffsetsToTxn in this transaction",
             )
 
-    def verify_partition(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> None:
-        """KIP-890 part 1: a transactional batch is accepted only for a partition added to the
-        producer's ongoing transaction, with the current epoch."""
-        txn = self._by_producer_id.get(producer_id)
-        if txn is None:
-            raise BrokerError(
+    def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> None:
+        """KIP-890 part 1: a transactional batch is accepted only for a partition added to the ongoing
+        transaction of the Produce request's transactional id, by its current producer and epoch.
+
+        The errors are those Kafka's produce path makes of the coordinator's verification answer
+        (TransactionCoordinator.handleVerifyPartitionsInTransaction, AddPartitionsToTxnManager,
+        ReplicaManager.appendRecords, for Produce up to v10): an empty id INVALID_REQUEST; another
+        producer INVALID_PRODUCER_ID_MAPPING; another epoch INVALID_PRODUCER_EPOCH; a decided
+        transaction still completing NOT_ENOUGH_REPLICAS (retriable, "Unable to verify …"); a
+        partition not in an ongoing transaction INVALID_TXN_STATE ("Partition was not added to the
+        transaction")."""
+        if not transactional_id:
+            raise TransactionVerificationError(
+                ErrorCode.INVALID_REQUEST, "the transactional id must not be empty"
+            )
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            raise TransactionVerificationError(
                 ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                f"producer {producer_id} has no transactional id on this coordinator; "
-                "call InitProducerId first",
+                f"producer {producer_id} is not the current producer of transactional id "
+                f"{transactional_id!r}; call InitProducerId first",
             )
-        if txn.producer_epoch > producer_epoch:
-            raise BrokerError(
+        if txn.producer_epoch != producer_epoch:
+            raise TransactionVerificationError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer {producer_id} epoch {producer_epoch} was fenced by epoch {txn.producer_epoch}",
+                f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
+                f"{txn.producer_epoch} of transactional id {transactional_id!r}",
             )
-        if (
-            txn.producer_epoch != producer_epoch
-            or txn.state is not TxnState.ONGOING
-            or (topic, partition) not in txn.partitions
-        ):
-            raise BrokerError(
+        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            text = (
+                "Unable to verify the partition has been added to the transaction. Underlying error: "
+                "CONCURRENT_TRANSACTIONS"
+            )
+            raise TransactionVerificationError(ErrorCode.NOT_ENOUGH_REPLICAS, text, kafka_text=text)
+        if txn.state is not TxnState.ONGOING or (topic, partition) not in txn.partitions:
+            text = "Partition was not added to the transaction"
+            raise TransactionVerificationError(
                 ErrorCode.INVALID_TXN_STATE,
-                f"producer {producer_id} has no ongoing transaction containing {topic}-{partition}; "
+                f"{text}: {topic}-{partition} is not in an ongoing transaction of {transactional_id!r}; "
                 "AddPartitionsToTxn must come first",
+                kafka_text=text,
             )
 
     # -- EndTxn and aborts ------------------------------------------------------------------------
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        txn = self._owned(transactional_id, producer_id, producer_epoch)
+        """EndTxn as Kafka's TransactionCoordinator.endTransaction: Ongoing is decided; the outcome
+        asked for again while it completes is CONCURRENT_TRANSACTIONS, and once complete a success;
+        the other outcome, or no transaction (Empty), is INVALID_TXN_STATE."""
+        txn = self._owned(transactional_id, producer_id, producer_epoch, ending=True)
         if txn.state is TxnState.ONGOING:
             self._complete(txn, commit)
             return
+        if (txn.state is TxnState.PREPARE_COMMIT and commit) or (
+            txn.state is TxnState.PREPARE_ABORT and not commit
+        ):
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction is completing")
         # A retried EndTxn whose first attempt completed is answered with success, as Kafka does.
         if (txn.state is TxnState.COMPLETE_COMMIT and commit) or (
             txn.state is TxnState.COMPLETE_ABORT and not commit

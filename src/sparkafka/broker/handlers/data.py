@@ -12,13 +12,14 @@ from kafka.protocol.admin import DeleteRecordsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.producer import ProduceResponse
 
-from sparkafka.broker import fastpath
+from sparkafka.broker import fastpath, records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.fastpath import Buffer, PartitionFetchResult, PartitionProduceResult
 from sparkafka.broker.log import FileRegion
 from sparkafka.broker.protocol import ApiKey
 from sparkafka.broker.records import ProduceRequestRecordsError, RecordValidationError
+from sparkafka.broker.transactions import TransactionVerificationError
 
 if TYPE_CHECKING:
     from sparkafka.broker.partition import Partition
@@ -73,12 +74,31 @@ ProduceTopics = Iterable[tuple[str, Iterable[tuple[int, Buffer | None]]]]
 
 
 def _produce(
-    broker: Broker, acks: int, topics: ProduceTopics, version: int
+    broker: Broker, acks: int, transactional_id: str | None, topics: ProduceTopics, version: int
 ) -> list[tuple[str, list[PartitionProduceResult]]]:
     """Append each partition's batches and say how each went; shared by the general and fast paths.
 
     Every partition is attempted independently: one partition's failure never blocks another's
-    append, and each error names the partition and the reason."""
+    append, and each error names the partition and the reason. Transactional batches are verified
+    against the request's transactional id; with none, a request carrying any is refused as a whole
+    (KafkaApis: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition)."""
+    topics = [(name, list(partition_data)) for name, partition_data in topics]
+    if transactional_id is None and any(
+        records.first_batch_is_transactional(data)
+        for _, partition_data in topics
+        for _, data in partition_data
+    ):
+        refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return [
+            (name, [PartitionProduceResult(index, error_code=refused) for index, _ in partition_data])
+            for name, partition_data in topics
+        ]
+
+    def verify_transaction(producer_id: int, producer_epoch: int, topic: str, index: int) -> None:
+        broker.transactions.verify_partition(
+            transactional_id or "", producer_id, producer_epoch, topic, index
+        )
+
     acks_ok = acks in (-1, 0, 1)
     responses: list[tuple[str, list[PartitionProduceResult]]] = []
     appended = False
@@ -87,7 +107,7 @@ def _produce(
     for name, partition_data in topics:
         topic = known_topics.get(name)
         results: list[PartitionProduceResult] = []
-        for index, records in partition_data:
+        for index, data in partition_data:
             result = PartitionProduceResult(index)
             partition: Partition | None = None
             try:
@@ -98,13 +118,13 @@ def _produce(
                 if topic is None:
                     raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
                 partition = broker.partition(topic.name, index)
-                if records is None:
+                if data is None:
                     raise BrokerError(ErrorCode.INVALID_RECORD, "produce request without records")
                 appended_at = partition.append_from_client(
-                    records,
+                    data,
                     now_ms=now,
                     max_message_bytes=partition.log.config.max_message_bytes,
-                    verify_transaction=broker.transactions.verify_partition,
+                    verify_transaction=verify_transaction,
                     produce_version=version,
                 )
                 result.base_offset = appended_at.base_offset
@@ -113,15 +133,18 @@ def _produce(
                 appended = appended or not appended_at.duplicate
             except BrokerError as exc:
                 result.error_code = exc.code
+                # Kafka sends its own text only with the errors that have one
+                # (LogAppendResult.hasCustomErrorMessage): record validation, and some verifications.
                 if isinstance(exc, RecordValidationError):
-                    # Produce v8+: which records of the batch were rejected and why (KIP-467); the only
-                    # append error whose own text Kafka sends (LogAppendResult.hasCustomErrorMessage).
+                    # Produce v8+: which records of the batch were rejected and why (KIP-467).
                     result.record_errors = list(exc.record_errors)
                     result.error_message = exc.message
+                elif isinstance(exc, TransactionVerificationError):
+                    result.error_message = exc.kafka_text
                 if (
                     partition is not None
                     and exc.code not in _NO_LOG_START_OFFSET_ERRORS
-                    and not isinstance(exc, ProduceRequestRecordsError)
+                    and not isinstance(exc, (ProduceRequestRecordsError, TransactionVerificationError))
                 ):
                     result.log_start_offset = partition.log_start_offset
                 log.debug("produce to %s-%d rejected: %s", name, index, exc.message)
@@ -137,6 +160,7 @@ async def produce(broker: Broker, request: Any, context: RequestContext) -> Any:
     results = _produce(
         broker,
         request.acks,
+        request.transactional_id,
         ((t.name, ((p.index, p.records) for p in t.partition_data)) for t in request.topic_data),
         context.version,
     )
@@ -205,7 +229,7 @@ async def produce_frame(broker: Broker, frame: Buffer, context: RequestContext) 
     request = fastpath.decode_produce_request(frame, context.version)
     if request is None:
         return NOT_HANDLED
-    results = _produce(broker, request.acks, request.topics, context.version)
+    results = _produce(broker, request.acks, request.transactional_id, request.topics, context.version)
     if request.acks == 0:
         return _unanswered_produce(results, context)
     return fastpath.encode_produce_response(context.version, context.correlation_id, results)

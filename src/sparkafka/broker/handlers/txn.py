@@ -23,7 +23,7 @@ from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.handlers.groups import requested_offsets
 from sparkafka.broker.topics import validate_topic_name
-from sparkafka.broker.transactions import TxnState
+from sparkafka.broker.transactions import OFFSETS_TOPIC, TxnState, offsets_partition_for
 
 if TYPE_CHECKING:
     from sparkafka.broker.server import Broker, RequestContext
@@ -38,6 +38,12 @@ def _for_version(error: ErrorCode, version: int, first_version_with_fenced: int)
 
 async def init_producer_id(broker: Broker, request: Any, context: RequestContext) -> Any:
     try:
+        if context.version >= 3 and (request.producer_id == -1) != (request.producer_epoch == -1):
+            # KafkaApis.handleInitProducerIdRequest: a producer id and epoch come together or not at all.
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f"producer id {request.producer_id} and epoch {request.producer_epoch}: give both or neither",
+            )
         producer_id, epoch = broker.transactions.init_producer_id(
             request.transactional_id,
             request.transaction_timeout_ms,
@@ -103,30 +109,33 @@ async def end_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
 
 
 async def txn_offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """As KafkaApis.handleTxnOffsetCommitRequest: partitions this broker lacks are answered
+    UNKNOWN_TOPIC_OR_PARTITION first and take no further part (with none left, nothing else is
+    asked); the transaction's and the group's checks then answer for the others."""
     offsets = requested_offsets(request.topics, with_leader_epoch=context.version >= 2)
-    errors: dict[tuple[str, int], ErrorCode] = {}
+    unknown = {tp for tp in offsets if tp not in broker.partitions}
+    errors: dict[tuple[str, int], ErrorCode] = dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    error = ErrorCode.NONE
     try:
-        broker.transactions.verify_offset_commit(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
-        )
-        error = ErrorCode.NONE
-        if context.version >= 3:
-            error = broker.groups.validate_txn_offset_commit_member(
-                group_id=request.group_id,
-                generation_id=request.generation_id,
-                member_id=request.member_id,
-                group_instance_id=request.group_instance_id,
+        if len(unknown) < len(offsets):
+            broker.transactions.verify_offset_commit(
+                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
             )
-        if error == ErrorCode.NONE:
-            unknown = {tp for tp in offsets if tp not in broker.partitions}
-            errors = dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            errors.update(
-                broker.groups.stage_transactional_offsets(
+            if context.version >= 3:
+                error = broker.groups.validate_txn_offset_commit_member(
                     group_id=request.group_id,
-                    producer_id=request.producer_id,
-                    offsets={tp: v for tp, v in offsets.items() if tp not in unknown},
+                    generation_id=request.generation_id,
+                    member_id=request.member_id,
+                    group_instance_id=request.group_instance_id,
                 )
-            )
+            if error == ErrorCode.NONE:
+                errors.update(
+                    broker.groups.stage_transactional_offsets(
+                        group_id=request.group_id,
+                        producer_id=request.producer_id,
+                        offsets={tp: v for tp, v in offsets.items() if tp not in unknown},
+                    )
+                )
     except BrokerError as exc:
         # TxnOffsetCommit reports a stale epoch as INVALID_PRODUCER_EPOCH in every version (it is
         # validated like a produce to the offsets partition).
@@ -201,7 +210,9 @@ async def describe_producers(broker: Broker, request: Any, context: RequestConte
 
 
 async def list_transactions(broker: Broker, request: Any, context: RequestContext) -> Any:
-    known_states = {s.value for s in TxnState}
+    # Kafka's TransactionState.fromName knows two states this coordinator never enters (a removed
+    # id, and the fence of a timed-out transaction, which here aborts at once): not "unknown".
+    known_states = {s.value for s in TxnState} | {"Dead", "PrepareEpochFence"}
     state_filters = set(request.state_filters or [])
     producer_filters = set(request.producer_id_filters or [])
     min_duration = request.duration_filter if context.version >= 1 else -1
@@ -263,7 +274,9 @@ async def describe_transactions(broker: Broker, request: Any, context: RequestCo
             )
             continue
         by_topic: dict[str, list[int]] = {}
-        for topic, index in sorted(txn.partitions):
+        # AddOffsetsToTxn adds the group's offsets partition to the transaction (KafkaApis).
+        offsets_partitions = {(OFFSETS_TOPIC, offsets_partition_for(group)) for group in txn.groups}
+        for topic, index in sorted(txn.partitions | offsets_partitions):
             by_topic.setdefault(topic, []).append(index)
         states.append(
             state_class(
