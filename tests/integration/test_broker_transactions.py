@@ -586,3 +586,56 @@ def test_transactional_requests_are_checked_as_kafka_checks_them(
             0,
         )
         assert listed.unknown_state_filters == ["Nonsense"]
+
+
+def test_idle_transactional_ids_expire_as_kafka_expires_them(tmp_path, topic_name: str) -> None:
+    """transactional.id.expiration.ms: after a committed transaction and no change for that long, the
+    id is unknown to DescribeTransactions and ListTransactions, also after a restart."""
+    from kafka.protocol.admin import (
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        ListTransactionsRequest,
+        ListTransactionsResponse,
+    )
+
+    args = [
+        "--transactional-id-expiration-ms",
+        "1000",
+        "--transactional-id-expiration-check-interval-ms",
+        "200",
+    ]
+    transactional_id = f"expiring-{topic_name}"
+    with BrokerProcess(tmp_path / "data", extra_args=args) as short_broker:
+        create_topic(short_broker.bootstrap_servers, topic_name)
+        writer = transactional_producer(short_broker.bootstrap_servers, transactional_id)
+        writer.init_transactions(30)
+        writer.begin_transaction()
+        writer.produce(topic_name, value=b"kept")
+        writer.commit_transaction(30)
+
+        def known() -> tuple[int, bool]:
+            with RawConnection(short_broker.port) as connection:
+                described = connection.roundtrip(
+                    DescribeTransactionsRequest(transactional_ids=[transactional_id]),
+                    DescribeTransactionsResponse,
+                    0,
+                )
+                listed = connection.roundtrip(
+                    ListTransactionsRequest(state_filters=[], producer_id_filters=[]),
+                    ListTransactionsResponse,
+                    0,
+                )
+            return (
+                described.transaction_states[0].error_code,
+                transactional_id in {s.transactional_id for s in listed.transaction_states},
+            )
+
+        assert known() == (ErrorCode.NONE, True)
+        deadline = time.monotonic() + 10
+        while known() != (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, False) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert known() == (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, False)
+        short_broker.terminate()
+        short_broker.start()
+        assert known() == (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, False)
+        assert values(read_all(short_broker.bootstrap_servers, topic_name, expect=1)) == [b"kept"]

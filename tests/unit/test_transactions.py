@@ -157,6 +157,39 @@ def test_the_last_epoch_survives_a_restart(journal_path: Path, markers: Markers,
         journal.close()
 
 
+def test_idle_transactional_ids_expire_for_good_and_open_ones_stay(
+    journal_path: Path, markers: Markers, clock: Clock
+) -> None:
+    """TransactionStateManager.removeExpiredTransactionalIds: an id in Empty, CompleteCommit or
+    CompleteAbort unchanged for transactional.id.expiration.ms is removed (a tombstone first, so a
+    restart does not bring it back); one with an open transaction stays; a removed id starts anew."""
+    expiration_ms = 60_000
+    journal = Journal(journal_path)
+    coordinator = _coordinator(journal, markers, clock)
+    coordinator.transactional_id_expiration_ms = expiration_ms
+    idle_pid, _ = coordinator.init_producer_id("idle", TIMEOUT_MS)
+    done_pid, done_epoch = coordinator.init_producer_id("done", TIMEOUT_MS)
+    coordinator.add_partitions("done", done_pid, done_epoch, [("out", 0)])
+    coordinator.end_txn("done", done_pid, done_epoch, commit=True)
+    open_pid, open_epoch = coordinator.init_producer_id("open", 10 * expiration_ms)
+    coordinator.add_partitions("open", open_pid, open_epoch, [("out", 1)])
+    clock.now += expiration_ms - 1
+    assert coordinator.remove_expired_transactional_ids() == 0
+    clock.now += 1
+    assert coordinator.remove_expired_transactional_ids() == 2
+    assert set(coordinator.transactions) == {"open"}
+    assert coordinator.by_producer_id(idle_pid) is None and coordinator.by_producer_id(done_pid) is None
+    journal.close()
+    journal = Journal(journal_path)
+    try:
+        restarted = _coordinator(journal, markers, clock)
+        assert set(restarted.transactions) == {"open"}
+        new_pid, new_epoch = restarted.init_producer_id("idle", TIMEOUT_MS)
+        assert new_pid not in (idle_pid, done_pid, open_pid) and new_epoch == 0
+    finally:
+        journal.close()
+
+
 def test_an_empty_transactional_id_is_an_invalid_request(coordinator: TransactionCoordinator) -> None:
     assert _error(coordinator.init_producer_id, "", TIMEOUT_MS) == ErrorCode.INVALID_REQUEST
     # Before anything else is looked at, in every transactional request (KafkaApis, the coordinator).

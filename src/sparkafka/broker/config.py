@@ -31,6 +31,11 @@ class BrokerConfig:
     # How often timed-out transactions are looked for
     # (Kafka: transaction.abort.timed.out.transaction.cleanup.interval.ms)
     transaction_abort_check_interval_ms: int = 10_000
+    # transactional.id.expiration.ms and transaction.remove.expired.transaction.cleanup.interval.ms:
+    # the coordinator forgets a transactional id with no open transaction once it has not changed
+    # for this long.
+    transactional_id_expiration_ms: int = 604_800_000
+    transactional_id_expiration_check_interval_ms: int = 3_600_000
     # auto.create.topics.enable / num.partitions
     auto_create_topics: bool = True
     default_partitions: int = 1
@@ -58,6 +63,10 @@ class BrokerConfig:
         self.data_dir = Path(self.data_dir)
         if self.default_partitions < 1:
             raise ValueError(f"default partitions must be at least 1, got {self.default_partitions}")
+        if self.transactional_id_expiration_ms < 1:
+            raise ValueError(
+                f"transactional.id.expiration.ms must be positive, got {self.transactional_id_expiration_ms}"
+            )
         if self.transaction_max_timeout_ms < 1:
             raise ValueError(
                 f"transaction.max.timeout.ms must be positive, got {self.transaction_max_timeout_ms}"

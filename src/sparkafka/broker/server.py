@@ -99,6 +99,7 @@ class Broker:
         self.transactions = TransactionCoordinator(
             self._transaction_journal,
             max_timeout_ms=config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
             write_marker=self._write_marker,
             complete_offsets=lambda group, pid, commit: self.groups.complete_transaction(
                 group_id=group, producer_id=pid, commit=commit
@@ -387,6 +388,12 @@ class Broker:
             ),
             asyncio.create_task(
                 self._every(self.config.producer_id_expiration_check_interval_ms, self._expire_producers)
+            ),
+            asyncio.create_task(
+                self._every(
+                    self.config.transactional_id_expiration_check_interval_ms,
+                    self.transactions.remove_expired_transactional_ids,
+                )
             ),
         ]
 

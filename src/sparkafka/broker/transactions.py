@@ -156,6 +156,7 @@ class TransactionCoordinator:
         journal: Journal,
         *,
         max_timeout_ms: int,
+        transactional_id_expiration_ms: int = 604_800_000,
         write_marker: MarkerWriter,
         complete_offsets: OffsetCompleter,
         partition_exists: PartitionExists,
@@ -163,6 +164,7 @@ class TransactionCoordinator:
     ) -> None:
         self._journal = journal
         self.max_timeout_ms = max_timeout_ms
+        self.transactional_id_expiration_ms = transactional_id_expiration_ms
         self._write_marker = write_marker
         self._complete_offsets = complete_offsets
         self._partition_exists = partition_exists
@@ -174,6 +176,8 @@ class TransactionCoordinator:
         for entry in journal.replay():
             if entry["type"] == "txn":
                 self._index(TransactionMetadata.from_entry(entry))
+            elif entry["type"] == "txn_removed":
+                self._forget(entry["id"])
             elif entry["type"] == "pid_block":
                 self._next_producer_id = self._producer_id_limit = entry["limit"]
 
@@ -188,6 +192,35 @@ class TransactionCoordinator:
             del self._by_producer_id[previous.producer_id]
         self.transactions[txn.transactional_id] = txn
         self._by_producer_id[txn.producer_id] = txn
+
+    def _forget(self, transactional_id: str) -> None:
+        txn = self.transactions.pop(transactional_id, None)
+        if txn is not None and self._by_producer_id.get(txn.producer_id) is txn:
+            del self._by_producer_id[txn.producer_id]
+
+    def remove_expired_transactional_ids(self) -> int:
+        """Forget transactional ids whose state has not changed for transactional.id.expiration.ms and
+        that hold no transaction (Empty, CompleteCommit, CompleteAbort), as Kafka's
+        TransactionStateManager.removeExpiredTransactionalIds: each removal is journaled first (Kafka's
+        tombstone), so a restart does not bring the id back. Such an id is unknown afterwards
+        (ListTransactions, DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND), and InitProducerId gives
+        it a new producer id at epoch 0. Returns how many were removed."""
+        oldest_kept = self._now_ms() - self.transactional_id_expiration_ms
+        expired = [
+            txn.transactional_id
+            for txn in self.transactions.values()
+            if txn.state in _COMPLETED and txn.last_update_ms <= oldest_kept
+        ]
+        for transactional_id in expired:
+            self._journal.append({"type": "txn_removed", "id": transactional_id})
+            self._forget(transactional_id)
+        if expired:
+            log.info(
+                "removed %d transactional id(s) unchanged for transactional.id.expiration.ms=%d",
+                len(expired),
+                self.transactional_id_expiration_ms,
+            )
+        return len(expired)
 
     def _persist(self, txn: TransactionMetadata) -> None:
         txn.last_update_ms = self._now_ms()

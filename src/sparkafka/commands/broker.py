@@ -36,6 +36,20 @@ def broker(
         help="How often timed-out transactions are aborted "
         "(Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms).",
     ),
+    transactional_id_expiration_ms: int = typer.Option(
+        604_800_000,
+        "--transactional-id-expiration-ms",
+        min=1,
+        help="Kafka's transactional.id.expiration.ms: a transactional id without an open transaction "
+        "is forgotten once unchanged this long.",
+    ),
+    transactional_id_expiration_check_interval_ms: int = typer.Option(
+        3_600_000,
+        "--transactional-id-expiration-check-interval-ms",
+        min=1,
+        help="How often expired transactional ids are removed "
+        "(Kafka's transaction.remove.expired.transaction.cleanup.interval.ms).",
+    ),
     retention_check_interval_ms: int = typer.Option(
         300_000,
         "--retention-check-interval-ms",
@@ -92,6 +106,8 @@ def broker(
         data_dir=data_dir or default_data_dir(),
         transaction_max_timeout_ms=transaction_max_timeout_ms,
         transaction_abort_check_interval_ms=transaction_abort_check_interval_ms,
+        transactional_id_expiration_ms=transactional_id_expiration_ms,
+        transactional_id_expiration_check_interval_ms=transactional_id_expiration_check_interval_ms,
         retention_check_interval_ms=retention_check_interval_ms,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
