@@ -815,3 +815,119 @@ def test_delete_records_checks_the_policy_before_the_offset(broker: BrokerProces
     assert delete(unbounded, 100) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
     assert delete(unbounded, 2) == (ErrorCode.NONE, 2)
     assert delete(unbounded, -1) == (ErrorCode.NONE, 3)
+
+
+def test_group_requests_answer_as_kafka_4(broker: BrokerProcess, topic_name: str) -> None:
+    """KafkaApis before the group coordinator: an OffsetCommit of only unknown partitions asks no
+    coordinator (no group comes of it); SyncGroup v5 without protocol type or name is
+    INCONSISTENT_GROUP_PROTOCOL; FindCoordinator's old versions say "NONE" on success and name no node
+    on an error; OffsetFetch has an entry for every topic asked for; ListGroups trims state names."""
+    from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+    from kafka.protocol.consumer import (
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetFetchRequest,
+        OffsetFetchResponse,
+        SyncGroupRequest,
+        SyncGroupResponse,
+    )
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    group = f"simple-{topic_name}"
+    topic_class = OffsetCommitRequest.OffsetCommitRequestTopic
+    with RawConnection(broker.port) as connection:
+        committed = connection.roundtrip(
+            OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                group_instance_id=None,
+                retention_time_ms=-1,
+                topics=[
+                    topic_class(
+                        name="no-such-topic",
+                        partitions=[
+                            topic_class.OffsetCommitRequestPartition(
+                                partition_index=0,
+                                committed_offset=3,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            )
+                        ],
+                    )
+                ],
+            ),
+            OffsetCommitResponse,
+            8,
+        )
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        listed = connection.roundtrip(
+            ListGroupsRequest(states_filter=[], types_filter=[]), ListGroupsResponse, 5
+        )
+        assert group not in {g.group_id for g in listed.groups}
+
+        synced = connection.roundtrip(
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=1,
+                member_id="m",
+                group_instance_id=None,
+                protocol_type=None,
+                protocol_name="range",
+                assignments=[],
+            ),
+            SyncGroupResponse,
+            5,
+        )
+        assert synced.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+        found = connection.roundtrip(
+            FindCoordinatorRequest(key=group, key_type=0), FindCoordinatorResponse, 3
+        )
+        assert (found.error_code, found.error_message, found.port) == (0, "NONE", broker.port)
+        unknown_type = connection.roundtrip(
+            FindCoordinatorRequest(key=group, key_type=7), FindCoordinatorResponse, 3
+        )
+        assert (unknown_type.error_code, unknown_type.node_id, unknown_type.host, unknown_type.port) == (
+            ErrorCode.INVALID_REQUEST,
+            -1,
+            "",
+            -1,
+        )
+        assert unknown_type.error_message.startswith(
+            "This most likely occurs because of a request being malformed"
+        )
+
+        sender = producer(broker.bootstrap_servers)
+        sender.produce(topic_name, value=b"v")
+        assert sender.flush(10) == 0
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
+        consumer.commit(offsets=[TopicPartition(topic_name, 0, 1)], asynchronous=False)
+        consumer.close()
+        listed = connection.roundtrip(
+            ListGroupsRequest(states_filter=[" Empty "], types_filter=[]), ListGroupsResponse, 5
+        )
+        assert group in {g.group_id for g in listed.groups}
+        fetch_topic = OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics
+        fetched = connection.roundtrip(
+            OffsetFetchRequest(
+                groups=[
+                    OffsetFetchRequest.OffsetFetchRequestGroup(
+                        group_id=group,
+                        topics=[
+                            fetch_topic(name=topic_name, partition_indexes=[0]),
+                            fetch_topic(name="no-partitions", partition_indexes=[]),
+                        ],
+                    )
+                ],
+                require_stable=False,
+            ),
+            OffsetFetchResponse,
+            8,
+        )
+        answered = [
+            (t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
+            for t in fetched.groups[0].topics
+        ]
+        assert answered == [(topic_name, [(0, 1)]), ("no-partitions", [])]

@@ -464,6 +464,69 @@ def test_join_validation_errors(tmp_path: Path) -> None:
     run(scenario)
 
 
+def test_a_rebalance_from_empty_waits_for_arrivals_at_any_generation(tmp_path: Path) -> None:
+    """Kafka 4's addMemberThenRebalanceOrCompleteJoin: while a rebalance that started from Empty is
+    delayed (group.initial.rebalance.delay.ms), each new member extends the delay, whatever the
+    generation: every member of a restarted application lands in one generation."""
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path, initial_rebalance_delay_ms=100)
+        first = harness.join(client_id="old")
+        await harness.settle()
+        harness.clock.advance(100)
+        await harness.settle()
+        old = first.result()
+        await harness.settle()
+        harness.sync(old, {old.member_id: b"p"})
+        await harness.settle()
+        await harness.leave(old)
+        assert harness.state() == "Empty"
+
+        joins = [harness.join(client_id="a")]
+        await harness.settle()
+        for client in ("b", "c"):
+            harness.clock.advance(60)
+            await harness.settle()
+            joins.append(harness.join(client_id=client))
+            await harness.settle()
+            harness.clock.advance(40)
+            await harness.settle()
+            assert not any(join.done() for join in joins), f"the join completed before {client} arrived"
+        harness.clock.advance(100)
+        await harness.settle()
+        results = [join.result() for join in joins]
+        assert {r.error for r in results} == {ErrorCode.NONE}
+        assert len({r.generation_id for r in results}) == 1 and results[0].generation_id > 1
+        leader = next(r for r in results if r.member_id == r.leader)
+        assert len(leader.members) == 3
+
+    run(scenario)
+
+
+def test_a_member_refused_for_the_group_size_does_not_complete_the_join(tmp_path: Path) -> None:
+    """classicGroupJoinToClassicGroup: GROUP_MAX_SIZE_REACHED removes the member and answers; the
+    join phase then completes on its own timer, even though everyone left has joined."""
+
+    async def scenario() -> None:
+        harness = Harness(tmp_path, max_group_size=2)
+        one, two = await harness.form_group(2)
+        rejoin = harness.join(one.member_id)  # a rebalance, waiting for `two`
+        third = harness.join(client_id="third")  # accepted: one member awaits its join so far
+        await harness.settle()
+        assert harness.state() == "PreparingRebalance"
+        # Two members await their join: the group is full for anyone else, `two` included.
+        refused = await harness.join(two.member_id)
+        assert refused.error is ErrorCode.GROUP_MAX_SIZE_REACHED
+        await harness.settle()
+        assert not rejoin.done() and not third.done()
+        harness.clock.advance(REBALANCE_TIMEOUT_MS)
+        await harness.settle()
+        members = {m.member_id for m in (rejoin.result().members or third.result().members)}
+        assert members == {one.member_id, third.result().member_id}
+
+    run(scenario)
+
+
 def test_group_max_size(tmp_path: Path) -> None:
     async def scenario() -> None:
         harness = Harness(tmp_path, max_group_size=1)
@@ -1058,7 +1121,11 @@ def test_offsets_of_deleted_partitions_are_forgotten_for_good(tmp_path: Path) ->
         deleted: NO_OFFSET,  # neither the committed nor the pending transactional offset
         kept: FetchedOffset(7, -1, "", ErrorCode.NONE),
     }
-    # An Empty group left without offsets is deleted, as Kafka does.
+    # An Empty group left without offsets stays until the next expiry round, as in Kafka 4
+    # (OffsetMetadataManager.onTopicsDeleted writes offset tombstones only), then goes.
+    assert [listed.group_id for listed in harness.coordinator.list_groups()] == [GROUP, "only-gone"]
+    harness.clock.advance(600_000)
+    harness.coordinator.expire_sessions()
     assert [listed.group_id for listed in harness.coordinator.list_groups()] == [GROUP]
     harness.coordinator.complete_transaction(group_id=GROUP, producer_id=3, commit=True)
     assert harness.fetch([deleted]) == {deleted: NO_OFFSET}
@@ -1206,6 +1273,24 @@ def test_offsets_of_a_simple_group_expire_after_retention_and_the_group_goes_awa
     assert harness.coordinator.list_groups() == []
     harness.restart()
     assert harness.coordinator.list_groups() == []
+
+
+def test_an_offset_with_a_pending_transactional_offset_outlives_its_retention(tmp_path: Path) -> None:
+    """OffsetMetadataManager.cleanupExpiredOffsets: an expired offset whose partition has a pending
+    transactional offset stays until the transaction ends."""
+    harness = Harness(tmp_path, offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
+    harness.commit({("t", 0): (5, -1, ""), ("t", 1): (6, -1, "")})
+    harness.coordinator.stage_transactional_offsets(
+        group_id=GROUP, producer_id=3, offsets={("t", 0): (9, -1, "")}
+    )
+    harness.clock.advance(61_000)
+    harness.coordinator.expire_sessions()
+    assert harness.fetch([("t", 0), ("t", 1)]) == {
+        ("t", 0): FetchedOffset(5, -1, "", ErrorCode.NONE),
+        ("t", 1): NO_OFFSET,
+    }
+    harness.coordinator.complete_transaction(group_id=GROUP, producer_id=3, commit=True)
+    assert harness.fetch([("t", 0)])[("t", 0)].offset == 9
 
 
 def test_shutdown_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> None:

@@ -579,7 +579,7 @@ class _Group:
     def has_offsets(self) -> bool:
         return bool(self.offsets) or bool(self.pending_txn_offsets)
 
-    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    def expirable_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
         """Kafka's offset expiration condition (KIP-211):
 
         * consumer-managed group (protocol type set) that is Empty: all offsets, once the group has
@@ -603,6 +603,13 @@ class _Group:
             tp
             for tp, committed in self.offsets.items()
             if tp[0] not in subscribed and now_ms - committed.commit_timestamp_ms >= retention_ms
+        ]
+
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+        """:meth:`expirable_offsets` whose partition has no transactional offset pending
+        (OffsetMetadataManager.cleanupExpiredOffsets keeps those until the transaction ends)."""
+        return [
+            tp for tp in self.expirable_offsets(now_ms, retention_ms) if not self.has_pending_txn_offset(tp)
         ]
 
 
@@ -792,9 +799,11 @@ class GroupCoordinator:
 
         result: JoinGroupResult | asyncio.Future[JoinGroupResult]
         if not self._accept_joining_member(group, member_id):
+            # Kafka removes the member and answers, nothing more: the join phase completes on its
+            # timer or with the next join or leave, not because this member is gone.
             self._remove_member_quietly(group, member_id)
-            result = _join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)
-        elif group.state is GroupState.DEAD:
+            return _join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)
+        if group.state is GroupState.DEAD:
             result = _join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         elif not group.supports_protocols(request.protocol_type, request.protocol_names()):
             result = _join_error(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -911,8 +920,9 @@ class GroupCoordinator:
             protocols=request.protocols,
             is_new=True,
         )
-        # Only the very first rebalance (generation 0) is stretched by newly arriving members.
-        if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
+        # A rebalance that started from Empty (the delayed initial join, at any generation) is
+        # stretched by newly arriving members (Kafka 4: previousState() == EMPTY).
+        if group.state is GroupState.PREPARING_REBALANCE and group.initial_join is not None:
             group.new_member_added = True
         group.add(member, waiter)
         # A parked new member cannot heartbeat and a disconnect goes unnoticed while it is parked, so it
@@ -1373,7 +1383,7 @@ class GroupCoordinator:
         names case-insensitively, and None or [] means every state.  Raises BrokerError
         (COORDINATOR_NOT_AVAILABLE) after shutdown."""
         self._require_running("ListGroups")
-        wanted = {state.lower() for state in states_filter} if states_filter else None
+        wanted = {state.strip().lower() for state in states_filter} if states_filter else None
         return [
             ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
             for group in self._groups.values()
@@ -1447,8 +1457,9 @@ class GroupCoordinator:
         """Forget every group's committed and pending transactional offsets of deleted partitions, as
         Kafka's GroupCoordinator.onPartitionsDeleted does: a topic created again under the same name
         starts empty, and a group reading it must not resume at an offset of the old topic (it would
-        skip the new records below it). A group left Empty without offsets is deleted. A group whose
-        removal cannot be journaled keeps the offsets (logged)."""
+        skip the new records below it). A group left Empty without offsets is deleted by the next
+        expiry round, as in Kafka 4. A group whose removal cannot be journaled keeps the offsets
+        (logged)."""
         deleted = set(partitions)
         for group in list(self._groups.values()):
             affected = sorted(
@@ -1460,8 +1471,8 @@ class GroupCoordinator:
             _LOG.info(
                 "group %r: removed the offsets of %d deleted partition(s)", group.group_id, len(affected)
             )
-            if group.state is GroupState.EMPTY and not group.has_offsets():
-                self._delete_group(group, "its offsets' partitions were deleted")
+            # An Empty group left without offsets goes with the next expiry round, as in Kafka 4
+            # (onTopicsDeleted writes only the offsets' tombstones).
         self._maybe_compact()
 
     def delete_offsets(

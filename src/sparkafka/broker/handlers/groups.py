@@ -24,17 +24,26 @@ if TYPE_CHECKING:
 
 _KEY_TYPE_GROUP = 0
 _KEY_TYPE_TRANSACTION = 1
+_KEY_TYPE_SHARE = 2
 
 
 async def find_coordinator(broker: Broker, request: Any, context: RequestContext) -> Any:
-    """This broker coordinates every group and transactional id."""
-    node, host, port = broker.config.node_id, broker.config.host, broker.port
+    """This broker coordinates every group and transactional id.
+
+    As KafkaApis.getCoordinator and FindCoordinatorResponse: before v4 the answer's message is the
+    error's text, "NONE" on success; an error names no node (-1, "", -1). A share group key (type 2,
+    FindCoordinator v6+ only) is INVALID_REQUEST for its key alone; an unknown key type fails the whole
+    request (CoordinatorType.forId throws) with INVALID_REQUEST and Kafka's default text."""
     key_type = request.key_type if context.version >= 1 else _KEY_TYPE_GROUP
-    error = (
-        ErrorCode.NONE if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION) else ErrorCode.INVALID_REQUEST
-    )
-    message = None if error == ErrorCode.NONE else f"unknown coordinator key type {key_type}"
+    if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+        error = ErrorCode.NONE
+        node, host, port = broker.config.node_id, broker.config.host, broker.port
+    else:
+        error = ErrorCode.INVALID_REQUEST
+        node, host, port = -1, "", -1
+    whole_request_failed = key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION, _KEY_TYPE_SHARE)
     if context.version >= 4:
+        message = error.kafka_message if whole_request_failed else None
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             coordinators=[
@@ -45,7 +54,12 @@ async def find_coordinator(broker: Broker, request: Any, context: RequestContext
             ],
         )
     return FindCoordinatorResponse(
-        throttle_time_ms=0, error_code=error, error_message=message, node_id=node, host=host, port=port
+        throttle_time_ms=0,
+        error_code=error,
+        error_message=error.kafka_message,
+        node_id=node,
+        host=host,
+        port=port,
     )
 
 
@@ -86,6 +100,16 @@ async def join_group(broker: Broker, request: Any, context: RequestContext) -> A
 
 
 async def sync_group(broker: Broker, request: Any, context: RequestContext) -> Any:
+    if context.version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+        # KafkaApis.handleSyncGroupRequest: from v5 both are mandatory; refused before the group is
+        # looked at (SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent).
+        return SyncGroupResponse(
+            throttle_time_ms=0,
+            error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     result = await broker.groups.sync_group(
         group_id=request.group_id,
         generation_id=request.generation_id,
@@ -151,13 +175,17 @@ async def offset_commit(broker: Broker, request: Any, context: RequestContext) -
     offsets = requested_offsets(request.topics, with_leader_epoch=context.version >= 6)
     unknown = {tp for tp in offsets if tp not in broker.partitions}
     known = {tp: v for tp, v in offsets.items() if tp not in unknown}
-    errors = broker.groups.commit_offsets(
-        group_id=request.group_id,
-        generation_id=request.generation_id_or_member_epoch,
-        member_id=request.member_id,
-        group_instance_id=request.group_instance_id if context.version >= 7 else None,
-        offsets=known,
-    )
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    # KafkaApis.handleOffsetCommitRequest: with no partition it has, the coordinator is not asked
+    # (so such a commit creates no group).
+    if known:
+        errors = broker.groups.commit_offsets(
+            group_id=request.group_id,
+            generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id,
+            group_instance_id=request.group_instance_id if context.version >= 7 else None,
+            offsets=known,
+        )
     errors.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     topic_class = OffsetCommitResponse.OffsetCommitResponseTopic
     partition_class = topic_class.OffsetCommitResponsePartition
@@ -183,7 +211,10 @@ def _fetch_group_offsets(
 ) -> dict[str, list[tuple[int, tuple[int, int, str | None, ErrorCode]]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = broker.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
-    by_topic: dict[str, list[tuple[int, tuple[int, int, str | None, ErrorCode]]]] = {}
+    # OffsetMetadataManager.fetchOffsets: every topic asked for has an entry, even with no partition.
+    by_topic: dict[str, list[tuple[int, tuple[int, int, str | None, ErrorCode]]]] = {
+        t.name: [] for t in topics or ()
+    }
     for (topic, index), value in found.items():
         by_topic.setdefault(topic, []).append((index, value))
     return by_topic
