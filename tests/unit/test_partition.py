@@ -352,6 +352,41 @@ def test_the_broker_expires_producers_periodically(tmp_path: Path) -> None:
     assert asyncio.run(run()) == set()
 
 
+def test_a_batch_the_log_failed_to_write_is_no_duplicate_when_retried(
+    open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's UnifiedLog.append updates the producer state only after the write: the retry of a
+    batch whose write failed (disk full, or larger than a segment) is written, or refused again,
+    never acknowledged as a duplicate of records that are not in the log."""
+    partition = open_partition(segment_bytes=400)  # type: ignore[call-arg]
+    _append(partition, _batch(epoch=0, sequence=0))
+    real_append = partition.log.append
+
+    def disk_full(*args: Any, **kwargs: Any) -> None:
+        raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, "No space left on device (injected)")
+
+    monkeypatch.setattr(partition.log, "append", disk_full)
+    with pytest.raises(BrokerError) as failed:
+        _append(partition, _batch(epoch=0, sequence=2))
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(partition.log, "append", real_append)
+    assert _append(partition, _batch(epoch=0, sequence=2)) == (2, -1, False)
+    assert partition.log.log_end_offset == 4
+
+    too_large = records.encode_batch(
+        [records.Record(0, NOW_MS - 5_000, b"k", b"x" * 500)],
+        base_offset=0,
+        producer_id=PRODUCER,
+        producer_epoch=0,
+        base_sequence=4,
+    )
+    for _ in range(2):
+        with pytest.raises(BrokerError) as refused:
+            _append(partition, too_large)
+        assert refused.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
+    assert partition.log.log_end_offset == 4
+
+
 def test_the_log_is_fsynced_before_the_snapshot_that_relies_on_it(
     open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -308,6 +308,7 @@ class Partition:
         base = self.log.log_end_offset
         position = 0
         assigned: list[bytearray] = []
+        producer_batches: list[tuple[records.BatchHeader, int, int]] = []
         offset = base
         for one in accepted:
             header = one.header
@@ -321,10 +322,15 @@ class Partition:
                 records.set_max_timestamp_in_place(piece, records.CREATE_TIME, max_timestamp)
             assigned.append(piece)
             if header.producer_id >= 0:
-                self._record_batch(header, offset, max_timestamp)
+                producer_batches.append((header, offset, max_timestamp))
             position += header.size
             offset += header.last_offset_delta + 1
         self.log.append(assigned, now_ms=now_ms)
+        # Only once the batch is in the log (Kafka's UnifiedLog.append updates the producer state
+        # after LocalLog.append): a failed write must leave no trace, or the client's retry of the
+        # same sequence would be answered as a duplicate of records that were never written.
+        for header, first_offset, max_timestamp in producer_batches:
+            self._record_batch(header, first_offset, max_timestamp)
         return AppendResult(base, log_append_time, False)
 
     def _has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
