@@ -46,6 +46,19 @@ Offsets
     topics and partitions always in sorted order so that equal offsets serialise to equal JSON
     (the engine compares offsets as JSON text to decide whether there is new data).
 
+Starting offsets
+    The engine keeps every micro-batch's end offsets in the checkpoint, but not a new query's start:
+    it asks ``initialOffset()`` when it plans the first micro-batch and asks again when it replays
+    that batch after a failure. Spark's own Kafka source writes its starting offsets to a log of its
+    own in the checkpoint; a Python data source has no access to the checkpoint. So
+    ``initialOffset()`` is a constant, ``{"sparkafka:startingOffsets": {"0": 0}}``, and the first
+    ``latestOffset`` call resolves ``startingOffsets`` and returns the result as the end of
+    micro-batch 0, which reads no records; the engine checkpoints it like every end offset. Every
+    batch that reads records then starts from checkpointed offsets, so a replay reads the same
+    records even with ``startingOffsets=latest`` (which would otherwise move between the first run
+    and the replay) or a timestamp. The cost is one empty micro-batch when a query starts for the
+    first time.
+
 Exactly-once reading rests on three invariants:
 
 1. ``partitions(start, end)`` depends on nothing but ``start`` and ``end``: a micro-batch replayed
@@ -585,6 +598,12 @@ def kafka_arrow_schema(include_headers: bool) -> pa.Schema:
 # ':' is not allowed in Kafka topic names, so no topic can ever be mistaken for it (or vice versa).
 HEARTBEAT_OFFSET_KEY = "sparkafka:idleHeartbeat"
 HEARTBEAT_SLOT = "0"
+# A new query's initial offset: "the starting offsets, not resolved yet" (see "Starting offsets" in
+# the module docstring). The same constant whenever and however often the engine asks.
+UNRESOLVED_START_KEY = "sparkafka:startingOffsets"
+UNRESOLVED_START: dict[str, dict[str, int]] = {UNRESOLVED_START_KEY: {"0": 0}}
+# Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
+_OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
 # (-1 is Kafka's "no partition" / "no offset" / NoTimestampType), so that no real record can look
 # like one. Only its timestamp is meaningful.
@@ -610,11 +629,11 @@ def encode_offsets(
 
 def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
     """Spark's offset JSON -> ``{(topic, partition): offset}``: real topic partitions only, the idle
-    heartbeat entry is left out (read it with :func:`heartbeat_of`)."""
+    heartbeat entry (read it with :func:`heartbeat_of`) and the unresolved start are left out."""
     return {
         (topic, int(partition)): int(offset)
         for topic, by_partition in encoded.items()
-        if topic != HEARTBEAT_OFFSET_KEY
+        if not topic.startswith(_OWN_ENTRY_PREFIX)
         for partition, offset in by_partition.items()
     }
 
@@ -1037,16 +1056,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets --
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
-        """Offsets a new query starts from (``startingOffsets``, default latest). A query restarted
-        from its checkpoint does not call this: it resumes from the checkpointed offsets."""
+        """:data:`UNRESOLVED_START`, always: the engine asks for it when planning the first
+        micro-batch and again when it replays that batch after a failure, and ``latest`` (or a
+        timestamp, or ``earliest`` after retention) would resolve differently the second time. The
+        starting offsets are resolved by :meth:`latestOffset` instead, which the engine records in
+        the checkpoint (see "Starting offsets" in the module docstring)."""
+        return {key: dict(value) for key, value in UNRESOLVED_START.items()}
+
+    def _starting_offsets(self) -> PartitionOffsets:
+        """``startingOffsets`` (default latest) resolved against the cluster, once per reader."""
         if self._initial is None:
             partitions = self._partitions(require_topics=True)
             boundary = self.options.starting or LATEST
             self._initial = self.resolver.resolve(
                 boundary, partitions, starting=True, latest_snapshot=self._snapshot_for(partitions)
             )
-            logger.info("initial offsets: %s", encode_offsets(self._initial))
-        return encode_offsets(self._initial)
+            logger.info("starting offsets: %s", encode_offsets(self._initial))
+        return self._initial
 
     def _snapshot_for(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets | None:
         """Under AvailableNow "latest" means the target recorded at prepare time, not a newer one."""
@@ -1073,6 +1099,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """End offsets of the next micro-batch, or ``start`` itself when there is nothing to do.
 
         Steps:
+        0. From :data:`UNRESOLVED_START` (a new query's first micro-batch): the resolved starting
+           offsets, and nothing else; that batch reads no records and fixes the start in the checkpoint.
         1. Publish ``start`` to the consumer group (``commitOffsetsOnBatch``): the engine only asks
            for new offsets once the batch ending at ``start`` is complete.
         2. The partitions to consider: re-discovered every ``partitionDiscoveryIntervalMs``; under
@@ -1088,6 +1116,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         7. Idle heartbeat (``idleHeartbeatIntervalMs``): carry ``start``'s heartbeat entry forward, or
            replace it by a new one when :meth:`_heartbeat_due` says so. Steps 1-6 never see it.
         """
+        if start.get(UNRESOLVED_START_KEY) is not None:
+            return encode_offsets(self._starting_offsets())
         start_offsets = decode_offsets(start)
         self._publish_progress(start_offsets)
         resolver = self.resolver

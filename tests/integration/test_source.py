@@ -361,6 +361,33 @@ def test_restarted_query_rereads_the_uncommitted_batch_exactly(
     assert second.by_id[last_batch] == first.by_id[last_batch]
 
 
+def test_the_first_micro_batch_replays_the_same_ranges_with_starting_offsets_latest(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """The engine asks a new query's initial offset when it plans the first micro-batch and again
+    when a new driver replays it. Records written in between must not change what that batch reads:
+    the first batch only fixes the resolved starting offsets (and reads nothing), so its replay plans
+    the same (no) ranges and the records are read, from checkpointed offsets, by the next one."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    produce(bootstrap, topic_name, [f"old{i}" for i in range(5)])
+    options = SourceOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic_name, "startingoffsets": "latest"}
+    ).for_stream()
+    first_driver = KafkaStreamReader(options)
+    start = first_driver.initialOffset()
+    produce(bootstrap, topic_name, [f"new{i}" for i in range(5)])  # between the engine's two calls
+    end = first_driver.latestOffset(start, ReadAllAvailable())
+    planned = first_driver.partitions(start, end)
+
+    produce(bootstrap, topic_name, [f"later{i}" for i in range(3)])
+    replaying_driver = KafkaStreamReader(options)  # after a crash: the end offsets come from the checkpoint
+    replayed = replaying_driver.partitions(replaying_driver.initialOffset(), end)
+    assert replayed == planned == []
+    following = replaying_driver.latestOffset(end, ReadAllAvailable())
+    assert replaying_driver.partitions(end, following) == [OffsetRange(topic_name, 0, 10, 13)]
+
+
 def test_available_now_reads_only_what_existed_at_start_rate_limited(
     spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
 ) -> None:
@@ -381,7 +408,7 @@ def test_available_now_reads_only_what_existed_at_start_rate_limited(
     assert not any(v.startswith("late") for v in values_of(sink.rows))
     assert all(size <= 10 for size in sink.sizes())
     # The limit is shared in proportion to the backlog: 20 vs 10 -> 6 and 3 (Spark's rounding).
-    first = sink.by_id[min(sink.by_id)]
+    first = next(rows for _, rows in sorted(sink.by_id.items()) if rows)
     assert [sum(1 for r in first if r.partition == p) for p in (0, 1)] == [6, 3]
 
 
@@ -494,8 +521,12 @@ def test_deleted_and_recreated_topics_are_data_loss(broker: BrokerProcess, topic
     lenient = KafkaStreamReader(
         SourceOptions.parse({k.lower(): v for k, v in lenient_options.items()}).for_stream()
     )
-    start = strict.initialOffset()
-    assert lenient.initialOffset() == start == {kept: {"0": 10}, recreated: {"0": 10}, deleted: {"0": 10}}
+    # A new query's first micro-batch resolves startingOffsets and reads nothing.
+    unresolved = strict.initialOffset()
+    start = strict.latestOffset(unresolved, ReadAllAvailable())
+    assert strict.partitions(unresolved, start) == []
+    assert lenient.latestOffset(lenient.initialOffset(), ReadAllAvailable()) == start
+    assert start == {kept: {"0": 10}, recreated: {"0": 10}, deleted: {"0": 10}}
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for topic in (recreated, deleted):
