@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import StructType
 
+from sparkafka.errors import SparkafkaOptionError
 from sparkafka.sink import (
     KafkaBatchWriter,
     KafkaStreamWriter,
@@ -25,6 +26,12 @@ class KafkaDataSource(_SourceDataSource):
         return KafkaStreamWriter(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        if overwrite:
+            # As Spark's KafkaSourceProvider: a topic cannot be truncated and rewritten.
+            raise SparkafkaOptionError(
+                "save mode 'overwrite' is not allowed for Kafka: records can only be appended; "
+                "use .mode('append')"
+            )
         options = SinkOptions.parse(self.options)
         validate_input_schema(schema, options)
         if options.delivery_guarantee == "exactly-once":

@@ -204,8 +204,10 @@ def _parse_partitions(value: str | None) -> frozenset[int] | None:
 
 def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
     """Spark's Kafka sink columns: value (required), key, topic, partition, headers; each with a clear
-    message naming the column and the cast that fixes it."""
-    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    message naming the column and the cast that fixes it. As in Spark's KafkaWriter, columns are
+    found by their exact (lower-case) names, and with the 'topic' option a 'topic' column is not
+    looked at."""
+    fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
         raise SparkafkaOptionError(
             f"the sink needs a 'value' column (string or binary); the input has {schema.simpleString()}. "
@@ -217,7 +219,7 @@ def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
                 f"column '{column}' must be string or binary, not {fields[column].simpleString()}; "
                 f"cast it, e.g. CAST({column} AS STRING)"
             )
-    if "topic" in fields and not isinstance(fields["topic"], StringType):
+    if options.topic is None and "topic" in fields and not isinstance(fields["topic"], StringType):
         raise SparkafkaOptionError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
         raise SparkafkaOptionError(
@@ -432,6 +434,10 @@ _WORKER_STARTED_NS = time.time_ns()
 def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict[str, Any]:
     config: dict[str, Any] = {**options.client_config, "logger": LIBRDKAFKA_LOGGER}
     config.setdefault("linger.ms", 5)
+    # Spark's sink leaves the partition of a keyed row to the Java client's default partitioner,
+    # murmur2 of the key (BuiltInPartitioner.partitionForKey); librdkafka's default hashes with CRC32,
+    # which would put the same key on another partition than Spark or any Java producer does.
+    config.setdefault("partitioner", "murmur2_random")
     # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
     # successful record cost about a microsecond of the write task's time per row.
     config.setdefault("delivery.report.only.error", True)
@@ -666,7 +672,7 @@ class _RowEncoder:
     String columns are passed as ``str``: the client encodes them as UTF-8, as Spark's sink does."""
 
     def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
-        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+        names = {name: i for i, name in enumerate(batch.schema.names)}
         self.length = batch.num_rows
 
         def column(name: str) -> list[Any] | None:

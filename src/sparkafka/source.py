@@ -15,7 +15,8 @@ Options (names as in Spark's source; keys are case-insensitive)
                                          the source never joins it (it assigns partitions itself).
     ``kafka.default.api.timeout.ms``     bound on every driver-side request (default 30000); not passed
                                          to librdkafka.
-    ``subscribe`` | ``subscribePattern`` | ``assign``   exactly one.
+    ``subscribe`` | ``subscribePattern`` | ``assign``   exactly one; a pattern selects every topic whose
+                                         name it matches anywhere (as Spark's ``findFirstIn``).
     ``startingOffsets``                  ``earliest``, ``latest`` (streaming default), ``group``, or
                                          JSON ``{"t":{"0":23,"1":-2}}`` (-2 earliest, -1 latest);
                                          ``startingOffsetsByTimestamp`` / ``startingTimestamp`` (with
@@ -821,7 +822,7 @@ class OffsetResolver:
             return sorted(
                 (topic, partition)
                 for topic, partitions in topics.items()
-                if pattern.fullmatch(topic)
+                if pattern.search(topic)
                 for partition in partitions
             )
         if isinstance(strategy, Subscribe):

@@ -160,3 +160,53 @@ def test_exactly_once_query_fails_on_a_record_the_broker_refuses_and_commits_not
     # The transaction holding the refused record was aborted: nothing of that batch is visible.
     visible = [m.value() for m in read_all(broker.bootstrap_servers, topic_name, timeout_s=5)]
     assert b"5" not in visible
+
+
+def test_keyed_rows_land_where_javas_default_partitioner_puts_them(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str
+) -> None:
+    """Spark's sink leaves a keyed row's partition to the Java client's default partitioner:
+    toPositive(murmur2(key)) % partitions. The hashes are those of Kafka's UtilsTest.testMurmur2."""
+    murmur2 = {
+        "21": -973932308,
+        "foobar": -790332482,
+        "a-little-bit-long-string": -985981536,
+        "a-little-bit-longer-string": -1486304829,
+        "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+        "abc": 479470107,
+    }
+    partitions = 7
+    create_topic(broker.bootstrap_servers, topic_name, partitions=partitions)
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    _write(
+        spark.createDataFrame([(key, key) for key in murmur2], schema),
+        broker.bootstrap_servers,
+        topic=topic_name,
+    )
+    messages = read_all(broker.bootstrap_servers, topic_name, expect=len(murmur2), partitions=partitions)
+    assert {m.key().decode(): m.partition() for m in messages} == {
+        key: (hash_code & 0x7FFFFFFF) % partitions for key, hash_code in murmur2.items()
+    }
+
+
+def test_columns_are_found_by_their_exact_names_and_overwrite_is_refused(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str
+) -> None:
+    """Spark's KafkaWriter finds 'value', 'key', 'topic' … by exact name, ignores a 'topic' column when
+    the 'topic' option is set, and KafkaSourceProvider refuses SaveMode.Overwrite."""
+    create_topic(broker.bootstrap_servers, topic_name, partitions=1)
+    capitalised = spark.createDataFrame([("v",)], StructType([StructField("Value", StringType())]))
+    with pytest.raises(Exception, match="the sink needs a 'value' column"):
+        _write(capitalised, broker.bootstrap_servers, topic=topic_name)
+    numeric_topic = StructType([StructField("topic", IntegerType()), StructField("value", StringType())])
+    _write(spark.createDataFrame([(7, "kept")], numeric_topic), broker.bootstrap_servers, topic=topic_name)
+    assert [m.value() for m in read_all(broker.bootstrap_servers, topic_name, expect=1)] == [b"kept"]
+    with pytest.raises(Exception, match="save mode 'overwrite' is not allowed for Kafka"):
+        (
+            spark.createDataFrame([("v",)], StructType([StructField("value", StringType())]))
+            .write.format("sparkafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+            .option("topic", topic_name)
+            .mode("overwrite")
+            .save()
+        )

@@ -17,7 +17,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.errors import DataLossError
-from sparkafka.source import KafkaBatchReader, KafkaStreamReader, OffsetRange, SourceOptions, kafka_schema
+from sparkafka.source import (
+    KafkaBatchReader,
+    KafkaStreamReader,
+    OffsetRange,
+    OffsetResolver,
+    SourceOptions,
+    kafka_schema,
+)
 
 from .kafka_clients import create_topic, producer, transactional_producer
 from .spark_session import spark_fixture  # noqa: F401
@@ -434,6 +441,26 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
         assert time.monotonic() - produced_at > 4, "a lone record must wait for maxTriggerDelay"
     finally:
         query.stop()
+
+
+def test_subscribe_pattern_selects_topics_it_matches_anywhere_as_spark_does(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Spark's SubscribePatternStrategy keeps a topic when ``topicRegex.findFirstIn(name)`` finds the
+    pattern anywhere in its name, not only when it matches the whole name."""
+    bootstrap = broker.bootstrap_servers
+    selected = [f"{topic_name}-orders", f"{topic_name}-orders-eu", f"old-{topic_name}-orders"]
+    for topic in [*selected, f"{topic_name}-other"]:
+        create_topic(bootstrap, topic)
+    options = SourceOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "subscribepattern": f"{topic_name}-orders"}
+    ).for_stream()
+    admin = options.admin()
+    try:
+        found = OffsetResolver(options, admin).partitions(require_topics=False)
+    finally:
+        admin.close()
+    assert found == sorted((topic, 0) for topic in selected)
 
 
 def test_new_partitions_and_pattern_topics_are_discovered(
