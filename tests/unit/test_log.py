@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -662,6 +663,30 @@ def test_compaction_keeps_only_the_newest_value_per_key_with_original_offsets(ma
     assert log.compact(now_ms=0) == 0  # already clean
     log.close()
     assert all_records(make_log(segment_bytes=250, cleanup_policy="compact")) == expected
+
+
+def test_a_segment_emptied_by_compaction_keeps_its_age_for_time_retention(make_log: LogFactory) -> None:
+    """Kafka's Cleaner keeps a cleaned segment's last-modified time. Time retention falls back to it
+    for a segment with no record left, so the segment emptied by compaction still expires on time
+    instead of holding back retention for another retention.ms."""
+    hour_ms = 3_600_000
+    log = make_log(segment_bytes=250, cleanup_policy="compact,delete", retention_ms=hour_ms)
+    for i in range(4):
+        append(log, 1, keys=[b"gone"], values=[b"v%d" % i])
+    append(log, 1, keys=[b"gone"], values=[None])  # the key's tombstone, newer than all of them
+    for i in range(8):
+        append(log, 1, keys=[b"other%d" % i], values=[b"x"])
+    fifty_minutes_ago_s = time.time() - 50 * 60
+    for path in log.directory.glob("*.log"):
+        os.utime(path, (fifty_minutes_ago_s, fifty_minutes_ago_s))
+    first_segment = log.segment_files()[0]
+    log.compact(now_ms=0)
+    assert os.path.getsize(first_segment) == 0, "the test needs a segment compaction emptied"
+    assert abs(os.path.getmtime(first_segment) - fifty_minutes_ago_s) < 1
+    now_ms = int(time.time() * 1000)
+    assert log.enforce_retention(now_ms) == 0  # 50 minutes old: kept
+    assert log.enforce_retention(now_ms + 15 * 60 * 1000) > 0  # 65 minutes old: gone
+    assert log.log_start_offset > 0
 
 
 def test_compaction_keeps_tombstones_until_their_delete_horizon(make_log: LogFactory) -> None:

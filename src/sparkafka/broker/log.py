@@ -1015,12 +1015,16 @@ class PartitionLog:
     def _clean_segment(self, segment: _Segment, cleaner: _Cleaner) -> int:
         """Rewrite one closed segment through `cleaner`; return the records removed."""
         cleaned_path = segment.path.with_name(segment.path.name + _CLEANED_SUFFIX)
+        # Kafka's Cleaner keeps the source segment's last-modified time: time retention falls back
+        # to it when no record with a timestamp is left, and the cleaning time would restart that clock.
+        original = os.fstat(segment.fd)
         fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         rewritten = _Segment(segment.base_offset, segment.path, fd, next_offset=segment.base_offset)
         try:
             removed, changed = self._write_cleaned(segment, cleaner, rewritten)
             if changed:
                 os.fsync(fd)
+                os.utime(cleaned_path, ns=(original.st_atime_ns, original.st_mtime_ns))
                 os.replace(cleaned_path, segment.path)
         except BaseException:
             os.close(fd)
