@@ -100,8 +100,9 @@ _FORBIDDEN_PRODUCER_PARAMS = {
     "key.serializer": "Keys are written as binary; cast the 'key' column to string or binary.",
     "value.serializer": "Values are written as binary; cast the 'value' column to string or binary.",
     "transactional.id": "Use the sink option 'transactionalIdPrefix'; the sink appends the partition number.",
-    "enable.idempotence": "Idempotence follows 'deliveryGuarantee' (on for exactly-once and at-least-once).",
 }
+# What Kafka transactions need of a producer: its settings under exactly-once must not say otherwise.
+_EXACTLY_ONCE_NEEDS = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,14 @@ class SinkOptions:
             )
         reject_forbidden_kafka_params(params, _FORBIDDEN_PRODUCER_PARAMS)
         guarantee = reader.choice("deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE, NONE), AT_LEAST_ONCE)
+        if guarantee == EXACTLY_ONCE:
+            for key, allowed in _EXACTLY_ONCE_NEEDS.items():
+                if key in params and str(params[key]).strip().lower() not in allowed:
+                    raise SparkafkaOptionError(
+                        f"option 'kafka.{key}={params[key]}' contradicts deliveryGuarantee 'exactly-once': "
+                        f"Kafka transactions need {key}={allowed[0]}; remove the option, or choose "
+                        "deliveryGuarantee 'at-least-once'"
+                    )
         timeout_ms = int(params.pop("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
         if timeout_ms <= 0:
             raise SparkafkaOptionError(
@@ -452,10 +461,13 @@ def _producer_config(options: SinkOptions, transactional_id: str | None) -> dict
         config["transaction.timeout.ms"] = options.transaction_timeout_ms
         config.setdefault("message.timeout.ms", min(options.transaction_timeout_ms, 300_000))
     elif options.delivery_guarantee == AT_LEAST_ONCE:
-        config["enable.idempotence"] = True
-        config["acks"] = "all"
+        # The Java producer's defaults, which Spark's sink writes with; a user's own settings win,
+        # as there. Like the Java producer, an explicit acks other than all turns idempotence off
+        # unless it was asked for (librdkafka would refuse the combination).
+        acks = str(config.setdefault("acks", "all")).strip().lower()
+        config.setdefault("enable.idempotence", acks in ("all", "-1"))
     else:
-        config["acks"] = 0
+        config.setdefault("acks", 0)
     return config
 
 

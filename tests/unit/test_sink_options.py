@@ -14,7 +14,7 @@ from pyspark.sql.types import (
 )
 
 from sparkafka.errors import SparkafkaOptionError
-from sparkafka.sink import CommitMarker, SinkOptions, validate_input_schema
+from sparkafka.sink import CommitMarker, SinkOptions, _producer_config, validate_input_schema
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "topic": "out"}
 
@@ -59,6 +59,14 @@ def test_options_are_case_insensitive_and_pass_kafka_properties() -> None:
         ({**BASE, "transactionalIdPrefix": ""}, "must not be empty"),
         ({**BASE, "debug.pausePartitions": "one"}, "partition numbers"),
         ({**BASE, "debug.pauseAt": "sometime"}, "debug.pauseAt"),
+        (
+            {**BASE, "deliveryGuarantee": "exactly-once", "kafka.enable.idempotence": "false"},
+            "Kafka transactions need enable.idempotence=true",
+        ),
+        (
+            {**BASE, "deliveryGuarantee": "exactly-once", "kafka.acks": "1"},
+            "Kafka transactions need acks=all",
+        ),
     ],
 )
 def test_bad_options_are_named(options: dict[str, str], message: str) -> None:
@@ -87,13 +95,19 @@ def test_input_schema_accepts_spark_kafka_sink_columns() -> None:
         ((("value", LongType()),), "column 'value' must be string or binary"),
         ((("value", StringType()), ("key", IntegerType())), "column 'key' must be string or binary"),
         ((("value", StringType()), ("partition", LongType())), "CAST\\(partition AS INT\\)"),
-        ((("value", StringType()), ("topic", IntegerType())), "column 'topic' must be a string"),
         ((("value", StringType()), ("headers", StringType())), "column 'headers'"),
     ],
 )
 def test_bad_input_columns_are_named(fields: tuple[tuple[str, object], ...], message: str) -> None:
     with pytest.raises(SparkafkaOptionError, match=message):
         validate_input_schema(schema(*fields), SinkOptions.parse(BASE))
+
+
+def test_a_topic_column_must_be_a_string_unless_the_topic_option_decides() -> None:
+    numeric_topic = schema(("value", StringType()), ("topic", IntegerType()))
+    with pytest.raises(SparkafkaOptionError, match="column 'topic' must be a string"):
+        validate_input_schema(numeric_topic, SinkOptions.parse({"kafka.bootstrap.servers": "localhost:9092"}))
+    validate_input_schema(numeric_topic, SinkOptions.parse(BASE))  # Spark's KafkaWriter ignores the column
 
 
 def test_no_topic_anywhere_is_an_error() -> None:
@@ -106,3 +120,21 @@ def test_no_topic_anywhere_is_an_error() -> None:
 def test_commit_marker_round_trips() -> None:
     marker = CommitMarker("sparkafka-q-3", "q", 17, 3, 250, 1_795_000_000_000)
     assert CommitMarker.decode(marker.encode()) == marker
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, {"acks": "all", "enable.idempotence": True}),
+        ({"kafka.acks": "1"}, {"acks": "1", "enable.idempotence": False}),
+        ({"kafka.enable.idempotence": "false"}, {"acks": "all", "enable.idempotence": "false"}),
+        ({"kafka.acks": "-1"}, {"acks": "-1", "enable.idempotence": True}),
+    ],
+)
+def test_at_least_once_writes_with_the_java_producers_defaults_and_the_users_settings(
+    settings: dict[str, str], expected: dict[str, object]
+) -> None:
+    """Spark's sink passes kafka.* through to a Java producer (acks=all, idempotence on by default)."""
+    config = _producer_config(SinkOptions.parse({**BASE, **settings}), None)
+    assert {key: config[key] for key in expected} == expected
+    assert config["partitioner"] == "murmur2_random"
