@@ -51,14 +51,15 @@ Starting offsets
     The engine keeps every micro-batch's end offsets in the checkpoint, but not a new query's start:
     it asks ``initialOffset()`` when it plans the first micro-batch and asks again when it replays
     that batch after a failure. Spark's own Kafka source writes its starting offsets to a log of its
-    own in the checkpoint; a Python data source has no access to the checkpoint. So
-    ``initialOffset()`` is a constant, ``{"sparkafka:startingOffsets": {"0": 0}}``, and the first
-    ``latestOffset`` call resolves ``startingOffsets`` and returns the result as the end of
-    micro-batch 0, which reads no records; the engine checkpoints it like every end offset. Every
-    batch that reads records then starts from checkpointed offsets, so a replay reads the same
-    records even with ``startingOffsets=latest`` (which would otherwise move between the first run
-    and the replay) or a timestamp. The cost is one empty micro-batch when a query starts for the
-    first time.
+    own in the checkpoint; a Python data source has no access to the checkpoint. Starting offsets
+    that resolve the same every time (``earliest``, numbers, -2) are simply resolved again. For the
+    others (``latest`` or -1, ``group``, timestamps) ``initialOffset()`` is a constant,
+    ``{"sparkafka:startingOffsets": {"0": 0}}``, and the first ``latestOffset`` call resolves
+    ``startingOffsets`` and returns the result as the end of micro-batch 0, which reads no records;
+    the engine checkpoints it like every end offset. Every batch that reads records then starts from
+    the same offsets when replayed, even with ``startingOffsets=latest``, which would otherwise move
+    between the first run and the replay. (With ``latest`` Spark's engine ran an empty first batch
+    anyway, unless records arrived while it planned it.)
 
 Exactly-once reading rests on three invariants:
 
@@ -1020,6 +1021,14 @@ def report_data_loss(options: SourceOptions, message: str, *, resume_at: int) ->
 # -- streaming --------------------------------------------------------------------------------------
 
 
+def _resolves_the_same_later(boundary: OffsetBoundary) -> bool:
+    """Whether ``boundary`` resolves to the same offsets whenever it is resolved: a partition's
+    earliest offset moves only when retention deletes records, which no reader can read anyway."""
+    if boundary.kind == "earliest":
+        return True
+    return boundary.kind == "offsets" and LATEST_SENTINEL not in boundary.offsets.values()
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader. Lives in one Python process on the driver for the whole query; a copy
     without the admin client is pickled to the executors, where only :meth:`read` runs."""
@@ -1057,12 +1066,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets --
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
-        """:data:`UNRESOLVED_START`, always: the engine asks for it when planning the first
-        micro-batch and again when it replays that batch after a failure, and ``latest`` (or a
-        timestamp, or ``earliest`` after retention) would resolve differently the second time. The
-        starting offsets are resolved by :meth:`latestOffset` instead, which the engine records in
-        the checkpoint (see "Starting offsets" in the module docstring)."""
-        return {key: dict(value) for key, value in UNRESOLVED_START.items()}
+        """The engine asks for this when it plans the first micro-batch and again when it replays
+        that batch after a failure (see "Starting offsets" in the module docstring). Starting offsets
+        that resolve the same both times (``earliest``, offsets given as numbers or -2) are returned
+        resolved, so the first batch reads records as with Spark's source; the others (``latest``,
+        -1, ``group``, timestamps, which fall back to latest) as :data:`UNRESOLVED_START`, which
+        :meth:`latestOffset` resolves into the end of an empty, checkpointed first batch."""
+        if not _resolves_the_same_later(self.options.starting or LATEST):
+            return {key: dict(value) for key, value in UNRESOLVED_START.items()}
+        return encode_offsets(self._starting_offsets())
 
     def _starting_offsets(self) -> PartitionOffsets:
         """``startingOffsets`` (default latest) resolved against the cluster, once per reader."""

@@ -394,6 +394,13 @@ def test_the_first_micro_batch_replays_the_same_ranges_with_starting_offsets_lat
     following = replaying_driver.latestOffset(end, ReadAllAvailable())
     assert replaying_driver.partitions(end, following) == [OffsetRange(topic_name, 0, 10, 13)]
 
+    # earliest resolves the same every time: the first batch reads records, as with Spark's source.
+    earliest = SourceOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic_name, "startingoffsets": "earliest"}
+    ).for_stream()
+    reader = KafkaStreamReader(earliest)
+    assert reader.initialOffset() == KafkaStreamReader(earliest).initialOffset() == {topic_name: {"0": 0}}
+
 
 def test_available_now_reads_only_what_existed_at_start_rate_limited(
     spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
