@@ -253,6 +253,48 @@ def test_compaction_keeps_the_latest_committed_value_per_key(
     assert "compaction removed" in cleaning_broker.log_path.read_text()
 
 
+def test_compaction_removes_the_markers_of_transactions_it_emptied(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    """A compacted topic written transactionally (Kafka Streams' changelogs, sparkafka's commit
+    markers) does not keep a marker per transaction forever: once a transaction's records are gone,
+    its marker gets a delete horizon (delete.retention.ms, here 0) and goes with a later pass. The
+    latest transaction's marker stays; readers of either isolation level see the latest value."""
+    from sparkafka.broker.dumplog import dump_topic
+
+    bootstrap = cleaning_broker.bootstrap_servers
+    config = {"cleanup.policy": "compact", "internal.segment.bytes": "300", "delete.retention.ms": "0"}
+    create_topic(bootstrap, topic_name, config=config)
+    writer = transactional_producer(bootstrap, f"tx-{topic_name}", linger_ms=0)
+    writer.init_transactions(30)
+    for version in range(6):
+        writer.begin_transaction()
+        writer.produce(topic_name, key=b"state", value=b"v%d" % version)
+        writer.commit_transaction(30)
+    plain = producer(bootstrap, acks="all", linger_ms=0)
+    for i in range(4):  # roll the segments above so they are closed and can be cleaned
+        _deliver(plain, topic_name, [(f"filler-{i}".encode(), b"x" * 100)])
+
+    def markers() -> int:
+        dumped = dump_topic(cleaning_broker.data_dir, topic_name, 0, print_records=False)
+        return sum(1 for line in dumped if "isControl: true" in line)
+
+    assert markers() == 6
+    _wait_for(lambda: markers() == 1, what="the emptied transactions' markers to go", timeout_s=20)
+    for isolation in ("read_committed", "read_uncommitted"):
+        seen = {key: value for key, value, _ in _read_to_end(bootstrap, topic_name, isolation)}
+        assert seen == {"state": b"v5", **{f"filler-{i}": b"x" * 100 for i in range(4)}}, isolation
+    assert _watermarks(bootstrap, topic_name) == (0, 16)
+    cleaning_broker.terminate()
+    cleaning_broker.start()
+    assert markers() == 1
+    seen = {
+        key: value
+        for key, value, _ in _read_to_end(cleaning_broker.bootstrap_servers, topic_name, "read_committed")
+    }
+    assert seen["state"] == b"v5"
+
+
 def test_keyless_records_are_rejected_on_compacted_topics(
     cleaning_broker: BrokerProcess, topic_name: str
 ) -> None:

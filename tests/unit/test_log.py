@@ -727,6 +727,45 @@ def test_compaction_removes_aborted_data_without_losing_committed_values(make_lo
     assert (empty.record_count, empty.base_offset, empty.last_offset, empty.base_sequence) == (0, 1, 1, 1)
 
 
+def test_markers_of_transactions_whose_records_are_gone_are_removed_after_their_horizon(
+    make_log: LogFactory,
+) -> None:
+    """Kafka's CleanedTransactionMetadata and checkBatchRetention: a pass that traverses none of a
+    transaction's data batches gives its marker a delete horizon (now + delete.retention.ms); the
+    first pass after the horizon removes it. Markers of transactions with data left stay."""
+    log = compacted_log(make_log, delete_retention_ms=1000)
+    append(log, 1, keys=[b"k"], values=[b"v1"], producer_id=7, transactional=True)
+    end_transaction(log, 7, commit=True)  # offset 1
+    append(log, 1, keys=[b"a"], values=[b"aborted"], producer_id=8, transactional=True)
+    end_transaction(log, 8, commit=False)  # offset 3
+    append(log, 1, keys=[b"k"], values=[b"v2"], producer_id=7, transactional=True)
+    end_transaction(log, 7, commit=True)  # offset 5
+    append(log, 1, keys=[b"b"], values=[b"kept"], producer_id=8, transactional=True)
+    end_transaction(log, 8, commit=True)  # offset 7
+    for i in range(10):
+        append(log, 1, keys=[b"f%d" % i], values=[b"x"])
+
+    def markers() -> list[tuple[int, int | None]]:
+        return [(h.base_offset, h.delete_horizon_ms) for h, _ in log.iter_batches() if h.is_control]
+
+    log.compact(now_ms=10_000)  # removes v1 and the aborted record; this pass still traversed them
+    assert markers() == [(1, None), (3, None), (5, None), (7, None)]
+    log.compact(now_ms=20_000)  # nothing of those two transactions left: their markers get horizons
+    assert markers() == [(1, 21_000), (3, 21_000), (5, None), (7, None)]
+    log.compact(now_ms=20_999)
+    assert [offset for offset, _ in markers()] == [1, 3, 5, 7]
+    log.compact(now_ms=21_000)
+    assert markers() == [(5, None), (7, None)]
+    assert {(r.key, r.value) for r in all_records(log) if r.key in (b"k", b"a", b"b")} == {
+        (b"k", b"v2"),
+        (b"b", b"kept"),
+    }
+    log.close()
+    reopened = compacted_log(make_log, delete_retention_ms=1000)
+    assert [h.base_offset for h, _ in reopened.iter_batches() if h.is_control] == [5, 7]
+    assert reopened.log_end_offset == 18
+
+
 def test_is_aborted_callback_marks_more_batches_aborted(make_log: LogFactory) -> None:
     log = compacted_log(make_log)
     append(log, 1, keys=[b"k"], values=[b"old"])

@@ -949,7 +949,7 @@ class PartitionLog:
             self._ensure_open()
             if not self.config.compacts or len(self._segments) < 2:
                 return 0
-            aborted, stable_bound, last_data_offsets = self._transaction_outline(is_aborted)
+            aborted, stable_bound, last_entries = self._transaction_outline(is_aborted)
             if last_stable_offset is not None:
                 stable_bound = min(stable_bound, last_stable_offset)
             if self.config.min_compaction_lag_ms > 0:
@@ -958,7 +958,7 @@ class PartitionLog:
                         stable_bound = min(stable_bound, segment.base_offset)
                         break
             latest = self._latest_offsets(aborted, stable_bound)
-            cleaner = _Cleaner(latest, aborted, last_data_offsets, stable_bound, now_ms, self.config)
+            cleaner = _Cleaner(latest, aborted, last_entries, stable_bound, now_ms, self.config)
             removed = 0
             for segment in self._segments[:-1]:
                 if segment.base_offset >= stable_bound:
@@ -974,11 +974,15 @@ class PartitionLog:
 
     def _transaction_outline(
         self, is_aborted: Callable[[int, int], bool] | None
-    ) -> tuple[set[int], int, dict[int, int]]:
-        """(base offsets of aborted transactional batches, stable bound, producer id -> last data offset)."""
+    ) -> tuple[set[int], int, dict[int, tuple[int | None, int]]]:
+        """(base offsets of aborted transactional batches, stable bound, each producer's last entry).
+
+        A producer's last entry is (its last data batch's last offset, epoch), or (None, epoch) when a
+        marker of a newer epoch followed its data: Kafka's producer state then holds no batch
+        (ProducerStateEntry.maybeUpdateProducerEpoch), and the cleaner keeps that marker instead."""
         aborted: set[int] = set()
         open_batches: dict[int, list[int]] = {}  # producer id -> its transactional batches awaiting a marker
-        last_data_offsets: dict[int, int] = {}
+        last_entries: dict[int, tuple[int | None, int]] = {}
         for segment in self._segments:
             for position, header in self._headers(segment, 0):
                 producer_id = header.producer_id
@@ -989,13 +993,16 @@ class PartitionLog:
                         aborted.update(ended)
                     elif is_aborted is not None:
                         aborted.update(base for base in ended if is_aborted(producer_id, base))
+                    previous = last_entries.get(producer_id)
+                    if previous is None or header.producer_epoch > previous[1]:
+                        last_entries[producer_id] = (None, header.producer_epoch)
                     continue
                 if header.is_transactional:
                     open_batches.setdefault(producer_id, []).append(header.base_offset)
                 if header.has_producer_id:
-                    last_data_offsets[producer_id] = header.last_offset
+                    last_entries[producer_id] = (header.last_offset, header.producer_epoch)
         stable_bound = min((bases[0] for bases in open_batches.values()), default=self.log_end_offset)
-        return aborted, stable_bound, last_data_offsets
+        return aborted, stable_bound, last_entries
 
     def _latest_offsets(self, aborted: set[int], stable_bound: int) -> dict[bytes, int]:
         latest: dict[bytes, int] = {}
@@ -1095,24 +1102,39 @@ class PartitionLog:
 
 
 class _Cleaner:
-    """The per-batch decisions of one compaction pass (Kafka's LogCleaner record and batch filters)."""
+    """The per-batch decisions of one compaction pass (Kafka's LogCleaner record and batch filters),
+    fed the batches in offset order.
+
+    Transaction markers, as Kafka's CleanedTransactionMetadata and Cleaner.checkBatchRetention:
+    1. a COMMIT marker may go once this pass traversed no data batch of its transaction, an ABORT
+       marker once it traversed no aborted batch of its transaction (their records are all gone);
+       an empty marker batch may always go;
+    2. such a marker first gets a delete horizon (now + delete.retention.ms), like a tombstone, and
+       goes in the first pass after it, so a reader that saw the transaction's records still sees
+       how it ended;
+    3. a marker that is its producer's last entry (a newer epoch than its data) stays: it carries the
+       epoch that fences the producer's older instances."""
 
     def __init__(
         self,
         latest: dict[bytes, int],
         aborted: set[int],
-        last_data_offsets: dict[int, int],
+        last_entries: dict[int, tuple[int | None, int]],
         stable_bound: int,
         now_ms: int,
         config: LogConfig,
     ) -> None:
         self.latest = latest
         self.aborted = aborted
-        self.last_data_offsets = last_data_offsets
+        self.last_entries = last_entries
         self.stable_bound = stable_bound
         self.now_ms = now_ms
         self.config = config
         self.keyless = 0
+        # Producers whose committed data batches this pass traversed since their last marker, and
+        # those of which it traversed an aborted batch.
+        self._committed_data: set[int] = set()
+        self._aborted_data: set[int] = set()
 
     def _keep(self, record: Record, horizon: int | None) -> bool:
         if record.offset >= self.stable_bound:
@@ -1127,7 +1149,12 @@ class _Cleaner:
     def filter(self, header: BatchHeader, batch: bytes) -> tuple[bytes | None, int]:
         """(batch to keep, or None to drop it; records removed). Returns `batch` itself when unchanged."""
         if header.is_control:
-            return batch, 0
+            return self._filter_marker(header, batch)
+        if header.is_transactional:
+            if header.base_offset in self.aborted:
+                self._aborted_data.add(header.producer_id)
+            else:
+                self._committed_data.add(header.producer_id)
         records = decode_records(batch)
         horizon = header.delete_horizon_ms
         if header.is_transactional and header.base_offset in self.aborted:
@@ -1138,7 +1165,8 @@ class _Cleaner:
         if len(kept) == len(records) and not needs_horizon:
             return batch, 0
         removed = len(records) - len(kept)
-        is_last_of_producer = self.last_data_offsets.get(header.producer_id) == header.last_offset
+        last_entry = self.last_entries.get(header.producer_id)
+        is_last_of_producer = last_entry is not None and last_entry[0] == header.last_offset
         # CreateTime: the max of the records left; LogAppendTime and emptied batches keep the original.
         keep_max_timestamp = not kept or header.timestamp_type == LOG_APPEND_TIME
         if not kept and not (header.has_producer_id and is_last_of_producer):
@@ -1160,4 +1188,43 @@ class _Cleaner:
                 compression=header.compression,
             ),
             removed,
+        )
+
+    def _filter_marker(self, header: BatchHeader, batch: bytes) -> tuple[bytes | None, int]:
+        """Steps 1-3 of the class docstring for one control batch."""
+        producer_id = header.producer_id
+        marker = control_marker(batch)
+        if marker is None:
+            discardable = True
+        elif marker[0] == "ABORT":
+            discardable = producer_id not in self._aborted_data
+            self._aborted_data.discard(producer_id)
+        else:
+            discardable = producer_id not in self._committed_data
+            self._committed_data.discard(producer_id)
+        if header.base_offset >= self.stable_bound or not discardable:
+            return batch, 0
+        last_entry = self.last_entries.get(producer_id)
+        if last_entry is not None and last_entry[0] is None and last_entry[1] == header.producer_epoch:
+            return batch, 0
+        horizon = header.delete_horizon_ms
+        if horizon is not None:
+            return (None, header.record_count) if horizon <= self.now_ms else (batch, 0)
+        records = decode_records(batch)
+        return (
+            encode_batch(
+                records,
+                base_offset=header.base_offset,
+                producer_id=producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                is_transactional=True,
+                is_control=True,
+                timestamp_type=header.timestamp_type,
+                partition_leader_epoch=header.partition_leader_epoch,
+                last_offset_delta=header.last_offset_delta,
+                max_timestamp=header.max_timestamp,
+                delete_horizon_ms=self.now_ms + self.config.delete_retention_ms,
+            ),
+            0,
         )

@@ -1277,6 +1277,7 @@ def encode_batch(
     max_timestamp: int | None = None,
     delete_horizon_ms: int | None = None,
     compression: int = 0,
+    is_control: bool = False,
 ) -> bytes:
     """Encode a v2 batch; records keep their absolute offsets (gaps allowed, as after compaction).
 
@@ -1325,6 +1326,8 @@ def encode_batch(
         attributes |= compression
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_FLAG
+    if is_control:  # a transaction marker, rewritten by compaction (its delete horizon)
+        attributes |= CONTROL_FLAG
     blob = b"".join(
         _encode_record(record, record.offset - base_offset, record.timestamp - base_timestamp)
         for record in records
