@@ -279,7 +279,7 @@ def test_compaction_removes_the_markers_of_transactions_it_emptied(
         dumped = dump_topic(cleaning_broker.data_dir, topic_name, 0, print_records=False)
         return sum(1 for line in dumped if "isControl: true" in line)
 
-    assert markers() == 6
+    # Cleaning passes run every 200 ms meanwhile, so the six markers may already be going.
     _wait_for(lambda: markers() == 1, what="the emptied transactions' markers to go", timeout_s=20)
     for isolation in ("read_committed", "read_uncommitted"):
         seen = {key: value for key, value, _ in _read_to_end(bootstrap, topic_name, isolation)}
