@@ -108,24 +108,43 @@ def produce_batch(connection: RawConnection, topic: str, partition: int, batch: 
 def fetch_request(topic: str, offset: int = 0, *, session_id: int = 0, session_epoch: int = -1) -> Any:
     """A FetchRequest for partition 0 of ``topic`` from ``offset`` (read_uncommitted, no wait, 1 MiB);
     by default a full fetch that wants no session (KIP-227's final epoch)."""
-    topic_class = FetchRequest.FetchTopic
-    wanted = topic_class.FetchPartition(
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=offset,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
+    return fetch_partitions_request(
+        [(topic, 0, offset)], max_wait_ms=0, min_bytes=0, session_id=session_id, session_epoch=session_epoch
     )
+
+
+def fetch_partitions_request(
+    wanted: list[tuple[str, int, int]],
+    *,
+    max_wait_ms: int,
+    min_bytes: int = 1,
+    max_bytes: int = 1 << 20,
+    session_id: int = 0,
+    session_epoch: int = -1,
+) -> Any:
+    """A read_uncommitted FetchRequest of (topic, partition, offset) each, 1 MiB per partition."""
+    topic_class = FetchRequest.FetchTopic
+    topics: dict[str, list[Any]] = {}
+    for topic, partition, offset in wanted:
+        topics.setdefault(topic, []).append(
+            topic_class.FetchPartition(
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 20,
+            )
+        )
     return FetchRequest(
         replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
         isolation_level=0,
         session_id=session_id,
         session_epoch=session_epoch,
-        topics=[topic_class(topic=topic, partitions=[wanted])],
+        topics=[topic_class(topic=name, partitions=partitions) for name, partitions in topics.items()],
         forgotten_topics_data=[],
         rack_id="",
     )

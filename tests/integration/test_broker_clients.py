@@ -26,7 +26,7 @@ from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
-from .raw_kafka import RawConnection, fetch_request
+from .raw_kafka import RawConnection, fetch_partitions_request, fetch_request
 
 pytestmark = pytest.mark.integration
 
@@ -620,39 +620,6 @@ def test_api_versions_v3_refuses_an_invalid_client_software_name_or_version(
     assert answered.error_code == ErrorCode.NONE and len(answered.api_keys) > 20
 
 
-def _fetch_partitions(
-    wanted: list[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int = 1, max_bytes: int = 1 << 20
-) -> Any:
-    """A Fetch (v12 layout, read_uncommitted, no session) of (topic, partition, offset) each."""
-    from kafka.protocol.consumer import FetchRequest
-
-    topic_class = FetchRequest.FetchTopic
-    topics: dict[str, list[Any]] = {}
-    for topic, partition, offset in wanted:
-        topics.setdefault(topic, []).append(
-            topic_class.FetchPartition(
-                partition=partition,
-                current_leader_epoch=-1,
-                fetch_offset=offset,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=1 << 20,
-            )
-        )
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[topic_class(topic=name, partitions=partitions) for name, partitions in topics.items()],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-
-
 def test_fetch_waits_as_kafka_whatever_partitions_it_names(broker: BrokerProcess, topic_name: str) -> None:
     """KafkaApis.handleFetchRequest: partitions the broker lacks are answered UNKNOWN_TOPIC_OR_PARTITION
     beside the read, so a fetch of a known partition at its end still waits max_wait_ms; with no known
@@ -677,7 +644,9 @@ def test_fetch_waits_as_kafka_whatever_partitions_it_names(broker: BrokerProcess
 
     unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     took, partitions = fetch(
-        _fetch_partitions([(topic_name, 0, 1), (topic_name, 5, 0), ("no-such-topic", 0, 0)], max_wait_ms=1500)
+        fetch_partitions_request(
+            [(topic_name, 0, 1), (topic_name, 5, 0), ("no-such-topic", 0, 0)], max_wait_ms=1500
+        )
     )
     assert took >= 1.2, took
     assert partitions == [
@@ -686,14 +655,14 @@ def test_fetch_waits_as_kafka_whatever_partitions_it_names(broker: BrokerProcess
         ("no-such-topic", 0, unknown, 0),
     ]
     took, partitions = fetch(
-        _fetch_partitions([(topic_name, 5, 0), ("no-such-topic", 0, 0)], max_wait_ms=5000)
+        fetch_partitions_request([(topic_name, 5, 0), ("no-such-topic", 0, 0)], max_wait_ms=5000)
     )
     assert took < 2.5 and partitions == [(topic_name, 5, unknown, 0), ("no-such-topic", 0, unknown, 0)]
-    took, partitions = fetch(_fetch_partitions([], max_wait_ms=5000))
+    took, partitions = fetch(fetch_partitions_request([], max_wait_ms=5000))
     assert took < 2.5 and partitions == []
     # 50 bytes of value are there: min_bytes above max_bytes is max_bytes, which they exceed.
     took, partitions = fetch(
-        _fetch_partitions([(topic_name, 0, 0)], max_wait_ms=5000, min_bytes=10_000, max_bytes=60)
+        fetch_partitions_request([(topic_name, 0, 0)], max_wait_ms=5000, min_bytes=10_000, max_bytes=60)
     )
     assert took < 2.5 and partitions[0][2] == 0 and partitions[0][3] > 50
 
