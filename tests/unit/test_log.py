@@ -599,6 +599,15 @@ def test_size_retention_runs_first_and_time_retention_on_what_it_left(make_log: 
     assert log.segment_files() == files[3:]
 
 
+def test_max_compaction_lag_counts_among_the_configs_the_broker_acts_on() -> None:
+    """It rolls a compacted topic's segments (next test), so a topic created with it is not told
+    that the broker ignores it."""
+    from sparkafka.broker.topic_configs import inert_configs
+
+    configs = {"max.compaction.lag.ms": "1000", "compression.type": "zstd", "retention.ms": "1"}
+    assert inert_configs(configs) == ["compression.type"]
+
+
 def test_a_compacted_topic_also_rolls_by_max_compaction_lag(make_log: LogFactory) -> None:
     compacted = make_log(cleanup_policy="compact", segment_ms=10_000, max_compaction_lag_ms=1000)
     deleting = make_log(compacted.directory.parent / "d-0", segment_ms=10_000, max_compaction_lag_ms=1000)

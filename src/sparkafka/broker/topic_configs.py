@@ -162,7 +162,7 @@ _DEFINITIONS = (
     ),
     TopicConfigDefinition("local.retention.bytes", _L, "-2", check=_at_least(-2)),
     TopicConfigDefinition("local.retention.ms", _L, "-2", check=_at_least(-2)),
-    TopicConfigDefinition("max.compaction.lag.ms", _L, str(INT64_MAX), check=_at_least(1)),
+    TopicConfigDefinition("max.compaction.lag.ms", _L, str(INT64_MAX), True, _at_least(1)),
     TopicConfigDefinition("max.message.bytes", _I, "1048588", True, _at_least(0)),
     TopicConfigDefinition("message.timestamp.after.max.ms", _L, "3600000", True, _at_least(0)),
     TopicConfigDefinition("message.timestamp.before.max.ms", _L, str(INT64_MAX), True, _at_least(0)),
