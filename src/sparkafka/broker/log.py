@@ -411,8 +411,15 @@ class PartitionLog:
             )
         return int(text)
 
-    def _write_log_start_checkpoint(self) -> None:
-        write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{self.log_start_offset}\n".encode())
+    def _write_log_start_checkpoint(self, offset: int | None = None) -> None:
+        offset = self.log_start_offset if offset is None else offset
+        write_file_atomically(self.directory / _LOG_START_CHECKPOINT, f"{offset}\n".encode())
+
+    def _move_log_start(self, offset: int) -> None:
+        """Checkpoint ``offset`` as the log start, then start serving from it: a failed checkpoint
+        write (disk full) leaves the log start, on disk and as fetches see it, where it was."""
+        self._write_log_start_checkpoint(offset)
+        self.log_start_offset = offset
 
     def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
         """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover)."""
@@ -832,8 +839,7 @@ class PartitionLog:
             if offset > self.log_start_offset:
                 if before_deleting is not None:
                     before_deleting()
-                self.log_start_offset = offset
-                self._write_log_start_checkpoint()
+                self._move_log_start(offset)
                 self._delete_segments_below(offset)
             return self.log_start_offset
 
@@ -906,8 +912,7 @@ class PartitionLog:
             self._roll(self.log_end_offset, now_ms)
         new_start = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
         if new_start != self.log_start_offset:
-            self.log_start_offset = new_start
-            self._write_log_start_checkpoint()
+            self._move_log_start(new_start)
         for segment in doomed:
             logger.info("%s: retention deletes segment %s", self, segment.path.name)
             self._delete_segment(segment)
