@@ -36,7 +36,10 @@ Steps of ``sparkafka-python -m MODULE ARG...``:
 1. apply the path rule to ``sys.path`` (:func:`apply_path_rule`);
 2. put the working directory first on ``sys.path``, where ``python -m`` has it, instead of this
    script's directory;
-3. run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status is ours.
+3. a streaming source runner, when a zygote serves this session (:mod:`sparkafka.runner_zygote`),
+   runs in a child of the zygote, which has PySpark imported already; its exit status is ours;
+4. otherwise run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status
+   is ours.
 
 Any other command line (``-c``, a script, interpreter options) goes to the interpreter unchanged.
 """
@@ -49,6 +52,10 @@ import shutil
 import sys
 
 LAUNCHER_NAME = "sparkafka-python"
+# A zygote's socket (sparkafka.runner_zygote), and the modules it runs: kept here, so that a launcher
+# imports the zygote's module only when it has something to ask of it.
+ZYGOTE_ENV = "SPARKAFKA_RUNNER_ZYGOTE"
+SERVED_MODULES = ("pyspark.sql.streaming.python_streaming_source_runner",)
 _BUNDLED_ARCHIVES = (("pyspark", "pyspark.zip"), ("py4j", "py4j-"))  # (package, file name or prefix)
 
 
@@ -117,6 +124,13 @@ def main() -> None:
     apply_path_rule()
     if sys.path and os.path.abspath(sys.path[0] or ".") == script_dir:
         sys.path[0] = os.getcwd()
+    zygote = os.environ.get(ZYGOTE_ENV)
+    if zygote and module in SERVED_MODULES:
+        from sparkafka.runner_zygote import run_through
+
+        status = run_through(zygote, module, args[2:])
+        if status is not None:
+            sys.exit(status)
     sys.argv = [module, *args[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

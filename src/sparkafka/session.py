@@ -39,10 +39,21 @@ def spark_session(
 
     import sparkafka
     from sparkafka.python_exec import launcher_path
+    from sparkafka.runner_zygote import ZYGOTE_ENV
+    from sparkafka.runner_zygote import start as start_zygote
 
     # On a cluster the executors' interpreter path is the cluster's business; locally every Python
     # process Spark starts is on this machine, where the launcher is installed beside this Python.
     spark_python = (launcher_path() if is_local_master(master) else None) or sys.executable
+    # Every streaming query's source runner is then forked ready-made (sparkafka.runner_zygote); set
+    # before the JVM starts, which hands its environment to the runners.
+    if (
+        spark_python != sys.executable
+        and os.environ.get("PYSPARK_DRIVER_PYTHON", spark_python) == spark_python
+        and ZYGOTE_ENV not in os.environ
+        and (socket_path := start_zygote()) is not None
+    ):
+        os.environ[ZYGOTE_ENV] = socket_path
     os.environ.setdefault("PYSPARK_PYTHON", spark_python)
     # Spark also starts the driver-side lookup of Python data sources with this one.
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", spark_python)

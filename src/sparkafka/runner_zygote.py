@@ -1,0 +1,246 @@
+"""A forking server that starts Spark's streaming source runner with PySpark already imported.
+
+Why: Spark starts a new Python process for every streaming query that reads a Python data source
+(``pyspark.sql.streaming.python_streaming_source_runner``), without its worker daemon. Importing
+PySpark, pyarrow and numpy there costs 0.3-0.4 s of CPU and of query start-up each time
+(docs/benchmarks.md), as much as reading a third of a million records. sparkafka's local sessions
+start this zygote once (:func:`start`); ``sparkafka-python``, which Spark runs for that module,
+asks it to fork a ready child instead of importing everything again (:func:`run_through`), as
+Spark's own daemon does for executor workers.
+
+Protocol, one Unix socket connection per runner, JSON lines:
+
+1. launcher -> zygote: ``{"module", "argv", "env", "cwd", "path"}``: what ``python -m`` would run,
+   with the launcher's environment, working directory and ``sys.path``;
+2. zygote -> launcher: ``{"pid": n}`` once the child runs, or ``{"refused": reason}``: the module is
+   not one the zygote imported, or the launcher's ``sys.path`` or ``PYTHONHASHSEED`` differs from
+   the zygote's (the modules imported in advance would not be the ones the launcher would import);
+   the launcher then runs the module itself;
+3. zygote -> launcher: ``{"exit": status}`` when the child ends; the launcher exits with it.
+
+Invariants: the child runs with the launcher's argv, environment and working directory, as
+``python -m`` would have run it there. A child never outlives its launcher: when the launcher's
+connection closes first (Spark destroyed it, or it was killed), the zygote kills the child. The
+zygote is one thread (so forking it is safe) and exits once the process that started it is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkafka.python_exec import SERVED_MODULES, ZYGOTE_ENV, apply_path_rule
+
+__all__ = ["SERVED_MODULES", "ZYGOTE_ENV", "run_through", "start"]
+# What the runner unpickles: sparkafka's reader and the client it uses.
+_ALSO_IMPORTED = ("sparkafka.source", "sparkafka.datasource")
+_CONNECT_TIMEOUT_S = 2.0
+_PARENT_CHECK_S = 0.5
+
+
+def start(modules: Sequence[str] = SERVED_MODULES) -> str | None:
+    """Start a zygote for ``modules``, a child of this process that ends with it, and return its
+    socket path, or None when it could not be started. It imports in the background: until it
+    listens, launchers run the module themselves."""
+    directory = tempfile.mkdtemp(prefix="sparkafka-zygote-")
+    socket_path = os.path.join(directory, "zygote.sock")
+    env = dict(os.environ)
+    # One BLAS thread: numpy's import must not leave threads behind in a process that forks.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # The hash seed Spark gives the Python processes it starts (PySpark's default, unless set).
+    env.setdefault("PYTHONHASHSEED", "0")
+    command = [sys.executable, "-m", "sparkafka.runner_zygote", socket_path, str(os.getpid()), *modules]
+    try:
+        # In the caller's process group, so that a signal to the group reaches it too. Its children's
+        # output goes where a runner's would: not to stdout, which sparkafka's commands print on.
+        subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+    except (OSError, ValueError):
+        return None
+    return socket_path
+
+
+def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
+    """Run ``module`` as ``__main__`` in a child of the zygote at ``socket_path``: its exit status,
+    or None when the zygote is not there or refuses (the caller runs the module itself)."""
+    try:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.settimeout(_CONNECT_TIMEOUT_S)
+        connection.connect(socket_path)
+    except OSError:
+        return None
+    with connection, connection.makefile("rwb") as stream:
+        request = {
+            "module": module,
+            "argv": argv,
+            "env": dict(os.environ),
+            "cwd": os.getcwd(),
+            "path": sys.path,
+        }
+        try:
+            stream.write(json.dumps(request).encode() + b"\n")
+            stream.flush()
+            answer = json.loads(stream.readline() or b"{}")
+        except (OSError, ValueError):
+            return None
+        if "pid" not in answer:
+            return None
+        connection.settimeout(None)
+        # From here on the child runs: its end is the launcher's end, whatever happens.
+        line = stream.readline()
+    try:
+        return int(json.loads(line)["exit"])
+    except (ValueError, KeyError, TypeError):
+        return 1  # the zygote went away without reporting: the child was killed with it
+
+
+class _Zygote:
+    def __init__(self, socket_path: str, parent_pid: int, modules: list[str]) -> None:
+        self.socket_path = socket_path
+        self.parent_pid = parent_pid
+        self.modules = modules
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, socket.socket] = {}  # child pid -> its launcher's connection
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A child's end wakes the loop at once (SIGCHLD through Python's wakeup fd), so that its
+        # launcher learns the exit status without waiting for the next parent check.
+        self.wakeup_read, self.wakeup_write = os.pipe()
+
+    def serve(self) -> None:
+        # Ctrl-C in a terminal reaches the whole process group; the zygote ends with its parent.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for module in [*self.modules, *_ALSO_IMPORTED]:
+            importlib.import_module(module)
+        os.umask(0o077)
+        self.listener.bind(self.socket_path)
+        self.listener.listen(16)
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        os.set_blocking(self.wakeup_write, False)
+        signal.set_wakeup_fd(self.wakeup_write)
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        try:
+            while os.getppid() == self.parent_pid:
+                for key, _ in self.selector.select(_PARENT_CHECK_S):
+                    if key.fileobj is self.listener:
+                        self._accept()
+                    elif key.fileobj == self.wakeup_read:
+                        os.read(self.wakeup_read, 4096)
+                    else:
+                        self._launcher_gone(key.data)
+                self._reap()
+        finally:
+            for pid in list(self.children):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket_path)
+                os.rmdir(os.path.dirname(self.socket_path))
+
+    def _accept(self) -> None:
+        connection, _ = self.listener.accept()
+        connection.settimeout(_CONNECT_TIMEOUT_S)
+        try:
+            request = json.loads(connection.makefile("rb").readline() or b"{}")
+            refusal = self._refusal(request)
+            if refusal is not None:
+                connection.sendall(json.dumps({"refused": refusal}).encode() + b"\n")
+                connection.close()
+                return
+            pid = os.fork()
+            if pid == 0:
+                self._run_child(request, connection)  # never returns
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        except (OSError, ValueError):
+            connection.close()
+            return
+        connection.settimeout(None)
+        self.children[pid] = connection
+        self.selector.register(connection, selectors.EVENT_READ, pid)
+
+    def _refusal(self, request: dict[str, Any]) -> str | None:
+        if request.get("module") not in self.modules:
+            return f"module {request.get('module')!r} is not one this zygote imported"
+        if request.get("path") != sys.path:
+            return "the launcher's sys.path differs from the zygote's"
+        if (request.get("env") or {}).get("PYTHONHASHSEED") != os.environ.get("PYTHONHASHSEED"):
+            return "the launcher's PYTHONHASHSEED differs from the zygote's"
+        return None
+
+    def _run_child(self, request: dict[str, Any], own_connection: socket.socket) -> None:
+        status = 1
+        try:
+            self.selector.close()
+            self.listener.close()
+            for connection in [*self.children.values(), own_connection]:
+                connection.close()
+            signal.set_wakeup_fd(-1)
+            os.close(self.wakeup_read)
+            os.close(self.wakeup_write)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            sys.argv = [request["module"], *request["argv"]]
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            status = 0
+        except SystemExit as exit_request:
+            code = exit_request.code
+            status = code if isinstance(code, int) else (0 if code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(status)
+
+    def _launcher_gone(self, pid: int) -> None:
+        """The launcher's connection is readable: it closed (it never sends more). Kill its child."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            connection = self.children.pop(pid, None)
+            if connection is None:
+                continue
+            self.selector.unregister(connection)
+            with contextlib.suppress(OSError):
+                connection.sendall(
+                    json.dumps({"exit": os.waitstatus_to_exitcode(wait_status)}).encode() + b"\n"
+                )
+            connection.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sparkafka.runner_zygote SOCKET PARENT_PID [MODULE ...]`` (default: the modules
+    ``sparkafka-python`` sends here)."""
+    args = sys.argv[1:] if argv is None else argv
+    socket_path, parent_pid, modules = args[0], int(args[1]), args[2:] or list(SERVED_MODULES)
+    apply_path_rule()
+    Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
+    _Zygote(socket_path, parent_pid, modules).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The zygote that forks Spark's streaming source runner ready-made: what the child runs with, what
+the launcher gets back, when it refuses, and that no child outlives its launcher or the zygote its
+parent. A small module stands in for the runner, so the tests need no Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TARGET = "zygote_target_module"
+TARGET_SOURCE = """
+import json, os, sys, time
+if __name__ == "__main__":
+    with open(os.environ["TARGET_OUT"], "w") as out:
+        json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
+                   "marker": os.environ.get("TARGET_MARK")}, out)
+    time.sleep(float(os.environ.get("TARGET_SLEEP", "0")))
+    sys.exit(int(os.environ.get("TARGET_EXIT", "0")))
+"""
+# A process that starts a zygote for the target module (its parent), waits until it listens, prints
+# the socket path and then runs the commands it reads, one per line, as a launcher would.
+DRIVER = """
+import json, os, sys, time
+from sparkafka.runner_zygote import run_through, start
+start_dir = os.getcwd()
+sys.path[0] = start_dir
+socket_path = start([sys.argv[1]])
+deadline = time.monotonic() + 30
+while not os.path.exists(socket_path) and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(json.dumps({"socket": socket_path, "zygote_ready": os.path.exists(socket_path)}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    os.environ.update(request.get("env", {}))
+    os.chdir(request.get("cwd", start_dir))
+    sys.path[0] = os.getcwd()  # where sparkafka-python puts it, as python -m does
+    status = run_through(socket_path, request["module"], request.get("argv", []))
+    print(json.dumps({"status": status}), flush=True)
+"""
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / f"{TARGET}.py").write_text(textwrap.dedent(TARGET_SOURCE))
+    # The hash seed Spark gives the runners (the zygote's too).
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "modules"), "PYTHONHASHSEED": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, TARGET],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path / "modules",
+    )
+    assert process.stdout is not None
+    ready = json.loads(process.stdout.readline())
+    assert ready["zygote_ready"], ready
+    yield process
+    process.kill()
+    process.wait()
+
+
+def ask(driver: subprocess.Popen[str], **request: object) -> int | None:
+    assert driver.stdin is not None and driver.stdout is not None
+    driver.stdin.write(json.dumps(request) + "\n")
+    driver.stdin.flush()
+    return json.loads(driver.stdout.readline())["status"]
+
+
+def test_the_child_runs_as_python_m_would_and_its_exit_status_comes_back(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    env = {"TARGET_OUT": str(out), "TARGET_MARK": "from the launcher", "TARGET_EXIT": "3"}
+    # Another working directory is another sys.path[0]: the zygote's imports might not be the ones
+    # the launcher would make, so it refuses and the launcher runs the module itself.
+    assert ask(driver, module=TARGET, argv=["a", "b"], env=env, cwd=str(tmp_path)) is None
+    assert ask(driver, module=TARGET, argv=["a", "b"], env=env) == 3
+    ran = json.loads(out.read_text())
+    assert ran["argv"] == ["a", "b"]
+    assert ran["marker"] == "from the launcher"
+    assert ran["cwd"] == str(tmp_path / "modules")
+    assert ran["pid"] != driver.pid
+
+
+def test_modules_it_did_not_import_and_other_hash_seeds_are_refused(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """Refused: the launcher runs the module itself (run_through returns None)."""
+    out = tmp_path / "out.json"
+    assert ask(driver, module="json.tool", env={"TARGET_OUT": str(out)}) is None
+    assert ask(driver, module=TARGET, env={"TARGET_OUT": str(out), "PYTHONHASHSEED": "7"}) is None
+    assert not out.exists()
+
+
+def test_a_child_does_not_outlive_its_launcher(driver: subprocess.Popen[str], tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    assert driver.stdin is not None
+    driver.stdin.write(
+        json.dumps({"module": TARGET, "env": {"TARGET_OUT": str(out), "TARGET_SLEEP": "60"}}) + "\n"
+    )
+    driver.stdin.flush()
+    deadline = time.monotonic() + 20
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = json.loads(out.read_text())["pid"]
+    os.kill(driver.pid, signal.SIGKILL)  # the launcher (and the zygote's parent) dies
+    driver.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie waiting for its reaper counts as gone.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
