@@ -489,17 +489,19 @@ def test_a_log_start_that_cannot_be_checkpointed_does_not_move(
     """DeleteRecords and retention checkpoint the new log start before serving from it: when the
     write fails (disk full) the request fails and fetches still start where they did."""
     log = make_log(segment_bytes=300, retention_ms=1000)
-    for _ in range(6):
+    for _ in range(5):
         append(log, 2, timestamp=1000)
+    append(log, 2, timestamp=10_000)  # the newest segment is not expired: retention deletes a prefix
 
     def disk_full(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device (injected)")
 
     monkeypatch.setattr(log_module, "write_file_atomically", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(BrokerError) as refused:
         log.delete_records_before(3)
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert log.log_start_offset == 0
-    with pytest.raises(OSError):
+    with pytest.raises(BrokerError):
         log.enforce_retention(10_000)
     assert log.log_start_offset == 0
     assert batch_bases(log.read(0, 1 << 20))[0] == 0

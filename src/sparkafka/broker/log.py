@@ -417,8 +417,15 @@ class PartitionLog:
 
     def _move_log_start(self, offset: int) -> None:
         """Checkpoint ``offset`` as the log start, then start serving from it: a failed checkpoint
-        write (disk full) leaves the log start, on disk and as fetches see it, where it was."""
-        self._write_log_start_checkpoint(offset)
+        write (disk full) leaves the log start, on disk and as fetches see it, where it was, and is
+        KAFKA_STORAGE_ERROR to the request that asked for it, as in Kafka."""
+        try:
+            self._write_log_start_checkpoint(offset)
+        except OSError as exc:
+            raise BrokerError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"{self.directory.name}: could not checkpoint log start offset {offset}: {exc}",
+            ) from exc
         self.log_start_offset = offset
 
     def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
