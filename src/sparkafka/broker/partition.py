@@ -278,9 +278,11 @@ class Partition:
         # payload may be a view into the request frame).
         batch = bytearray(payload)
         config = self.log.config
-        records.check_produce_request_records(batch, produce_version)
         transactional = records.transactional_producer(batch)
         if transactional is not None and not self._has_ongoing_transaction(*transactional):
+            # Step 1 comes before the coordinator is asked; validate_produce_payload repeats it for
+            # every other batch, so only this path checks it separately.
+            records.check_produce_request_records(batch, produce_version)
             verify_transaction(*transactional, self.topic, self.index)
         accepted = records.validate_produce_payload(
             batch,
