@@ -73,6 +73,9 @@ _UNKNOWN_PARTITION_CODES = frozenset(
     }
 )
 
+# librdkafka's RD_KAFKA_OFFSET_INVALID: what its ListOffsets reports for a partition it did not ask.
+UNANSWERED_OFFSET = -1001
+
 T = TypeVar("T")
 
 
@@ -351,13 +354,20 @@ class KafkaAdmin:
 
         def ask(
             pending: Mapping[TopicPartitionKey, OffsetSpec], result: PartitionOffsets
-        ) -> list[TopicPartitionKey]:
-            """Put the offsets found into ``result``; the partitions the client called unknown."""
+        ) -> tuple[list[TopicPartitionKey], list[TopicPartitionKey]]:
+            """Put the offsets found into ``result``; return the partitions the client called unknown
+            and those it left unanswered.
+
+            librdkafka sends one ListOffsets per leader and, when such a request fails (its broker
+            went down while it was in flight), reports that leader's partitions with offset -1001
+            and no error. No broker answers -1001 (a timestamp without a record is -1), so it means
+            "not asked", never an offset."""
             request = {TopicPartition(topic, partition): spec for (topic, partition), spec in pending.items()}
             futures = self.client.list_offsets(
                 request, isolation_level=isolation, request_timeout=self.timeout_s
             )
             unknown = []
+            unanswered = []
             for tp, future in futures.items():
                 try:
                     info = self._result(future)
@@ -366,33 +376,43 @@ class KafkaAdmin:
                         unknown.append((tp.topic, tp.partition))
                         continue
                     raise
+                if info.offset == UNANSWERED_OFFSET:
+                    unanswered.append((tp.topic, tp.partition))
+                    continue
                 result[(tp.topic, tp.partition)] = int(info.offset)
-            return unknown
+            return unknown, unanswered
 
         def fetch() -> PartitionOffsets:
             """Only a partition the cluster's metadata no longer lists is left out: one unknown
             partition can fail the whole request, and the client calls partitions unknown while its
-            metadata is stale (for seconds after a broker restart), so the others are asked again."""
+            metadata is stale (for seconds after a broker restart), so the others are asked again,
+            as are unanswered ones, until ``timeout_s``."""
             deadline = time.monotonic() + self.timeout_s
             result: PartitionOffsets = {}
             pending: Mapping[TopicPartitionKey, OffsetSpec] = specs
-            while unknown := ask(pending, result):
-                existing = self.topic_partitions()
-                pending = {tp: specs[tp] for tp in unknown if tp[1] in existing.get(tp[0], ())}
+            while True:
+                unknown, unanswered = ask(pending, result)
+                if unknown:
+                    existing = self.topic_partitions()
+                    unknown = [tp for tp in unknown if tp[1] in existing.get(tp[0], ())]
+                pending = {tp: specs[tp] for tp in [*unknown, *unanswered]}
                 if not pending:
-                    break
+                    return result
                 if time.monotonic() >= deadline:
+                    reason = (
+                        "the cluster's metadata lists them, the client still calls them unknown"
+                        if unknown
+                        else "their leader's ListOffsets request failed"
+                    )
                     raise self.unavailable(
                         f"list the offsets of {sorted(pending)}",
                         KafkaException(
                             KafkaError(
-                                KafkaError._UNKNOWN_PARTITION,
-                                "the cluster's metadata lists them, the client still calls them unknown",
+                                KafkaError._UNKNOWN_PARTITION if unknown else KafkaError._TRANSPORT, reason
                             )
                         ),
                     )
                 time.sleep(self.retry_interval_s)
-            return result
 
         return self._with_retries("list offsets", fetch)
 

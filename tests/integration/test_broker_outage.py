@@ -1,26 +1,34 @@
-"""The connector's offset queries across a broker outage (sparkafka.kafka_admin.partition_watermarks).
+"""The offset queries of the connector and the console across a broker outage.
 
 librdkafka answers "unknown partition" both for a partition that does not exist and, during an
 outage and for seconds after it, for one it has no metadata for. Taking the second for the first
-failed a pipeline whose broker restarted, or, with failOnDataLoss=false, would skip its records."""
+failed a pipeline whose broker restarted, or, with failOnDataLoss=false, would skip its records.
+And its ListOffsets reports offset -1001 with no error for partitions whose request the broker's
+connection dropped: no offset, only a reason to ask again."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.commands.console import Cluster, ConsoleError, _log_offsets
 from sparkafka.kafka_admin import KafkaAdmin, partition_watermarks
 
 from .kafka_clients import create_topic, producer
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -110,3 +118,59 @@ def test_latest_offsets_asked_during_a_broker_outage_leave_no_existing_partition
             assert admin.latest_offsets(existing, read_committed=True) == {("listed", 0): 0, ("listed", 1): 4}
     finally:
         admin.close()
+
+
+def test_latest_offsets_whose_request_the_broker_dropped_are_asked_again(fresh_broker: BrokerProcess) -> None:
+    """librdkafka reports offset -1001 without an error for partitions whose leader request failed
+    in flight; taken as an end offset, the source would plan a batch that reads backwards."""
+    _filled_topic(fresh_broker, "dropped", 3)
+    admin = KafkaAdmin({"bootstrap.servers": fresh_broker.bootstrap_servers}, timeout_s=30)
+    wanted = [("dropped", 0), ("dropped", 1)]
+    try:
+        assert admin.latest_offsets(wanted, read_committed=False) == {("dropped", 0): 0, ("dropped", 1): 3}
+        answer = _asked_while_the_request_is_dropped(
+            fresh_broker, lambda: admin.latest_offsets(wanted, read_committed=False)
+        )
+        assert answer == {("dropped", 0): 0, ("dropped", 1): 3}
+    finally:
+        admin.close()
+
+
+def test_topics_describe_refuses_to_show_offsets_whose_request_the_broker_dropped(
+    fresh_broker: BrokerProcess,
+) -> None:
+    _filled_topic(fresh_broker, "shown", 2)
+    cluster = Cluster(fresh_broker.bootstrap_servers, 30, [])
+    admin = cluster.admin()
+    partitions = [TopicPartition("shown", 0), TopicPartition("shown", 1)]
+    assert _log_offsets(cluster, admin, partitions) == {("shown", 0): (0, 0, 0), ("shown", 1): (0, 2, 2)}
+    answer = _asked_while_the_request_is_dropped(
+        fresh_broker, lambda: _log_offsets(cluster, admin, partitions)
+    )
+    assert isinstance(answer, ConsoleError)
+    assert "shown-0: its leader did not answer ListOffsets" in str(answer) or "shown-1: its leader" in str(
+        answer
+    )
+
+
+def _asked_while_the_request_is_dropped(broker: BrokerProcess, ask: Callable[[], T]) -> T | Exception:
+    """``ask()``'s answer, or what it raised, when the broker's connection breaks with its request in
+    flight: frozen, the broker takes the request into its socket buffer and never answers; killed, the
+    connection is reset. The broker is started again a second later."""
+    assert broker.process is not None
+    os.kill(broker.process.pid, signal.SIGSTOP)
+    answers: list[T | Exception] = []
+
+    def asking() -> None:
+        try:
+            answers.append(ask())
+        except Exception as error:  # the caller checks what was raised
+            answers.append(error)
+
+    thread = threading.Thread(target=asking)
+    thread.start()
+    time.sleep(1)
+    with _killed_and_restarted_after(broker, 1):
+        thread.join(60)
+    assert not thread.is_alive()
+    return answers[0]

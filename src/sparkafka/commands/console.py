@@ -59,6 +59,7 @@ from typer.core import TyperCommand
 from sparkafka.commands.common import format_table, parse_key_values
 from sparkafka.errors import SparkafkaOptionError
 from sparkafka.kafka_admin import (
+    UNANSWERED_OFFSET,
     LastConnectionFailure,
     is_login_failure,
     most_telling_reason,
@@ -970,7 +971,14 @@ def _log_offsets(
             {tp: spec for tp in partitions}, isolation_level=isolation, **cluster.request_timeouts()
         )
         for tp, future in futures.items():
-            found[(tp.topic, tp.partition)].append(cluster.wait(future, "listing offsets").offset)
+            offset = cluster.wait(future, "listing offsets").offset
+            if offset == UNANSWERED_OFFSET:
+                # librdkafka's report of a partition whose leader request failed, with no error
+                raise ConsoleError(
+                    f"{tp.topic}-{tp.partition}: its leader did not answer ListOffsets "
+                    "(the connection to it failed); run the command again"
+                )
+            found[(tp.topic, tp.partition)].append(offset)
     return {key: (values[0], values[1], values[2]) for key, values in found.items()}
 
 
