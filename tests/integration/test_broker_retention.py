@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 def cleaning_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     data_dir = tmp_path_factory.mktemp("retention") / "data"
     args = ["--group-initial-rebalance-delay-ms", "0", "--retention-check-interval-ms", "200"]
+    args += ["--log-cleaner-backoff-ms", "200"]
     with BrokerProcess(data_dir, extra_args=args) as process:
         yield process
 
@@ -206,7 +207,13 @@ def test_compaction_keeps_the_latest_committed_value_per_key(
     cleaning_broker: BrokerProcess, topic_name: str
 ) -> None:
     bootstrap = cleaning_broker.bootstrap_servers
-    create_topic(bootstrap, topic_name, config={"cleanup.policy": "compact", "internal.segment.bytes": "300"})
+    # Any dirty closed segment is due: each pass sees what the writes so far left.
+    config = {
+        "cleanup.policy": "compact",
+        "internal.segment.bytes": "300",
+        "min.cleanable.dirty.ratio": "0.01",
+    }
+    create_topic(bootstrap, topic_name, config=config)
     plain = producer(bootstrap, acks="all", linger_ms=0)
     for version in range(3):  # three generations of k-plain-0..2, each key in its own batch
         for key in range(3):
@@ -263,7 +270,12 @@ def test_compaction_removes_the_markers_of_transactions_it_emptied(
     from sparkafka.broker.dumplog import dump_topic
 
     bootstrap = cleaning_broker.bootstrap_servers
-    config = {"cleanup.policy": "compact", "internal.segment.bytes": "300", "delete.retention.ms": "0"}
+    config = {
+        "cleanup.policy": "compact",
+        "internal.segment.bytes": "300",
+        "delete.retention.ms": "0",
+        "min.cleanable.dirty.ratio": "0.01",
+    }
     create_topic(bootstrap, topic_name, config=config)
     writer = transactional_producer(bootstrap, f"tx-{topic_name}", linger_ms=0)
     writer.init_transactions(30)
@@ -272,19 +284,25 @@ def test_compaction_removes_the_markers_of_transactions_it_emptied(
         writer.produce(topic_name, key=b"state", value=b"v%d" % version)
         writer.commit_transaction(30)
     plain = producer(bootstrap, acks="all", linger_ms=0)
-    for i in range(4):  # roll the segments above so they are closed and can be cleaned
-        _deliver(plain, topic_name, [(f"filler-{i}".encode(), b"x" * 100)])
+    fillers = 0
 
     def markers() -> int:
         dumped = dump_topic(cleaning_broker.data_dir, topic_name, 0, print_records=False)
         return sum(1 for line in dumped if "isControl: true" in line)
 
-    # Cleaning passes run every 200 ms meanwhile, so the six markers may already be going.
-    _wait_for(lambda: markers() == 1, what="the emptied transactions' markers to go", timeout_s=20)
+    def markers_gone_after_a_write() -> bool:
+        # A pass runs once writes left a dirty closed segment (as in Kafka); it takes three: the
+        # records go, their markers get a horizon, the markers go.
+        nonlocal fillers
+        _deliver(plain, topic_name, [(f"filler-{fillers}".encode(), b"x" * 100)])
+        fillers += 1
+        return markers() == 1
+
+    _wait_for(markers_gone_after_a_write, what="the emptied transactions' markers to go", timeout_s=20)
     for isolation in ("read_committed", "read_uncommitted"):
         seen = {key: value for key, value, _ in _read_to_end(bootstrap, topic_name, isolation)}
-        assert seen == {"state": b"v5", **{f"filler-{i}": b"x" * 100 for i in range(4)}}, isolation
-    assert _watermarks(bootstrap, topic_name) == (0, 16)
+        assert seen == {"state": b"v5", **{f"filler-{i}": b"x" * 100 for i in range(fillers)}}, isolation
+    assert _watermarks(bootstrap, topic_name) == (0, 12 + fillers)
     cleaning_broker.terminate()
     cleaning_broker.start()
     assert markers() == 1
@@ -293,6 +311,36 @@ def test_compaction_removes_the_markers_of_transactions_it_emptied(
         for key, value, _ in _read_to_end(cleaning_broker.bootstrap_servers, topic_name, "read_committed")
     }
     assert seen["state"] == b"v5"
+
+
+def test_the_cleaner_waits_for_min_cleanable_dirty_ratio_or_max_compaction_lag(
+    cleaning_broker: BrokerProcess, topic_name: str
+) -> None:
+    """Kafka's LogCleanerManager: a compacted log is cleaned once its dirty part is more than
+    min.cleanable.dirty.ratio of it, or once a dirty segment is older than max.compaction.lag.ms."""
+    bootstrap = cleaning_broker.bootstrap_servers
+    eager, patient = f"{topic_name}-eager", f"{topic_name}-patient"
+    create_topic(bootstrap, eager, config={"cleanup.policy": "compact", "internal.segment.bytes": "300"})
+    # A ratio can never be more than 1: only max.compaction.lag.ms can make this one due.
+    config = {"cleanup.policy": "compact", "internal.segment.bytes": "300", "min.cleanable.dirty.ratio": "1"}
+    create_topic(bootstrap, patient, config=config)
+    sender = producer(bootstrap, acks="all", linger_ms=0)
+    for topic in (eager, patient):
+        for version in range(6):
+            _deliver(sender, topic, [(b"key", b"v%d" % version)])
+        _deliver(sender, topic, [(b"filler", b"x" * 100)])  # rolls the segment of the last version
+
+    def records_of(topic: str) -> int:
+        return len(_read_to_end(bootstrap, topic, "read_uncommitted"))
+
+    _wait_for(lambda: records_of(eager) == 2, what="the eager topic's compaction", timeout_s=20)
+    time.sleep(1)  # five more cleaner rounds, each of which weighed the patient topic too
+    assert records_of(patient) == 7
+    alter = AdminClient({"bootstrap.servers": bootstrap})
+    lag = ConfigEntry("max.compaction.lag.ms", "1", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, patient, incremental_configs=[lag])
+    alter.incremental_alter_configs([resource])[resource].result(30)
+    _wait_for(lambda: records_of(patient) == 2, what="the overdue topic's compaction", timeout_s=20)
 
 
 def test_keyless_records_are_rejected_on_compacted_topics(

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -847,6 +848,133 @@ def test_compaction_respects_min_compaction_lag(make_log: LogFactory) -> None:
     remaining = [r.value for r in all_records(log)]
     assert b"v0" not in remaining and b"v5" in remaining  # records younger than the lag stay
     assert make_log(log.directory.parent / "delete-0").compact(now_ms=0) == 0  # delete policy: no-op
+
+
+def test_how_dirty_a_compacted_log_is_follows_kafkas_cleaner_checkpoint(make_log: LogFactory) -> None:
+    """Kafka's LogCleanerManager: the dirty part runs from the cleaner checkpoint to the segment
+    holding the first uncleanable offset; a pass moves the checkpoint, and it survives a restart."""
+    log = compacted_log(make_log)
+    for i in range(4):
+        append(log, 1, keys=[b"kept%d" % i], values=[b"x"])  # stay in the cleaned part
+    for i in range(12):
+        append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
+    segments = log.segment_files()
+    active_base = int(segments[-1].stem)
+    closed_bytes = sum(os.path.getsize(path) for path in segments[:-1])
+    never_cleaned = log.cleanable_range(0, log.log_end_offset)
+    assert never_cleaned is not None
+    assert (never_cleaned.first_dirty_offset, never_cleaned.first_uncleanable_offset) == (0, active_base)
+    assert (never_cleaned.clean_bytes, never_cleaned.cleanable_bytes) == (0, closed_bytes)
+    assert never_cleaned.cleanable_ratio == 1.0 and never_cleaned.due(0.5) and not never_cleaned.overdue
+    log.compact(now_ms=0)
+    cleaned = log.cleanable_range(0, log.log_end_offset)
+    assert cleaned is not None and cleaned.first_dirty_offset == active_base
+    assert cleaned.cleanable_bytes == 0 and not cleaned.due(0.0)
+    # New closed segments are dirty; how dirty against the cleaned part decides whether it is due.
+    while len(log.segment_files()) < len(segments) + 2:
+        append(log, 1, keys=[b"k%d" % (log.log_end_offset % 3)], values=[b"new"])
+    dirtier = log.cleanable_range(0, log.log_end_offset)
+    assert dirtier is not None and dirtier.first_dirty_offset == active_base and dirtier.cleanable_bytes > 0
+    ratio = dirtier.cleanable_ratio
+    assert 0 < ratio < 1 and dirtier.due(ratio - 0.01) and not dirtier.due(ratio)
+    # Nothing at or past the last stable offset is cleanable: an open transaction holds the rest.
+    held = log.cleanable_range(0, active_base)
+    assert held is not None and held.cleanable_bytes == 0
+    log.close()
+    reopened = compacted_log(make_log)
+    assert reopened.cleanable_range(0, reopened.log_end_offset) == dirtier
+    # Retention or DeleteRecords past the checkpoint: the dirty part starts at the log start.
+    reopened.delete_records_before(active_base + 1)
+    moved = reopened.cleanable_range(0, reopened.log_end_offset)
+    assert moved is not None and moved.first_dirty_offset == active_base + 1
+
+
+def test_a_compacted_log_is_overdue_once_a_dirty_segment_is_older_than_max_compaction_lag(
+    make_log: LogFactory,
+) -> None:
+    log = compacted_log(make_log, max_compaction_lag_ms=60_000)
+    for i in range(6):
+        append(log, 1, keys=[b"k"], values=[b"v%d" % i], timestamp=10_000 + i)
+    assert len(log.segment_files()) > 1
+    young = log.cleanable_range(70_000, log.log_end_offset)
+    old = log.cleanable_range(70_001, log.log_end_offset)
+    assert young is not None and not young.overdue
+    assert old is not None and old.overdue and old.due(1.0)  # due whatever the ratio
+    log.close()
+    reopened = compacted_log(make_log, max_compaction_lag_ms=60_000)  # first batches read from disk
+    again = reopened.cleanable_range(70_001, reopened.log_end_offset)
+    assert again is not None and again.overdue
+
+
+def test_an_unreadable_cleaner_checkpoint_makes_the_whole_log_dirty(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = compacted_log(make_log)
+    for i in range(8):
+        append(log, 1, keys=[b"k%d" % i], values=[b"v%d" % i])
+    log.compact(now_ms=0)
+    log.close()
+    (log.directory / "cleaner-offset-checkpoint").write_text("garbage\n")
+    with caplog.at_level(logging.WARNING):
+        reopened = compacted_log(make_log)
+    assert "cleaner-offset-checkpoint should hold one non-negative integer" in caplog.text
+    dirty = reopened.cleanable_range(0, reopened.log_end_offset)
+    assert dirty is not None and dirty.first_dirty_offset == 0
+
+
+def test_appends_and_retention_go_on_while_a_cleaning_pass_runs(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass holds the log's lock only to take its views and to swap a cleaned segment in. A
+    segment DeleteRecords removed meanwhile is not brought back: its cleaned copy is dropped."""
+    log = compacted_log(make_log)
+    for i in range(12):
+        append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
+    first, second = (int(path.stem) for path in log.segment_files()[:2])
+    appended: list[int] = []
+    mapping_keys = PartitionLog._latest_offsets
+
+    def meanwhile(self: PartitionLog, *args: Any) -> dict[bytes, int]:
+        other = threading.Thread(
+            target=lambda: appended.append(append(log, 1, keys=[b"late"], values=[b"x"]))
+        )
+        other.start()
+        other.join(10)
+        assert not other.is_alive(), "an append waited for the cleaning pass"
+        log.delete_records_before(second)  # the first segment goes
+        return mapping_keys(self, *args)
+
+    monkeypatch.setattr(PartitionLog, "_latest_offsets", meanwhile)
+    log.compact(now_ms=0)
+    assert appended == [12]
+    assert int(log.segment_files()[0].stem) == second != first
+    assert not (log.directory / f"{first:020d}.log").exists()
+    assert not list(log.directory.glob("*.cleaned"))
+    kept = all_records(log)
+    assert [r.value for r in kept if r.key == b"late"] == [b"x"]
+    assert len({r.key for r in kept if r.offset < int(log.segment_files()[-1].stem)}) == len(
+        [r for r in kept if r.offset < int(log.segment_files()[-1].stem)]
+    )  # below the active segment: one record per key
+
+
+def test_a_log_closed_during_a_cleaning_pass_is_left_as_it_was(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = compacted_log(make_log)
+    for i in range(12):
+        append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
+    before = all_records(log)
+    mapping_keys = PartitionLog._latest_offsets
+
+    def closing(self: PartitionLog, *args: Any) -> dict[bytes, int]:
+        log.close()
+        return mapping_keys(self, *args)
+
+    monkeypatch.setattr(PartitionLog, "_latest_offsets", closing)
+    assert log.compact(now_ms=0) == 0
+    assert not list(log.directory.glob("*.cleaned"))
+    monkeypatch.undo()
+    assert all_records(compacted_log(make_log)) == before
 
 
 def test_crash_during_compaction_loses_nothing(make_log: LogFactory, tmp_path: Path) -> None:

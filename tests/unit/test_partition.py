@@ -190,8 +190,27 @@ def test_compaction_stops_at_the_last_stable_offset_when_retention_cut_an_open_t
     assert len(partition.log.segment_files()) == 5  # one batch per segment
     partition.enforce_retention(NOW_MS)
     assert partition.log_start_offset == partition.last_stable_offset == 1
-    values = [r.value[:2] for _, batch in partition.log.iter_batches() for r in records.decode_records(batch)]
-    assert values == [b"v1", b"v2", b"op", b"fi"]  # v1 is still there: it is not below the stable offset
+    cleanable = partition.cleanable_range(NOW_MS)
+    assert cleanable is None or not cleanable.due(0.0)  # the cleaner does not pick it
+    partition.compaction(NOW_MS)()
+
+    def values() -> list[bytes]:
+        return [
+            r.value[:2]
+            for header, batch in partition.log.iter_batches()
+            if not header.is_control
+            for r in records.decode_records(batch)
+        ]
+
+    assert values() == [b"v1", b"v2", b"op", b"fi"]  # v1 is still there: it is not below the stable offset
+    partition.write_txn_marker(
+        producer_id=PRODUCER + 1, producer_epoch=0, commit=True, coordinator_epoch=0, now_ms=NOW_MS
+    )
+    write(keyed(b"g", b"filler", new))  # rolls the segment with the marker
+    cleanable = partition.cleanable_range(NOW_MS)
+    assert cleanable is not None and cleanable.due(0.5)
+    partition.compaction(NOW_MS)()
+    assert values() == [b"v2", b"op", b"fi", b"fi"]
 
 
 # -- state whose batches are gone: snapshots ------------------------------------------------------

@@ -52,6 +52,8 @@ class BrokerConfig:
     flush_messages: int | None = None
     # log.retention.check.interval.ms
     retention_check_interval_ms: int = 300_000
+    # log.cleaner.backoff.ms: how long the log cleaner waits when no compacted log is due
+    log_cleaner_backoff_ms: int = 15_000
     # producer.id.expiration.ms and producer.id.expiration.check.interval.ms: a partition forgets a
     # producer without an open transaction once its last batch's timestamp is this old.
     producer_id_expiration_ms: int = 86_400_000

@@ -105,6 +105,7 @@ BROKER_DEFAULTS: dict[str, str | None] = {
     "num.partitions": "1",
     "group.initial.rebalance.delay.ms": "3000",
     "socket.request.max.bytes": "104857600",
+    "log.cleaner.backoff.ms": "15000",
 }
 # The value each default above amounts to, where the main synonym has none of its own.
 _EFFECTIVE_DEFAULTS = {"log.retention.ms": str(7 * 24 * 3600 * 1000)}
@@ -114,6 +115,7 @@ _EXTRA_BROKER_CONFIG_TYPES = {
     "num.partitions": ConfigType.INT,
     "group.initial.rebalance.delay.ms": ConfigType.INT,
     "socket.request.max.bytes": ConfigType.INT,
+    "log.cleaner.backoff.ms": ConfigType.LONG,
 }
 # Alternate units of a broker config (log.retention.hours for log.retention.ms), in milliseconds.
 _UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
@@ -146,6 +148,7 @@ def kafka_settings(config: BrokerConfig) -> dict[str, str]:
         "log.segment.bytes": str(config.segment_bytes),
         "log.retention.ms": str(config.retention_ms),
         "log.retention.bytes": str(config.retention_bytes),
+        "log.cleaner.backoff.ms": str(config.log_cleaner_backoff_ms),
     }
     if config.flush_messages is not None:
         settings["log.flush.interval.messages"] = str(config.flush_messages)

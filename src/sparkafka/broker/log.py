@@ -56,6 +56,9 @@ _SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 64 * 1024
 _CLEAN_SHUTDOWN = ".clean_shutdown"
 _LOG_START_CHECKPOINT = "log-start-offset"
+# Kafka's cleaner-offset-checkpoint (one per log directory there, one per partition here): the
+# first offset the last cleaning pass did not reach, where the dirty part of the log starts.
+_CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _LOG_SUFFIX = ".log"
 _INDEX_SUFFIX = ".index"
 _TIMEINDEX_SUFFIX = ".timeindex"
@@ -78,6 +81,9 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3600 * 1000
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
+    # min.cleanable.dirty.ratio: a compacted log is cleaned once its dirty part is more than this
+    # share of it (or max.compaction.lag.ms is overdue), see PartitionLog.cleanable_range.
+    min_cleanable_dirty_ratio: float = 0.5
     max_message_bytes: int = 1048588
     # message.timestamp.type=LogAppendTime: batches from clients get the broker's append time.
     log_append_time: bool = False
@@ -119,6 +125,10 @@ class LogConfig:
             raise ValueError(
                 "cleanup_policy must list 'delete', 'compact', both or neither (''), "
                 f"got {self.cleanup_policy!r}"
+            )
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise ValueError(
+                f"min_cleanable_dirty_ratio must be between 0 and 1, got {self.min_cleanable_dirty_ratio}"
             )
         if self.flush_messages is not None and self.flush_messages < 1:
             raise ValueError(
@@ -275,6 +285,47 @@ class _Segment:
             self.indexes_dirty = True
 
 
+@dataclass(frozen=True)
+class _SegmentView:
+    """A segment as a cleaning pass saw it under the log's lock: a dup of its descriptor and its
+    size then, readable without the lock (appends, fetches and retention go on meanwhile)."""
+
+    segment: _Segment
+    fd: int
+    size: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.segment.base_offset
+
+    @property
+    def path(self) -> Path:
+        return self.segment.path
+
+
+@dataclass(frozen=True)
+class CleanableRange:
+    """How dirty a compacted log is: what Kafka's LogCleanerManager weighs to pick the next log to
+    clean (its LogToClean). The dirty part starts at the cleaner checkpoint; it ends at the first
+    uncleanable offset, the base of the segment holding the lowest of: the last stable offset, the
+    active segment's base, and (min.compaction.lag.ms) the first segment with records that young."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int  # segments below the first dirty offset
+    cleanable_bytes: int  # segments from the one holding the first dirty offset to the uncleanable one
+    overdue: bool  # a dirty closed segment's first batch is older than max.compaction.lag.ms
+
+    @property
+    def cleanable_ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+    def due(self, min_cleanable_dirty_ratio: float) -> bool:
+        """Kafka's rule: overdue with something to clean, or dirtier than min.cleanable.dirty.ratio."""
+        return (self.overdue and self.cleanable_bytes > 0) or self.cleanable_ratio > min_cleanable_dirty_ratio
+
+
 def _segment_path(directory: Path, base_offset: int) -> Path:
     return directory / f"{base_offset:020d}{_LOG_SUFFIX}"
 
@@ -334,8 +385,11 @@ class PartitionLog:
         self.log_end_offset = 0
         self._segments: list[_Segment] = []
         self._lock = threading.RLock()
+        # One cleaning pass at a time; it holds _lock only to take its views and to swap segments.
+        self._cleaning = threading.Lock()
         self._closed = False
         self._load()
+        self._first_dirty_offset = self._read_cleaner_checkpoint()
         # Kafka's recovery point: records past it were written but not yet fsynced.
         self._flushed_offset = self.log_end_offset
 
@@ -409,6 +463,22 @@ class PartitionLog:
                 f"{path} should hold one non-negative integer (the log start offset) but holds {text!r}; "
                 "fix or delete it (deleting makes the first segment's base offset the log start)"
             )
+        return int(text)
+
+    def _read_cleaner_checkpoint(self) -> int | None:
+        path = self.directory / _CLEANER_CHECKPOINT
+        if not path.exists():
+            return None
+        text = path.read_text().strip()
+        if not text.isdigit():
+            # Only the cleaner's schedule depends on it: the next pass cleans the whole log.
+            logger.warning(
+                "%s should hold one non-negative integer (the first dirty offset) but holds %r; "
+                "ignored: the whole log counts as dirty",
+                path,
+                text,
+            )
+            return None
         return int(text)
 
     def _write_log_start_checkpoint(self, offset: int | None = None) -> None:
@@ -587,7 +657,7 @@ class PartitionLog:
             fsync_directory(self.directory)
         return removed
 
-    def _headers(self, segment: _Segment, start: int) -> Iterator[tuple[int, BatchHeader]]:
+    def _headers(self, segment: _Segment | _SegmentView, start: int) -> Iterator[tuple[int, BatchHeader]]:
         """Yield (position, header) of the segment's batches from byte `start`, reading headers only."""
         pos, chunk, chunk_start = start, b"", start
         while pos < segment.size:
@@ -787,7 +857,7 @@ class PartitionLog:
             for fd, *_ in snapshot:
                 os.close(fd)
 
-    def _read_batch(self, segment: _Segment, position: int, header: BatchHeader) -> bytes:
+    def _read_batch(self, segment: _Segment | _SegmentView, position: int, header: BatchHeader) -> bytes:
         return os.pread(segment.fd, header.size, position)
 
     # ---- lookups by time ---------------------------------------------------------------------------
@@ -850,9 +920,12 @@ class PartitionLog:
                 self._delete_segments_below(offset)
             return self.log_start_offset
 
-    def _largest_timestamp(self, segment: _Segment) -> int:
-        if segment.max_timestamp >= 0:
-            return segment.max_timestamp
+    def _largest_timestamp(self, segment: _Segment | _SegmentView) -> int:
+        max_timestamp = (
+            segment.segment.max_timestamp if isinstance(segment, _SegmentView) else segment.max_timestamp
+        )
+        if max_timestamp >= 0:
+            return max_timestamp
         return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
 
     def enforce_retention(self, now_ms: int, *, before_deleting: Callable[[], None] | None = None) -> int:
@@ -928,6 +1001,53 @@ class PartitionLog:
 
     # ---- compaction --------------------------------------------------------------------------------
 
+    def cleanable_range(self, now_ms: int, last_stable_offset: int) -> CleanableRange | None:
+        """How dirty the log is (Kafka's LogCleanerManager.cleanableOffsets and LogToClean), or None
+        when it is not compacted or holds no bytes.
+
+        The first dirty offset is the cleaner checkpoint, or the log start when there is none or it
+        lies outside [log start, log end) (retention or DeleteRecords moved past it, or the log was
+        cut at recovery). `last_stable_offset` is the partition's: nothing at or past it is cleanable.
+        """
+        with self._lock:
+            self._ensure_open()
+            if not self.config.compacts:
+                return None
+            first_dirty = self._first_dirty_offset
+            if first_dirty is None or not self.log_start_offset <= first_dirty <= self.log_end_offset:
+                first_dirty = self.log_start_offset
+            active = self._segments[-1]
+            uncleanable = min(last_stable_offset, active.base_offset)
+            dirty_closed = self._segments[self._segment_slot(first_dirty) : -1]
+            lag_ms = self.config.min_compaction_lag_ms
+            if lag_ms > 0:
+                for segment in dirty_closed:
+                    if self._largest_timestamp(segment) > now_ms - lag_ms:
+                        uncleanable = min(uncleanable, segment.base_offset)
+                        break
+            uncleanable = max(first_dirty, uncleanable)
+            first_uncleanable = self._segments[self._segment_slot(uncleanable)].base_offset
+            low = min(first_dirty, first_uncleanable)
+            cleanable_bytes = sum(
+                segment.size
+                for segment in self._segments[self._segment_slot(low) :]
+                if segment.base_offset < first_uncleanable
+            )
+            clean_bytes = sum(segment.size for segment in self._segments if segment.base_offset < first_dirty)
+            if clean_bytes + cleanable_bytes == 0:
+                return None
+            first_timestamps = [self._first_batch_timestamp(segment) for segment in dirty_closed]
+            earliest = min((ts for ts in first_timestamps if ts > 0), default=None)
+            overdue = earliest is not None and earliest < now_ms - self.config.max_compaction_lag_ms
+            return CleanableRange(first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, overdue)
+
+    def _first_batch_timestamp(self, segment: _Segment) -> int:
+        """The max timestamp of the segment's first batch (Kafka's LogSegment.getFirstBatchTimestamp);
+        a segment loaded from its index files has not read it yet."""
+        if segment.first_batch_timestamp < 0 and segment.size >= HEADER_SIZE:
+            segment.first_batch_timestamp = parse_header(os.pread(segment.fd, HEADER_SIZE, 0)).max_timestamp
+        return segment.first_batch_timestamp
+
     def compact(
         self,
         *,
@@ -937,55 +1057,103 @@ class PartitionLog:
     ) -> int:
         """Compact-policy cleaning (Kafka's LogCleaner); return the number of records removed.
 
+        Safe to run on a thread of its own: appends, fetches and retention wait only while it takes
+        its views of the segments (step 1) and while it swaps one cleaned segment in (step 5).
+
         Steps:
-          1. Read batch headers (and transaction markers) of the whole log: which transactions aborted,
+          1. Under the lock: a view (a dup of the descriptor and the size) of every segment; the
+             active one is read (for transactions) but never cleaned.
+          2. Read batch headers (and transaction markers) of the whole log: which transactions aborted,
              the first offset of a still-open transaction (the stable bound: nothing at or past it is
              removed or can supersede), and each producer's last data batch.
-          2. Map every key to its newest offset among records below the stable bound that are not in an
+          3. Map every key to its newest offset among records below the stable bound that are not in an
              aborted transaction (an aborted record never supersedes a committed one).
-          3. Rewrite closed segments below the bound, oldest first, keeping: control batches; records at or
+          4. Rewrite closed segments below the bound, oldest first, keeping: control batches; records at or
              past the bound; the newest record of each key; a newest tombstone until its batch's delete
              horizon (set to now + delete_retention_ms the first time it is compacted) has passed. Records
              of aborted transactions and keyless records are removed, as Kafka does. Changed batches are
              re-encoded with their original offsets, producer fields, sequence range and codec; a batch
-             left empty keeps an empty header only if it is its producer's last data batch.
-          4. Each rewritten segment is written to .log.cleaned, fsynced and renamed over the original:
-             a crash leaves either the old or the new file (a stray .cleaned is deleted on open).
+             left empty keeps an empty header only if it is its producer's last data batch. Each goes to
+             .log.cleaned and is fsynced.
+          5. Under the lock, per segment: if the log is open and still holds the segment (retention or
+             DeleteRecords may have deleted it meanwhile; its cleaned copy is then dropped), rename the
+             copy over the original (a crash leaves either file; a stray .cleaned is deleted on open)
+             and adopt it. Last, checkpoint where the dirty part of the log now starts.
         min_compaction_lag_ms > 0 also stops the cleaning at the first segment holding records that young.
         `is_aborted(producer_id, batch_base_offset)` may mark more transactional batches as aborted than the
         log's own markers do; `last_stable_offset` (the partition's, which knows transactions whose
         first batches retention removed) lowers the stable bound further, as Kafka's cleaner stops there.
-        A no-op unless cleanup_policy includes "compact".
+        Invariant: closed segments change only here and one pass runs at a time, so a view's bytes stay
+        what the segment holds until step 5 swaps it. A no-op unless cleanup_policy includes "compact".
         """
-        with self._lock:
-            self._ensure_open()
-            if not self.config.compacts or len(self._segments) < 2:
+        with self._cleaning:
+            views = self._views_to_clean()
+            if views is None:
                 return 0
-            aborted, stable_bound, last_entries = self._transaction_outline(is_aborted)
-            if last_stable_offset is not None:
-                stable_bound = min(stable_bound, last_stable_offset)
-            if self.config.min_compaction_lag_ms > 0:
-                for segment in self._segments:
-                    if self._largest_timestamp(segment) > now_ms - self.config.min_compaction_lag_ms:
-                        stable_bound = min(stable_bound, segment.base_offset)
-                        break
-            latest = self._latest_offsets(aborted, stable_bound)
-            cleaner = _Cleaner(latest, aborted, last_entries, stable_bound, now_ms, self.config)
-            removed = 0
-            for segment in self._segments[:-1]:
-                if segment.base_offset >= stable_bound:
+            try:
+                return self._clean(views, now_ms, is_aborted, last_stable_offset)
+            except OSError:
+                if self._closed:  # deleted or closed meanwhile (its directory may be gone)
+                    return 0
+                raise
+            finally:
+                for view in views:
+                    os.close(view.fd)
+
+    def _views_to_clean(self) -> list[_SegmentView] | None:
+        with self._lock:
+            # A pass scheduled just before its topic was deleted finds the log closed: nothing to do.
+            if self._closed or not self.config.compacts or len(self._segments) < 2:
+                return None
+            return [_SegmentView(segment, os.dup(segment.fd), segment.size) for segment in self._segments]
+
+    def _clean(
+        self,
+        views: list[_SegmentView],
+        now_ms: int,
+        is_aborted: Callable[[int, int], bool] | None,
+        last_stable_offset: int | None,
+    ) -> int:
+        aborted, stable_bound, last_entries = self._transaction_outline(views, is_aborted)
+        if last_stable_offset is not None:
+            stable_bound = min(stable_bound, last_stable_offset)
+        closed = views[:-1]
+        if self.config.min_compaction_lag_ms > 0:
+            for view in closed:
+                if self._largest_timestamp(view) > now_ms - self.config.min_compaction_lag_ms:
+                    stable_bound = min(stable_bound, view.base_offset)
                     break
-                removed += self._clean_segment(segment, cleaner)
-            if cleaner.keyless:
-                logger.warning(
-                    "%s: compaction removed %d records without a key (a compacted topic needs keys)",
-                    self,
-                    cleaner.keyless,
-                )
-            return removed
+        latest = self._latest_offsets(views, aborted, stable_bound)
+        cleaner = _Cleaner(latest, aborted, last_entries, stable_bound, now_ms, self.config)
+        removed = 0
+        first_not_cleaned = views[-1].base_offset
+        for view in closed:
+            if view.base_offset >= stable_bound:
+                first_not_cleaned = view.base_offset
+                break
+            removed += self._clean_segment(view, cleaner)
+        if cleaner.keyless:
+            logger.warning(
+                "%s: compaction removed %d records without a key (a compacted topic needs keys)",
+                self,
+                cleaner.keyless,
+            )
+        self._checkpoint_first_dirty(min(first_not_cleaned, stable_bound))
+        return removed
+
+    def _checkpoint_first_dirty(self, offset: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._first_dirty_offset = offset
+            try:
+                write_file_atomically(self.directory / _CLEANER_CHECKPOINT, f"{offset}\n".encode())
+            except OSError as exc:
+                # Only the schedule depends on it: after a restart the whole log counts as dirty.
+                logger.warning("%s: could not checkpoint the first dirty offset %d: %s", self, offset, exc)
 
     def _transaction_outline(
-        self, is_aborted: Callable[[int, int], bool] | None
+        self, views: list[_SegmentView], is_aborted: Callable[[int, int], bool] | None
     ) -> tuple[set[int], int, dict[int, tuple[int | None, int]]]:
         """(base offsets of aborted transactional batches, stable bound, each producer's last entry).
 
@@ -995,11 +1163,13 @@ class PartitionLog:
         aborted: set[int] = set()
         open_batches: dict[int, list[int]] = {}  # producer id -> its transactional batches awaiting a marker
         last_entries: dict[int, tuple[int | None, int]] = {}
-        for segment in self._segments:
-            for position, header in self._headers(segment, 0):
+        log_end = views[-1].base_offset
+        for view in views:
+            for position, header in self._headers(view, 0):
+                log_end = header.next_offset
                 producer_id = header.producer_id
                 if header.is_control:
-                    marker = control_marker(self._read_batch(segment, position, header))
+                    marker = control_marker(self._read_batch(view, position, header))
                     ended = open_batches.pop(producer_id, [])
                     if marker is not None and marker[0] == "ABORT":
                         aborted.update(ended)
@@ -1013,60 +1183,73 @@ class PartitionLog:
                     open_batches.setdefault(producer_id, []).append(header.base_offset)
                 if header.has_producer_id:
                     last_entries[producer_id] = (header.last_offset, header.producer_epoch)
-        stable_bound = min((bases[0] for bases in open_batches.values()), default=self.log_end_offset)
+        stable_bound = min((bases[0] for bases in open_batches.values()), default=log_end)
         return aborted, stable_bound, last_entries
 
-    def _latest_offsets(self, aborted: set[int], stable_bound: int) -> dict[bytes, int]:
+    def _latest_offsets(
+        self, views: list[_SegmentView], aborted: set[int], stable_bound: int
+    ) -> dict[bytes, int]:
         latest: dict[bytes, int] = {}
-        for segment in self._segments:
-            if segment.base_offset >= stable_bound:
+        for view in views:
+            if view.base_offset >= stable_bound:
                 break
-            for position, header in self._headers(segment, 0):
+            for position, header in self._headers(view, 0):
                 if header.base_offset >= stable_bound:
                     break
                 if header.is_control or header.base_offset in aborted:
                     continue
-                for record in decode_records(self._read_batch(segment, position, header)):
+                for record in decode_records(self._read_batch(view, position, header)):
                     if record.key is not None and record.offset < stable_bound:
                         latest[record.key] = record.offset
         return latest
 
-    def _clean_segment(self, segment: _Segment, cleaner: _Cleaner) -> int:
-        """Rewrite one closed segment through `cleaner`; return the records removed."""
+    def _clean_segment(self, view: _SegmentView, cleaner: _Cleaner) -> int:
+        """Rewrite one closed segment through `cleaner` and swap it in; return the records removed."""
+        segment = view.segment
         cleaned_path = segment.path.with_name(segment.path.name + _CLEANED_SUFFIX)
         # Kafka's Cleaner keeps the source segment's last-modified time: time retention falls back
         # to it when no record with a timestamp is left, and the cleaning time would restart that clock.
-        original = os.fstat(segment.fd)
+        original = os.fstat(view.fd)
         fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         rewritten = _Segment(segment.base_offset, segment.path, fd, next_offset=segment.base_offset)
+        installed = False
         try:
-            removed, changed = self._write_cleaned(segment, cleaner, rewritten)
+            removed, changed = self._write_cleaned(view, cleaner, rewritten)
             if changed:
                 os.fsync(fd)
                 os.utime(cleaned_path, ns=(original.st_atime_ns, original.st_mtime_ns))
-                os.replace(cleaned_path, segment.path)
-        except BaseException:
-            os.close(fd)
-            cleaned_path.unlink(missing_ok=True)
-            raise
-        if not changed:
-            os.close(fd)
-            cleaned_path.unlink()
+                installed = self._install_cleaned(view, cleaned_path, rewritten)
+        finally:
+            if not installed:
+                os.close(fd)
+                cleaned_path.unlink(missing_ok=True)
+        if not installed:
             return 0
-        os.close(segment.fd)
-        segment.adopt(rewritten)
-        fsync_directory(self.directory)
-        self._seal(segment)
         logger.info("%s: compaction removed %d records from %s", self, removed, segment.path.name)
         return removed
 
-    def _write_cleaned(self, segment: _Segment, cleaner: _Cleaner, rewritten: _Segment) -> tuple[int, bool]:
+    def _install_cleaned(self, view: _SegmentView, cleaned_path: Path, rewritten: _Segment) -> bool:
+        """Step 5 of :meth:`compact` for one segment; False when the log no longer holds it."""
+        segment = view.segment
+        with self._lock:
+            if self._closed or not any(s is segment for s in self._segments):
+                return False
+            # Closed segments never grow; a different size would mean the view is not what it holds.
+            assert segment.size == view.size, f"{segment.path} changed while it was being cleaned"
+            os.replace(cleaned_path, segment.path)
+            os.close(segment.fd)
+            segment.adopt(rewritten)
+            fsync_directory(self.directory)
+            self._seal(segment)
+            return True
+
+    def _write_cleaned(self, view: _SegmentView, cleaner: _Cleaner, rewritten: _Segment) -> tuple[int, bool]:
         """Write the batches `cleaner` keeps to rewritten.fd; return (records removed, anything changed)."""
         removed = 0
         changed = False
         pending: list[bytes] = []
         pending_bytes = 0
-        for _, header, batch in _scan(segment.fd, 0, segment.size, validate_crc=False):
+        for _, header, batch in _scan(view.fd, 0, view.size, validate_crc=False):
             kept, dropped = cleaner.filter(header, batch)
             removed += dropped
             changed = changed or kept is not batch

@@ -13,10 +13,11 @@ no longer tell once retention or DeleteRecords removed batches, see :meth:`Parti
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -25,7 +26,7 @@ from sparkafka.broker import records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
-from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog
+from sparkafka.broker.log import CleanableRange, FileRegion, LogConfig, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ class AbortedTxn:
     producer_id: int
     first_offset: int
     last_offset: int
+
+
+def _in_aborted(aborted: Sequence[AbortedTxn], producer_id: int, offset: int) -> bool:
+    return any(t.producer_id == producer_id and t.first_offset <= offset <= t.last_offset for t in aborted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,17 +528,25 @@ class Partition:
         return start
 
     def enforce_retention(self, now_ms: int) -> None:
-        # Each is a no-op unless cleanup.policy names it (LogConfig.deletes, LogConfig.compacts).
+        # A no-op unless cleanup.policy includes delete (LogConfig.deletes).
         if self.log.enforce_retention(now_ms, before_deleting=self._save_state):
             self._prune_aborted()
-        self.log.compact(
-            now_ms=now_ms, is_aborted=self.is_aborted, last_stable_offset=self.last_stable_offset
+
+    def cleanable_range(self, now_ms: int) -> CleanableRange | None:
+        """How dirty the log is, for the cleaner's choice; None unless the topic is compacted."""
+        return self.log.cleanable_range(now_ms, self.last_stable_offset)
+
+    def compaction(self, now_ms: int) -> Callable[[], int]:
+        """A cleaning pass (PartitionLog.compact) to run off the event loop, with the transaction
+        state it needs taken now: appends and markers written meanwhile lie at or past this last
+        stable offset, which the pass does not touch."""
+        is_aborted = functools.partial(_in_aborted, tuple(self.aborted))
+        return functools.partial(
+            self.log.compact, now_ms=now_ms, is_aborted=is_aborted, last_stable_offset=self.last_stable_offset
         )
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:
-        return any(
-            t.producer_id == producer_id and t.first_offset <= offset <= t.last_offset for t in self.aborted
-        )
+        return _in_aborted(self.aborted, producer_id, offset)
 
     def _prune_aborted(self) -> None:
         start = self.log.log_start_offset

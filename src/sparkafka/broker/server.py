@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -112,6 +113,10 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()
         self._background: list[asyncio.Task[None]] = []
+        # Kafka's log cleaner: one thread, so a long cleaning pass never holds up requests.
+        self._cleaner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
+        self._cleaning: concurrent.futures.Future[int] | None = None
+        self._uncleanable: set[tuple[str, int]] = set()
         self.port = config.port
         self.started_ms = now_ms()
 
@@ -386,6 +391,7 @@ class Broker:
             asyncio.create_task(
                 self._every(self.config.retention_check_interval_ms, self._enforce_retention)
             ),
+            asyncio.create_task(self._clean_logs()),
             asyncio.create_task(
                 self._every(self.config.producer_id_expiration_check_interval_ms, self._expire_producers)
             ),
@@ -417,6 +423,42 @@ class Broker:
         for partition in list(self.partitions.values()):
             partition.enforce_retention(now)
 
+    async def _clean_logs(self) -> None:
+        """Kafka's log cleaner (LogCleaner.CleanerThread with LogCleanerManager's choice), in rounds:
+        clean the dirtiest compacted log that is due (CleanableRange.due: min.cleanable.dirty.ratio or
+        max.compaction.lag.ms) on the cleaner thread, then the next dirtiest, each at most once a
+        round; then wait log.cleaner.backoff.ms. A log whose cleaning failed is left alone until the
+        broker restarts, as Kafka marks it uncleanable, with the error logged once."""
+        while True:
+            cleaned: set[tuple[str, int]] = set()
+            while (key := self._dirtiest_log(skip=cleaned)) is not None:
+                cleaned.add(key)
+                self._cleaning = self._cleaner.submit(self.partitions[key].compaction(now_ms()))
+                try:
+                    await asyncio.wrap_future(self._cleaning)
+                except Exception:
+                    self._uncleanable.add(key)
+                    log.exception("cleaning %s-%d failed; it is not cleaned again until a restart", *key)
+            await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000)
+
+    def _dirtiest_log(self, skip: set[tuple[str, int]]) -> tuple[str, int] | None:
+        now = now_ms()
+        dirtiest: tuple[float, tuple[str, int]] | None = None
+        for key, partition in list(self.partitions.items()):
+            if key in skip or key in self._uncleanable or partition.log.closed:
+                continue
+            try:
+                cleanable = partition.cleanable_range(now)
+            except Exception:
+                self._uncleanable.add(key)
+                log.exception("weighing %s-%d for cleaning failed; it is not cleaned until a restart", *key)
+                continue
+            if cleanable is None or not cleanable.due(partition.log.config.min_cleanable_dirty_ratio):
+                continue
+            if dirtiest is None or cleanable.cleanable_ratio > dirtiest[0]:
+                dirtiest = (cleanable.cleanable_ratio, key)
+        return None if dirtiest is None else dirtiest[1]
+
     def _expire_producers(self) -> None:
         now = now_ms()
         for partition in list(self.partitions.values()):
@@ -434,6 +476,11 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        if self._cleaning is not None:
+            # A pass under way finishes first: it writes into the partitions' directories.
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(self._cleaning)
+        self._cleaner.shutdown()
         self.close_storage()
 
     def close_storage(self) -> None:

@@ -173,7 +173,7 @@ _DEFINITIONS = (
         True,
         _one_of("CreateTime", "LogAppendTime"),
     ),
-    TopicConfigDefinition("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", check=_between(0, 1)),
+    TopicConfigDefinition("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", True, _between(0, 1)),
     TopicConfigDefinition("min.compaction.lag.ms", _L, "0", True, _at_least(0)),
     # Every partition here has one replica, and Kafka requires min(min.insync.replicas, replication
     # factor) in-sync replicas for acks=all (Partition.effectiveMinIsr): one, always met.

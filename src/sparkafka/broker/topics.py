@@ -73,6 +73,7 @@ class Topic:
             delete_retention_ms=int(self.config("delete.retention.ms", broker)),
             min_compaction_lag_ms=int(self.config("min.compaction.lag.ms", broker)),
             max_compaction_lag_ms=int(self.config("max.compaction.lag.ms", broker)),
+            min_cleanable_dirty_ratio=float(self.config("min.cleanable.dirty.ratio", broker)),
             max_message_bytes=int(self.config("max.message.bytes", broker)),
             log_append_time=self.config("message.timestamp.type", broker).strip() == "LogAppendTime",
             timestamp_before_max_ms=int(self.config("message.timestamp.before.max.ms", broker)),

@@ -54,7 +54,14 @@ def broker(
         300_000,
         "--retention-check-interval-ms",
         min=1,
-        help="Kafka's log.retention.check.interval.ms (also runs compaction).",
+        help="Kafka's log.retention.check.interval.ms: how often time and size retention run.",
+    ),
+    log_cleaner_backoff_ms: int = typer.Option(
+        15_000,
+        "--log-cleaner-backoff-ms",
+        min=1,
+        help="Kafka's log.cleaner.backoff.ms: how long compaction waits when no compacted log is due "
+        "(dirtier than min.cleanable.dirty.ratio, or past max.compaction.lag.ms).",
     ),
     auto_create_topics: bool = typer.Option(
         True, "--auto-create-topics/--no-auto-create-topics", help="Kafka's auto.create.topics.enable."
@@ -109,6 +116,7 @@ def broker(
         transactional_id_expiration_ms=transactional_id_expiration_ms,
         transactional_id_expiration_check_interval_ms=transactional_id_expiration_check_interval_ms,
         retention_check_interval_ms=retention_check_interval_ms,
+        log_cleaner_backoff_ms=log_cleaner_backoff_ms,
         auto_create_topics=auto_create_topics,
         default_partitions=default_partitions,
         group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
