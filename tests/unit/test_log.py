@@ -688,7 +688,9 @@ def test_compaction_keeps_only_the_newest_value_per_key_with_original_offsets(ma
     active_base = int(log.segment_files()[-1].stem)
     removed = log.compact(now_ms=0)
     after = all_records(log)
-    newest = {record.key: record.offset for record in before}
+    # Kafka maps keys up to the first uncleanable offset (here the active segment's base): newer
+    # records in the active segment do not supersede yet.
+    newest = {record.key: record.offset for record in before if record.offset < active_base}
     expected = [r for r in before if r.offset >= active_base or newest[r.key] == r.offset]
     assert after == expected
     assert removed == len(before) - len(after)
@@ -889,6 +891,32 @@ def test_how_dirty_a_compacted_log_is_follows_kafkas_cleaner_checkpoint(make_log
     assert moved is not None and moved.first_dirty_offset == active_base + 1
 
 
+def test_a_pass_cleans_what_the_cleaner_weighed_and_never_moves_the_checkpoint_back(
+    make_log: LogFactory,
+) -> None:
+    """min.compaction.lag.ms counts only from the dirty part on, as in Kafka's cleanableOffsets: a
+    cleaned segment holding a record stamped in the future does not hold the pass back."""
+    log = compacted_log(make_log)
+    append(log, 1, keys=[b"future"], values=[b"x"], timestamp=10**12)
+    for i in range(6):
+        append(log, 1, keys=[b"k%d" % (i % 2)], values=[b"old%d" % i])
+    log.compact(now_ms=0)
+    weighed = log.cleanable_range(0, log.log_end_offset)
+    assert weighed is not None
+    cleaned_up_to = weighed.first_dirty_offset
+    for i in range(6):
+        append(log, 1, keys=[b"k%d" % (i % 2)], values=[b"new%d" % i])
+    log.config = LogConfig(segment_bytes=250, cleanup_policy="compact", min_compaction_lag_ms=60_000)
+    now_ms = 10_000 + 60_000  # the new records (timestamp 1000) are old enough, the future one is not
+    dirty = log.cleanable_range(now_ms, log.log_end_offset)
+    assert dirty is not None and dirty.first_dirty_offset == cleaned_up_to and dirty.cleanable_bytes > 0
+    assert log.compact(now_ms=now_ms, up_to=dirty.first_uncleanable_offset) > 0
+    after = log.cleanable_range(now_ms, log.log_end_offset)
+    assert after is not None and after.first_dirty_offset == dirty.first_uncleanable_offset > cleaned_up_to
+    values = [r.value for r in all_records(log) if r.offset < dirty.first_uncleanable_offset]
+    assert not any(v.startswith(b"old") for v in values if v is not None)
+
+
 def test_a_compacted_log_is_overdue_once_a_dirty_segment_is_older_than_max_compaction_lag(
     make_log: LogFactory,
 ) -> None:
@@ -931,6 +959,7 @@ def test_appends_and_retention_go_on_while_a_cleaning_pass_runs(
     for i in range(12):
         append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
     first, second = (int(path.stem) for path in log.segment_files()[:2])
+    active_base = int(log.segment_files()[-1].stem)
     appended: list[int] = []
     mapping_keys = PartitionLog._latest_offsets
 
@@ -952,9 +981,8 @@ def test_appends_and_retention_go_on_while_a_cleaning_pass_runs(
     assert not list(log.directory.glob("*.cleaned"))
     kept = all_records(log)
     assert [r.value for r in kept if r.key == b"late"] == [b"x"]
-    assert len({r.key for r in kept if r.offset < int(log.segment_files()[-1].stem)}) == len(
-        [r for r in kept if r.offset < int(log.segment_files()[-1].stem)]
-    )  # below the active segment: one record per key
+    cleaned = [r for r in kept if r.offset < active_base]  # the pass's active segment was not cleaned
+    assert cleaned and len({r.key for r in cleaned}) == len(cleaned)  # one record per key
 
 
 def test_a_log_closed_during_a_cleaning_pass_is_left_as_it_was(

@@ -48,7 +48,11 @@ def test_the_dirtiest_due_log_is_cleaned_first_and_a_failed_one_is_left_alone(
     ratios = {"dirty": 0.6, "dirtier": 0.9, "clean": 0.3, "broken": 0.95}
     passes: list[str] = []
 
-    def compaction(partition: Partition, now_ms: int) -> Callable[[], int]:
+    def compaction(partition: Partition, now_ms: int, weighed: CleanableRange | None) -> Callable[[], int]:
+        assert weighed is not None and weighed.cleanable_ratio == pytest.approx(
+            ratios[partition.topic], abs=0.01
+        )
+
         def clean() -> int:
             passes.append(partition.topic)
             assert threading.current_thread() is not threading.main_thread()
@@ -66,7 +70,10 @@ def test_the_dirtiest_due_log_is_cleaned_first_and_a_failed_one_is_left_alone(
         broker = _broker(tmp_path / "data")
         await broker.start()
         try:
-            await asyncio.sleep(BACKOFF_MS * 6 / 1000)
+            deadline = time.monotonic() + 10
+            while len(passes) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(BACKOFF_MS * 4 / 1000)  # more rounds: nothing else is cleaned
         finally:
             await broker.stop()
 
@@ -88,7 +95,7 @@ def test_stopping_the_broker_waits_for_the_pass_under_way(
     events: list[str] = []
     started = threading.Event()
 
-    def compaction(partition: Partition, now_ms: int) -> Callable[[], int]:
+    def compaction(partition: Partition, now_ms: int, weighed: CleanableRange | None) -> Callable[[], int]:
         def clean() -> int:
             started.set()
             time.sleep(0.3)
@@ -116,3 +123,40 @@ def test_stopping_the_broker_waits_for_the_pass_under_way(
     asyncio.run(run())
     assert events[0] == "cleaned dirty"
     assert "closed dirty" in events[1:]
+
+
+def test_stopping_the_broker_drops_a_pass_that_had_not_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleaner thread is busy: the pass waits in its queue, and stop() cancels it (instead of
+    failing with the cancellation and leaving the storage open)."""
+    passes: list[str] = []
+    closed: list[str] = []
+    chosen = threading.Event()
+
+    def compaction(partition: Partition, now_ms: int, weighed: CleanableRange | None) -> Callable[[], int]:
+        chosen.set()
+        return lambda: passes.append(partition.topic) or 0
+
+    closing = Partition.close
+
+    def close(partition: Partition, *, keep_state: bool = True) -> None:
+        closed.append(partition.topic)
+        closing(partition, keep_state=keep_state)
+
+    monkeypatch.setattr(Partition, "cleanable_range", _dirtiness({"dirty": 1.0}))
+    monkeypatch.setattr(Partition, "compaction", compaction)
+    monkeypatch.setattr(Partition, "close", close)
+    busy = threading.Event()
+
+    async def run() -> None:
+        broker = _broker(tmp_path / "data")
+        broker._cleaner.submit(busy.wait, 10)  # the one cleaner thread is taken
+        await broker.start()
+        await asyncio.get_running_loop().run_in_executor(None, chosen.wait, 10)
+        threading.Timer(0.3, busy.set).start()
+        await broker.stop()
+
+    asyncio.run(run())
+    assert passes == []
+    assert "dirty" in closed

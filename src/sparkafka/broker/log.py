@@ -274,6 +274,7 @@ class _Segment:
         self.time_timestamps, self.time_offsets = rewritten.time_timestamps, rewritten.time_offsets
         self.max_timestamp = rewritten.max_timestamp
         self.offset_of_max_timestamp = rewritten.offset_of_max_timestamp
+        self.first_batch_timestamp = rewritten.first_batch_timestamp
         self.indexes_dirty = True
 
     def seal_time_index(self) -> None:
@@ -1013,9 +1014,7 @@ class PartitionLog:
             self._ensure_open()
             if not self.config.compacts:
                 return None
-            first_dirty = self._first_dirty_offset
-            if first_dirty is None or not self.log_start_offset <= first_dirty <= self.log_end_offset:
-                first_dirty = self.log_start_offset
+            first_dirty = self._valid_first_dirty()
             active = self._segments[-1]
             uncleanable = min(last_stable_offset, active.base_offset)
             dirty_closed = self._segments[self._segment_slot(first_dirty) : -1]
@@ -1041,6 +1040,14 @@ class PartitionLog:
             overdue = earliest is not None and earliest < now_ms - self.config.max_compaction_lag_ms
             return CleanableRange(first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, overdue)
 
+    def _valid_first_dirty(self) -> int:
+        """The cleaner checkpoint, or the log start when there is none or it lies outside
+        [log start, log end] (Kafka's cleanableOffsets resets it the same way)."""
+        first_dirty = self._first_dirty_offset
+        if first_dirty is None or not self.log_start_offset <= first_dirty <= self.log_end_offset:
+            return self.log_start_offset
+        return first_dirty
+
     def _first_batch_timestamp(self, segment: _Segment) -> int:
         """The max timestamp of the segment's first batch (Kafka's LogSegment.getFirstBatchTimestamp);
         a segment loaded from its index files has not read it yet."""
@@ -1054,6 +1061,7 @@ class PartitionLog:
         now_ms: int,
         is_aborted: Callable[[int, int], bool] | None = None,
         last_stable_offset: int | None = None,
+        up_to: int | None = None,
     ) -> int:
         """Compact-policy cleaning (Kafka's LogCleaner); return the number of records removed.
 
@@ -1061,11 +1069,15 @@ class PartitionLog:
         its views of the segments (step 1) and while it swaps one cleaned segment in (step 5).
 
         Steps:
-          1. Under the lock: a view (a dup of the descriptor and the size) of every segment; the
-             active one is read (for transactions) but never cleaned.
+          1. Under the lock: a view (a dup of the descriptor and the size) of every segment, the
+             first dirty offset and the config; the active segment is read (for transactions) but
+             never cleaned.
           2. Read batch headers (and transaction markers) of the whole log: which transactions aborted,
-             the first offset of a still-open transaction (the stable bound: nothing at or past it is
-             removed or can supersede), and each producer's last data batch.
+             the first offset of a still-open transaction, and each producer's last data batch. The
+             bound of the pass is the lowest of that offset, `last_stable_offset`, `up_to` and (with
+             min_compaction_lag_ms) the first segment from the dirty part on holding records that
+             young, lowered to its segment's base as Kafka's firstUncleanableOffset: only whole
+             segments below it are cleaned, and nothing at or past it is removed or can supersede.
           3. Map every key to its newest offset among records below the stable bound that are not in an
              aborted transaction (an aborted record never supersedes a committed one).
           4. Rewrite closed segments below the bound, oldest first, keeping: control batches; records at or
@@ -1078,20 +1090,23 @@ class PartitionLog:
           5. Under the lock, per segment: if the log is open and still holds the segment (retention or
              DeleteRecords may have deleted it meanwhile; its cleaned copy is then dropped), rename the
              copy over the original (a crash leaves either file; a stray .cleaned is deleted on open)
-             and adopt it. Last, checkpoint where the dirty part of the log now starts.
-        min_compaction_lag_ms > 0 also stops the cleaning at the first segment holding records that young.
+             and adopt it. Last, checkpoint the bound as where the dirty part of the log now starts
+             (never below where it started).
         `is_aborted(producer_id, batch_base_offset)` may mark more transactional batches as aborted than the
-        log's own markers do; `last_stable_offset` (the partition's, which knows transactions whose
-        first batches retention removed) lowers the stable bound further, as Kafka's cleaner stops there.
+        log's own markers do; `last_stable_offset` is the partition's, which knows transactions whose
+        first batches retention removed; `up_to` is the first uncleanable offset the cleaner chose
+        the log by (CleanableRange), so the pass cleans what was weighed.
         Invariant: closed segments change only here and one pass runs at a time, so a view's bytes stay
         what the segment holds until step 5 swaps it. A no-op unless cleanup_policy includes "compact".
         """
         with self._cleaning:
-            views = self._views_to_clean()
-            if views is None:
+            prepared = self._views_to_clean()
+            if prepared is None:
                 return 0
+            views, first_dirty, config = prepared
+            bounds = [b for b in (last_stable_offset, up_to) if b is not None]
             try:
-                return self._clean(views, now_ms, is_aborted, last_stable_offset)
+                return self._clean(views, first_dirty, config, now_ms, is_aborted, bounds)
             except OSError:
                 if self._closed:  # deleted or closed meanwhile (its directory may be gone)
                     return 0
@@ -1100,45 +1115,56 @@ class PartitionLog:
                 for view in views:
                     os.close(view.fd)
 
-    def _views_to_clean(self) -> list[_SegmentView] | None:
+    def _views_to_clean(self) -> tuple[list[_SegmentView], int, LogConfig] | None:
+        """Step 1 of :meth:`compact`: (views, first dirty offset, config), or None if there is
+        nothing to clean."""
         with self._lock:
             # A pass scheduled just before its topic was deleted finds the log closed: nothing to do.
             if self._closed or not self.config.compacts or len(self._segments) < 2:
                 return None
-            return [_SegmentView(segment, os.dup(segment.fd), segment.size) for segment in self._segments]
+            views: list[_SegmentView] = []
+            try:
+                for segment in self._segments:
+                    views.append(_SegmentView(segment, os.dup(segment.fd), segment.size))
+            except OSError:
+                for view in views:
+                    os.close(view.fd)
+                raise
+            return views, self._valid_first_dirty(), self.config
 
     def _clean(
         self,
         views: list[_SegmentView],
+        first_dirty: int,
+        config: LogConfig,
         now_ms: int,
         is_aborted: Callable[[int, int], bool] | None,
-        last_stable_offset: int | None,
+        bounds: list[int],
     ) -> int:
-        aborted, stable_bound, last_entries = self._transaction_outline(views, is_aborted)
-        if last_stable_offset is not None:
-            stable_bound = min(stable_bound, last_stable_offset)
+        aborted, open_from, last_entries = self._transaction_outline(views, is_aborted)
+        bound = min([open_from, *bounds])
         closed = views[:-1]
-        if self.config.min_compaction_lag_ms > 0:
+        if config.min_compaction_lag_ms > 0:
+            dirty_from = max((v.base_offset for v in views if v.base_offset <= first_dirty), default=0)
             for view in closed:
-                if self._largest_timestamp(view) > now_ms - self.config.min_compaction_lag_ms:
-                    stable_bound = min(stable_bound, view.base_offset)
+                if (
+                    view.base_offset >= dirty_from
+                    and self._largest_timestamp(view) > now_ms - config.min_compaction_lag_ms
+                ):
+                    bound = min(bound, view.base_offset)
                     break
-        latest = self._latest_offsets(views, aborted, stable_bound)
-        cleaner = _Cleaner(latest, aborted, last_entries, stable_bound, now_ms, self.config)
-        removed = 0
-        first_not_cleaned = views[-1].base_offset
-        for view in closed:
-            if view.base_offset >= stable_bound:
-                first_not_cleaned = view.base_offset
-                break
-            removed += self._clean_segment(view, cleaner)
+        # Whole segments only: the bound drops to the base of the segment holding it.
+        bound = max((v.base_offset for v in views if v.base_offset <= bound), default=views[0].base_offset)
+        latest = self._latest_offsets(views, aborted, bound)
+        cleaner = _Cleaner(latest, aborted, last_entries, bound, now_ms, config)
+        removed = sum(self._clean_segment(view, cleaner) for view in closed if view.base_offset < bound)
         if cleaner.keyless:
             logger.warning(
                 "%s: compaction removed %d records without a key (a compacted topic needs keys)",
                 self,
                 cleaner.keyless,
             )
-        self._checkpoint_first_dirty(min(first_not_cleaned, stable_bound))
+        self._checkpoint_first_dirty(max(first_dirty, bound))
         return removed
 
     def _checkpoint_first_dirty(self, offset: int) -> None:
@@ -1234,8 +1260,11 @@ class PartitionLog:
         with self._lock:
             if self._closed or not any(s is segment for s in self._segments):
                 return False
-            # Closed segments never grow; a different size would mean the view is not what it holds.
-            assert segment.size == view.size, f"{segment.path} changed while it was being cleaned"
+            if segment.size != view.size:
+                # Closed segments change only in a pass, and one runs at a time: a broken invariant.
+                raise RuntimeError(
+                    f"{segment.path} changed while it was being cleaned; its cleaned copy is dropped"
+                )
             os.replace(cleaned_path, segment.path)
             os.close(segment.fd)
             segment.adopt(rewritten)
@@ -1256,7 +1285,7 @@ class PartitionLog:
             if kept is None:
                 continue
             kept_header = header if kept is batch else parse_header(kept)
-            rewritten.track(kept_header, rewritten.size, self.config.index_interval_bytes)
+            rewritten.track(kept_header, rewritten.size, cleaner.config.index_interval_bytes)
             pending.append(kept)
             pending_bytes += len(kept)
             if pending_bytes >= _SCAN_CHUNK:

@@ -536,13 +536,17 @@ class Partition:
         """How dirty the log is, for the cleaner's choice; None unless the topic is compacted."""
         return self.log.cleanable_range(now_ms, self.last_stable_offset)
 
-    def compaction(self, now_ms: int) -> Callable[[], int]:
+    def compaction(self, now_ms: int, weighed: CleanableRange | None = None) -> Callable[[], int]:
         """A cleaning pass (PartitionLog.compact) to run off the event loop, with the transaction
         state it needs taken now: appends and markers written meanwhile lie at or past this last
-        stable offset, which the pass does not touch."""
-        is_aborted = functools.partial(_in_aborted, tuple(self.aborted))
+        stable offset, which the pass does not touch. With `weighed` (what the cleaner chose the log
+        by), the pass cleans up to its first uncleanable offset."""
         return functools.partial(
-            self.log.compact, now_ms=now_ms, is_aborted=is_aborted, last_stable_offset=self.last_stable_offset
+            self.log.compact,
+            now_ms=now_ms,
+            is_aborted=functools.partial(_in_aborted, tuple(self.aborted)),
+            last_stable_offset=self.last_stable_offset,
+            up_to=None if weighed is None else weighed.first_uncleanable_offset,
         )
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:

@@ -32,7 +32,7 @@ from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
-from sparkafka.broker.log import FileRegion
+from sparkafka.broker.log import CleanableRange, FileRegion
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.sasl import (
     SASL_MAX_RECEIVE_BYTES,
@@ -296,6 +296,7 @@ class Broker:
         for index in range(topic.partitions):
             partition = self.partitions.pop((name, index))
             partition.close(keep_state=False)
+            self._uncleanable.discard((name, index))  # a topic created again gets a clean slate
             # Renamed first, as Kafka's LogManager.asyncDelete does: a topic created again under this
             # name never opens what a crash or a failed removal left of the old one.
             directory = self._partition_dir(name, index)
@@ -424,28 +425,36 @@ class Broker:
             partition.enforce_retention(now)
 
     async def _clean_logs(self) -> None:
-        """Kafka's log cleaner (LogCleaner.CleanerThread with LogCleanerManager's choice), in rounds:
-        clean the dirtiest compacted log that is due (CleanableRange.due: min.cleanable.dirty.ratio or
-        max.compaction.lag.ms) on the cleaner thread, then the next dirtiest, each at most once a
-        round; then wait log.cleaner.backoff.ms. A log whose cleaning failed is left alone until the
-        broker restarts, as Kafka marks it uncleanable, with the error logged once."""
+        """Kafka's log cleaner (LogCleaner.CleanerThread with LogCleanerManager's choice): clean the
+        dirtiest compacted log that is due (CleanableRange.due: min.cleanable.dirty.ratio or
+        max.compaction.lag.ms) on the cleaner thread, and again at once; wait log.cleaner.backoff.ms
+        only when none is due. A log whose cleaning failed is left alone until the broker restarts
+        or the topic is deleted, as Kafka marks it uncleanable, with the error logged once.
+
+        Invariant: a pass moves its log's checkpoint to the first uncleanable offset it was chosen
+        by, so the log is due again only once new writes made it dirty; a log that is due again
+        with the very same range (which would be a bug) waits for the next round instead of
+        spinning."""
         while True:
-            cleaned: set[tuple[str, int]] = set()
-            while (key := self._dirtiest_log(skip=cleaned)) is not None:
-                cleaned.add(key)
-                self._cleaning = self._cleaner.submit(self.partitions[key].compaction(now_ms()))
+            just_cleaned: dict[tuple[str, int], CleanableRange] = {}
+            while (chosen := self._dirtiest_log(just_cleaned)) is not None:
+                key, weighed = chosen
+                just_cleaned[key] = weighed
                 try:
+                    self._cleaning = self._cleaner.submit(self.partitions[key].compaction(now_ms(), weighed))
                     await asyncio.wrap_future(self._cleaning)
                 except Exception:
                     self._uncleanable.add(key)
                     log.exception("cleaning %s-%d failed; it is not cleaned again until a restart", *key)
             await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000)
 
-    def _dirtiest_log(self, skip: set[tuple[str, int]]) -> tuple[str, int] | None:
+    def _dirtiest_log(
+        self, just_cleaned: Mapping[tuple[str, int], CleanableRange]
+    ) -> tuple[tuple[str, int], CleanableRange] | None:
         now = now_ms()
-        dirtiest: tuple[float, tuple[str, int]] | None = None
+        dirtiest: tuple[tuple[str, int], CleanableRange] | None = None
         for key, partition in list(self.partitions.items()):
-            if key in skip or key in self._uncleanable or partition.log.closed:
+            if key in self._uncleanable or partition.log.closed:
                 continue
             try:
                 cleanable = partition.cleanable_range(now)
@@ -455,9 +464,11 @@ class Broker:
                 continue
             if cleanable is None or not cleanable.due(partition.log.config.min_cleanable_dirty_ratio):
                 continue
-            if dirtiest is None or cleanable.cleanable_ratio > dirtiest[0]:
-                dirtiest = (cleanable.cleanable_ratio, key)
-        return None if dirtiest is None else dirtiest[1]
+            if just_cleaned.get(key) == cleanable:
+                continue
+            if dirtiest is None or cleanable.cleanable_ratio > dirtiest[1].cleanable_ratio:
+                dirtiest = (key, cleanable)
+        return dirtiest
 
     def _expire_producers(self) -> None:
         now = now_ms()
@@ -476,11 +487,10 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        if self._cleaning is not None:
-            # A pass under way finishes first: it writes into the partitions' directories.
-            with contextlib.suppress(Exception):
-                await asyncio.wrap_future(self._cleaning)
-        self._cleaner.shutdown()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        # A pass under way finishes first: it writes into the partitions' directories. (One that
+        # had not started was cancelled with the task that waited for it.)
+        await asyncio.to_thread(self._cleaner.shutdown)
         self.close_storage()
 
     def close_storage(self) -> None:
