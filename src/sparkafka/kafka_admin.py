@@ -418,22 +418,57 @@ class KafkaAdmin:
 
     # -- consumer groups --------------------------------------------------------------------------
 
-    def committed_offsets(self, group_id: str, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
-        """Offsets committed by a consumer group; partitions without a commit are left out."""
+    def committed_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartitionKey], *, require_stable: bool = False
+    ) -> PartitionOffsets:
+        """Offsets committed by a consumer group; partitions without a commit are left out.
+
+        ``require_stable`` (KIP-447, what a read_committed Kafka consumer asks): a partition whose
+        offset a still-open transaction is about to commit is asked again until that transaction
+        ends, up to ``timeout_s``; without it the broker answers the offset committed before the
+        transaction. Any other error of a partition fails the call: a partition left out would
+        silently start at the fallback offset instead."""
         wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
         if not wanted:
             return {}
 
         def fetch() -> PartitionOffsets:
-            futures = self.client.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group_id, wanted)], request_timeout=self.timeout_s
-            )
-            answer = self._result(futures[group_id])
-            return {
-                (tp.topic, tp.partition): int(tp.offset)
-                for tp in answer.topic_partitions
-                if tp.error is None and tp.offset >= 0
-            }
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                futures = self.client.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group_id, wanted)],
+                    require_stable=require_stable,
+                    request_timeout=self.timeout_s,
+                )
+                answer = self._result(futures[group_id])
+                failed = [tp for tp in answer.topic_partitions if tp.error is not None]
+                unstable = [tp for tp in failed if tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT]
+                if failed and len(unstable) < len(failed):
+                    tp = next(tp for tp in failed if tp not in unstable)
+                    raise KafkaException(
+                        KafkaError(
+                            tp.error.code(),
+                            f"topic '{tp.topic}' partition {tp.partition}: {tp.error.str()}",
+                            retriable=tp.error.retriable(),
+                        )
+                    )
+                if not unstable:
+                    return {
+                        (tp.topic, tp.partition): int(tp.offset)
+                        for tp in answer.topic_partitions
+                        if tp.offset >= 0
+                    }
+                if time.monotonic() >= deadline:
+                    pending = ", ".join(f"{tp.topic}-{tp.partition}" for tp in unstable)
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError.UNSTABLE_OFFSET_COMMIT,
+                            f"a transaction of consumer group '{group_id}' still holds uncommitted offsets "
+                            f"for {pending} after {self.timeout_s:g} s; it must commit or abort (see: "
+                            "sparkafka transactions list) before the group's offsets are stable",
+                        )
+                    )
+                time.sleep(self.retry_interval_s)
 
         return self._with_retries(f"fetch offsets of consumer group '{group_id}'", fetch)
 

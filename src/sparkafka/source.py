@@ -946,7 +946,11 @@ class OffsetResolver:
     ) -> PartitionOffsets:
         group_id = self.options.group_id
         assert group_id is not None, "validated by SourceOptions.parse"
-        committed = self.admin.committed_offsets(group_id, partitions)
+        # As a read_committed Kafka consumer (KIP-447): offsets an open transaction is about to
+        # commit are waited for, so the query does not start before them and read twice.
+        committed = self.admin.committed_offsets(
+            group_id, partitions, require_stable=self.options.read_committed
+        )
         uncommitted = [tp for tp in partitions if tp not in committed]
         fallback = self.options.group_offsets_fallback
         if uncommitted and fallback == "none":

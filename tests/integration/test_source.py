@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -629,6 +630,28 @@ def test_processed_offsets_are_committed_to_the_group_and_group_start_resumes(
         batch_read(
             spark, bootstrap, subscribe=topic_name, groupOffsetsFallback="none", **fresh_group
         ).collect()
+
+    # A read_committed query waits for the offsets a transaction is about to commit for its group
+    # (KIP-447): asked before the commit, it would find none.
+    pending_group = f"pending-{topic_name}"
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": pending_group})
+    writer = transactional_producer(bootstrap, f"tx-{pending_group}")
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    held = [TopicPartition(topic_name, 0, 11), TopicPartition(topic_name, 1, 7)]
+    writer.send_offsets_to_transaction(held, member.consumer_group_metadata(), 30)
+    member.close()
+    committer = threading.Timer(1.0, writer.commit_transaction, args=(30,))
+    committer.start()
+    after_commit = batch_read(
+        spark,
+        bootstrap,
+        subscribe=topic_name,
+        groupOffsetsFallback="none",
+        **{"kafka.group.id": pending_group, "startingOffsets": "group"},
+    )
+    assert values_of(after_commit.collect()) == ["a11"]
+    committer.join()
 
 
 def test_streaming_starts_at_latest_by_default(
