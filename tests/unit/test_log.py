@@ -1005,6 +1005,79 @@ def test_a_log_closed_during_a_cleaning_pass_is_left_as_it_was(
     assert all_records(compacted_log(make_log)) == before
 
 
+def shrunk_log(make_log: LogFactory) -> PartitionLog:
+    """A compacted log cleaned once: many closed segments, each left with one record of its own."""
+    log = compacted_log(make_log)
+    for i in range(36):  # three records a segment: one with a key of its own, two overwritten later
+        append(log, 1, keys=[b"own%d" % i if i % 3 == 0 else b"k%d" % (i % 2)], values=[b"v%d" % i])
+    log.compact(now_ms=0)
+    for i in range(8):  # the log is dirty again; these roll the segments above
+        append(log, 1, keys=[b"new%d" % i], values=[b"x"])
+    return log
+
+
+def test_compaction_merges_the_segments_it_shrank(make_log: LogFactory) -> None:
+    """Kafka's groupSegmentsBySize: consecutive segments whose sizes add up to at most segment.bytes
+    are cleaned into one, named after the first; offsets, records and reads stay as they were."""
+    log = shrunk_log(make_log)
+    before = all_records(log)
+    segments_before = log.segment_files()
+    start, end = log.log_start_offset, log.log_end_offset
+    log.compact(now_ms=0)
+    after = all_records(log)
+    kept = {(r.offset, r.key, r.value) for r in after}
+    assert kept <= {(r.offset, r.key, r.value) for r in before} and len(after) >= 4 + 8 - 4
+    assert len(log.segment_files()) < len(segments_before) - 3
+    assert int(log.segment_files()[0].stem) == int(segments_before[0].stem)
+    assert all(os.path.getsize(path) <= 250 for path in log.segment_files())
+    assert (log.log_start_offset, log.log_end_offset) == (start, end)
+    for record in after:  # every record is found where a fetch from its offset starts
+        assert batch_bases(log.read(record.offset, 1 << 20))[0] <= record.offset
+    log.close()
+    assert all_records(compacted_log(make_log)) == after
+
+
+@pytest.mark.parametrize("deleted_before_the_crash", [0, 1])
+def test_a_merge_cut_short_by_a_crash_loses_and_repeats_nothing(
+    make_log: LogFactory,
+    open_logs: list[PartitionLog],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    deleted_before_the_crash: int,
+) -> None:
+    """The merged file is in place before the segments it replaces go, first to last: recovery cuts
+    it at the next remaining segment's base, and each record is there once."""
+    log = shrunk_log(make_log)
+    before = {(r.offset, r.key, r.value) for r in all_records(log)}
+    reference = make_log(
+        crash_copy(log, tmp_path / "reference-0"), segment_bytes=250, cleanup_policy="compact"
+    )
+    reference.compact(now_ms=0)
+    kept = {(r.offset, r.key, r.value) for r in all_records(reference)}
+    deleting = PartitionLog._delete_segment
+    deleted: list[int] = []
+
+    def crash_while_deleting(self: PartitionLog, segment: Any) -> None:
+        if len(deleted) == deleted_before_the_crash:
+            crash_copy(self, tmp_path / "crashed-0")
+            raise KeyboardInterrupt  # what is on disk now is the crash's
+        deleted.append(segment.base_offset)
+        deleting(self, segment)
+
+    monkeypatch.setattr(PartitionLog, "_delete_segment", crash_while_deleting)
+    with pytest.raises(KeyboardInterrupt):
+        log.compact(now_ms=0)
+    monkeypatch.undo()
+    open_logs.remove(log)  # "crashed": never closed
+    recovered = make_log(tmp_path / "crashed-0", segment_bytes=250, cleanup_policy="compact")
+    found = [(r.offset, r.key, r.value) for r in all_records(recovered)]
+    assert len(found) == len(set(found)), "a record is there twice"
+    offsets = [offset for offset, *_ in found]
+    assert offsets == sorted(offsets)
+    assert kept <= set(found) <= before  # all the pass keeps; at worst some it was removing
+    assert recovered.log_end_offset == log.log_end_offset
+
+
 def test_crash_during_compaction_loses_nothing(make_log: LogFactory, tmp_path: Path) -> None:
     log = compacted_log(make_log)
     for i in range(12):

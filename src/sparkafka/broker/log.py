@@ -1085,13 +1085,14 @@ class PartitionLog:
              horizon (set to now + delete_retention_ms the first time it is compacted) has passed. Records
              of aborted transactions and keyless records are removed, as Kafka does. Changed batches are
              re-encoded with their original offsets, producer fields, sequence range and codec; a batch
-             left empty keeps an empty header only if it is its producer's last data batch. Each goes to
-             .log.cleaned and is fsynced.
-          5. Under the lock, per segment: if the log is open and still holds the segment (retention or
-             DeleteRecords may have deleted it meanwhile; its cleaned copy is then dropped), rename the
-             copy over the original (a crash leaves either file; a stray .cleaned is deleted on open)
-             and adopt it. Last, checkpoint the bound as where the dirty part of the log now starts
-             (never below where it started).
+             left empty keeps an empty header only if it is its producer's last data batch. Consecutive
+             segments are cleaned into one file while they fit segment.bytes together (Kafka's
+             groupSegmentsBySize), which goes to .log.cleaned and is fsynced.
+          5. Under the lock, per group: if the log is open and still holds its segments (retention or
+             DeleteRecords may have deleted one meanwhile; the cleaned copy is then dropped), rename
+             the copy over the first segment (a crash leaves either file; a stray .cleaned is deleted
+             on open), delete the others and adopt it. Last, checkpoint the bound as where the dirty
+             part of the log now starts (never below where it started).
         `is_aborted(producer_id, batch_base_offset)` may mark more transactional batches as aborted than the
         log's own markers do; `last_stable_offset` is the partition's, which knows transactions whose
         first batches retention removed; `up_to` is the first uncleanable offset the cleaner chose
@@ -1157,7 +1158,8 @@ class PartitionLog:
         bound = max((v.base_offset for v in views if v.base_offset <= bound), default=views[0].base_offset)
         latest = self._latest_offsets(views, aborted, bound)
         cleaner = _Cleaner(latest, aborted, last_entries, bound, now_ms, config)
-        removed = sum(self._clean_segment(view, cleaner) for view in closed if view.base_offset < bound)
+        groups = self._merge_groups([view for view in closed if view.base_offset < bound], config)
+        removed = sum(self._clean_group(group, cleaner) for group in groups)
         if cleaner.keyless:
             logger.warning(
                 "%s: compaction removed %d records without a key (a compacted topic needs keys)",
@@ -1229,47 +1231,84 @@ class PartitionLog:
                         latest[record.key] = record.offset
         return latest
 
-    def _clean_segment(self, view: _SegmentView, cleaner: _Cleaner) -> int:
-        """Rewrite one closed segment through `cleaner` and swap it in; return the records removed."""
-        segment = view.segment
-        cleaned_path = segment.path.with_name(segment.path.name + _CLEANED_SUFFIX)
-        # Kafka's Cleaner keeps the source segment's last-modified time: time retention falls back
-        # to it when no record with a timestamp is left, and the cleaning time would restart that clock.
-        original = os.fstat(view.fd)
+    @staticmethod
+    def _merge_groups(views: list[_SegmentView], config: LogConfig) -> list[list[_SegmentView]]:
+        """Consecutive segments to clean into one file each (Kafka's groupSegmentsBySize), so that
+        segments compaction shrank or emptied do not pile up: a group grows while its segments'
+        sizes before cleaning add up to at most segment.bytes and its offsets stay within an int32
+        of its first segment's base (index entries hold relative offsets)."""
+        groups: list[list[_SegmentView]] = []
+        for view in views:
+            if groups:
+                group = groups[-1]
+                fits = sum(v.size for v in group) + view.size <= config.segment_bytes
+                relative_last = view.segment.next_offset - 1 - group[0].base_offset
+                if fits and (view.size == 0 or relative_last <= INT32_MAX):
+                    group.append(view)
+                    continue
+            groups.append([view])
+        return groups
+
+    def _clean_group(self, views: list[_SegmentView], cleaner: _Cleaner) -> int:
+        """Rewrite consecutive closed segments through `cleaner` into one file named after the first
+        and swap it in; return the records removed."""
+        head = views[0].segment
+        cleaned_path = head.path.with_name(head.path.name + _CLEANED_SUFFIX)
+        # Kafka's Cleaner gives the cleaned file the last-modified time of the group's last segment:
+        # time retention falls back to it when no record with a timestamp is left, and the cleaning
+        # time would restart that clock.
+        newest = os.fstat(views[-1].fd)
         fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        rewritten = _Segment(segment.base_offset, segment.path, fd, next_offset=segment.base_offset)
+        rewritten = _Segment(head.base_offset, head.path, fd, next_offset=head.base_offset)
         installed = False
         try:
-            removed, changed = self._write_cleaned(view, cleaner, rewritten)
+            removed, changed = 0, len(views) > 1
+            for view in views:
+                dropped, view_changed = self._write_cleaned(view, cleaner, rewritten)
+                removed += dropped
+                changed = changed or view_changed
             if changed:
                 os.fsync(fd)
-                os.utime(cleaned_path, ns=(original.st_atime_ns, original.st_mtime_ns))
-                installed = self._install_cleaned(view, cleaned_path, rewritten)
+                os.utime(cleaned_path, ns=(newest.st_atime_ns, newest.st_mtime_ns))
+                installed = self._install_cleaned(views, cleaned_path, rewritten)
         finally:
             if not installed:
                 os.close(fd)
                 cleaned_path.unlink(missing_ok=True)
         if not installed:
             return 0
-        logger.info("%s: compaction removed %d records from %s", self, removed, segment.path.name)
+        merged = f" (merged with the {len(views) - 1} segments after it)" if len(views) > 1 else ""
+        logger.info("%s: compaction removed %d records from %s%s", self, removed, head.path.name, merged)
         return removed
 
-    def _install_cleaned(self, view: _SegmentView, cleaned_path: Path, rewritten: _Segment) -> bool:
-        """Step 5 of :meth:`compact` for one segment; False when the log no longer holds it."""
-        segment = view.segment
+    def _install_cleaned(self, views: list[_SegmentView], cleaned_path: Path, rewritten: _Segment) -> bool:
+        """Step 5 of :meth:`compact` for one group; False when the log no longer holds all of it.
+
+        The cleaned file replaces the first segment's, durably, before the others go, first to
+        last: a crash in between leaves segments that still hold what the cleaned file holds past
+        their base offsets, and recovery cuts the first segment at the next one's base (keeping
+        both halves' records, once each)."""
+        segments = [view.segment for view in views]
         with self._lock:
-            if self._closed or not any(s is segment for s in self._segments):
+            if self._closed or not all(any(s is segment for s in self._segments) for segment in segments):
                 return False
-            if segment.size != view.size:
-                # Closed segments change only in a pass, and one runs at a time: a broken invariant.
-                raise RuntimeError(
-                    f"{segment.path} changed while it was being cleaned; its cleaned copy is dropped"
-                )
-            os.replace(cleaned_path, segment.path)
-            os.close(segment.fd)
-            segment.adopt(rewritten)
+            for view in views:
+                if view.segment.size != view.size:
+                    # Closed segments change only in a pass, and one runs at a time: a broken invariant.
+                    raise RuntimeError(
+                        f"{view.path} changed while it was being cleaned; its cleaned copy is dropped"
+                    )
+            head = segments[0]
+            os.replace(cleaned_path, head.path)
             fsync_directory(self.directory)
-            self._seal(segment)
+            os.close(head.fd)
+            head.next_offset = max(segment.next_offset for segment in segments)
+            head.adopt(rewritten)
+            for segment in segments[1:]:
+                self._delete_segment(segment)
+            if len(segments) > 1:
+                fsync_directory(self.directory)
+            self._seal(head)
             return True
 
     def _write_cleaned(self, view: _SegmentView, cleaner: _Cleaner, rewritten: _Segment) -> tuple[int, bool]:
