@@ -136,6 +136,7 @@ class Harness:
         *,
         generation_id: int = -1,
         member_id: str = "",
+        retention_time_ms: int = -1,
     ) -> dict[tuple[str, int], ErrorCode]:
         return self.coordinator.commit_offsets(
             group_id=GROUP,
@@ -143,6 +144,7 @@ class Harness:
             member_id=member_id,
             group_instance_id=None,
             offsets=offsets,
+            retention_time_ms=retention_time_ms,
         )
 
     def fetch(
@@ -1272,6 +1274,28 @@ def test_offsets_of_a_simple_group_expire_after_retention_and_the_group_goes_awa
     harness.coordinator.expire_sessions()
     assert harness.coordinator.list_groups() == []
     harness.restart()
+    assert harness.coordinator.list_groups() == []
+
+
+def test_an_offset_committed_with_a_retention_time_expires_then_whatever_the_broker_retention(
+    tmp_path: Path,
+) -> None:
+    """OffsetCommit v2-v4's retention_time_ms (Kafka's expireTimestampMs and
+    OffsetExpirationConditionImpl): such an offset expires that long after its commit, sooner or
+    later than offsets.retention.ms; -1 keeps the broker's retention. It survives a restart."""
+    harness = Harness(tmp_path, offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
+    harness.commit({("t", 0): (1, -1, "")}, retention_time_ms=10_000)
+    harness.commit({("t", 1): (2, -1, "")}, retention_time_ms=120_000)
+    harness.commit({("t", 2): (3, -1, "")})
+    harness.restart()
+    harness.clock.advance(10_000)
+    harness.coordinator.expire_sessions()
+    assert set(harness.fetch(None)) == {("t", 1), ("t", 2)}
+    harness.clock.advance(50_000)
+    harness.coordinator.expire_sessions()
+    assert set(harness.fetch(None)) == {("t", 1)}
+    harness.clock.advance(60_000)
+    harness.coordinator.expire_sessions()
     assert harness.coordinator.list_groups() == []
 
 

@@ -47,6 +47,7 @@ members rejoin.  Journal entries (JSON objects)::
      "protocol": str | null, "empty_since_ms": int | null, "leader": str | null, "members": [MEMBER, ...]}
     {"type": "group_deleted", "group": g}
     ROW = [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms, sequence]
+          + [expire_timestamp_ms] when the commit set one (OffsetCommit v2-v4 retention_time_ms)
     MEMBER = {"member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
               "session_timeout_ms", "subscription": base64, "assignment": base64}
 
@@ -270,6 +271,9 @@ class _CommittedOffset:
     metadata: str
     commit_timestamp_ms: int
     sequence: int
+    # OffsetCommit v2-v4's retention_time_ms, as Kafka's expireTimestampMs: when set, the offset
+    # expires at this time instead of offsets.retention.ms after its base timestamp.
+    expire_timestamp_ms: int | None = None
 
 
 @dataclass(eq=False)
@@ -591,7 +595,11 @@ class _Group:
         subscribed: set[str] = set()
         if self.protocol_type is not None:
             if self.state is GroupState.EMPTY:
-                return [tp for tp in self.offsets if now_ms - self.state_timestamp_ms >= retention_ms]
+                return [
+                    tp
+                    for tp, committed in self.offsets.items()
+                    if _expired(committed, self.state_timestamp_ms, now_ms, retention_ms)
+                ]
             if not (
                 self.protocol_type == CONSUMER_PROTOCOL_TYPE
                 and self.subscribed_topics is not None
@@ -602,7 +610,8 @@ class _Group:
         return [
             tp
             for tp, committed in self.offsets.items()
-            if tp[0] not in subscribed and now_ms - committed.commit_timestamp_ms >= retention_ms
+            if tp[0] not in subscribed
+            and _expired(committed, committed.commit_timestamp_ms, now_ms, retention_ms)
         ]
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
@@ -611,6 +620,14 @@ class _Group:
         return [
             tp for tp in self.expirable_offsets(now_ms, retention_ms) if not self.has_pending_txn_offset(tp)
         ]
+
+
+def _expired(committed: _CommittedOffset, base_timestamp_ms: int, now_ms: int, retention_ms: int) -> bool:
+    """Kafka's OffsetExpirationConditionImpl: an explicit expire timestamp (older commits) decides
+    alone; otherwise the offset is retention_ms past the base timestamp."""
+    if committed.expire_timestamp_ms is not None:
+        return now_ms >= committed.expire_timestamp_ms
+    return now_ms - base_timestamp_ms >= retention_ms
 
 
 def _parse_subscription_topics(metadata: bytes) -> list[str]:
@@ -634,15 +651,22 @@ def _parse_subscription_topics(metadata: bytes) -> list[str]:
 def _offset_rows(offsets: dict[TopicPartition, _CommittedOffset]) -> list[list[Any]]:
     return [
         [tp[0], tp[1], o.offset, o.leader_epoch, o.metadata, o.commit_timestamp_ms, o.sequence]
+        + ([] if o.expire_timestamp_ms is None else [o.expire_timestamp_ms])
         for tp, o in offsets.items()
     ]
 
 
 def _offsets_from_rows(rows: list[list[Any]]) -> dict[TopicPartition, _CommittedOffset]:
     result: dict[TopicPartition, _CommittedOffset] = {}
-    for topic, partition, offset, leader_epoch, metadata, timestamp, sequence in rows:
+    for row in rows:
+        topic, partition, offset, leader_epoch, metadata, timestamp, sequence, *expiry = row
         result[(str(topic), int(partition))] = _CommittedOffset(
-            int(offset), int(leader_epoch), str(metadata), int(timestamp), int(sequence)
+            int(offset),
+            int(leader_epoch),
+            str(metadata),
+            int(timestamp),
+            int(sequence),
+            int(expiry[0]) if expiry else None,
         )
     return result
 
@@ -1550,9 +1574,11 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetToCommit],
+        retention_time_ms: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
         """Handle OffsetCommit; returns an error per partition (the same error for all on a group-level
-        failure).  The offsets are journaled before this returns.
+        failure).  The offsets are journaled before this returns.  `retention_time_ms` other than -1
+        (OffsetCommit v2-v4) makes them expire that long after now, as Kafka's expireTimestampMs.
 
         Rules (Kafka's validateOffsetCommit): an unknown group is created for generation < 0 (a "simple"
         commit by a consumer using assign() or by an admin tool) and refused with ILLEGAL_GENERATION
@@ -1581,7 +1607,8 @@ class GroupCoordinator:
             # from its next heartbeat).
             member = group.members[member_id]
             self._set_heartbeat_deadline(member, member.session_timeout_ms)
-        return self._store_offsets(group, offsets, producer_id=None)
+        expire_timestamp_ms = None if retention_time_ms == -1 else self._now_ms() + retention_time_ms
+        return self._store_offsets(group, offsets, producer_id=None, expire_timestamp_ms=expire_timestamp_ms)
 
     def _validate_offset_commit(
         self,
@@ -1616,6 +1643,7 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, OffsetToCommit],
         *,
         producer_id: int | None,
+        expire_timestamp_ms: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         now = self._now_ms()
         results: dict[TopicPartition, ErrorCode] = {}
@@ -1626,7 +1654,9 @@ class GroupCoordinator:
             if len(text) > self._config.max_offset_metadata_bytes:
                 results[partition] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                accepted[partition] = _CommittedOffset(offset, leader_epoch, text, now, sequence)
+                accepted[partition] = _CommittedOffset(
+                    offset, leader_epoch, text, now, sequence, expire_timestamp_ms
+                )
                 results[partition] = ErrorCode.NONE
         if not accepted:
             return results

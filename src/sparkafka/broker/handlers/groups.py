@@ -185,6 +185,7 @@ async def offset_commit(broker: Broker, request: Any, context: RequestContext) -
             member_id=request.member_id,
             group_instance_id=request.group_instance_id if context.version >= 7 else None,
             offsets=known,
+            retention_time_ms=request.retention_time_ms if 2 <= context.version <= 4 else -1,
         )
     errors.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     topic_class = OffsetCommitResponse.OffsetCommitResponseTopic
