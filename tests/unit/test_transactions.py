@@ -237,6 +237,49 @@ def test_a_groups_offsets_partition_is_javas_string_hash() -> None:
     assert offsets_partition_for("\U0001f600") == 1772899 % 50
 
 
+def test_offsets_of_a_group_sharing_an_added_offsets_partition_join_the_transaction(
+    journal_path: Path, markers: Markers, clock: Clock
+) -> None:
+    """Kafka verifies a TxnOffsetCommit by the group's __consumer_offsets partition (KIP-890), and
+    that partition's marker completes the pending offsets of every group it holds."""
+    added = "orders"
+    neighbour = next(
+        f"g{i}" for i in range(10_000) if offsets_partition_for(f"g{i}") == offsets_partition_for(added)
+    )
+    stranger = next(
+        f"g{i}" for i in range(10_000) if offsets_partition_for(f"g{i}") != offsets_partition_for(added)
+    )
+    completed: list[tuple[str, int, bool]] = []
+    journal = Journal(journal_path)
+    coordinator = _coordinator_completing(journal, markers, clock, completed)
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.add_offsets("t", pid, epoch, added)
+    coordinator.verify_offset_commit("t", pid, epoch, added)
+    coordinator.verify_offset_commit("t", pid, epoch, neighbour)
+    assert _error(coordinator.verify_offset_commit, "t", pid, epoch, stranger) == ErrorCode.INVALID_TXN_STATE
+    journal.close()
+    journal = Journal(journal_path)  # the neighbour's part in the transaction was journaled
+    coordinator = _coordinator_completing(journal, markers, clock, completed)
+    coordinator.end_txn("t", pid, epoch, commit=True)
+    assert sorted(completed) == sorted([(added, pid, True), (neighbour, pid, True)])
+    journal.close()
+
+
+def _coordinator_completing(
+    journal: Journal, markers: Markers, clock: Clock, completed: list[tuple[str, int, bool]]
+) -> TransactionCoordinator:
+    coordinator = TransactionCoordinator(
+        journal,
+        max_timeout_ms=900_000,
+        write_marker=markers,
+        complete_offsets=lambda group, producer_id, commit: completed.append((group, producer_id, commit)),
+        partition_exists=lambda topic, partition: True,
+        now_ms=clock,
+    )
+    coordinator.recover()
+    return coordinator
+
+
 def test_a_decided_commit_whose_markers_failed_is_completed_later(
     coordinator: TransactionCoordinator, markers: Markers
 ) -> None:

@@ -380,12 +380,22 @@ class TransactionCoordinator:
     def verify_offset_commit(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> None:
+        """Kafka verifies that the group's __consumer_offsets partition is in the ongoing transaction
+        (KIP-890): AddOffsetsToTxn for any group with the same partition added it. Such a group joins
+        the transaction here, since the outcome of a partition completes the pending offsets of every
+        group it holds (GroupCoordinator.onTransactionCompleted)."""
         txn = self._owned(transactional_id, producer_id, producer_epoch)
-        if txn.state is not TxnState.ONGOING or group_id not in txn.groups:
+        offsets_partition = offsets_partition_for(group_id)
+        added = {offsets_partition_for(group) for group in txn.groups}
+        if txn.state is not TxnState.ONGOING or offsets_partition not in added:
             raise BrokerError(
                 ErrorCode.INVALID_TXN_STATE,
-                f"TxnOffsetCommit for group {group_id!r} before AddOffsetsToTxn in this transaction",
+                f"TxnOffsetCommit for group {group_id!r} before AddOffsetsToTxn in this transaction "
+                f"(its offsets partition {OFFSETS_TOPIC}-{offsets_partition} was not added)",
             )
+        if group_id not in txn.groups:
+            txn.groups.add(group_id)
+            self._persist(txn)
 
     def verify_partition(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
