@@ -288,7 +288,8 @@ def test_a_decided_commit_whose_markers_failed_is_completed_later(
     markers.fail_next = 1
     coordinator.end_txn("t", pid, epoch, commit=True)  # decided: the producer is told it committed
     assert coordinator.transactions["t"].state is TxnState.PREPARE_COMMIT
-    assert markers.written == []
+    # The marker of out-0 failed; out-1's was written all the same, and is not written again.
+    assert markers.written == [("out", 1, pid, epoch, True)]
     assert _error(coordinator.init_producer_id, "t", TIMEOUT_MS) == ErrorCode.CONCURRENT_TRANSACTIONS
     assert (
         _error(coordinator.add_partitions, "t", pid, epoch, [("out", 0)]) == ErrorCode.CONCURRENT_TRANSACTIONS
@@ -307,7 +308,7 @@ def test_a_decided_commit_whose_markers_failed_is_completed_later(
     )
 
     assert coordinator.complete_prepared() == 1
-    assert markers.written == [("out", 0, pid, epoch, True), ("out", 1, pid, epoch, True)]
+    assert markers.written == [("out", 1, pid, epoch, True), ("out", 0, pid, epoch, True)]
     assert coordinator.transactions["t"].state is TxnState.COMPLETE_COMMIT
     coordinator.end_txn("t", pid, epoch, commit=True)  # a retried EndTxn is answered with success
     assert coordinator.complete_prepared() == 0

@@ -96,6 +96,10 @@ class TransactionMetadata:
     # producer id before the last rotation to a new one.
     last_producer_epoch: int = -1
     previous_producer_id: int = -1
+    # Not journaled: the partitions (and groups) whose part of the decided outcome is already
+    # written, so a retry writes only the rest (after a restart it writes them all again; a marker
+    # for a transaction a partition already ended changes nothing there).
+    outcome_written: set[TopicPartition | str] = field(default_factory=set, compare=False)
 
     def to_entry(self) -> dict[str, Any]:
         return {
@@ -510,10 +514,26 @@ class TransactionCoordinator:
         return True
 
     def _write_outcome(self, txn: TransactionMetadata, commit: bool) -> None:
-        for topic, partition in sorted(txn.partitions):
-            self._write_marker(topic, partition, txn.producer_id, txn.producer_epoch, commit)
-        for group in sorted(txn.groups):
-            self._complete_offsets(group, txn.producer_id, commit)
+        """Write the outcome to every partition and group of the transaction, each on its own as
+        Kafka's marker channel does: one that fails does not hold up the others, whose last stable
+        offsets move on; the first failure is raised once all were tried."""
+        failure: Exception | None = None
+        parts: list[TopicPartition | str] = [*sorted(txn.partitions), *sorted(txn.groups)]
+        for part in parts:
+            if part in txn.outcome_written:
+                continue
+            try:
+                if isinstance(part, str):
+                    self._complete_offsets(part, txn.producer_id, commit)
+                else:
+                    self._write_marker(part[0], part[1], txn.producer_id, txn.producer_epoch, commit)
+            except Exception as exc:
+                failure = failure or exc
+                continue
+            txn.outcome_written.add(part)
+        if failure is not None:
+            raise failure
+        txn.outcome_written.clear()
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         # A completed transaction lists no partitions (DescribeTransactions); its start time stays.
         txn.partitions.clear()
