@@ -673,6 +673,21 @@ def test_retention_by_size(make_log: LogFactory) -> None:
     assert compact_only.enforce_retention(0) == 0
 
 
+def test_a_full_index_rolls_the_segment(make_log: LogFactory) -> None:
+    """Kafka's LogSegment.shouldRoll: a segment whose offset or time index is full (segment.index.bytes)
+    rolls, whatever its size."""
+    log = make_log(segment_index_bytes=24, index_interval_bytes=0)  # 3 offset, 2 time index entries
+    for i in range(12):
+        append(log, 1, timestamp=1000 + i)
+    segments = log.segment_files()
+    assert len(segments) == 4
+    log.close()
+    assert all(os.path.getsize(path.with_suffix(".timeindex")) <= 24 for path in segments)
+    assert [r.offset for r in all_records(make_log(segment_index_bytes=24, index_interval_bytes=0))] == list(
+        range(12)
+    )
+
+
 # ---- compaction --------------------------------------------------------------------------------
 
 

@@ -75,6 +75,9 @@ class LogConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
     segment_jitter_ms: int = 0
     index_interval_bytes: int = 4096
+    # segment.index.bytes: the most bytes each index file of a segment may take; a full index rolls
+    # the segment (Kafka's OffsetIndex/TimeIndex isFull, entries of 8 and 12 bytes).
+    segment_index_bytes: int = 10 * 1024 * 1024
     retention_ms: int = 7 * 24 * 3600 * 1000  # -1 = keep forever
     retention_bytes: int = -1  # -1 = no size limit
     cleanup_policy: str = "delete"  # "delete" | "compact" | "compact,delete"
@@ -103,6 +106,8 @@ class LogConfig:
             )
         if self.segment_ms < 1:
             raise ValueError(f"segment_ms must be >= 1, got {self.segment_ms}")
+        if self.segment_index_bytes < 4:
+            raise ValueError(f"segment_index_bytes must be >= 4, got {self.segment_index_bytes}")
         names = (
             "segment_jitter_ms",
             "index_interval_bytes",
@@ -134,6 +139,14 @@ class LogConfig:
             raise ValueError(
                 f"flush_messages must be >= 1 or None (leave flushing to the OS), got {self.flush_messages}"
             )
+
+    @property
+    def max_offset_index_entries(self) -> int:
+        return self.segment_index_bytes // _OFFSET_ENTRY.size
+
+    @property
+    def max_time_index_entries(self) -> int:
+        return self.segment_index_bytes // _TIME_ENTRY.size
 
     @property
     def max_segment_ms(self) -> int:
@@ -696,7 +709,8 @@ class PartitionLog:
 
         Steps: check every batch (whole, contiguous offsets, no larger than a segment) before writing any;
         then per batch roll a new segment if the active one holds data and the batch would overflow
-        segment_bytes, its relative offsets would overflow int32, or its records are segment_ms (less the
+        segment_bytes, an index of the segment is full (segment_index_bytes), its relative offsets would
+        overflow int32, or its records are segment_ms (less the
         segment's jitter) newer than the active segment's first batch (see `_Segment.waited_for_roll`;
         `now_ms` counts when that batch has no timestamp); write() it, update the indexes and
         log_end_offset; fsync once flush_messages records were appended since the last fsync.
@@ -753,6 +767,8 @@ class PartitionLog:
         decides once per append, for all of its batches; a client's append is one batch here."""
         return (
             segment.size + header.size > self.config.segment_bytes
+            or len(segment.index_offsets) >= self.config.max_offset_index_entries
+            or len(segment.time_timestamps) >= self.config.max_time_index_entries
             or header.last_offset - segment.base_offset > INT32_MAX
             or segment.waited_for_roll(header.max_timestamp, now_ms)
             > self.config.max_segment_ms - segment.roll_jitter_ms
@@ -1235,13 +1251,19 @@ class PartitionLog:
     def _merge_groups(views: list[_SegmentView], config: LogConfig) -> list[list[_SegmentView]]:
         """Consecutive segments to clean into one file each (Kafka's groupSegmentsBySize), so that
         segments compaction shrank or emptied do not pile up: a group grows while its segments'
-        sizes before cleaning add up to at most segment.bytes and its offsets stay within an int32
-        of its first segment's base (index entries hold relative offsets)."""
+        sizes before cleaning add up to at most segment.bytes, their index entries fit
+        segment.index.bytes, and its offsets stay within an int32 of its first segment's base
+        (index entries hold relative offsets)."""
         groups: list[list[_SegmentView]] = []
         for view in views:
             if groups:
+                group = [*groups[-1], view]
+                fits = (
+                    sum(v.size for v in group) <= config.segment_bytes
+                    and sum(len(v.segment.index_offsets) for v in group) <= config.max_offset_index_entries
+                    and sum(len(v.segment.time_timestamps) for v in group) <= config.max_time_index_entries
+                )
                 group = groups[-1]
-                fits = sum(v.size for v in group) + view.size <= config.segment_bytes
                 relative_last = view.segment.next_offset - 1 - group[0].base_offset
                 if fits and (view.size == 0 or relative_last <= INT32_MAX):
                     group.append(view)

@@ -187,7 +187,7 @@ _DEFINITIONS = (
     TopicConfigDefinition("segment.bytes", _I, "1073741824", True, _at_least(MIN_SEGMENT_BYTES)),
     # Below segment.bytes' bound, for tests of segment rolling and retention (as Kafka's own tests).
     TopicConfigDefinition("internal.segment.bytes", _I, None, True, _at_least(HEADER_SIZE), internal=True),
-    TopicConfigDefinition("segment.index.bytes", _I, "10485760", check=_at_least(4)),
+    TopicConfigDefinition("segment.index.bytes", _I, "10485760", True, _at_least(4)),
     TopicConfigDefinition("segment.jitter.ms", _L, "0", True, _at_least(0)),
     TopicConfigDefinition("segment.ms", _L, "604800000", True, _at_least(1)),
     TopicConfigDefinition("unclean.leader.election.enable", _B, "false"),

@@ -66,6 +66,7 @@ class Topic:
         return LogConfig(
             segment_bytes=int(segment_bytes),
             index_interval_bytes=int(self.config("index.interval.bytes", broker)),
+            segment_index_bytes=int(self.config("segment.index.bytes", broker)),
             retention_ms=int(self.config("retention.ms", broker)),
             # Kafka: any negative retention.bytes is no size limit.
             retention_bytes=max(-1, int(self.config("retention.bytes", broker))),
