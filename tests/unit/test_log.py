@@ -1037,11 +1037,12 @@ def test_compaction_merges_the_segments_it_shrank(make_log: LogFactory) -> None:
     log = shrunk_log(make_log)
     before = all_records(log)
     segments_before = log.segment_files()
+    active_base = int(segments_before[-1].stem)
     start, end = log.log_start_offset, log.log_end_offset
     log.compact(now_ms=0)
     after = all_records(log)
-    kept = {(r.offset, r.key, r.value) for r in after}
-    assert kept <= {(r.offset, r.key, r.value) for r in before} and len(after) >= 4 + 8 - 4
+    newest = {r.key: r.offset for r in before if r.offset < active_base}
+    assert after == [r for r in before if r.offset >= active_base or newest[r.key] == r.offset]
     assert len(log.segment_files()) < len(segments_before) - 3
     assert int(log.segment_files()[0].stem) == int(segments_before[0].stem)
     assert all(os.path.getsize(path) <= 250 for path in log.segment_files())
@@ -1050,6 +1051,67 @@ def test_compaction_merges_the_segments_it_shrank(make_log: LogFactory) -> None:
         assert batch_bases(log.read(record.offset, 1 << 20))[0] <= record.offset
     log.close()
     assert all_records(compacted_log(make_log)) == after
+
+
+def test_a_merge_whose_deletions_fail_keeps_the_log_readable_and_recovers_on_the_next_start(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = shrunk_log(make_log)
+    reference = all_records(log)
+
+    def failing(self: PartitionLog, segment: Any) -> None:
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(PartitionLog, "_remove_merged_files", failing)
+    log.compact(now_ms=0)
+    monkeypatch.undo()
+    after = all_records(log)  # the log reads its merged files (the old ones are still on disk)
+    assert {(r.offset, r.key) for r in after} <= {(r.offset, r.key) for r in reference}
+    log.close()
+    assert not (log.directory / ".clean_shutdown").exists()  # the next start must recover
+    reopened = compacted_log(make_log)
+    found = [(r.offset, r.key, r.value) for r in all_records(reopened)]
+    assert len(found) == len(set(found)) and [o for o, *_ in found] == sorted(o for o, *_ in found)
+    assert {(r.offset, r.key, r.value) for r in after} <= set(found)
+
+
+def test_a_merged_index_holds_no_more_entries_than_segment_index_bytes(make_log: LogFactory) -> None:
+    """Segments written without index entries (a large index.interval.bytes), then merged once the
+    interval was lowered: the merged file's index is made sparser rather than overflow."""
+    log = make_log(segment_bytes=400, cleanup_policy="compact", index_interval_bytes=1 << 20)
+    for i in range(60):
+        append(log, 1, keys=[b"own%d" % i if i % 2 else b"k"], values=[b"v%d" % i])
+    log.config = LogConfig(
+        segment_bytes=2000, cleanup_policy="compact", index_interval_bytes=0, segment_index_bytes=40
+    )
+    log.compact(now_ms=0)
+    log.close()
+    merged = [path for path in log.segment_files() if os.path.getsize(path) > 400]
+    assert merged, "the test needs a merged segment"
+    for path in log.segment_files():
+        assert os.path.getsize(path.with_suffix(".index")) <= 40
+        assert os.path.getsize(path.with_suffix(".timeindex")) <= 40 + 12  # Kafka's roll adds one
+
+
+def test_a_group_retention_took_meanwhile_stays_dirty(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records of a group the pass could not install were not cleaned: the checkpoint stays
+    before them."""
+    log = compacted_log(make_log)
+    for i in range(12):
+        append(log, 1, keys=[b"k%d" % (i % 3)], values=[b"v%d" % i])
+    second = int(log.segment_files()[1].stem)
+    mapping_keys = PartitionLog._latest_offsets
+
+    def meanwhile(self: PartitionLog, *args: Any) -> dict[bytes, int]:
+        log.delete_records_before(second)  # the first group loses its first segment
+        return mapping_keys(self, *args)
+
+    monkeypatch.setattr(PartitionLog, "_latest_offsets", meanwhile)
+    log.compact(now_ms=0)
+    dirty = log.cleanable_range(0, log.log_end_offset)
+    assert dirty is not None and dirty.first_dirty_offset == log.log_start_offset == second
 
 
 @pytest.mark.parametrize("deleted_before_the_crash", [0, 1])
@@ -1069,7 +1131,7 @@ def test_a_merge_cut_short_by_a_crash_loses_and_repeats_nothing(
     )
     reference.compact(now_ms=0)
     kept = {(r.offset, r.key, r.value) for r in all_records(reference)}
-    deleting = PartitionLog._delete_segment
+    deleting = PartitionLog._remove_merged_files
     deleted: list[int] = []
 
     def crash_while_deleting(self: PartitionLog, segment: Any) -> None:
@@ -1079,7 +1141,7 @@ def test_a_merge_cut_short_by_a_crash_loses_and_repeats_nothing(
         deleted.append(segment.base_offset)
         deleting(self, segment)
 
-    monkeypatch.setattr(PartitionLog, "_delete_segment", crash_while_deleting)
+    monkeypatch.setattr(PartitionLog, "_remove_merged_files", crash_while_deleting)
     with pytest.raises(KeyboardInterrupt):
         log.compact(now_ms=0)
     monkeypatch.undo()

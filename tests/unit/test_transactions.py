@@ -256,6 +256,7 @@ def test_offsets_of_a_group_sharing_an_added_offsets_partition_join_the_transact
     coordinator.add_offsets("t", pid, epoch, added)
     coordinator.verify_offset_commit("t", pid, epoch, added)
     coordinator.verify_offset_commit("t", pid, epoch, neighbour)
+    coordinator.include_group("t", neighbour)
     assert _error(coordinator.verify_offset_commit, "t", pid, epoch, stranger) == ErrorCode.INVALID_TXN_STATE
     journal.close()
     journal = Journal(journal_path)  # the neighbour's part in the transaction was journaled

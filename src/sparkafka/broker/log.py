@@ -402,6 +402,7 @@ class PartitionLog:
         # One cleaning pass at a time; it holds _lock only to take its views and to swap segments.
         self._cleaning = threading.Lock()
         self._closed = False
+        self._needs_recovery = False  # set when the disk may hold what only a full recovery sorts out
         self._load()
         self._first_dirty_offset = self._read_cleaner_checkpoint()
         # Kafka's recovery point: records past it were written but not yet fsynced.
@@ -1174,15 +1175,20 @@ class PartitionLog:
         bound = max((v.base_offset for v in views if v.base_offset <= bound), default=views[0].base_offset)
         latest = self._latest_offsets(views, aborted, bound)
         cleaner = _Cleaner(latest, aborted, last_entries, bound, now_ms, config)
-        groups = self._merge_groups([view for view in closed if view.base_offset < bound], config)
-        removed = sum(self._clean_group(group, cleaner) for group in groups)
+        removed = 0
+        cleaned_up_to = bound
+        for group in self._merge_groups([view for view in closed if view.base_offset < bound], config):
+            dropped, installed = self._clean_group(group, cleaner)
+            removed += dropped
+            if not installed:  # retention or DeleteRecords took part of it meanwhile: still dirty
+                cleaned_up_to = min(cleaned_up_to, group[0].base_offset)
         if cleaner.keyless:
             logger.warning(
                 "%s: compaction removed %d records without a key (a compacted topic needs keys)",
                 self,
                 cleaner.keyless,
             )
-        self._checkpoint_first_dirty(max(first_dirty, bound))
+        self._checkpoint_first_dirty(max(first_dirty, cleaned_up_to))
         return removed
 
     def _checkpoint_first_dirty(self, offset: int) -> None:
@@ -1271,9 +1277,10 @@ class PartitionLog:
             groups.append([view])
         return groups
 
-    def _clean_group(self, views: list[_SegmentView], cleaner: _Cleaner) -> int:
+    def _clean_group(self, views: list[_SegmentView], cleaner: _Cleaner) -> tuple[int, bool]:
         """Rewrite consecutive closed segments through `cleaner` into one file named after the first
-        and swap it in; return the records removed."""
+        and swap it in; return (records removed, whether the log now holds the cleaned file or the
+        group needed no change)."""
         head = views[0].segment
         cleaned_path = head.path.with_name(head.path.name + _CLEANED_SUFFIX)
         # Kafka's Cleaner gives the cleaned file the last-modified time of the group's last segment:
@@ -1289,27 +1296,34 @@ class PartitionLog:
                 dropped, view_changed = self._write_cleaned(view, cleaner, rewritten)
                 removed += dropped
                 changed = changed or view_changed
-            if changed:
-                os.fsync(fd)
-                os.utime(cleaned_path, ns=(newest.st_atime_ns, newest.st_mtime_ns))
-                installed = self._install_cleaned(views, cleaned_path, rewritten)
+            if not changed:
+                return 0, True
+            os.fsync(fd)
+            os.utime(cleaned_path, ns=(newest.st_atime_ns, newest.st_mtime_ns))
+            installed = self._install_cleaned(views, cleaned_path, rewritten)
         finally:
-            if not installed:
+            if not installed and rewritten.fd >= 0:  # (-1: the log adopted the file)
                 os.close(fd)
                 cleaned_path.unlink(missing_ok=True)
         if not installed:
-            return 0
+            return 0, False
         merged = f" (merged with the {len(views) - 1} segments after it)" if len(views) > 1 else ""
         logger.info("%s: compaction removed %d records from %s%s", self, removed, head.path.name, merged)
-        return removed
+        return removed, True
 
     def _install_cleaned(self, views: list[_SegmentView], cleaned_path: Path, rewritten: _Segment) -> bool:
         """Step 5 of :meth:`compact` for one group; False when the log no longer holds all of it.
 
-        The cleaned file replaces the first segment's, durably, before the others go, first to
-        last: a crash in between leaves segments that still hold what the cleaned file holds past
-        their base offsets, and recovery cuts the first segment at the next one's base (keeping
-        both halves' records, once each)."""
+        Steps, under the lock:
+          1. Rename the cleaned file over the first segment's and fsync the directory. From here the
+             log adopts it, whatever fails next.
+          2. Drop the other segments from the log (memory) and delete their files first to last,
+             fsyncing the directory after each: at any crash, the segments left on disk still hold
+             what the cleaned file holds past their base offsets, and recovery cuts the first
+             segment at the next one's base (keeping every record once). A deletion that fails
+             leaves such a file for that recovery; it is logged.
+          3. Write the first segment's index files (a failure is logged: closing the log tries
+             again)."""
         segments = [view.segment for view in views]
         with self._lock:
             if self._closed or not all(any(s is segment for s in self._segments) for segment in segments):
@@ -1322,16 +1336,38 @@ class PartitionLog:
                     )
             head = segments[0]
             os.replace(cleaned_path, head.path)
-            fsync_directory(self.directory)
+            # From here the log holds the cleaned file: memory follows it whatever fails next.
             os.close(head.fd)
             head.next_offset = max(segment.next_offset for segment in segments)
             head.adopt(rewritten)
+            rewritten.fd = -1
             for segment in segments[1:]:
-                self._delete_segment(segment)
-            if len(segments) > 1:
-                fsync_directory(self.directory)
-            self._seal(head)
+                os.close(segment.fd)
+                self._segments.remove(segment)
+            try:
+                fsync_directory(self.directory)  # the rename is durable before any deletion
+                for segment in segments[1:]:
+                    self._remove_merged_files(segment)
+                self._seal(head)
+            except OSError as exc:
+                # Files of merged segments may be left: the next start must rescan and cut them,
+                # not trust index files, so this log will not be marked cleanly shut down.
+                self._needs_recovery = True
+                logger.warning(
+                    "%s: compaction could not finish removing the segments merged into %s (%s); "
+                    "the next start recovers them",
+                    self,
+                    head.path.name,
+                    exc,
+                )
             return True
+
+    def _remove_merged_files(self, segment: _Segment) -> None:
+        """Delete a merged segment's files, durably before the next one's (the .log first: index
+        files without it are removed as leftovers on the next open)."""
+        for suffix in (_LOG_SUFFIX, _INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
+            segment.sibling(suffix).unlink(missing_ok=True)
+        fsync_directory(self.directory)
 
     def _write_cleaned(self, view: _SegmentView, cleaner: _Cleaner, rewritten: _Segment) -> tuple[int, bool]:
         """Write the batches `cleaner` keeps to rewritten.fd; return (records removed, anything changed)."""
@@ -1346,7 +1382,14 @@ class PartitionLog:
             if kept is None:
                 continue
             kept_header = header if kept is batch else parse_header(kept)
-            rewritten.track(kept_header, rewritten.size, cleaner.config.index_interval_bytes)
+            config = cleaner.config
+            # A merged file's index gets no more entries than segment.index.bytes holds (sparser
+            # instead: a lookup lands on an earlier batch and reads forward).
+            full = (
+                len(rewritten.index_offsets) >= config.max_offset_index_entries
+                or len(rewritten.time_timestamps) >= config.max_time_index_entries
+            )
+            rewritten.track(kept_header, rewritten.size, INT32_MAX if full else config.index_interval_bytes)
             pending.append(kept)
             pending_bytes += len(kept)
             if pending_bytes >= _SCAN_CHUNK:
@@ -1381,7 +1424,8 @@ class PartitionLog:
                 self._seal(segment)
             for segment in self._segments:
                 os.close(segment.fd)
-            write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
+            if not self._needs_recovery:
+                write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
             fsync_directory(self.directory)
             self._closed = True
 

@@ -145,8 +145,9 @@ class TransactionVerificationError(BrokerError):
         self.kafka_text = kafka_text
 
 
-# (topic, partition, producer id, epoch, commit) -> writes a marker if the partition holds the
-# producer's transaction open.
+# (topic, partition, producer id, epoch, commit) -> writes the marker to the partition (again, after
+# a restart: a marker for a transaction the partition already ended changes nothing there, as with
+# Kafka's markers after a coordinator failover).
 MarkerWriter = Callable[[str, int, int, int, bool], None]
 # (group, producer id, commit) -> materialise or discard pending transactional offsets.
 OffsetCompleter = Callable[[str, int, bool], None]
@@ -385,9 +386,9 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> None:
         """Kafka verifies that the group's __consumer_offsets partition is in the ongoing transaction
-        (KIP-890): AddOffsetsToTxn for any group with the same partition added it. Such a group joins
-        the transaction here, since the outcome of a partition completes the pending offsets of every
-        group it holds (GroupCoordinator.onTransactionCompleted)."""
+        (KIP-890): AddOffsetsToTxn for any group with the same partition added it. Such a group then
+        joins the transaction (:meth:`include_group`), since the outcome of a partition completes
+        the pending offsets of every group it holds (GroupCoordinator.onTransactionCompleted)."""
         txn = self._owned(transactional_id, producer_id, producer_epoch)
         offsets_partition = offsets_partition_for(group_id)
         added = {offsets_partition_for(group) for group in txn.groups}
@@ -397,9 +398,18 @@ class TransactionCoordinator:
                 f"TxnOffsetCommit for group {group_id!r} before AddOffsetsToTxn in this transaction "
                 f"(its offsets partition {OFFSETS_TOPIC}-{offsets_partition} was not added)",
             )
-        if group_id not in txn.groups:
-            txn.groups.add(group_id)
+
+    def include_group(self, transactional_id: str, group_id: str) -> None:
+        """Make a verified TxnOffsetCommit's group part of the transaction, journaled first."""
+        txn = self.transactions[transactional_id]
+        if group_id in txn.groups:
+            return
+        txn.groups.add(group_id)
+        try:
             self._persist(txn)
+        except BaseException:
+            txn.groups.discard(group_id)
+            raise
 
     def verify_partition(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int

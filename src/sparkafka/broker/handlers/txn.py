@@ -129,6 +129,7 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
                     group_instance_id=request.group_instance_id,
                 )
             if error == ErrorCode.NONE:
+                broker.transactions.include_group(request.transactional_id, request.group_id)
                 errors.update(
                     broker.groups.stage_transactional_offsets(
                         group_id=request.group_id,
