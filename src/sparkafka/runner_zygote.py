@@ -32,6 +32,7 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,13 +50,16 @@ __all__ = ["SERVED_MODULES", "ZYGOTE_ENV", "run_through", "start"]
 _ALSO_IMPORTED = ("sparkafka.source", "sparkafka.datasource")
 _CONNECT_TIMEOUT_S = 2.0
 _PARENT_CHECK_S = 0.5
+_DIRECTORY_PREFIX = "sparkafka-zygote-"
+_OWNER_FILE = "owner"  # the zygote's pid
 
 
 def start(modules: Sequence[str] = SERVED_MODULES) -> str | None:
     """Start a zygote for ``modules``, a child of this process that ends with it, and return its
     socket path, or None when it could not be started. It imports in the background: until it
     listens, launchers run the module themselves."""
-    directory = tempfile.mkdtemp(prefix="sparkafka-zygote-")
+    remove_abandoned_directories()
+    directory = tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX)
     socket_path = os.path.join(directory, "zygote.sock")
     env = dict(os.environ)
     # One BLAS thread: numpy's import must not leave threads behind in a process that forks.
@@ -66,10 +70,28 @@ def start(modules: Sequence[str] = SERVED_MODULES) -> str | None:
     try:
         # In the caller's process group, so that a signal to the group reaches it too. Its children's
         # output goes where a runner's would: not to stdout, which sparkafka's commands print on.
-        subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+        zygote = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
     except (OSError, ValueError):
+        shutil.rmtree(directory, ignore_errors=True)
         return None
+    Path(directory, _OWNER_FILE).write_text(str(zygote.pid))
     return socket_path
+
+
+def remove_abandoned_directories() -> None:
+    """Remove the socket directories of zygotes that were killed (SIGKILL skips their own cleanup,
+    and `sparkafka verify` kills pipelines' process groups): each names its zygote's pid."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_DIRECTORY_PREFIX}*"):
+        try:
+            pid = int((directory / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # another user's, or a zygote still starting
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
 
 
 def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
@@ -145,9 +167,7 @@ class _Zygote:
             for pid in list(self.children):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.unlink(self.socket_path)
-                os.rmdir(os.path.dirname(self.socket_path))
+            shutil.rmtree(os.path.dirname(self.socket_path), ignore_errors=True)
 
     def _accept(self) -> None:
         connection, _ = self.listener.accept()

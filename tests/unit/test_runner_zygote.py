@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -130,3 +132,27 @@ def _alive(pid: int) -> bool:
     # A zombie waiting for its reaper counts as gone.
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_directories_of_killed_zygotes_are_removed_by_the_next_start(tmp_path: Path) -> None:
+    """SIGKILL skips a zygote's own cleanup; the next start removes what it left."""
+    from sparkafka import runner_zygote
+
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(finished.stdout)
+    made = {}
+    for name, owner in (("dead", str(dead_pid)), ("alive", str(os.getpid())), ("starting", None)):
+        directory = Path(tempfile.mkdtemp(prefix="sparkafka-zygote-"))
+        (directory / "zygote.sock").write_text("")
+        if owner is not None:
+            (directory / "owner").write_text(owner)
+        made[name] = directory
+    try:
+        runner_zygote.remove_abandoned_directories()
+        assert not made["dead"].exists()
+        assert made["alive"].exists() and made["starting"].exists()
+    finally:
+        for directory in made.values():
+            shutil.rmtree(directory, ignore_errors=True)
