@@ -397,6 +397,8 @@ def test_corrupt_middle_segment_is_cut_and_later_segments_kept(
     size = first.stat().st_size
     with open(first, "r+b") as handle:
         handle.truncate(size - 10)
+    # Torn only if the crash came before the log rolled past it (then the recovery point is lower).
+    (crashed / "recovery-point").write_text("0\n")
     with caplog.at_level(logging.WARNING):
         recovered = make_log(crashed, segment_bytes=400)
     assert "truncating" in caplog.text
@@ -404,6 +406,38 @@ def test_corrupt_middle_segment_is_cut_and_later_segments_kept(
     second_base = int(recovered.segment_files()[1].stem)
     assert batch_bases(recovered.read(0, 1 << 20))[-1] == 28
     assert second_base in batch_bases(recovered.read(0, 1 << 20))
+
+
+def test_an_unclean_start_rescans_only_the_segments_from_the_recovery_point(
+    make_log: LogFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's recovery point: a rolled segment was fsynced with its index files, so after a crash
+    its index files are trusted; the segments from the last roll on are scanned."""
+    log = make_log(segment_bytes=400)
+    for _ in range(15):
+        append(log, 2)
+    expected = log.read(0, 1 << 20)
+    bases = [int(path.stem) for path in log.segment_files()]
+    assert (log.directory / "recovery-point").read_text().strip() == str(bases[-1])
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    crashed_again = crash_copy(log, tmp_path / "crashed-1")
+    scanned: list[int] = []
+    scanning = PartitionLog._recover_segment
+
+    def spy(self: PartitionLog, segment: Any, next_base: int | None) -> None:
+        scanned.append(segment.base_offset)
+        scanning(self, segment, next_base)
+
+    monkeypatch.setattr(PartitionLog, "_recover_segment", spy)
+    recovered = make_log(crashed, segment_bytes=400)
+    assert scanned == [bases[-1]]
+    assert recovered.read(0, 1 << 20) == expected
+    assert recovered.log_end_offset == 30
+    # Without index files a rolled segment is scanned too.
+    (crashed_again / f"{bases[1]:020d}.index").unlink()
+    scanned.clear()
+    assert make_log(crashed_again, segment_bytes=400).read(0, 1 << 20) == expected
+    assert scanned == [bases[1], bases[-1]]
 
 
 def test_clean_open_rebuilds_inconsistent_index_files(make_log: LogFactory) -> None:

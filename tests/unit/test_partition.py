@@ -5,6 +5,7 @@ producer's sequences anew, at run time and after recovery from the log."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -479,6 +480,39 @@ def test_a_clean_close_snapshots_the_state_so_the_next_open_replays_nothing(
     assert (reopened.producers, reopened.open_txn_first_offset, reopened.aborted) == state
     assert (reopened.last_stable_offset, reopened.high_watermark) == (lso, end)
     assert _append(reopened, _batch(epoch=0, sequence=0))[2] is True  # still a known duplicate
+
+
+def test_a_roll_snapshots_the_state_so_a_start_after_a_crash_replays_only_the_new_segment(
+    open_partition: type[Partition], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka snapshots the producer state whenever the log rolls."""
+    partition = open_partition(segment_bytes=200)
+    for sequence in range(0, 12, 2):
+        _append(partition, _batch(epoch=0, sequence=sequence))
+    active = partition.log.active_base_offset
+    assert active > 0, "the test needs a rolled log"
+    snapshots = [int(p.stem) for p in partition.log.directory.glob("*.snapshot")]
+    assert len(snapshots) == 1 and snapshots[0] >= active
+    state = (partition.producers, partition.open_txn_first_offset, partition.aborted)
+    crashed = tmp_path / "crashed" / "t-0"
+    shutil.copytree(partition.log.directory, crashed)  # as a SIGKILL leaves it: no close
+
+    replayed: list[int] = []
+    iter_batches = PartitionLog.iter_batches
+
+    def counting(log: PartitionLog, start: int = 0) -> Iterator[Any]:
+        for header, batch in iter_batches(log, start):
+            replayed.append(header.base_offset)
+            yield header, batch
+
+    monkeypatch.setattr(PartitionLog, "iter_batches", counting)
+    recovered = Partition("t", 0, crashed, LogConfig(segment_bytes=200))
+    try:
+        assert all(offset >= snapshots[0] for offset in replayed)
+        assert (recovered.producers, recovered.open_txn_first_offset, recovered.aborted) == state
+        assert _append(recovered, _batch(epoch=0, sequence=10))[2] is True  # still a known duplicate
+    finally:
+        recovered.log.close()
 
 
 def test_closing_a_partition_of_a_deleted_topic_writes_no_snapshot(open_partition: type[Partition]) -> None:

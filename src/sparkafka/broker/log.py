@@ -20,6 +20,7 @@ Every public method takes the log's lock, so one PartitionLog may be shared betw
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import logging
 import os
@@ -56,6 +57,10 @@ _SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 64 * 1024
 _CLEAN_SHUTDOWN = ".clean_shutdown"
 _LOG_START_CHECKPOINT = "log-start-offset"
+# Kafka's recovery-point-offset-checkpoint (per log directory there, per partition here): every
+# segment below it was fsynced with its index files when the log rolled past it, so a start after
+# an unclean shutdown trusts their index files and rescans only the segments from it on.
+_RECOVERY_POINT = "recovery-point"
 # Kafka's cleaner-offset-checkpoint (one per log directory there, one per partition here): the
 # first offset the last cleaning pass did not reach, where the dirty part of the log starts.
 _CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -387,11 +392,13 @@ class PartitionLog:
         """Open the log in `directory`, creating it, or recovering it after a crash.
 
         Recovery steps: drop leftovers of interrupted work (*.cleaned, *.tmp, index files without a .log);
-        load every segment; scan the last segment, and every segment if the clean-shutdown marker is absent,
-        validating each batch's CRC and offsets, cutting anything after the last valid batch (with a
-        warning naming file and byte count) and rebuilding its indexes; trust the index files of the other
-        segments after sanity checks. Then log_start_offset = max(checkpoint, first segment base) and
-        log_end_offset = next offset after the last batch (or the last segment's base if it is empty).
+        load every segment; scan the last segment, and, if the clean-shutdown marker is absent, every
+        segment from the recovery point on, validating each batch's CRC and offsets, cutting anything
+        after the last valid batch (with a warning naming file and byte count) and rebuilding its
+        indexes; trust the index files of the other segments after sanity checks (a segment whose
+        index files are missing or fail them is scanned too). Then log_start_offset =
+        max(checkpoint, first segment base) and log_end_offset = next offset after the last batch
+        (or the last segment's base if it is empty).
         """
         self.directory = Path(directory)
         self.config = config
@@ -416,6 +423,7 @@ class PartitionLog:
         clean = marker.exists()
         self._remove_leftovers()
         checkpoint = self._read_log_start_checkpoint()
+        recovery_point = 0 if clean else self._read_recovery_point()
         bases = sorted(
             int(path.stem)
             for path in self.directory.glob(f"*{_LOG_SUFFIX}")
@@ -427,7 +435,8 @@ class PartitionLog:
                 path = _segment_path(self.directory, base)
                 segment = _Segment(base, path, _open_fd(path), roll_jitter_ms=self._random_roll_jitter())
                 self._segments.append(segment)
-                if not (clean and self._load_indexes(segment, next_base)):
+                trusted = clean or (next_base is not None and next_base <= recovery_point)
+                if not (trusted and self._load_indexes(segment, next_base)):
                     self._recover_segment(segment, next_base)
         except BaseException:
             for segment in self._segments:
@@ -479,6 +488,24 @@ class PartitionLog:
                 "fix or delete it (deleting makes the first segment's base offset the log start)"
             )
         return int(text)
+
+    def _read_recovery_point(self) -> int:
+        path = self.directory / _RECOVERY_POINT
+        text = path.read_text().strip() if path.exists() else "0"
+        if not text.isdigit():
+            # Only how much is rescanned depends on it.
+            logger.warning("%s holds %r, not an offset; ignored: every segment is rescanned", path, text)
+            return 0
+        return int(text)
+
+    def _require_full_recovery(self) -> None:
+        """Make the next start scan every segment: no clean-shutdown marker, recovery point 0."""
+        self._needs_recovery = True
+        try:
+            write_file_atomically(self.directory / _RECOVERY_POINT, b"0\n")
+        except OSError:
+            with contextlib.suppress(OSError):
+                (self.directory / _RECOVERY_POINT).unlink()
 
     def _read_cleaner_checkpoint(self) -> int | None:
         path = self.directory / _CLEANER_CHECKPOINT
@@ -653,6 +680,12 @@ class PartitionLog:
         segment = self._create_segment(base_offset, opened_ms)
         self._segments.append(segment)
         self._flushed_offset = base_offset
+        try:
+            if not self._needs_recovery:
+                write_file_atomically(self.directory / _RECOVERY_POINT, f"{base_offset}\n".encode())
+        except OSError as exc:
+            # Only how much a start after a crash rescans depends on it.
+            logger.warning("%s: could not checkpoint the recovery point %d: %s", self, base_offset, exc)
         return segment
 
     def _delete_segment(self, segment: _Segment) -> None:
@@ -695,6 +728,12 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def active_base_offset(self) -> int:
+        """The base offset of the segment appends go to; it changes when the log rolls."""
+        with self._lock:
+            return self._segments[-1].base_offset
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -1335,6 +1374,10 @@ class PartitionLog:
                         f"{view.path} changed while it was being cleaned; its cleaned copy is dropped"
                     )
             head = segments[0]
+            # Its old index files must not describe the new file after a crash: without them a
+            # start rebuilds them by scanning (they are written again below).
+            for suffix in (_INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
+                head.sibling(suffix).unlink(missing_ok=True)
             os.replace(cleaned_path, head.path)
             # From here the log holds the cleaned file: memory follows it whatever fails next.
             os.close(head.fd)
@@ -1352,7 +1395,7 @@ class PartitionLog:
             except OSError as exc:
                 # Files of merged segments may be left: the next start must rescan and cut them,
                 # not trust index files, so this log will not be marked cleanly shut down.
-                self._needs_recovery = True
+                self._require_full_recovery()
                 logger.warning(
                     "%s: compaction could not finish removing the segments merged into %s (%s); "
                     "the next start recovers them",

@@ -332,13 +332,32 @@ class Partition:
                 producer_batches.append((header, offset, max_timestamp))
             position += header.size
             offset += header.last_offset_delta + 1
-        self.log.append(assigned, now_ms=now_ms)
+        rolled = self._append_to_log(assigned, now_ms)
         # Only once the batch is in the log (Kafka's UnifiedLog.append updates the producer state
         # after LocalLog.append): a failed write must leave no trace, or the client's retry of the
         # same sequence would be answered as a duplicate of records that were never written.
         for header, first_offset, max_timestamp in producer_batches:
             self._record_batch(header, first_offset, max_timestamp)
+        if rolled:
+            self._snapshot_after_roll()
         return AppendResult(base, log_append_time, False)
+
+    def _append_to_log(self, batches: Sequence[bytes | bytearray], now_ms: int) -> bool:
+        """Append to the log; whether it rolled a new segment for them."""
+        active = self.log.active_base_offset
+        self.log.append(batches, now_ms=now_ms)
+        return self.log.active_base_offset != active
+
+    def _snapshot_after_roll(self) -> None:
+        """Kafka takes a producer-state snapshot whenever the log rolls, so a start after a crash
+        replays only the batches since. It is only that: a failed write is logged, not raised (the
+        batch is written and its state recorded)."""
+        try:
+            self._save_state()
+        except OSError as exc:
+            log.warning(
+                "%s-%d: could not snapshot the producer state after a roll: %s", self.topic, self.index, exc
+            )
 
     def _has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
         """Kafka's UnifiedLog.hasOngoingTransaction: the producer's transaction is open here at this epoch."""
@@ -425,9 +444,11 @@ class Partition:
             coordinator_epoch=coordinator_epoch,
             timestamp_ms=now_ms,
         )
-        self.log.append([batch], now_ms=now_ms)
+        rolled = self._append_to_log([batch], now_ms)
         self._marker_epoch(producer_id, producer_epoch, now_ms).coordinator_epoch = coordinator_epoch
         self._complete_txn(producer_id, offset, commit)
+        if rolled:
+            self._snapshot_after_roll()
         return offset
 
     def _marker_epoch(self, producer_id: int, producer_epoch: int, timestamp_ms: int) -> ProducerEntry:
