@@ -449,6 +449,20 @@ def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name
     assert not leftover.exists()
 
 
+def _count_replayed_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The base offsets of the batches partitions read from their logs from now on (recovery)."""
+    replayed: list[int] = []
+    iter_batches = PartitionLog.iter_batches
+
+    def counting(log: PartitionLog, start: int = 0) -> Iterator[Any]:
+        for header, batch in iter_batches(log, start):
+            replayed.append(header.base_offset)
+            yield header, batch
+
+    monkeypatch.setattr(PartitionLog, "iter_batches", counting)
+    return replayed
+
+
 def test_a_clean_close_snapshots_the_state_so_the_next_open_replays_nothing(
     open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -466,15 +480,7 @@ def test_a_clean_close_snapshots_the_state_so_the_next_open_replays_nothing(
     partition.close()
     assert [p.name for p in partition.log.directory.glob("*.snapshot")] == [f"{end:020d}.snapshot"]
 
-    replayed: list[int] = []
-    iter_batches = PartitionLog.iter_batches
-
-    def counting(log: PartitionLog, start: int = 0) -> Iterator[Any]:
-        for header, batch in iter_batches(log, start):
-            replayed.append(header.base_offset)
-            yield header, batch
-
-    monkeypatch.setattr(PartitionLog, "iter_batches", counting)
+    replayed = _count_replayed_batches(monkeypatch)
     reopened = open_partition()
     assert replayed == []
     assert (reopened.producers, reopened.open_txn_first_offset, reopened.aborted) == state
@@ -497,15 +503,7 @@ def test_a_roll_snapshots_the_state_so_a_start_after_a_crash_replays_only_the_ne
     crashed = tmp_path / "crashed" / "t-0"
     shutil.copytree(partition.log.directory, crashed)  # as a SIGKILL leaves it: no close
 
-    replayed: list[int] = []
-    iter_batches = PartitionLog.iter_batches
-
-    def counting(log: PartitionLog, start: int = 0) -> Iterator[Any]:
-        for header, batch in iter_batches(log, start):
-            replayed.append(header.base_offset)
-            yield header, batch
-
-    monkeypatch.setattr(PartitionLog, "iter_batches", counting)
+    replayed = _count_replayed_batches(monkeypatch)
     recovered = Partition("t", 0, crashed, LogConfig(segment_bytes=200))
     try:
         assert all(offset >= snapshots[0] for offset in replayed)
