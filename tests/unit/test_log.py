@@ -440,6 +440,43 @@ def test_an_unclean_start_rescans_only_the_segments_from_the_recovery_point(
     assert scanned == [bases[1], bases[-1]]
 
 
+def test_a_roll_whose_new_segment_cannot_be_made_durable_leaves_no_empty_segment(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time retention rolls the active segment before deleting it; if the new segment cannot be
+    made durable, no empty segment file may stay behind: at the next start it would end the
+    previous segment at its base, cutting what was appended there since."""
+    log = make_log(retention_ms=60_000)
+    append(log, 2, timestamp=1000)
+    real = log_module.fsync_directory
+
+    def failing(directory: Path) -> None:
+        raise OSError("I/O error")
+
+    monkeypatch.setattr(log_module, "fsync_directory", failing)
+    with pytest.raises(OSError):
+        log.enforce_retention(1000 + 120_000)
+    monkeypatch.setattr(log_module, "fsync_directory", real)
+    append(log, 2, timestamp=200_000)  # into the segment that stayed active
+    assert len(log.segment_files()) == 1
+    expected = all_records(log)
+    log.close()
+    assert all_records(make_log(retention_ms=60_000)) == expected
+
+
+@pytest.mark.parametrize("content", ["garbage", "\u00b2", "\udcff"])
+def test_an_unreadable_recovery_point_means_rescanning_everything(
+    make_log: LogFactory, tmp_path: Path, content: str
+) -> None:
+    log = make_log(segment_bytes=400)
+    for _ in range(15):
+        append(log, 2)
+    expected = all_records(log)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    (crashed / "recovery-point").write_bytes(content.encode("utf-8", errors="surrogateescape"))
+    assert all_records(make_log(crashed, segment_bytes=400)) == expected
+
+
 def test_clean_open_rebuilds_inconsistent_index_files(make_log: LogFactory) -> None:
     log = make_log(segment_bytes=400, index_interval_bytes=0)
     for _ in range(15):

@@ -5,6 +5,7 @@ producer's sequences anew, at run time and after recovery from the log."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -449,6 +450,29 @@ def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name
     assert not leftover.exists()
 
 
+def test_a_batch_written_whose_fsync_failed_is_recorded_so_its_retry_is_a_duplicate(
+    open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With flush.messages the append fsyncs after writing; if that fails the batch is still in the
+    log (readable, replayed at the next start), so its producer state must be recorded too."""
+    from sparkafka.broker import log as log_module
+
+    partition = open_partition(flush_messages=1)
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError("I/O error")
+
+    monkeypatch.setattr(log_module.os, "fsync", failing_fsync)
+    with pytest.raises(BrokerError) as failed:
+        _append(partition, _batch(epoch=0, sequence=0))
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(log_module.os, "fsync", real_fsync)
+    assert partition.high_watermark == 2
+    base, _, duplicate = _append(partition, _batch(epoch=0, sequence=0))  # the retry
+    assert (base, duplicate) == (0, True)
+
+
 def _count_replayed_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The base offsets of the batches partitions read from their logs from now on (recovery)."""
     replayed: list[int] = []
@@ -497,8 +521,8 @@ def test_a_roll_snapshots_the_state_so_a_start_after_a_crash_replays_only_the_ne
         _append(partition, _batch(epoch=0, sequence=sequence))
     active = partition.log.active_base_offset
     assert active > 0, "the test needs a rolled log"
-    snapshots = [int(p.stem) for p in partition.log.directory.glob("*.snapshot")]
-    assert len(snapshots) == 1 and snapshots[0] >= active
+    snapshots = sorted(int(p.stem) for p in partition.log.directory.glob("*.snapshot"))
+    assert len(snapshots) == 2 and snapshots[-1] >= active  # the newest and the one before
     state = (partition.producers, partition.open_txn_first_offset, partition.aborted)
     crashed = tmp_path / "crashed" / "t-0"
     shutil.copytree(partition.log.directory, crashed)  # as a SIGKILL leaves it: no close
@@ -506,7 +530,7 @@ def test_a_roll_snapshots_the_state_so_a_start_after_a_crash_replays_only_the_ne
     replayed = _count_replayed_batches(monkeypatch)
     recovered = Partition("t", 0, crashed, LogConfig(segment_bytes=200))
     try:
-        assert all(offset >= snapshots[0] for offset in replayed)
+        assert all(offset >= snapshots[-1] for offset in replayed)
         assert (recovered.producers, recovered.open_txn_first_offset, recovered.aborted) == state
         assert _append(recovered, _batch(epoch=0, sequence=10))[2] is True  # still a known duplicate
     finally:

@@ -345,6 +345,15 @@ class CleanableRange:
         return (self.overdue and self.cleanable_bytes > 0) or self.cleanable_ratio > min_cleanable_dirty_ratio
 
 
+def _read_offset_text(path: Path) -> str:
+    """A checkpoint file's text, stripped; undecodable bytes come back as U+FFFD (not an offset)."""
+    return path.read_bytes().decode("utf-8", errors="replace").strip()
+
+
+def _is_offset(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def _segment_path(directory: Path, base_offset: int) -> Path:
     return directory / f"{base_offset:020d}{_LOG_SUFFIX}"
 
@@ -410,6 +419,7 @@ class PartitionLog:
         self._cleaning = threading.Lock()
         self._closed = False
         self._needs_recovery = False  # set when the disk may hold what only a full recovery sorts out
+        self.rolls = 0  # how many times the log rolled a new segment since it was opened
         self._load()
         self._first_dirty_offset = self._read_cleaner_checkpoint()
         # Kafka's recovery point: records past it were written but not yet fsynced.
@@ -481,8 +491,8 @@ class PartitionLog:
         path = self.directory / _LOG_START_CHECKPOINT
         if not path.exists():
             return None
-        text = path.read_text().strip()
-        if not text.isdigit():
+        text = _read_offset_text(path)
+        if not _is_offset(text):
             raise ValueError(
                 f"{path} should hold one non-negative integer (the log start offset) but holds {text!r}; "
                 "fix or delete it (deleting makes the first segment's base offset the log start)"
@@ -491,8 +501,8 @@ class PartitionLog:
 
     def _read_recovery_point(self) -> int:
         path = self.directory / _RECOVERY_POINT
-        text = path.read_text().strip() if path.exists() else "0"
-        if not text.isdigit():
+        text = _read_offset_text(path) if path.exists() else "0"
+        if not _is_offset(text):
             # Only how much is rescanned depends on it.
             logger.warning("%s holds %r, not an offset; ignored: every segment is rescanned", path, text)
             return 0
@@ -506,13 +516,14 @@ class PartitionLog:
         except OSError:
             with contextlib.suppress(OSError):
                 (self.directory / _RECOVERY_POINT).unlink()
+                fsync_directory(self.directory)
 
     def _read_cleaner_checkpoint(self) -> int | None:
         path = self.directory / _CLEANER_CHECKPOINT
         if not path.exists():
             return None
-        text = path.read_text().strip()
-        if not text.isdigit():
+        text = _read_offset_text(path)
+        if not _is_offset(text):
             # Only the cleaner's schedule depends on it: the next pass cleans the whole log.
             logger.warning(
                 "%s should hold one non-negative integer (the first dirty offset) but holds %r; "
@@ -642,7 +653,14 @@ class PartitionLog:
         )
         if opened_ms is not None:
             segment.opened_ms = opened_ms
-        fsync_directory(self.directory)
+        try:
+            fsync_directory(self.directory)
+        except OSError:
+            # An empty segment left behind would end the previous one at its base on the next
+            # start, cutting whatever was appended there since.
+            os.close(segment.fd)
+            path.unlink(missing_ok=True)
+            raise
         return segment
 
     def _random_roll_jitter(self) -> int:
@@ -679,6 +697,7 @@ class PartitionLog:
         self._seal(self._segments[-1])
         segment = self._create_segment(base_offset, opened_ms)
         self._segments.append(segment)
+        self.rolls += 1
         self._flushed_offset = base_offset
         try:
             if not self._needs_recovery:
@@ -798,7 +817,13 @@ class PartitionLog:
                 self.log_end_offset = header.next_offset
             flush_every = self.config.flush_messages
             if flush_every is not None and self.log_end_offset - self._flushed_offset >= flush_every:
-                os.fsync(self._segments[-1].fd)
+                try:
+                    os.fsync(self._segments[-1].fd)
+                except OSError as exc:
+                    # The batches are in the log (readable, replayed at a start) but not durable.
+                    raise BrokerError(
+                        ErrorCode.KAFKA_STORAGE_ERROR, f"fsync of {self._segments[-1].path} failed: {exc}"
+                    ) from exc
                 self._flushed_offset = self.log_end_offset
             return self.log_end_offset
 
@@ -1378,6 +1403,7 @@ class PartitionLog:
             # start rebuilds them by scanning (they are written again below).
             for suffix in (_INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
                 head.sibling(suffix).unlink(missing_ok=True)
+            fsync_directory(self.directory)  # gone before the rename, whatever a power loss keeps
             os.replace(cleaned_path, head.path)
             # From here the log holds the cleaned file: memory follows it whatever fails next.
             os.close(head.fd)

@@ -157,7 +157,8 @@ class Partition:
 
         Steps: fsync the log first (a snapshot past a log end lost in a power failure would be
         deleted at the next start, taking the removed batches' state with it); write the snapshot
-        atomically (its directory fsynced too); only then delete the older snapshots."""
+        atomically (its directory fsynced too); only then delete the older snapshots but the newest
+        of them."""
         self.log.flush()
         offset = self.log.log_end_offset
         state = {
@@ -178,9 +179,10 @@ class Partition:
         }
         path = self._snapshot_path(offset)
         write_file_atomically(path, json.dumps(state).encode())
-        for older in self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}"):
-            if older != path:
-                older.unlink(missing_ok=True)
+        # The one before stays, in case this one cannot be read at the next start.
+        kept = sorted(self.log.directory.glob(f"*{_SNAPSHOT_SUFFIX}"))
+        for older in kept[:-2]:
+            older.unlink(missing_ok=True)
 
     def _load_state(self) -> int | None:
         """Restore the newest usable snapshot (see :meth:`_rebuild_state`); its offset, or None."""
@@ -332,21 +334,31 @@ class Partition:
                 producer_batches.append((header, offset, max_timestamp))
             position += header.size
             offset += header.last_offset_delta + 1
-        rolled = self._append_to_log(assigned, now_ms)
+
+        def record() -> None:
+            for header, first_offset, max_timestamp in producer_batches:
+                self._record_batch(header, first_offset, max_timestamp)
+
         # Only once the batch is in the log (Kafka's UnifiedLog.append updates the producer state
         # after LocalLog.append): a failed write must leave no trace, or the client's retry of the
         # same sequence would be answered as a duplicate of records that were never written.
-        for header, first_offset, max_timestamp in producer_batches:
-            self._record_batch(header, first_offset, max_timestamp)
-        if rolled:
-            self._snapshot_after_roll()
+        self._append_to_log(assigned, now_ms, record)
         return AppendResult(base, log_append_time, False)
 
-    def _append_to_log(self, batches: Sequence[bytes | bytearray], now_ms: int) -> bool:
-        """Append to the log; whether it rolled a new segment for them."""
-        active = self.log.active_base_offset
-        self.log.append(batches, now_ms=now_ms)
-        return self.log.active_base_offset != active
+    def _append_to_log(
+        self, batches: Sequence[bytes | bytearray], now_ms: int, record: Callable[[], None]
+    ) -> None:
+        """Append to the log, then ``record`` the batches' state: whenever they landed in the log,
+        even if the append then failed (a flush.messages fsync), since they are there to be read
+        and replayed. Snapshot the state if the log rolled."""
+        end, rolls = self.log.log_end_offset, self.log.rolls
+        try:
+            self.log.append(batches, now_ms=now_ms)
+        finally:
+            if self.log.log_end_offset > end:
+                record()
+        if self.log.rolls != rolls:
+            self._snapshot_after_roll()
 
     def _snapshot_after_roll(self) -> None:
         """Kafka takes a producer-state snapshot whenever the log rolls, so a start after a crash
@@ -444,11 +456,12 @@ class Partition:
             coordinator_epoch=coordinator_epoch,
             timestamp_ms=now_ms,
         )
-        rolled = self._append_to_log([batch], now_ms)
-        self._marker_epoch(producer_id, producer_epoch, now_ms).coordinator_epoch = coordinator_epoch
-        self._complete_txn(producer_id, offset, commit)
-        if rolled:
-            self._snapshot_after_roll()
+
+        def record() -> None:
+            self._marker_epoch(producer_id, producer_epoch, now_ms).coordinator_epoch = coordinator_epoch
+            self._complete_txn(producer_id, offset, commit)
+
+        self._append_to_log([batch], now_ms, record)
         return offset
 
     def _marker_epoch(self, producer_id: int, producer_epoch: int, timestamp_ms: int) -> ProducerEntry:
