@@ -396,6 +396,30 @@ def test_a_decision_that_cannot_be_journaled_changes_nothing(
     assert (txn.state, txn.producer_epoch) == (TxnState.ONGOING, epoch)
 
 
+def test_a_partition_or_group_added_that_cannot_be_journaled_is_not_added(
+    coordinator: TransactionCoordinator, journal_path: Path, markers: Markers, clock: Clock
+) -> None:
+    """A retried AddPartitionsToTxn must find the transaction as the journal has it: answered
+    success for partitions only memory knew, their open transaction would outlive a restart that
+    forgot them, holding read_committed readers back for good."""
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator._journal.close()  # every later append fails
+    with pytest.raises(JournalError):
+        coordinator.add_partitions("t", pid, epoch, [("out", 0)])
+    with pytest.raises(JournalError):
+        coordinator.add_offsets("t", pid, epoch, "group")
+    txn = coordinator.transactions["t"]
+    assert (txn.state, txn.partitions, txn.groups) == (TxnState.EMPTY, set(), set())
+    with pytest.raises(JournalError):  # a retry is journaled too, not answered from memory
+        coordinator.add_partitions("t", pid, epoch, [("out", 0)])
+    journal = Journal(journal_path)  # the disk is back
+    coordinator = _coordinator(journal, markers, clock)
+    coordinator.recover()
+    coordinator.add_partitions("t", pid, epoch, [("out", 0)])  # the retry, after a restart
+    assert coordinator.transactions["t"].partitions == {("out", 0)}
+    journal.close()
+
+
 def test_unknown_partitions_fail_before_the_producer_is_checked(journal_path: Path, clock: Clock) -> None:
     journal = Journal(journal_path)
     try:

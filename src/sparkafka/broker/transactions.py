@@ -31,8 +31,10 @@ the previous producer id with that epoch is a retry of the rotation.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -135,6 +137,12 @@ class TransactionMetadata:
         )
 
 
+# The fields to_entry journals (outcome_written is not one of them).
+_JOURNALED_FIELDS = tuple(
+    f.name for f in dataclasses.fields(TransactionMetadata) if f.name != "outcome_written"
+)
+
+
 class TransactionVerificationError(BrokerError):
     """A transactional batch the coordinator's verification refused. Kafka answers these before the
     log is involved (no log start offset in the Produce response); ``kafka_text`` is the error message
@@ -226,6 +234,23 @@ class TransactionCoordinator:
                 self.transactional_id_expiration_ms,
             )
         return len(expired)
+
+    @contextlib.contextmanager
+    def _journaled_change(self, txn: TransactionMetadata) -> Iterator[None]:
+        """Change ``txn`` in the block, then journal it; if that fails, the change is undone: a
+        retried request must find the transaction as the journal has it. (Left changed, a retried
+        AddPartitionsToTxn found its partitions added and answered success; after a restart the
+        coordinator did not know them, and their open transaction held read_committed readers
+        back for good.)"""
+        before = txn.to_entry()
+        try:
+            yield
+            self._persist(txn)
+        except BaseException:
+            restored = TransactionMetadata.from_entry(before)
+            for name in _JOURNALED_FIELDS:
+                setattr(txn, name, getattr(restored, name))
+            raise
 
     def _persist(self, txn: TransactionMetadata) -> None:
         txn.last_update_ms = self._now_ms()
@@ -368,9 +393,9 @@ class TransactionCoordinator:
             }
         txn = self._owned(transactional_id, producer_id, producer_epoch)
         if not set(partitions) <= txn.partitions or txn.state is not TxnState.ONGOING:
-            self._begin_if_needed(txn)
-            txn.partitions.update(partitions)
-            self._persist(txn)
+            with self._journaled_change(txn):
+                self._begin_if_needed(txn)
+                txn.partitions.update(partitions)
         return dict.fromkeys(partitions, ErrorCode.NONE)
 
     def add_offsets(
@@ -378,9 +403,9 @@ class TransactionCoordinator:
     ) -> None:
         txn = self._owned(transactional_id, producer_id, producer_epoch)
         if group_id not in txn.groups or txn.state is not TxnState.ONGOING:
-            self._begin_if_needed(txn)
-            txn.groups.add(group_id)
-            self._persist(txn)
+            with self._journaled_change(txn):
+                self._begin_if_needed(txn)
+                txn.groups.add(group_id)
 
     def verify_offset_commit(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
@@ -402,14 +427,9 @@ class TransactionCoordinator:
     def include_group(self, transactional_id: str, group_id: str) -> None:
         """Make a verified TxnOffsetCommit's group part of the transaction, journaled first."""
         txn = self.transactions[transactional_id]
-        if group_id in txn.groups:
-            return
-        txn.groups.add(group_id)
-        try:
-            self._persist(txn)
-        except BaseException:
-            txn.groups.discard(group_id)
-            raise
+        if group_id not in txn.groups:
+            with self._journaled_change(txn):
+                txn.groups.add(group_id)
 
     def verify_partition(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
