@@ -321,6 +321,10 @@ class _SegmentView:
     def path(self) -> Path:
         return self.segment.path
 
+    @property
+    def max_timestamp(self) -> int:
+        return self.segment.max_timestamp  # a closed segment's is only changed by a pass
+
 
 @dataclass(frozen=True)
 class CleanableRange:
@@ -1003,11 +1007,8 @@ class PartitionLog:
             return self.log_start_offset
 
     def _largest_timestamp(self, segment: _Segment | _SegmentView) -> int:
-        max_timestamp = (
-            segment.segment.max_timestamp if isinstance(segment, _SegmentView) else segment.max_timestamp
-        )
-        if max_timestamp >= 0:
-            return max_timestamp
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
         return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
 
     def enforce_retention(self, now_ms: int, *, before_deleting: Callable[[], None] | None = None) -> int:
@@ -1325,20 +1326,24 @@ class PartitionLog:
         segment.index.bytes, and its offsets stay within an int32 of its first segment's base
         (index entries hold relative offsets)."""
         groups: list[list[_SegmentView]] = []
+        size = offset_entries = time_entries = 0  # of the last group
         for view in views:
-            if groups:
-                group = [*groups[-1], view]
-                fits = (
-                    sum(v.size for v in group) <= config.segment_bytes
-                    and sum(len(v.segment.index_offsets) for v in group) <= config.max_offset_index_entries
-                    and sum(len(v.segment.time_timestamps) for v in group) <= config.max_time_index_entries
+            entries = len(view.segment.index_offsets), len(view.segment.time_timestamps)
+            if groups and (
+                size + view.size <= config.segment_bytes
+                and offset_entries + entries[0] <= config.max_offset_index_entries
+                and time_entries + entries[1] <= config.max_time_index_entries
+                and (view.size == 0 or view.segment.next_offset - 1 - groups[-1][0].base_offset <= INT32_MAX)
+            ):
+                groups[-1].append(view)
+                size, offset_entries, time_entries = (
+                    size + view.size,
+                    offset_entries + entries[0],
+                    time_entries + entries[1],
                 )
-                group = groups[-1]
-                relative_last = view.segment.next_offset - 1 - group[0].base_offset
-                if fits and (view.size == 0 or relative_last <= INT32_MAX):
-                    group.append(view)
-                    continue
-            groups.append([view])
+            else:
+                groups.append([view])
+                size, (offset_entries, time_entries) = view.size, entries
         return groups
 
     def _clean_group(self, views: list[_SegmentView], cleaner: _Cleaner) -> tuple[int, bool]:
