@@ -443,8 +443,8 @@ class KafkaAdmin:
                 answer = self._result(futures[group_id])
                 failed = [tp for tp in answer.topic_partitions if tp.error is not None]
                 unstable = [tp for tp in failed if tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT]
-                if failed and len(unstable) < len(failed):
-                    tp = next(tp for tp in failed if tp not in unstable)
+                if other_failures := [tp for tp in failed if tp not in unstable]:
+                    tp = other_failures[0]
                     raise KafkaException(
                         KafkaError(
                             tp.error.code(),
