@@ -752,12 +752,6 @@ class PartitionLog:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def active_base_offset(self) -> int:
-        """The base offset of the segment appends go to; it changes when the log rolls."""
-        with self._lock:
-            return self._segments[-1].base_offset
-
     def _ensure_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"the log in {self.directory} is closed; open a new PartitionLog to use it")
