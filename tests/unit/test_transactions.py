@@ -396,6 +396,45 @@ def test_a_decision_that_cannot_be_journaled_changes_nothing(
     assert (txn.state, txn.producer_epoch) == (TxnState.ONGOING, epoch)
 
 
+def test_an_epoch_bump_that_cannot_be_journaled_fences_nobody(
+    coordinator: TransactionCoordinator, journal_path: Path, markers: Markers, clock: Clock
+) -> None:
+    """InitProducerId answers only what the journal holds: a bump only memory knew would fence the
+    running instance until a restart unfenced it, and a retry would bump once more."""
+    pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator._journal.close()  # every later append fails
+    with pytest.raises(JournalError):
+        coordinator.init_producer_id("t", TIMEOUT_MS)
+    with pytest.raises(JournalError):
+        coordinator.init_producer_id("t", TIMEOUT_MS, pid, epoch)  # KIP-360: the producer bumps its own
+    with pytest.raises(JournalError):
+        coordinator.init_producer_id("new", TIMEOUT_MS)
+    assert "new" not in coordinator.transactions
+    txn = coordinator.transactions["t"]
+    assert (txn.producer_id, txn.producer_epoch, txn.last_producer_epoch) == (pid, epoch, -1)
+    # The running instance is not fenced: EndTxn without a transaction, not PRODUCER_FENCED.
+    assert _error(coordinator.end_txn, "t", pid, epoch, True) == ErrorCode.INVALID_TXN_STATE
+    journal = Journal(journal_path)  # the disk is back
+    coordinator = _coordinator(journal, markers, clock)
+    assert coordinator.init_producer_id("t", TIMEOUT_MS) == (pid, epoch + 1)
+    assert coordinator.init_producer_id("new", TIMEOUT_MS)[1] == 0
+    journal.close()
+
+
+def test_a_move_to_a_new_producer_id_that_cannot_be_journaled_keeps_the_old_one(
+    coordinator: TransactionCoordinator,
+) -> None:
+    pid, _ = coordinator.init_producer_id("t", TIMEOUT_MS)
+    coordinator.transactions["t"].producer_epoch = EXHAUSTED_EPOCH
+    coordinator._journal.close()  # every later append fails
+    with pytest.raises(JournalError):
+        coordinator.init_producer_id("t", TIMEOUT_MS, pid, EXHAUSTED_EPOCH)
+    txn = coordinator.transactions["t"]
+    assert (txn.producer_id, txn.producer_epoch, txn.previous_producer_id) == (pid, EXHAUSTED_EPOCH, -1)
+    assert coordinator.by_producer_id(pid) is txn
+    assert [t for p, t in coordinator._by_producer_id.items() if p != pid] == []
+
+
 def test_a_partition_or_group_added_that_cannot_be_journaled_is_not_added(
     coordinator: TransactionCoordinator, journal_path: Path, markers: Markers, clock: Clock
 ) -> None:

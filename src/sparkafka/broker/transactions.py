@@ -247,9 +247,12 @@ class TransactionCoordinator:
             yield
             self._persist(txn)
         except BaseException:
+            if self._by_producer_id.get(txn.producer_id) is txn:
+                del self._by_producer_id[txn.producer_id]
             restored = TransactionMetadata.from_entry(before)
             for name in _JOURNALED_FIELDS:
                 setattr(txn, name, getattr(restored, name))
+            self._by_producer_id[txn.producer_id] = txn
             raise
 
     def _persist(self, txn: TransactionMetadata) -> None:
@@ -292,7 +295,11 @@ class TransactionCoordinator:
         if txn is None:
             txn = TransactionMetadata(transactional_id, self.allocate_producer_id(), 0, timeout_ms)
             self._index(txn)
-            self._persist(txn)
+            try:
+                self._persist(txn)
+            except BaseException:
+                self._forget(transactional_id)
+                raise
             return txn.producer_id, txn.producer_epoch
         bumping_own_epoch = producer_id >= 0
         if bumping_own_epoch and not (
@@ -310,29 +317,30 @@ class TransactionCoordinator:
                 ErrorCode.CONCURRENT_TRANSACTIONS,
                 f"aborting the open transaction of {transactional_id!r} before re-initialising it; retry",
             )
-        if txn.producer_epoch >= _MAX_EPOCH and (
-            not bumping_own_epoch or (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch)
-        ):
-            self._by_producer_id.pop(txn.producer_id, None)
-            txn.previous_producer_id = txn.producer_id
-            txn.last_producer_epoch = txn.producer_epoch if bumping_own_epoch else -1
-            txn.producer_id, txn.producer_epoch = self.allocate_producer_id(), 0
-            self._by_producer_id[txn.producer_id] = txn
-        elif not bumping_own_epoch:
-            txn.producer_epoch += 1
-            txn.last_producer_epoch = -1
-        elif producer_id == txn.producer_id and producer_epoch == txn.producer_epoch:
-            txn.last_producer_epoch = txn.producer_epoch
-            txn.producer_epoch += 1
-        elif producer_epoch != txn.last_producer_epoch:
-            raise self._fenced(txn, producer_id, producer_epoch)
-        # else: the last bump again, its answer lost: the current epoch, not bumped twice.
-        txn.timeout_ms = timeout_ms
-        txn.state = TxnState.EMPTY
-        txn.partitions.clear()
-        txn.groups.clear()
-        txn.start_ms = -1
-        self._persist(txn)
+        # Journaled before it is answered, else undone: a bump only memory knew would fence the
+        # previous instance until a restart brought it back.
+        with self._journaled_change(txn):
+            own_current_epoch = (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch)
+            if txn.producer_epoch >= _MAX_EPOCH and (not bumping_own_epoch or own_current_epoch):
+                self._by_producer_id.pop(txn.producer_id, None)
+                txn.previous_producer_id = txn.producer_id
+                txn.last_producer_epoch = txn.producer_epoch if bumping_own_epoch else -1
+                txn.producer_id, txn.producer_epoch = self.allocate_producer_id(), 0
+                self._by_producer_id[txn.producer_id] = txn
+            elif not bumping_own_epoch:
+                txn.producer_epoch += 1
+                txn.last_producer_epoch = -1
+            elif own_current_epoch:
+                txn.last_producer_epoch = txn.producer_epoch
+                txn.producer_epoch += 1
+            elif producer_epoch != txn.last_producer_epoch:
+                raise self._fenced(txn, producer_id, producer_epoch)
+            # else: the last bump again, its answer lost: the current epoch, not bumped twice.
+            txn.timeout_ms = timeout_ms
+            txn.state = TxnState.EMPTY
+            txn.partitions.clear()
+            txn.groups.clear()
+            txn.start_ms = -1
         return txn.producer_id, txn.producer_epoch
 
     @staticmethod
