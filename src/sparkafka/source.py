@@ -32,9 +32,10 @@ Options (names as in Spark's source; keys are case-insensitive)
     ``commitOffsetsOnBatch``             default true: processed offsets are committed to
                                          ``kafka.group.id`` (when set) so lag tools see progress.
                                          Monitoring only: recovery always uses the checkpoint.
-    ``partitionDiscoveryIntervalMs``     default 30000: how often new partitions of subscribed topics
-                                         and new topics matching ``subscribePattern`` are looked for;
-                                         they are read from their earliest offset. <= 0: never.
+    ``partitionDiscoveryIntervalMs``     how often new partitions of subscribed topics and new
+                                         topics matching ``subscribePattern`` are looked for; they are
+                                         read from their earliest offset. Default: every micro-batch,
+                                         as Spark's source; > 0: at most that often; <= 0: never.
     ``idleHeartbeatIntervalMs``          streaming, default off: once no partition has had new records
                                          for this long, one micro-batch per interval carries a synthetic
                                          heartbeat row, so event-time windows close while the input is
@@ -227,7 +228,6 @@ FORBIDDEN_KAFKA_PARAMS: Mapping[str, str] = {
 
 DEFAULT_API_TIMEOUT = "30000"
 DEFAULT_POLL_TIMEOUT_MS = 120_000
-DEFAULT_DISCOVERY_INTERVAL_MS = 30_000
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
 ARROW_BATCH_ROWS = 10_000
 PREFETCH_RECORDS = 2 * ARROW_BATCH_ROWS  # per partition, see executor_consumer_config
@@ -298,7 +298,7 @@ class SourceOptions:
     group_id_prefix: str | None
     group_offsets_fallback: str
     commit_offsets_on_batch: bool
-    partition_discovery_interval_ms: int
+    partition_discovery_interval_ms: int | None  # None: every micro-batch
     api_timeout_ms: int
     poll_timeout_ms: int
     fetch_offset_attempts: int
@@ -368,9 +368,7 @@ class SourceOptions:
                 "groupOffsetsFallback", ("earliest", "latest", "none"), "latest"
             ),
             commit_offsets_on_batch=reader.boolean("commitOffsetsOnBatch", True),
-            partition_discovery_interval_ms=reader.integer(
-                "partitionDiscoveryIntervalMs", DEFAULT_DISCOVERY_INTERVAL_MS
-            ),
+            partition_discovery_interval_ms=reader.optional_integer("partitionDiscoveryIntervalMs"),
             api_timeout_ms=api_timeout_ms,
             poll_timeout_ms=reader.integer("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, minimum=1),
             fetch_offset_attempts=reader.integer("fetchOffset.numRetries", 3, minimum=1),
@@ -1120,8 +1118,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
            offsets, and nothing else; that batch reads no records and fixes the start in the checkpoint.
         1. Publish ``start`` to the consumer group (``commitOffsetsOnBatch``): the engine only asks
            for new offsets once the batch ending at ``start`` is complete.
-        2. The partitions to consider: re-discovered every ``partitionDiscoveryIntervalMs``; under
-           AvailableNow exactly those of the target recorded at prepare time.
+        2. The partitions to consider: re-discovered every micro-batch (or every
+           ``partitionDiscoveryIntervalMs``); under AvailableNow exactly those of the target
+           recorded at prepare time.
         3. Latest offsets (the last stable offset with read_committed), capped by the AvailableNow
            target.
         4. Partitions of ``start`` that are gone, or whose latest offset went below the start (topic
@@ -1282,11 +1281,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return encode_offsets(self._latest) if self._latest else None
 
     def _partitions(self, *, require_topics: bool, force: bool = False) -> list[TopicPartitionKey]:
-        """Topic partitions to read, re-discovered when the discovery interval has passed (or on
-        first use; a non-positive interval means only on first use)."""
-        interval_s = self.options.partition_discovery_interval_ms / 1000
+        """Topic partitions to read, re-discovered on every call (no discovery interval, as Spark's
+        source), when the discovery interval has passed, or only on first use (an interval <= 0)."""
+        interval_ms = self.options.partition_discovery_interval_ms
         now = time.monotonic()
-        stale = self._known_partitions is None or (interval_s > 0 and now - self._discovered_at >= interval_s)
+        stale = (
+            self._known_partitions is None
+            or interval_ms is None
+            or (interval_ms > 0 and now - self._discovered_at >= interval_ms / 1000)
+        )
         if force or require_topics or stale:
             self._known_partitions = self.resolver.partitions(require_topics=require_topics)
             self._discovered_at = now

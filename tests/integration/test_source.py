@@ -484,8 +484,7 @@ def test_new_partitions_and_pattern_topics_are_discovered(
         bootstrap,
         subscribePattern=f"{topic_name}-.*",
         startingOffsets="earliest",
-        partitionDiscoveryIntervalMs="200",
-    )
+    )  # no partitionDiscoveryIntervalMs: every micro-batch looks, as with Spark's source
     query = start(frame, sink, tmp_path / "checkpoint", available_now=False)
     try:
         query.processAllAvailable()

@@ -59,7 +59,7 @@ def test_defaults() -> None:
     assert options.group_offsets_fallback == "latest"
     assert options.max_trigger_delay_ms == 15 * 60 * 1000
     assert options.api_timeout_ms == 30_000
-    assert options.partition_discovery_interval_ms == 30_000
+    assert options.partition_discovery_interval_ms is None  # every micro-batch, as Spark's source
 
 
 def test_kafka_options_go_to_the_client_without_prefix() -> None:
