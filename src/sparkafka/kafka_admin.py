@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -285,11 +286,16 @@ class KafkaAdmin:
 
     # -- metadata ---------------------------------------------------------------------------------
 
-    def topic_partitions(self) -> dict[str, list[int]]:
-        """Every non-internal topic with its sorted partition numbers.
+    def topic_partitions(self, topics: Collection[str] | None = None) -> dict[str, list[int]]:
+        """Every non-internal topic with its sorted partition numbers, or, given ``topics``, those of
+        them that exist.
 
-        Always asks for all topics: a metadata request naming a missing topic may auto-create it on
-        clusters with ``auto.create.topics.enable``, and reading must never create topics."""
+        Reading must never create topics, and a plain metadata request naming a missing topic may
+        auto-create it on clusters with ``auto.create.topics.enable``. So named topics are asked for
+        as DescribeTopics does (its metadata request forbids auto-creation), which keeps the answer
+        the size of the subscription on a cluster of many topics; otherwise all topics are listed."""
+        if topics is not None:
+            return self._with_retries("describe topics", lambda: self._described_topics(topics))
 
         def fetch() -> dict[str, list[int]]:
             metadata = self._metadata()
@@ -303,6 +309,36 @@ class KafkaAdmin:
             return topics
 
         return self._with_retries("list topics", fetch)
+
+    def _described_topics(self, topics: Collection[str]) -> dict[str, list[int]]:
+        """The partitions of each of ``topics`` that exists, within ``timeout_s`` (the same wait
+        slices as :meth:`_metadata`); a topic the cluster does not know is left out."""
+        if not topics:
+            return {}
+        failure: KafkaException | None = None
+        for wait_s in waits_until_refused(self.timeout_s, self._client_errors):
+            futures = self.client.describe_topics(
+                TopicCollection(sorted(topics)), request_timeout=max(wait_s, 0.001)
+            )
+            found: dict[str, list[int]] = {}
+            try:
+                for name, future in futures.items():
+                    try:
+                        description = future.result()
+                    except KafkaException as error:
+                        if error_code(error) not in _UNKNOWN_PARTITION_CODES:
+                            raise
+                        continue
+                    found[name] = sorted(partition.id for partition in description.partitions)
+            except KafkaException as error:
+                if error_code(error) not in _UNAVAILABLE_CODES:
+                    raise
+                failure = error
+                self.client.poll(0)  # error events reach _client_errors on a poll
+                continue
+            return found
+        assert failure is not None
+        raise failure
 
     def _metadata(self) -> Any:
         """The cluster's metadata within ``timeout_s``; sooner, an error, once the cluster refused the
@@ -393,7 +429,7 @@ class KafkaAdmin:
             while True:
                 unknown, unanswered = ask(pending, result)
                 if unknown:
-                    existing = self.topic_partitions()
+                    existing = self.topic_partitions({topic for topic, _ in unknown})
                     unknown = [tp for tp in unknown if tp[1] in existing.get(tp[0], ())]
                 pending = {tp: specs[tp] for tp in [*unknown, *unanswered]}
                 if not pending:

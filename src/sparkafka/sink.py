@@ -293,7 +293,7 @@ def ensure_marker_topic(options: SinkOptions) -> None:
     admin = KafkaAdmin(
         options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
     )
-    if options.marker_topic in admin.topic_partitions():
+    if options.marker_topic in admin.topic_partitions([options.marker_topic]):
         return
     topic = NewTopic(
         options.marker_topic, 1, -1, config={"cleanup.policy": "compact", "segment.bytes": "16777216"}

@@ -814,9 +814,9 @@ class OffsetResolver:
         With ``require_topics`` a topic named by ``subscribe`` or ``assign`` that does not exist is
         an error (a typo should not silently read nothing); otherwise its partitions are just absent
         and the caller treats them as gone."""
-        topics = self.admin.topic_partitions()
         strategy = self.options.strategy
         if isinstance(strategy, SubscribePattern):
+            topics = self.admin.topic_partitions()
             pattern = re.compile(strategy.pattern)
             return sorted(
                 (topic, partition)
@@ -824,14 +824,17 @@ class OffsetResolver:
                 if pattern.search(topic)
                 for partition in partitions
             )
+        # Named topics are asked for by name, as Spark's source does; only a pattern needs them all.
         if isinstance(strategy, Subscribe):
             wanted_topics: Sequence[str] = strategy.topics
+            topics = self.admin.topic_partitions(wanted_topics)
             if require_topics:
                 self._require_topics(wanted_topics, topics, SUBSCRIBE)
             return sorted(
                 (topic, partition) for topic in wanted_topics for partition in topics.get(topic, ())
             )
         wanted = strategy.partitions
+        topics = self.admin.topic_partitions({topic for topic, _ in wanted})
         if require_topics:
             self._require_topics(sorted({topic for topic, _ in wanted}), topics, ASSIGN)
             missing = [(t, p) for t, p in wanted if p not in topics[t]]

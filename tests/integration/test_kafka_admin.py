@@ -1,5 +1,5 @@
-"""The connector's consumer-group offset queries (sparkafka.kafka_admin.KafkaAdmin) against a real
-broker, where a transaction holds offsets it has not committed yet (KIP-447)."""
+"""The connector's admin queries (sparkafka.kafka_admin.KafkaAdmin) against a real broker: topics
+asked for by name, and consumer-group offsets a transaction holds uncommitted (KIP-447)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,39 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.errors import KafkaUnavailableError
 from sparkafka.kafka_admin import KafkaAdmin
 
 from .kafka_clients import create_topic, open_transaction
 
 pytestmark = pytest.mark.integration
+
+
+def test_topics_asked_for_by_name_are_never_created(broker: BrokerProcess) -> None:
+    """The broker auto-creates topics (its default, as Kafka's): a missing topic asked for by name is
+    left out of the answer and stays missing."""
+    existing, missing = f"t-{uuid.uuid4().hex[:8]}", f"missing-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, existing, partitions=3)
+    admin = KafkaAdmin({"bootstrap.servers": broker.bootstrap_servers}, timeout_s=30, retry_interval_s=0.2)
+    try:
+        assert admin.topic_partitions([existing, missing]) == {existing: [0, 1, 2]}
+        assert admin.topic_partitions([]) == {}
+        everything = admin.topic_partitions()
+        assert everything[existing] == [0, 1, 2]
+        assert missing not in everything
+    finally:
+        admin.close()
+
+
+def test_topics_asked_for_by_name_on_an_unreachable_cluster_fail_after_the_timeout() -> None:
+    admin = KafkaAdmin({"bootstrap.servers": "127.0.0.1:1"}, timeout_s=2, retry_interval_s=0.2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KafkaUnavailableError, match="127.0.0.1:1"):
+            admin.topic_partitions(["t"])
+    finally:
+        admin.close()
+    assert time.monotonic() - started < 10
 
 
 def _group_with_pending_offsets(broker: BrokerProcess, topic: str, group: str):  # type: ignore[no-untyped-def]

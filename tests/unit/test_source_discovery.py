@@ -3,6 +3,8 @@ against a fake cluster and a fake clock — no Kafka, no Spark."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -23,9 +25,9 @@ class GrowingAdmin(FakeAdmin):
         self.partition_count = 3
         self.stable[("t", 2)] = 0
 
-    def topic_partitions(self) -> dict[str, list[int]]:
+    def topic_partitions(self, topics: Collection[str] | None = None) -> dict[str, list[int]]:
         self.lookups += 1
-        return {"t": list(range(self.partition_count))}
+        return {name: list(range(self.partition_count)) for name in ["t"] if topics is None or name in topics}
 
 
 def discovered_after_growth(clock: FakeClock, waited_ms: int, **options: str) -> tuple[bool, int]:

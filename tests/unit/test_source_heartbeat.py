@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 
 import pytest
@@ -66,8 +66,8 @@ class FakeAdmin:
         self.open_until: dict[TopicPartitionKey, int] = {}
         self.group_commits: list[PartitionOffsets] = []
 
-    def topic_partitions(self) -> dict[str, list[int]]:
-        return {"t": [0, 1]}
+    def topic_partitions(self, topics: Collection[str] | None = None) -> dict[str, list[int]]:
+        return {name: [0, 1] for name in ["t"] if topics is None or name in topics}
 
     def latest_offsets(
         self, partitions: Iterable[TopicPartitionKey], *, read_committed: bool
