@@ -6,7 +6,10 @@ then times, ``--repeats`` times each and after one untimed run of each,
 * a bare confluent-kafka loop (one consumer, every partition assigned, counting records),
 * ``spark.read.format("sparkafka")`` and ``count()``, and
 * ``spark.readStream.format("sparkafka")`` with ``Trigger.AvailableNow`` and a ``count()`` per
-  micro-batch, from query start to termination (the SparkSession is started before timing),
+  micro-batch, from query start to termination (the SparkSession is started before timing), then
+  ``--settled-queries`` more such queries in the same session, reported on their own: the JVM's JIT
+  compiler still compiles Spark's driver code in a session's first few queries, and these show
+  what a query costs once that has died down,
 
 prints a markdown table and replaces the "Source" section of docs/benchmarks.md.
 
@@ -147,13 +150,14 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
 
 
 def spark_readers(
-    bootstrap: str, records: int, checkpoints: Path, broker_pid: int, repeats: int
+    bootstrap: str, records: int, checkpoints: Path, broker_pid: int, repeats: int, settled: int
 ) -> list[Measurement]:
-    """Time ``repeats`` batch ``count()`` runs and ``repeats`` AvailableNow streaming queries, after
-    one untimed batch read (the first Spark job of a JVM pays for class loading and Python worker
-    start-up). The first streaming query also starts the streaming machinery and has the JVM compile
-    its code paths: it is reported on its own, the later ones as their median. CPU time is that of
-    this process and its children (Spark's JVM, the Python workers it forks), the broker excluded."""
+    """Time ``repeats`` batch ``count()`` runs and ``repeats + settled`` AvailableNow streaming
+    queries, after one untimed batch read (the first Spark job of a JVM pays for class loading and
+    Python worker start-up). The first streaming query also starts the streaming machinery and has
+    the JVM compile its code paths: it is reported on its own, queries 2 to ``repeats`` as their
+    median, and the ``settled`` queries after them as theirs. CPU time is that of this process and
+    its children (Spark's JVM, the Python workers it forks), the broker excluded."""
     from benchmarks.compare.process_tree import ProcessTreeSampler
 
     from sparkafka.session import spark_session
@@ -207,24 +211,36 @@ def spark_readers(
     try:
         batch_count()  # warm-up
         batches = [timed("batch", batch_count) for _ in range(repeats)]
-        streams = [timed("stream", lambda run=run: stream_count(run)) for run in range(repeats)]
+        streams = [timed("stream", lambda run=run: stream_count(run)) for run in range(repeats + settled)]
     finally:
         sampler.stop()
         spark.stop()
-    warm_executing_ms = executing_ms[1:] or executing_ms
-    return [
+    later, after_later = streams[1:repeats], streams[repeats:]
+    warm_executing_ms = executing_ms[1:repeats] or executing_ms[:1]
+    rows = [
         median_of("sparkafka `spark.read` + count() (local[2])", batches),
         replace(streams[0], reader="sparkafka AvailableNow + count() per batch, first query (local[2])"),
-        median_of(
-            "sparkafka AvailableNow + count() per batch, later queries (local[2])", streams[1:] or streams
-        ),
+        median_of(f"sparkafka AvailableNow + count() per batch, {_queries(2, repeats)} (local[2])", later),
         Measurement(
-            "later queries, micro-batch execution only (triggerExecution)",
+            f"{_queries(2, repeats)}, micro-batch execution only (triggerExecution)",
             records,
             statistics.median(warm_executing_ms) / 1000,
             runs=len(warm_executing_ms),
         ),
     ]
+    if after_later:
+        rows.append(
+            median_of(
+                f"sparkafka AvailableNow + count() per batch, {_queries(repeats + 1, repeats + settled)} "
+                "(local[2])",
+                after_later,
+            )
+        )
+    return rows
+
+
+def _queries(first: int, last: int) -> str:
+    return f"query {first}" if first == last else f"queries {first}-{last}"
 
 
 def _process_kind(name: str) -> str:
@@ -261,7 +277,36 @@ def render(
     return "\n".join(lines)
 
 
-def docs_section(table: str, command: str, repeats: int) -> str:
+TARGET_PER_CORE = 0.5  # of the bare loop's records per CPU second
+
+
+def target_lines(measurements: list[Measurement]) -> list[str]:
+    """The per-core target, judged for every AvailableNow row against the bare loop (the first row)."""
+    baseline = measurements[0].records_per_cpu_second
+    lines = []
+    for m in measurements[1:]:
+        per_core = m.records_per_cpu_second
+        if "AvailableNow" not in m.reader or per_core is None or baseline is None:
+            continue
+        ratio = per_core / baseline
+        verdict = "met" if ratio >= TARGET_PER_CORE else "not met"
+        lines.append(f"- {m.reader}: {ratio:.2f}x, {verdict}")
+    return lines
+
+
+def docs_section(
+    table: str, command: str, repeats: int, settled: int, measurements: list[Measurement]
+) -> str:
+    settled_text = (
+        (
+            f"Then {_queries(repeats + 1, repeats + settled)} run in the same session: the JVM's",
+            "JIT compiler goes on compiling Spark's own driver code (planning, task serialization,",
+            "closure cleaning) through a session's first queries, and their row shows a query once that",
+            "has mostly died down, as in a long-running session.",
+        )
+        if settled
+        else ()
+    )
     return "\n".join(
         [
             "## Source",
@@ -272,6 +317,7 @@ def docs_section(table: str, command: str, repeats: int) -> str:
             "once untimed first. The first streaming query",
             "of a session also starts Spark's streaming machinery and has the JVM compile those code",
             "paths, so it has a row of its own; the AvailableNow wall time includes starting the query.",
+            *settled_text,
             "CPU s is the CPU time of every process doing the reading (the bare loop's process; the",
             "Spark driver, its JVM and the Python workers; in brackets the JVM's part), the broker",
             "excluded: records per CPU second is the records/s per core used that the target (at least",
@@ -280,6 +326,10 @@ def docs_section(table: str, command: str, repeats: int) -> str:
             "configuration. Expect run-to-run variation of 20-30 % on a small shared machine.",
             "",
             table,
+            "",
+            f"The target, at least {TARGET_PER_CORE}x the bare loop's records per CPU second, in this run:",
+            "",
+            *target_lines(measurements),
         ]
     )
 
@@ -292,10 +342,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="runs of each reader (default 5)")
+    parser.add_argument(
+        "--settled-queries",
+        type=int,
+        default=5,
+        help="AvailableNow queries run after the others and reported on their own (default 5; 0: none)",
+    )
     parser.add_argument("--no-docs", action="store_true", help="print only, leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
     if args.repeats < 2:
         parser.error("--repeats must be at least 2: the first streaming query is reported on its own")
+    if args.settled_queries < 0:
+        parser.error("--settled-queries must be 0 or more")
 
     with (
         tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work,
@@ -316,23 +374,37 @@ def main(argv: list[str] | None = None) -> None:
         print("spark source ...", file=sys.stderr)
         assert broker.process is not None
         spark = spark_readers(
-            bootstrap, args.records, Path(work) / "checkpoint", broker.process.pid, args.repeats
+            bootstrap,
+            args.records,
+            Path(work) / "checkpoint",
+            broker.process.pid,
+            args.repeats,
+            args.settled_queries,
         )
+    measurements = [bare, *spark]
     table = render(
-        [bare, *spark],
+        measurements,
         records=args.records,
         value_bytes=args.value_bytes,
         partitions=args.partitions,
         produce_s=produce_s,
     )
     print(table)
+    print("\n".join(target_lines(measurements)))
     if not args.no_docs:
         command = "python -m benchmarks.source" + (
             f" --records {args.records}" if args.records != 1_000_000 else ""
         )
         if args.repeats != 5:
             command += f" --repeats {args.repeats}"
-        update_docs(DOCS, docs_section(table, command, args.repeats), SECTION_START, SECTION_END)
+        if args.settled_queries != 5:
+            command += f" --settled-queries {args.settled_queries}"
+        update_docs(
+            DOCS,
+            docs_section(table, command, args.repeats, args.settled_queries, measurements),
+            SECTION_START,
+            SECTION_END,
+        )
         print(f"\nupdated {DOCS.relative_to(REPO)}", file=sys.stderr)
 
 
