@@ -215,6 +215,9 @@ class _Zygote:
             os.environ.clear()
             os.environ.update(request["env"])
             sys.argv = [request["module"], *request["argv"]]
+            # The zygote imported the module for its imports; ``python -m`` would not have it in
+            # sys.modules, and runpy warns on stderr (for every query) when it finds it there.
+            sys.modules.pop(request["module"], None)
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             status = 0
         except SystemExit as exit_request:

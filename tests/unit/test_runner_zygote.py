@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-TARGET = "zygote_target_module"
+# A module in a package, as Spark's runner is (pyspark.sql.streaming.python_streaming_source_runner).
+TARGET_PACKAGE = "zygote_target"
+TARGET = f"{TARGET_PACKAGE}.runner"
 TARGET_SOURCE = """
 import json, os, sys, time
 if __name__ == "__main__":
@@ -52,18 +54,24 @@ for line in sys.stdin:
 
 @pytest.fixture
 def driver(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    (tmp_path / "modules").mkdir()
-    (tmp_path / "modules" / f"{TARGET}.py").write_text(textwrap.dedent(TARGET_SOURCE))
+    package = tmp_path / "modules" / TARGET_PACKAGE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "runner.py").write_text(textwrap.dedent(TARGET_SOURCE))
     # The hash seed Spark gives the runners (the zygote's too).
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "modules"), "PYTHONHASHSEED": "0"}
+    # The zygote's and its children's stderr, as Spark's console would show it.
+    stderr = (tmp_path / "driver.stderr").open("w")
     process = subprocess.Popen(
         [sys.executable, "-c", DRIVER, TARGET],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env=env,
         cwd=tmp_path / "modules",
     )
+    stderr.close()
     assert process.stdout is not None
     ready = json.loads(process.stdout.readline())
     assert ready["zygote_ready"], ready
@@ -93,6 +101,16 @@ def test_the_child_runs_as_python_m_would_and_its_exit_status_comes_back(
     assert ran["marker"] == "from the launcher"
     assert ran["cwd"] == str(tmp_path / "modules")
     assert ran["pid"] != driver.pid
+
+
+def test_a_child_runs_the_module_it_was_asked_for_without_warnings(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    assert ask(driver, module=TARGET, env={"TARGET_OUT": str(out)}) == 0
+    assert out.exists()
+    # runpy warns when the module it runs as __main__ is already imported, as the zygote has it.
+    assert "Warning" not in (tmp_path / "driver.stderr").read_text()
 
 
 def test_modules_it_did_not_import_and_other_hash_seeds_are_refused(
