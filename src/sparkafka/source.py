@@ -1447,11 +1447,9 @@ class _Columns:
             pa.array(self.values, pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), count),
             pa.repeat(pa.scalar(self.partition, pa.int32()), count),
-            pa.array(self.offsets, pa.int64()),
+            self._offset_column(count),
             micros.cast(pa.timestamp("us", tz="UTC")),
-            # confluent-kafka's types are 0 none, 1 create time, 2 log append time; Kafka's
-            # TimestampType ids, which Spark's timestampType column shows, are one less: -1, 0, 1.
-            pc.subtract(pa.array(self.timestamp_types, pa.int32()), 1),
+            self._timestamp_type_column(count),
         ]
         if self.headers is not None:
             # A record without headers gets null, as in Spark's source (confluent-kafka gives None).
@@ -1461,6 +1459,35 @@ class _Columns:
         for column in (self.keys, self.values, self.offsets, self.timestamp_types, self.timestamp_ms):
             column.clear()
         return batch
+
+    def _offset_column(self, count: int) -> pa.Array:
+        """The offsets; a run without gaps is computed from its first offset instead of converted.
+
+        Invariant: a consumer of one partition delivers its records in increasing offset order, once
+        each, so ``count`` offsets spanning exactly ``count`` values are the whole run. Gaps (control
+        records, aborted or compacted records) take the general conversion. Conversion of the list
+        cost about 22 ns per record, the run about 5."""
+        import pyarrow.compute as pc  # see to_batch
+
+        first = self.offsets[0]
+        if self.offsets[-1] - first != count - 1:
+            return pa.array(self.offsets, pa.int64())
+        ones = pa.repeat(pa.scalar(1, pa.int64()), count)
+        return pc.cumulative_sum(ones, start=pa.scalar(first - 1, pa.int64()))
+
+    def _timestamp_type_column(self, count: int) -> pa.Array:
+        """Kafka's TimestampType ids, which Spark's timestampType column shows: one less than
+        confluent-kafka's (0 none, 1 create time, 2 log append time become -1, 0, 1).
+
+        A topic's records almost always share one type (its ``message.timestamp.type``): a count of
+        the first (C speed) then one repeated value, instead of converting the list (about 32 ns per
+        record against 3)."""
+        import pyarrow.compute as pc  # see to_batch
+
+        first = self.timestamp_types[0]
+        if self.timestamp_types.count(first) == count:
+            return pa.repeat(pa.scalar(first - 1, pa.int32()), count)
+        return pc.subtract(pa.array(self.timestamp_types, pa.int32()), 1)
 
 
 def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:

@@ -84,3 +84,22 @@ def test_a_timestamp_beyond_sparks_range_fails_naming_the_partition_and_offsets(
     columns = filled(False, [(None, b"a", 7, 1, 1), (None, b"b", 8, 1, 2**62)])
     with pytest.raises(KafkaReadError, match=r"topic 'orders' partition 3.*offsets 7\.\.8.*TimestampType"):
         columns.to_batch()
+
+
+@pytest.mark.parametrize("timestamp_type", [0, 1, 2])
+def test_a_run_without_gaps_of_one_timestamp_type_gives_every_offset_and_kafkas_type_id(
+    timestamp_type: int,
+) -> None:
+    first = 2**40  # far past what fits an int32
+    columns = filled(False, [(None, b"v", first + i, timestamp_type, 1_000 + i) for i in range(5)])
+    batch = columns.to_batch()
+    assert batch.schema == kafka_arrow_schema(False)
+    assert batch.column("offset").to_pylist() == [first + i for i in range(5)]
+    assert batch.column("timestampType").to_pylist() == [timestamp_type - 1] * 5
+
+
+def test_offsets_with_a_gap_and_types_that_change_are_kept_record_by_record() -> None:
+    records = [(None, b"a", 100, 1, 1), (None, b"b", 102, 1, 2), (None, b"c", 103, 2, 3)]
+    batch = filled(False, records).to_batch()
+    assert batch.column("offset").to_pylist() == [100, 102, 103]
+    assert batch.column("timestampType").to_pylist() == [0, 0, 1]
