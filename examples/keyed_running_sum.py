@@ -84,6 +84,8 @@ def run_pipeline(spark: SparkSession, bootstrap: str, checkpoint: Path) -> None:
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", "sums")
             .option("deliveryGuarantee", "exactly-once")
+            # A df.write names its transactional ids: one prefix per exactly-once write of a batch.
+            .option("transactionalIdPrefix", "running-sums")
             .mode("append")
             .save()
         )

@@ -10,6 +10,7 @@ from sparkafka.sink import (
     KafkaStreamWriter,
     SinkOptions,
     ensure_marker_topic,
+    require_batch_write_prefix,
     validate_input_schema,
 )
 from sparkafka.source import KafkaDataSource as _SourceDataSource
@@ -33,6 +34,7 @@ class KafkaDataSource(_SourceDataSource):
                 "use .mode('append')"
             )
         options = SinkOptions.parse(self.options)
+        require_batch_write_prefix(options)
         validate_input_schema(schema, options)
         if options.delivery_guarantee == "exactly-once":
             ensure_marker_topic(options)

@@ -232,15 +232,28 @@ def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | N
     else:
         # Python streaming sinks take append mode only; update/complete output goes through
         # foreachBatch, whose write tasks still know the query and batch ids, so the sink's
-        # exactly-once protocol applies unchanged.
+        # exactly-once protocol applies unchanged. Its one write per micro-batch keeps the streaming
+        # sink's transactional ids, which _fence also uses (a df.write must name its prefix).
         def write_batch(batch: DataFrame, batch_id: int) -> None:
+            options = dict(sink_options)
+            if not any(key.lower() == "transactionalidprefix" for key in options):
+                options["transactionalIdPrefix"] = f"sparkafka-{_running_query_id(batch)}"
             with gate.writing() if gate is not None else contextlib.nullcontext():
-                batch.write.format("sparkafka").options(**sink_options).mode("append").save()
+                batch.write.format("sparkafka").options(**options).mode("append").save()
 
         writer = writer.foreachBatch(write_batch)
     if config.query_name:
         writer = writer.queryName(config.query_name)
     return writer.start()
+
+
+def _running_query_id(batch: DataFrame) -> str:
+    """The id of the streaming query whose foreachBatch function is running (Spark sets it for the
+    micro-batch's jobs, which is how the sink's write tasks know it too)."""
+    query_id = batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    if not query_id:
+        raise SparkafkaError("a foreachBatch write ran without its streaming query's id")
+    return str(query_id)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
 
 1. The transactional id is ``{prefix}-{p}``; the prefix defaults to ``sparkafka-{q}``. Spark keeps
    the query id in the checkpoint, so a restarted query uses the same ids, and two queries never
-   share a prefix unless a user sets the same ``transactionalIdPrefix`` for both.
+   share a prefix unless a user sets the same ``transactionalIdPrefix`` for both. A ``df.write``
+   inside ``foreachBatch`` has no default: a call may write several times, and each write needs ids
+   of its own (:func:`require_batch_write_prefix`).
 2. The Python worker keeps one producer per transactional id across micro-batches. A new producer
    calls ``init_transactions()``: the broker aborts whatever a crashed or zombie attempt with the same
    id left open and fences it (its later requests fail with PRODUCER_FENCED).
@@ -78,7 +80,11 @@ OPERATION_TIMEOUT = "operationTimeoutMs"
 SINK_OPTIONS = (
     OptionSpec("topic", "topic to write every row to (else each row's 'topic' column)"),
     OptionSpec("deliveryGuarantee", "exactly-once, at-least-once (default) or none"),
-    OptionSpec("transactionalIdPrefix", "prefix of the transactional ids (default sparkafka-<query id>)"),
+    OptionSpec(
+        "transactionalIdPrefix",
+        "prefix of the transactional ids (writeStream: default sparkafka-<query id>; an exactly-once "
+        "df.write in foreachBatch must set one of its own)",
+    ),
     OptionSpec("commitMarkerTopic", f"compacted topic of commit markers (default {DEFAULT_MARKER_TOPIC})"),
     OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
     OptionSpec("checkpointLocation"),
@@ -261,6 +267,9 @@ class CommitMarker:
     partition: int
     records: int
     time_ms: int
+    # The write's 'topic' option ("" when every row names its topic); None in markers written before
+    # the field existed. Tells two writes of one micro-batch that share transactional ids apart.
+    topic: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -271,6 +280,7 @@ class CommitMarker:
                 "partition": self.partition,
                 "records": self.records,
                 "time_ms": self.time_ms,
+                "topic": self.topic,
             },
             separators=(",", ":"),
         ).encode()
@@ -285,6 +295,7 @@ class CommitMarker:
             int(data["partition"]),
             int(data["records"]),
             int(data["time_ms"]),
+            data.get("topic"),
         )
 
 
@@ -718,10 +729,14 @@ class _RowEncoder:
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    """Runs ``write`` in the executors' Python workers, ``commit``/``abort`` on the driver side."""
+    """Runs ``write`` in the executors' Python workers, ``commit``/``abort`` on the driver side.
 
-    def __init__(self, options: SinkOptions) -> None:
+    ``batch_write``: the write is a ``df.write`` inside ``foreachBatch``, one of possibly several
+    writes of the same micro-batch (see :class:`KafkaBatchWriter`)."""
+
+    def __init__(self, options: SinkOptions, *, batch_write: bool = False) -> None:
         self.options = options
+        self.batch_write = batch_write
 
     # -- executor side ----------------------------------------------------------------------------
 
@@ -762,6 +777,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 query_id,
             )
         elif marker is not None and batch_id <= marker.batch_id:
+            self._refuse_another_writes_marker(marker, transactional_id, batch_id)
             log.info(
                 "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
                 batch_id,
@@ -775,6 +791,27 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
         return SinkCommitMessage(
             partition, transactional_id, records, False, fresh, prefix, query_id, batch_id
+        )
+
+    def _refuse_another_writes_marker(
+        self, marker: CommitMarker, transactional_id: str, batch_id: int
+    ) -> None:
+        """A marker of this very micro-batch left by a write to another topic: two exactly-once writes
+        of one ``foreachBatch`` call share a ``transactionalIdPrefix``. Skipping would drop this
+        write's rows without a word, so the task fails instead, naming the fix."""
+        this_topic = self.options.topic or ""
+        if not self.batch_write or marker.batch_id != batch_id or marker.topic in (None, this_topic):
+            return
+
+        def described(topic: str) -> str:
+            return f"topic '{topic}'" if topic else "the topics its rows name"
+
+        raise SparkafkaError(
+            f"transactional id '{transactional_id}' already committed micro-batch {batch_id} of this query "
+            f"for a write to {described(marker.topic or '')}; this write goes to {described(this_topic)}. "
+            "Two exactly-once writes in one foreachBatch call need a transactionalIdPrefix each: with a "
+            "shared one the second looks like a replay of the first and would write nothing. (A query "
+            "restarted with another output topic while replaying a batch also leads here.)"
         )
 
     def _write_transaction(
@@ -802,7 +839,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             # The marker goes last, just before the commit: the marker partition is shared by every
             # writer, and an open transaction there would hold back every reader of the markers.
             marker = CommitMarker(
-                transactional_id, query_id, batch_id, partition, records, int(time.time() * 1000)
+                transactional_id,
+                query_id,
+                batch_id,
+                partition,
+                records,
+                int(time.time() * 1000),
+                self.options.topic or "",
             )
             producer.produce(
                 self.options.marker_topic,
@@ -1005,14 +1048,18 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     ``foreachBatch``.
 
     Inside ``foreachBatch`` Spark gives the write tasks the query id and micro-batch id, so
-    exactly-once works exactly as in the streaming sink (same transactional ids, same commit
-    markers): this is how update- and complete-mode queries, which Python streaming sinks cannot
-    take directly, write exactly once. A plain ``df.write`` outside a streaming query has no batch id
-    a retry could be matched against; there exactly-once fails with a clear message in the tasks."""
+    exactly-once works as in the streaming sink (transactional ids, commit markers): this is how
+    update- and complete-mode queries, which Python streaming sinks cannot take directly, write
+    exactly once. One difference: a ``foreachBatch`` call may write several times, and nothing a
+    write task sees tells those writes apart, so each exactly-once write names its own
+    ``transactionalIdPrefix`` (:func:`require_batch_write_prefix`; Flink's KafkaSink likewise needs a
+    transactional id prefix per sink, Delta's idempotent writes a txnAppId per write). A plain
+    ``df.write`` outside a streaming query has no batch id a retry could be matched against; there
+    exactly-once fails with a clear message in the tasks."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
-        self._writer = KafkaStreamWriter(options)
+        self._writer = KafkaStreamWriter(options, batch_write=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self._writer.write(iterator)
@@ -1022,6 +1069,21 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._writer.abort(messages, _reported_batch_id(messages))
+
+
+def require_batch_write_prefix(options: SinkOptions) -> None:
+    """An exactly-once ``df.write`` needs ``transactionalIdPrefix``: with the streaming sink's default
+    (the query id) two writes of one ``foreachBatch`` call would share transactional ids, and the
+    second, finding the first one's commit marker for the micro-batch, would take itself for a
+    replay and write nothing."""
+    if options.delivery_guarantee == EXACTLY_ONCE and options.transactional_id_prefix is None:
+        raise SparkafkaOptionError(
+            "deliveryGuarantee=exactly-once in df.write (inside foreachBatch, the only place it works) needs "
+            "option 'transactionalIdPrefix', one of its own for every exactly-once write of the micro-batch, "
+            "kept the same across restarts, e.g. .option('transactionalIdPrefix', 'orders-to-shipments'): "
+            "writes sharing transactional ids cannot be told apart, and the second would skip its rows as a "
+            "replay of the first"
+        )
 
 
 def _reported_batch_id(messages: list[WriterCommitMessage | None]) -> int:

@@ -140,6 +140,7 @@ def test_sink_with_a_wrong_password_fails_naming_the_authentication(
         .option("topic", "anything")
         .option("deliveryGuarantee", guarantee)
         .option("operationTimeoutMs", "60000")
+        .option("transactionalIdPrefix", "wrong-password")  # needed by an exactly-once df.write
     )
     started = time.monotonic()
     with pytest.raises(Exception) as failure:

@@ -1,0 +1,112 @@
+"""Exactly-once df.write inside foreachBatch when one call writes more than once: each write names its
+own transactionalIdPrefix, and writes that share one fail loudly instead of one of them skipping its
+rows as a replay (real broker, real local SparkSession)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkafka.broker.runner import BrokerProcess
+
+from .kafka_clients import create_topic, producer, read_all, values
+from .spark_session import spark_fixture  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+ROWS = 10
+
+
+def _input(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    create_topic(bootstrap, topic, partitions=2)
+    sender = producer(bootstrap)
+    for i in range(ROWS):
+        sender.produce(topic, value=f"r{i}".encode(), partition=i % 2)
+    assert sender.flush(30) == 0
+    return (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+    )
+
+
+def _write(batch: DataFrame, bootstrap: str, topic: str, prefix: str | None) -> None:
+    writer = (
+        batch.write.format("sparkafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("deliveryGuarantee", "exactly-once")
+        .mode("append")
+    )
+    if prefix is not None:
+        writer = writer.option("transactionalIdPrefix", prefix)
+    writer.save()
+
+
+def _run(frame: DataFrame, each_batch: Callable[[DataFrame, int], None], checkpoint: Path) -> None:
+    query = (
+        frame.writeStream.foreachBatch(each_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def _fan_out(
+    spark: SparkSession, bootstrap: str, topic_name: str, checkpoint: Path, prefix_of: Callable[[str], str]
+) -> list[str]:
+    """Every micro-batch written exactly-once to two topics, with ``prefix_of(topic)`` as prefix."""
+    frame = _input(spark, bootstrap, topic_name)
+    outputs = [f"{topic_name}-a", f"{topic_name}-b"]
+    for output in outputs:
+        create_topic(bootstrap, output, partitions=2)
+
+    def fan_out(batch: DataFrame, _batch_id: int) -> None:
+        for output in outputs:
+            _write(batch, bootstrap, output, prefix=prefix_of(output))
+
+    _run(frame, fan_out, checkpoint)
+    return outputs
+
+
+def test_two_exactly_once_writes_of_one_batch_with_a_prefix_each_both_write_every_row(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    outputs = _fan_out(spark, bootstrap, topic_name, tmp_path / "cp", lambda topic: f"fan-out-{topic}")
+    expected = sorted(f"r{i}".encode() for i in range(ROWS))
+    for output in outputs:
+        assert sorted(values(read_all(bootstrap, output, partitions=2, expect=ROWS))) == expected, output
+
+
+def test_two_exactly_once_writes_of_one_batch_sharing_a_prefix_fail_naming_the_fix(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    shared = f"shared-{topic_name}"
+    with pytest.raises(Exception, match="need a transactionalIdPrefix each") as failure:
+        _fan_out(spark, broker.bootstrap_servers, topic_name, tmp_path / "cp", lambda _: shared)
+    assert f"topic '{topic_name}-a'" in str(failure.value)
+    assert f"topic '{topic_name}-b'" in str(failure.value)
+
+
+def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    frame = _input(spark, bootstrap, topic_name)
+    create_topic(bootstrap, f"{topic_name}-out", partitions=2)
+
+    def write(batch: DataFrame, _batch_id: int) -> None:
+        _write(batch, bootstrap, f"{topic_name}-out", prefix=None)
+
+    with pytest.raises(Exception, match="needs option 'transactionalIdPrefix'"):
+        _run(frame, write, tmp_path / "checkpoint")
+    output = f"{topic_name}-out"
+    assert read_all(bootstrap, output, partitions=2, isolation="read_uncommitted", timeout_s=3) == []
