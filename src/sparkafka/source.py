@@ -869,7 +869,7 @@ class OffsetResolver:
 
         Steps: ask the cluster for what the boundary refers to (log start, last stable offset,
         group commits, offsets of timestamps); fill sentinels (-2/-1) and fallbacks; check that
-        explicitly requested offsets still exist (data loss otherwise) and are not in the future."""
+        explicitly requested offsets still exist and are not past the end (data loss otherwise)."""
         wanted = list(partitions)
         if boundary.kind in ("offsets", "timestamps"):
             named = set(boundary.offsets)
@@ -991,9 +991,22 @@ class OffsetResolver:
         starting: bool,
     ) -> int:
         if offset > log_end:
-            raise SparkafkaOptionError(
-                f"{boundary.option} for topic '{tp[0]}' partition {tp[1]} is {offset}, beyond the latest "
-                f"offset {log_end}"
+            latest = "last stable offset" if self.options.read_committed else "latest offset"
+            if not starting:
+                raise SparkafkaOptionError(
+                    f"{boundary.option} for topic '{tp[0]}' partition {tp[1]} is {offset}, beyond the "
+                    f"{latest} {log_end}"
+                )
+            # As Spark's source, a start past the end is data loss (the log went back), not a
+            # mistake in the option; but with read_committed an open transaction can hold the last
+            # stable offset below records that exist: the query waits for them there.
+            if self.options.read_committed and offset <= self._high_watermark(tp):
+                return offset
+            return report_data_loss(
+                self.options,
+                f"{boundary.option} for topic '{tp[0]}' partition {tp[1]} is {offset}, beyond the {latest} "
+                f"{log_end}",
+                resume_at=log_end,
             )
         if starting and offset < log_start:
             return report_data_loss(
@@ -1003,6 +1016,9 @@ class OffsetResolver:
                 resume_at=log_start,
             )
         return offset
+
+    def _high_watermark(self, tp: TopicPartitionKey) -> int:
+        return self.admin.latest_offsets([tp], read_committed=False).get(tp, -1)
 
 
 DATA_LOSS_CAUSE = (
@@ -1127,7 +1143,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         3. Latest offsets (the last stable offset with read_committed), capped by the AvailableNow
            target.
         4. Partitions of ``start`` that are gone, or whose latest offset went below the start (topic
-           recreated), are data loss: fail, or drop / reset them to their earliest offset.
+           recreated), are data loss: fail, or drop / reset them to their earliest offset. With
+           read_committed a start still within the high watermark is only held back by an open
+           transaction: such a partition stays where it is.
         5. New partitions enter ``end`` at their earliest offset and are read from the next batch
            on, so that ``partitions(start, end)`` never has to ask the cluster where they begin.
         6. Unless the engine asks for everything: wait for ``minOffsetsPerTrigger`` (at most
@@ -1160,8 +1178,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 resume_at=0,
             )
         reset: list[TopicPartitionKey] = []
+        held_back = self._held_back_by_open_transactions(start_offsets, latest)
         for tp, begin in start_offsets.items():
             if tp not in latest:
+                continue
+            if tp in held_back:
+                end[tp] = begin
                 continue
             if latest[tp] < begin:
                 report_data_loss(
@@ -1203,6 +1225,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             heartbeat_ms = next_heartbeat_ms(heartbeat_ms, int(time.time() * 1000))
         encoded = encode_offsets(end, heartbeat_ms=heartbeat_ms)
         return start if encoded == start else encoded
+
+    def _held_back_by_open_transactions(
+        self, start: PartitionOffsets, latest: PartitionOffsets
+    ) -> set[TopicPartitionKey]:
+        """Partitions whose start is past their last stable offset but not past their high watermark.
+
+        With read_committed the latest offset is the last stable offset, which an open transaction
+        holds below records already written. A start there (a group's offsets committed by a
+        read_uncommitted consumer, a checkpoint written with read_uncommitted) is not data loss:
+        those partitions wait until the transaction ends. Only a start past the high watermark
+        means the log went back (topic recreated, log truncated)."""
+        below_start = [tp for tp, begin in start.items() if tp in latest and latest[tp] < begin]
+        if not below_start or not self.options.read_committed:
+            return set()
+        high_watermarks = self.resolver.admin.latest_offsets(below_start, read_committed=False)
+        held = {tp for tp in below_start if high_watermarks.get(tp, -1) >= start[tp]}
+        if held:
+            logger.info(
+                "open transactions hold the last stable offset of %s below where the query is; "
+                "waiting for them to end",
+                _format_partitions(sorted(held)),
+            )
+        return held
 
     def _heartbeat_due(
         self,
@@ -1524,6 +1569,10 @@ def _read_with(
         position = _range_data_loss(partition, position, marks[0], options)
     if position >= end:
         return
+    if position > marks[1]:
+        # Nothing to fetch there: asking would only bring the offset-reset error back again and again.
+        _partition_gone(options, partition, position, f"it now ends at offset {marks[1]}")
+        return
     consumer.assign([TopicPartition(topic, number, position)])
     columns = _Columns(topic, number, options.include_headers)
     add_key, add_value, add_offset = columns.keys.append, columns.values.append, columns.offsets.append
@@ -1555,6 +1604,10 @@ def _read_with(
                         break
                     if marks[0] > position:
                         position = _range_data_loss(partition, position, marks[0], options)
+                    elif position > marks[1]:
+                        _partition_gone(options, partition, position, f"it now ends at offset {marks[1]}")
+                        done = True
+                        break
                     done = position >= end
                     if not done:
                         consumer.assign([TopicPartition(topic, number, position)])

@@ -27,7 +27,7 @@ from sparkafka.source import (
     kafka_schema,
 )
 
-from .kafka_clients import create_topic, producer, transactional_producer
+from .kafka_clients import create_topic, open_transaction, producer, transactional_producer
 from .spark_session import spark_fixture  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -223,8 +223,10 @@ def test_batch_offsets_json_and_timestamps(
     assert offsets(startingTimestamp=str(base + 99_000), startingOffsetsByTimestampStrategy="latest") == []
     with pytest.raises(Exception, match="No offset matched from request of topic-partition"):
         offsets(startingTimestamp=str(base + 99_000))
-    with pytest.raises(Exception, match="beyond the latest offset 10"):
-        offsets(startingOffsets=f'{{"{topic_name}":{{"0":50}}}}')
+    past_the_end = f'{{"{topic_name}":{{"0":50}}}}'
+    with pytest.raises(Exception, match=r"beyond the last stable offset 10.*failOnDataLoss"):
+        offsets(startingOffsets=past_the_end)  # data loss, as with Spark's source
+    assert offsets(startingOffsets=past_the_end, failOnDataLoss="false") == []  # starts at the end
 
 
 def test_assign_and_min_partitions_splitting_large_ranges(
@@ -584,6 +586,70 @@ def test_deleted_and_recreated_topics_are_data_loss(broker: BrokerProcess, topic
     with pytest.raises(DataLossError, match=rf"topic '{deleted}' partition 0 lost offsets \[10, 20\)"):
         list(strict.read(gone))
     assert list(lenient.read(gone)) == []
+
+
+def _reader(bootstrap: str, **options: str) -> KafkaStreamReader:
+    given = {"kafka.bootstrap.servers": bootstrap, **options}
+    return KafkaStreamReader(SourceOptions.parse({k.lower(): v for k, v in given.items()}).for_stream())
+
+
+def test_a_start_past_the_last_stable_offset_waits_for_the_open_transaction(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """With read_committed, a start between the last stable offset and the high watermark (a group
+    committed by a read_uncommitted consumer, explicit offsets) is no data loss: the query waits
+    there until the transaction ends, and reads on from there."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    produce(bootstrap, topic_name, [f"v{i}" for i in range(10)])
+    writer = open_transaction(bootstrap, f"{topic_name}-txn", topic_name, b"open")  # offset 10
+    plain = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{topic_name}-g", "enable.auto.commit": False}
+    )
+    plain.commit(offsets=[TopicPartition(topic_name, 0, 11)], asynchronous=False)  # read past it
+    plain.close()
+
+    group = _reader(
+        bootstrap, subscribe=topic_name, startingOffsets="group", **{"kafka.group.id": f"{topic_name}-g"}
+    )
+    explicit = _reader(bootstrap, subscribe=topic_name, startingOffsets=f'{{"{topic_name}":{{"0":11}}}}')
+    for reader in (group, explicit):
+        start = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        assert start == {topic_name: {"0": 11}}
+        assert reader.latestOffset(start, ReadAllAvailable()) == start  # held, not data loss
+    writer.commit_transaction(30)  # its marker is offset 11
+    produce(bootstrap, topic_name, ["after"])  # offset 12
+    for reader in (group, explicit):
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {topic_name: {"0": 13}}
+        batches = reader.read(OffsetRange(topic_name, 0, 11, 13))
+        assert [row["value"] for batch in batches for row in batch.to_pylist()] == [b"after"]
+        reader.stop()
+
+
+def test_a_range_past_the_end_of_its_partition_is_data_loss_at_once(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """A replayed range the log no longer reaches (topic recreated, log truncated) fails, or is skipped,
+    at once: there is nothing to wait for."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    produce(bootstrap, topic_name, [f"v{i}" for i in range(10)])
+    gone = OffsetRange(topic_name, 0, 50, 60)
+    for fail_on_data_loss in ("true", "false"):
+        reader = _reader(
+            bootstrap,
+            subscribe=topic_name,
+            failOnDataLoss=fail_on_data_loss,
+            **{"kafkaConsumer.pollTimeoutMs": "60000"},
+        )
+        started = time.monotonic()
+        if fail_on_data_loss == "true":
+            with pytest.raises(DataLossError, match=r"lost offsets \[50, 60\).*now ends at offset 10"):
+                list(reader.read(gone))
+        else:
+            assert list(reader.read(gone)) == []
+        assert time.monotonic() - started < 10  # not kafkaConsumer.pollTimeoutMs
 
 
 def test_processed_offsets_are_committed_to_the_group_and_group_start_resumes(
