@@ -827,9 +827,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         producer = cached.producer
         cached.delivery_errors.clear()
         records = 0
+        began_at: float | None = None
         try:
             self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
             producer.begin_transaction()
+            began_at = time.monotonic()
             for batch in _chain(first, rest):
                 records += self._produce_batch(producer, batch)
             if self.options.pause_at == "beforecommit" or self.options.fail_first_attempt_at:
@@ -857,7 +859,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self._raise_delivery_errors(cached.delivery_errors)
         except BaseException as error:
             self._abort_after_failure(cached, transactional_id, error)
-            raise self._explain(error, transactional_id) from None
+            open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
+            raise self._explain(error, transactional_id, open_ms=open_ms) from None
         cached.marker = marker
         return records
 
@@ -905,12 +908,30 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # left open and re-reads the marker.
         _discard(self.options, transactional_id)
 
-    def _explain(self, error: BaseException, transactional_id: str | None) -> BaseException:
+    def _explain(
+        self, error: BaseException, transactional_id: str | None, *, open_ms: float | None = None
+    ) -> BaseException:
+        """The error a failed write raises: Kafka's error told in terms of this sink's options.
+        ``open_ms``: how long the failed transaction had been open."""
         if not isinstance(error, KafkaException) or not error.args:
             return error
         kafka_error = error.args[0]
         code = kafka_error.code()
-        if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+        timeout_ms = self.options.transaction_timeout_ms
+        if code in fenced and open_ms is not None and open_ms >= timeout_ms:
+            # The coordinator aborts a transaction open longer than its timeout and bumps the epoch,
+            # which fences this producer: no other attempt is involved, and a retry that is as slow
+            # fails the same way.
+            return SparkafkaError(
+                f"the transaction of transactional id '{transactional_id}' was open for "
+                f"{open_ms / 1000:.1f} s, longer than kafka.transaction.timeout.ms={timeout_ms}, so the "
+                "broker aborted it "
+                f"({kafka_error.str()}). A write task's transaction stays open while Spark computes the "
+                "task's rows: raise the sink option kafka.transaction.timeout.ms (up to the brokers' "
+                "transaction.max.timeout.ms), or make micro-batches smaller (maxOffsetsPerTrigger)"
+            )
+        if code in fenced:
             return SparkafkaError(
                 f"transactional id '{transactional_id}' was fenced by a newer producer with the same id (a "
                 "retried or duplicated task); this attempt's transaction was aborted and Spark retries "
