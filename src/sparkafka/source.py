@@ -53,7 +53,11 @@ Starting offsets
     it asks ``initialOffset()`` when it plans the first micro-batch and asks again when it replays
     that batch after a failure. Spark's own Kafka source writes its starting offsets to a log of its
     own in the checkpoint; a Python data source has no access to the checkpoint. Starting offsets
-    that resolve the same every time (``earliest``, numbers, -2) are simply resolved again. For the
+    that resolve the same every time (``earliest``, numbers, -2; retention aside) are resolved
+    again, and marked ``{"sparkafka:initialOffset": {"0": 0}}``; the first micro-batch's end offset
+    then also carries its start, ``{"sparkafka:firstBatchStart:<topic>": {"partition": offset}}``,
+    checkpointed with it, and ``partitions`` plans from that start: a replay reads the same range
+    even after retention moved ``earliest``, and reports the lost records as data loss. For the
     others (``latest`` or -1, ``group``, timestamps) ``initialOffset()`` is a constant,
     ``{"sparkafka:startingOffsets": {"0": 0}}``, and the first ``latestOffset`` call resolves
     ``startingOffsets`` and returns the result as the end of micro-batch 0, which reads no records;
@@ -602,6 +606,12 @@ HEARTBEAT_SLOT = "0"
 # the module docstring). The same constant whenever and however often the engine asks.
 UNRESOLVED_START_KEY = "sparkafka:startingOffsets"
 UNRESOLVED_START: dict[str, dict[str, int]] = {UNRESOLVED_START_KEY: {"0": 0}}
+# A resolved initial offset (earliest, numbers, -2) carries this entry, so that latestOffset knows it
+# plans the first micro-batch ...
+INITIAL_OFFSET_KEY = "sparkafka:initialOffset"
+# ... whose end offset then carries that batch's start, {FIRST_BATCH_START_PREFIX + topic:
+# {partition: offset}}, checkpointed with it (see "Starting offsets" in the module docstring).
+FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
 _OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
@@ -636,6 +646,27 @@ def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets
         if not topic.startswith(_OWN_ENTRY_PREFIX)
         for partition, offset in by_partition.items()
     }
+
+
+def with_first_batch_start(
+    end: Mapping[str, Mapping[str, int]], start: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
+    """``end`` plus the first micro-batch's ``start`` in entries of its own, sorted in."""
+    merged = {key: dict(value) for key, value in end.items()}
+    for (topic, partition), offset in sorted(start.items()):
+        merged.setdefault(FIRST_BATCH_START_PREFIX + topic, {})[str(partition)] = int(offset)
+    return dict(sorted(merged.items()))
+
+
+def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
+    """The start a first micro-batch's end offset carries (:func:`with_first_batch_start`), or None."""
+    found = {
+        (key[len(FIRST_BATCH_START_PREFIX) :], int(partition)): int(offset)
+        for key, by_partition in end.items()
+        if key.startswith(FIRST_BATCH_START_PREFIX)
+        for partition, offset in by_partition.items()
+    }
+    return found or None
 
 
 def heartbeat_of(encoded: Mapping[str, Mapping[str, int]]) -> int | None:
@@ -1095,7 +1126,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         :meth:`latestOffset` resolves into the end of an empty, checkpointed first batch."""
         if not _resolves_the_same_later(self.options.starting or LATEST):
             return {key: dict(value) for key, value in UNRESOLVED_START.items()}
-        return encode_offsets(self._starting_offsets())
+        initial = encode_offsets(self._starting_offsets())
+        initial[INITIAL_OFFSET_KEY] = {"0": 0}
+        return dict(sorted(initial.items()))
 
     def _starting_offsets(self) -> PartitionOffsets:
         """``startingOffsets`` (default latest) resolved against the cluster, once per reader."""
@@ -1224,7 +1257,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._heartbeat_due(start_offsets, end, latest, partitions):
             heartbeat_ms = next_heartbeat_ms(heartbeat_ms, int(time.time() * 1000))
         encoded = encode_offsets(end, heartbeat_ms=heartbeat_ms)
-        return start if encoded == start else encoded
+        if decode_offsets(encoded) == start_offsets and heartbeat_ms == heartbeat_of(start):
+            return start  # nothing new: the engine compares the JSON text, own entries included
+        if INITIAL_OFFSET_KEY in start:
+            return with_first_batch_start(encoded, start_offsets)
+        return encoded
 
     def _held_back_by_open_transactions(
         self, start: PartitionOffsets, latest: PartitionOffsets
@@ -1351,9 +1388,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> Sequence[InputPartition]:
         """The offset ranges between ``start`` and ``end`` and, when ``end`` carries a new idle
         heartbeat, one :class:`HeartbeatPartition`. Depends only on the two offsets (invariant 1)."""
+        # A first micro-batch replayed after a crash gets a start resolved anew, which may differ
+        # (retention moved the earliest offset); its checkpointed end knows the start it had.
+        begin = first_batch_start(end)
         ranges: list[InputPartition] = list(
             split_offset_ranges(
-                offset_ranges(decode_offsets(start), decode_offsets(end)),
+                offset_ranges(decode_offsets(start) if begin is None else begin, decode_offsets(end)),
                 min_partitions=self.options.min_partitions,
                 max_records_per_partition=self.options.max_records_per_partition,
             )

@@ -24,6 +24,7 @@ from sparkafka.source import (
     OffsetRange,
     OffsetResolver,
     SourceOptions,
+    decode_offsets,
     kafka_schema,
 )
 
@@ -397,12 +398,27 @@ def test_the_first_micro_batch_replays_the_same_ranges_with_starting_offsets_lat
     following = replaying_driver.latestOffset(end, ReadAllAvailable())
     assert replaying_driver.partitions(end, following) == [OffsetRange(topic_name, 0, 10, 13)]
 
-    # earliest resolves the same every time: the first batch reads records, as with Spark's source.
+    # earliest: the first batch reads records, as with Spark's source. Its end offset carries its
+    # start, so a replay plans the same range even once retention has moved the earliest offset, and
+    # finds the records gone (data loss) instead of silently starting later.
     earliest = SourceOptions.parse(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic_name, "startingoffsets": "earliest"}
     ).for_stream()
     reader = KafkaStreamReader(earliest)
-    assert reader.initialOffset() == KafkaStreamReader(earliest).initialOffset() == {topic_name: {"0": 0}}
+    initial = reader.initialOffset()
+    assert decode_offsets(initial) == {(topic_name, 0): 0}
+    first_end = reader.latestOffset(initial, ReadAllAvailable())
+    assert decode_offsets(first_end) == {(topic_name, 0): 13}
+    assert reader.partitions(initial, first_end) == [OffsetRange(topic_name, 0, 0, 13)]
+    assert reader.latestOffset(first_end, ReadAllAvailable()) == first_end  # nothing new, no batch
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_records([TopicPartition(topic_name, 0, 4)])[TopicPartition(topic_name, 0, 4)].result(30)
+    replaying = KafkaStreamReader(earliest)
+    moved = replaying.initialOffset()
+    assert decode_offsets(moved) == {(topic_name, 0): 4}
+    assert replaying.partitions(moved, first_end) == [OffsetRange(topic_name, 0, 0, 13)]
+    with pytest.raises(DataLossError, match="requested offset 0, available offset 4"):
+        list(replaying.read(OffsetRange(topic_name, 0, 0, 13)))
 
 
 def test_available_now_reads_only_what_existed_at_start_rate_limited(
@@ -613,15 +629,18 @@ def test_a_start_past_the_last_stable_offset_waits_for_the_open_transaction(
         bootstrap, subscribe=topic_name, startingOffsets="group", **{"kafka.group.id": f"{topic_name}-g"}
     )
     explicit = _reader(bootstrap, subscribe=topic_name, startingOffsets=f'{{"{topic_name}":{{"0":11}}}}')
+    starts: dict[KafkaStreamReader, dict[str, dict[str, int]]] = {}
     for reader in (group, explicit):
         start = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
-        assert start == {topic_name: {"0": 11}}
+        assert decode_offsets(start) == {(topic_name, 0): 11}
         assert reader.latestOffset(start, ReadAllAvailable()) == start  # held, not data loss
+        starts[reader] = start
     writer.commit_transaction(30)  # its marker is offset 11
     produce(bootstrap, topic_name, ["after"])  # offset 12
     for reader in (group, explicit):
-        end = reader.latestOffset(start, ReadAllAvailable())
-        assert end == {topic_name: {"0": 13}}
+        end = reader.latestOffset(starts[reader], ReadAllAvailable())
+        assert decode_offsets(end) == {(topic_name, 0): 13}
+        assert reader.partitions(starts[reader], end) == [OffsetRange(topic_name, 0, 11, 13)]
         batches = reader.read(OffsetRange(topic_name, 0, 11, 13))
         assert [row["value"] for batch in batches for row in batch.to_pylist()] == [b"after"]
         reader.stop()
