@@ -376,8 +376,13 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
                 return latest
         raise SparkafkaError(
             f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
-            f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms: "
-            "an open transaction holds read_committed readers back and was not aborted by the broker"
+            f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms "
+            "(this sink's kafka.transaction.timeout.ms plus operationTimeoutMs): an open transaction holds "
+            "read_committed readers of that partition back and was not aborted by the broker. Every "
+            "exactly-once sink writing markers to this topic shares the partition, so a crashed writer of "
+            "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
+            "'sparkafka transactions list' shows the open transactions; restarting that query, or "
+            "giving queries their own commitMarkerTopic, ends the wait"
         )
 
 

@@ -1,6 +1,7 @@
-"""A write task whose transaction outlives kafka.transaction.timeout.ms: the broker aborts it and fences
-the producer, and the failure says so and names the options to change, instead of blaming another
-attempt of the task (real broker, real local SparkSession)."""
+"""Transactions that outlive a timeout, and what the sink says: a write task whose transaction outlives
+kafka.transaction.timeout.ms (the broker aborts it and fences the producer) fails naming the option,
+not another attempt of the task; and another writer's transaction left open on the shared
+commit-marker partition is named as the cause of the wait (real broker, real local SparkSession)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.errors import SparkafkaError
+from sparkafka.sink import MARKER_PARTITION, SinkOptions, ensure_marker_topic, read_marker_partition
 
-from .kafka_clients import create_topic, producer, read_all
+from .kafka_clients import create_topic, producer, read_all, transactional_producer
 from .spark_session import spark_fixture  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -59,3 +62,34 @@ def test_a_transaction_open_longer_than_its_timeout_fails_naming_the_timeout(
     with pytest.raises(Exception, match=expected):
         query.awaitTermination()
     assert read_all(bootstrap, f"{topic_name}-out", timeout_s=3) == []
+
+
+def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    markers = f"{topic_name}-markers"
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": markers,
+            "kafka.transaction.timeout.ms": "2000",
+            "operationTimeoutMs": "1000",
+        }
+    )
+    ensure_marker_topic(options)
+    # Another query's writer, with a 15 min timeout, died after producing its marker.
+    other = transactional_producer(bootstrap, f"{topic_name}-other-0", transaction_timeout_ms=900_000)
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(markers, key=b"other", value=b"{}", partition=MARKER_PARTITION)
+    assert other.flush(30) == 0
+    try:
+        with pytest.raises(SparkafkaError, match="did not reach offset") as failure:
+            read_marker_partition(options, want={"mine-0"})
+        message = str(failure.value)
+        assert "longer kafka.transaction.timeout.ms" in message
+        assert "sparkafka transactions list" in message
+    finally:
+        other.abort_transaction(30)
