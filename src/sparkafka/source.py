@@ -60,7 +60,8 @@ Starting offsets
     even after retention moved ``earliest``, and reports the lost records as data loss. For the
     others (``latest`` or -1, ``group``, timestamps) ``initialOffset()`` is a constant,
     ``{"sparkafka:startingOffsets": {"0": 0}}``, and the first ``latestOffset`` call resolves
-    ``startingOffsets`` and returns the result as the end of micro-batch 0, which reads no records;
+    ``startingOffsets`` and returns the result (marked too) as the end of micro-batch 0, which reads
+    no records;
     the engine checkpoints it like every end offset. Every batch that reads records then starts from
     the same offsets when replayed, even with ``startingOffsets=latest``, which would otherwise move
     between the first run and the replay. (With ``latest`` Spark's engine ran an empty first batch
@@ -658,6 +659,11 @@ def with_first_batch_start(
     return dict(sorted(merged.items()))
 
 
+def _marked_initial(offsets: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Resolved starting offsets, marked as such for :meth:`KafkaStreamReader.latestOffset`."""
+    return dict(sorted({**offsets, INITIAL_OFFSET_KEY: {"0": 0}}.items()))
+
+
 def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
     """The start a first micro-batch's end offset carries (:func:`with_first_batch_start`), or None."""
     found = {
@@ -1103,6 +1109,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest_when_active: PartitionOffsets | None = None
         self._heartbeat_planned_at: float | None = None
         self._idle_reported = False
+        # Partitions whose starting offsets open transactions hold back (logged once per hold).
+        self._holding: frozenset[TopicPartitionKey] = frozenset()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -1126,9 +1134,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         :meth:`latestOffset` resolves into the end of an empty, checkpointed first batch."""
         if not _resolves_the_same_later(self.options.starting or LATEST):
             return {key: dict(value) for key, value in UNRESOLVED_START.items()}
-        initial = encode_offsets(self._starting_offsets())
-        initial[INITIAL_OFFSET_KEY] = {"0": 0}
-        return dict(sorted(initial.items()))
+        return _marked_initial(encode_offsets(self._starting_offsets()))
 
     def _starting_offsets(self) -> PartitionOffsets:
         """``startingOffsets`` (default latest) resolved against the cluster, once per reader."""
@@ -1187,7 +1193,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
            replace it by a new one when :meth:`_heartbeat_due` says so. Steps 1-6 never see it.
         """
         if start.get(UNRESOLVED_START_KEY) is not None:
-            return encode_offsets(self._starting_offsets())
+            return _marked_initial(encode_offsets(self._starting_offsets()))
         start_offsets = decode_offsets(start)
         self._publish_progress(start_offsets)
         resolver = self.resolver
@@ -1211,7 +1217,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 resume_at=0,
             )
         reset: list[TopicPartitionKey] = []
-        held_back = self._held_back_by_open_transactions(start_offsets, latest)
+        held_back = (
+            self._held_back_by_open_transactions(start_offsets, latest)
+            if INITIAL_OFFSET_KEY in start
+            else set()
+        )
         for tp, begin in start_offsets.items():
             if tp not in latest:
                 continue
@@ -1266,25 +1276,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _held_back_by_open_transactions(
         self, start: PartitionOffsets, latest: PartitionOffsets
     ) -> set[TopicPartitionKey]:
-        """Partitions whose start is past their last stable offset but not past their high watermark.
+        """Partitions of the query's starting offsets (``start`` is marked as such) past their last
+        stable offset but not past their high watermark.
 
         With read_committed the latest offset is the last stable offset, which an open transaction
-        holds below records already written. A start there (a group's offsets committed by a
-        read_uncommitted consumer, a checkpoint written with read_uncommitted) is not data loss:
-        those partitions wait until the transaction ends. Only a start past the high watermark
-        means the log went back (topic recreated, log truncated)."""
+        holds below records already written. A starting offset there (a group's offsets committed by
+        a read_uncommitted consumer, explicit offsets) is not data loss: those partitions wait until
+        the transaction ends. Any later start was reached by this query reading read_committed, and
+        the last stable offset never moves back: below it, the log went back (topic recreated, log
+        truncated), even if a new open transaction has written past the start since."""
         below_start = [tp for tp, begin in start.items() if tp in latest and latest[tp] < begin]
         if not below_start or not self.options.read_committed:
+            self._holding = frozenset()
             return set()
         high_watermarks = self.resolver.admin.latest_offsets(below_start, read_committed=False)
-        held = {tp for tp in below_start if high_watermarks.get(tp, -1) >= start[tp]}
-        if held:
+        held = frozenset(tp for tp in below_start if high_watermarks.get(tp, -1) >= start[tp])
+        if held and held != self._holding:
             logger.info(
-                "open transactions hold the last stable offset of %s below where the query is; "
+                "open transactions hold the last stable offset of %s below the starting offsets; "
                 "waiting for them to end",
                 _format_partitions(sorted(held)),
             )
-        return held
+        self._holding = held
+        return set(held)
 
     def _heartbeat_due(
         self,

@@ -578,7 +578,7 @@ def test_deleted_and_recreated_topics_are_data_loss(broker: BrokerProcess, topic
     start = strict.latestOffset(unresolved, ReadAllAvailable())
     assert strict.partitions(unresolved, start) == []
     assert lenient.latestOffset(lenient.initialOffset(), ReadAllAvailable()) == start
-    assert start == {kept: {"0": 10}, recreated: {"0": 10}, deleted: {"0": 10}}
+    assert decode_offsets(start) == {(kept, 0): 10, (recreated, 0): 10, (deleted, 0): 10}
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for topic in (recreated, deleted):
@@ -591,7 +591,7 @@ def test_deleted_and_recreated_topics_are_data_loss(broker: BrokerProcess, topic
         strict.latestOffset(start, ReadAllAvailable())
     # The deleted topic is dropped; the recreated one restarts at its earliest offset next batch.
     end = lenient.latestOffset(start, ReadAllAvailable())
-    assert end == {kept: {"0": 10}, recreated: {"0": 0}}
+    assert decode_offsets(end) == {(kept, 0): 10, (recreated, 0): 0}
     assert lenient.partitions(start, end) == []
     following = lenient.latestOffset(end, ReadAllAvailable())
     assert following == {kept: {"0": 10}, recreated: {"0": 3}}
@@ -643,6 +643,37 @@ def test_a_start_past_the_last_stable_offset_waits_for_the_open_transaction(
         assert reader.partitions(starts[reader], end) == [OffsetRange(topic_name, 0, 11, 13)]
         batches = reader.read(OffsetRange(topic_name, 0, 11, 13))
         assert [row["value"] for batch in batches for row in batch.to_pylist()] == [b"after"]
+        reader.stop()
+
+
+def test_a_recreated_topic_is_data_loss_even_while_a_new_transaction_reaches_past_the_start(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Only the query's starting offsets wait for an open transaction. A start the query reached
+    itself, reading read_committed, is below the last stable offset only when the log went back."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    produce(bootstrap, topic_name, [f"v{i}" for i in range(10)])
+    reader = _reader(bootstrap, subscribe=topic_name, startingOffsets="earliest")
+    first = reader.initialOffset()
+    reached = reader.latestOffset(first, ReadAllAvailable())
+    assert reader.partitions(first, reached) == [OffsetRange(topic_name, 0, 0, 10)]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic_name])[topic_name].result(30)
+    wait_for(lambda: topic_name not in admin.list_topics(timeout=10).topics)
+    create_topic(bootstrap, topic_name)
+    writer = transactional_producer(bootstrap, f"{topic_name}-txn")
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    for i in range(15):  # offsets 0-14: past the start, all in a transaction left open
+        writer.produce(topic_name, value=f"new{i}".encode())
+    assert writer.flush(30) == 0
+    try:
+        with pytest.raises(DataLossError, match="the latest offset went back from 10 to 0"):
+            reader.latestOffset(reached, ReadAllAvailable())
+    finally:
+        writer.abort_transaction(30)
         reader.stop()
 
 
