@@ -863,8 +863,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             producer.commit_transaction(self.options.operation_timeout_s)
             self._raise_delivery_errors(cached.delivery_errors)
         except BaseException as error:
-            self._abort_after_failure(cached, transactional_id, error)
+            # Measured before the abort, which may itself wait up to operationTimeoutMs.
             open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
+            self._abort_after_failure(cached, transactional_id, error)
             raise self._explain(error, transactional_id, open_ms=open_ms) from None
         cached.marker = marker
         return records
