@@ -267,9 +267,12 @@ class CommitMarker:
     partition: int
     records: int
     time_ms: int
-    # The write's 'topic' option ("" when every row names its topic); None in markers written before
-    # the field existed. Tells two writes of one micro-batch that share transactional ids apart.
+    # The write's 'topic' option ("" when every row names its topic), and the run of the streaming
+    # query that wrote it (Spark's job group, a new one at every start); None in markers written
+    # before the fields existed. Tell two writes of one micro-batch that share transactional ids
+    # apart from a replay in a later run.
     topic: str | None = None
+    run_id: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -281,6 +284,7 @@ class CommitMarker:
                 "records": self.records,
                 "time_ms": self.time_ms,
                 "topic": self.topic,
+                "run_id": self.run_id,
             },
             separators=(",", ":"),
         ).encode()
@@ -296,6 +300,7 @@ class CommitMarker:
             int(data["records"]),
             int(data["time_ms"]),
             data.get("topic"),
+            data.get("run_id"),
         )
 
 
@@ -683,6 +688,15 @@ class SinkCommitMessage(WriterCommitMessage):
     batch_id: int | None = None
 
 
+def _task_run_id() -> str | None:
+    """The run of the streaming query this task belongs to: Spark makes each run's id the job group
+    of its micro-batches' jobs (None outside a streaming query)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.getLocalProperty("spark.jobGroup.id")
+
+
 def _task_identity() -> tuple[int, str | None, int | None]:
     from pyspark import TaskContext
 
@@ -801,11 +815,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def _refuse_another_writes_marker(
         self, marker: CommitMarker, transactional_id: str, batch_id: int
     ) -> None:
-        """A marker of this very micro-batch left by a write to another topic: two exactly-once writes
-        of one ``foreachBatch`` call share a ``transactionalIdPrefix``. Skipping would drop this
-        write's rows without a word, so the task fails instead, naming the fix."""
+        """A marker of this very micro-batch, written in this run of the query by a write to another
+        topic: two exactly-once writes of one ``foreachBatch`` call share a ``transactionalIdPrefix``.
+        Skipping would drop this write's rows without a word, so the task fails instead, naming the
+        fix. A marker of an earlier run is a replay's, whatever its topic (the query may have been
+        restarted with another output topic): skipped as usual."""
         this_topic = self.options.topic or ""
-        if not self.batch_write or marker.batch_id != batch_id or marker.topic in (None, this_topic):
+        if (
+            not self.batch_write
+            or marker.batch_id != batch_id
+            or marker.topic in (None, this_topic)
+            or marker.run_id is None
+            or marker.run_id != _task_run_id()
+        ):
             return
 
         def described(topic: str) -> str:
@@ -815,8 +837,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             f"transactional id '{transactional_id}' already committed micro-batch {batch_id} of this query "
             f"for a write to {described(marker.topic or '')}; this write goes to {described(this_topic)}. "
             "Two exactly-once writes in one foreachBatch call need a transactionalIdPrefix each: with a "
-            "shared one the second looks like a replay of the first and would write nothing. (A query "
-            "restarted with another output topic while replaying a batch also leads here.)"
+            "shared one the second looks like a replay of the first and would write nothing"
         )
 
     def _write_transaction(
@@ -853,6 +874,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 records,
                 int(time.time() * 1000),
                 self.options.topic or "",
+                _task_run_id(),
             )
             producer.produce(
                 self.options.marker_topic,

@@ -110,3 +110,27 @@ def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
         _run(frame, write, tmp_path / "checkpoint")
     output = f"{topic_name}-out"
     assert read_all(bootstrap, output, partitions=2, isolation="read_uncommitted", timeout_s=3) == []
+
+
+def test_a_batch_replayed_by_a_later_run_with_another_topic_is_skipped_as_a_replay(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """The first run writes micro-batch 0 and fails before Spark records it as done; the query is then
+    restarted writing to another topic. Batch 0's output is already committed, so its replay writes
+    nothing, as any replay (the marker's topic differs, but it comes from an earlier run)."""
+    bootstrap = broker.bootstrap_servers
+    frame = _input(spark, bootstrap, topic_name)
+    first, second = f"{topic_name}-first", f"{topic_name}-second"
+    for output in (first, second):
+        create_topic(bootstrap, output, partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+
+    def write_then_fail(batch: DataFrame, _batch_id: int) -> None:
+        _write(batch, bootstrap, first, prefix=f"moved-{topic_name}")
+        raise RuntimeError("crash after the write, before the batch is committed")
+
+    with pytest.raises(Exception, match="crash after the write"):
+        _run(frame, write_then_fail, checkpoint)
+    _run(frame, lambda batch, _id: _write(batch, bootstrap, second, prefix=f"moved-{topic_name}"), checkpoint)
+    assert len(read_all(bootstrap, first, partitions=2, expect=ROWS)) == ROWS
+    assert read_all(bootstrap, second, partitions=2, timeout_s=3) == []
