@@ -1131,7 +1131,10 @@ def require_batch_write_prefix(options: SinkOptions) -> None:
             "option 'transactionalIdPrefix', one of its own for every exactly-once write of the micro-batch, "
             "kept the same across restarts, e.g. .option('transactionalIdPrefix', 'orders-to-shipments'): "
             "writes sharing transactional ids cannot be told apart, and the second would skip its rows as a "
-            "replay of the first"
+            "replay of the first. A query whose one exactly-once write ran without it used "
+            "'sparkafka-<query id>' (StreamingQuery.id, the \"id\" in the checkpoint's metadata file): "
+            "set exactly that to keep its transactional ids, so that a batch it already committed is "
+            "not written again when replayed"
         )
 
 
