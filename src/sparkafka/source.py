@@ -1633,7 +1633,7 @@ def _read_with(
     add_type, add_ms = columns.timestamp_types.append, columns.timestamp_ms.append
     add_headers = None if columns.headers is None else columns.headers.append
     last_progress = time.monotonic()
-    done = False
+    done = ended_short = False
     while not done:
         messages = consumer.consume(num_messages=min(ARROW_BATCH_ROWS, end - position), timeout=0.1)
         buffered = len(columns)
@@ -1645,7 +1645,11 @@ def _read_with(
                 if about is not None and (about != topic or message.partition() != number):
                     continue  # about another partition: this consumer reads only the one assigned
                 if code == _EOF:
-                    done = done or cast(int, message.offset()) >= end
+                    eof_at = cast(int, message.offset())
+                    done = done or eof_at >= end
+                    # The range ended at most at the end offset the partition had when it was
+                    # planned: an end before it means the log went back, or nothing (asked below).
+                    ended_short = ended_short or eof_at < end
                     continue
                 CONSUMERS.do_not_reuse(consumer)
                 # Both are checked with the cluster first: the client also says "unknown partition"
@@ -1690,12 +1694,17 @@ def _read_with(
             done = position >= end or _consumer_position(consumer, topic, number) >= end
         if columns and (done or len(columns) >= ARROW_BATCH_ROWS):
             yield columns.to_batch()
-        if not done and time.monotonic() - last_progress > options.poll_timeout_ms / 1000:
+        if not done and (ended_short or time.monotonic() - last_progress > options.poll_timeout_ms / 1000):
             marks = _watermarks(consumer, topic, number, timeout_s, options)
             if marks is None or marks[1] < end:
+                if columns:
+                    yield columns.to_batch()  # what the log still had: never dropped
                 detail = "it does not exist" if marks is None else f"it now ends at offset {marks[1]}"
                 _partition_gone(options, partition, position, detail)
                 return
+            if ended_short:
+                ended_short = False
+                continue
             raise KafkaReadError(
                 f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) made no "
                 f"progress for {options.poll_timeout_ms} ms at offset {position} "
