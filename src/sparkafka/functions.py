@@ -600,7 +600,9 @@ class AvroCodec:
     def encode(self, value: Any) -> bytes:
         buffer = io.BytesIO()
         datum = value if self.write_converter is None else self.write_converter(value)
-        fastavro.schemaless_writer(buffer, self.parsed, datum)
+        # strict: a struct field the schema lacks, or a schema field the struct lacks, is an error
+        # (as with Spark's to_avro), not a value dropped or a default written in its place.
+        fastavro.schemaless_writer(buffer, self.parsed, datum, strict=True)
         return buffer.getvalue()
 
 

@@ -257,6 +257,36 @@ def test_avro_round_trip_and_corrupt_records(spark: SparkSession) -> None:
     assert [row.v for row in reencoded] == values
 
 
+def test_to_avro_refuses_struct_fields_the_schema_lacks_and_schema_fields_the_struct_lacks(
+    spark: SparkSession,
+) -> None:
+    """As Spark's to_avro: no renamed column silently lost, no default silently written in its place."""
+    schema = {
+        "type": "record",
+        "name": "Payment",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "amount", "type": ["null", "double"], "default": None},
+            {"name": "currency", "type": "string", "default": "EUR"},
+        ],
+    }
+    renamed = spark.sql("SELECT 7L AS id, 12.5D AS amount_cents, 'USD' AS Currency")
+    with pytest.raises(
+        PySparkException, match="more fields than the schema specifies: amount_cents, Currency"
+    ):
+        renamed.select(to_avro(F.struct("*"), schema)).collect()
+    lacking = spark.sql("SELECT 7L AS id, 'USD' AS currency")
+    with pytest.raises(PySparkException, match="Field amount is specified in the schema but missing"):
+        lacking.select(to_avro(F.struct("*"), schema)).collect()
+    exact = spark.sql("SELECT 7L AS id, CAST(NULL AS DOUBLE) AS amount, 'USD' AS currency")
+    (encoded,) = exact.select(to_avro(F.struct("*"), schema).alias("v")).first()
+    assert fastavro.schemaless_reader(io.BytesIO(encoded), fastavro.parse_schema(schema)) == {
+        "id": 7,
+        "amount": None,
+        "currency": "USD",
+    }
+
+
 def test_avro_fail_names_the_record(spark: SparkSession) -> None:
     frame = spark.createDataFrame(
         [(b"\x01", "orders", 3, 42)], "value binary, topic string, partition int, offset long"
