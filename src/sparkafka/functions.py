@@ -550,6 +550,7 @@ class AvroCodec:
     def __init__(self, text: str) -> None:
         self.text = text
         self.parsed, self.named = _parse_avro(text)
+        self._logical_differences: dict[str, list[str]] = {}  # by writer schema text
 
     @classmethod
     def of(cls, schema: str | Mapping[str, Any] | list[Any]) -> AvroCodec:
@@ -587,15 +588,38 @@ class AvroCodec:
 
     def decode(self, body: bytes, writer: AvroCodec | None = None) -> Any:
         """Decode one Avro body written with ``writer`` (default: this schema) into this schema.
-        Raises ValueError (or fastavro's errors) for a corrupt body."""
+        Raises ValueError (or fastavro's errors) for a corrupt body, SparkafkaError for a writer
+        schema whose logical types this schema would read wrongly."""
         buffer = io.BytesIO(body)
         writer_schema = self.parsed if writer is None else writer.parsed
         reader_schema = None if writer is None or writer.text == self.text else self.parsed
+        if writer is not None and reader_schema is not None:
+            self._refuse_other_logical_types(writer)
         value = fastavro.schemaless_reader(buffer, writer_schema, reader_schema)
         left = len(body) - buffer.tell()
         if left:
             raise ValueError(f"{left} byte(s) left after the Avro datum (written with another schema?)")
         return value if self.read_converter is None or value is None else self.read_converter(value)
+
+    def _refuse_other_logical_types(self, writer: AvroCodec) -> None:
+        """fastavro converts values by the writer's logical types only: read as ``timestamp-millis``,
+        a field written as a plain ``long`` would come out as microseconds, 1000 times off; read as
+        ``long``, a ``timestamp-millis`` field as a timestamp that Spark refuses. Schema registries
+        accept such changes (Avro's compatibility rules ignore logical types), so they are caught
+        here, once per writer schema, and fail the query rather than give wrong values."""
+        with _codecs_lock:
+            differences = self._logical_differences.get(writer.text)
+        if differences is None:
+            differences = logical_type_differences(writer.parsed, self.parsed, writer.named, self.named)
+            with _codecs_lock:
+                self._logical_differences[writer.text] = differences
+        if differences:
+            raise SparkafkaError(
+                f"the reader schema {self.name} reads fields with other logical types than their writer "
+                f"schema wrote them with ({'; '.join(differences)}): the values would be wrong. Decode with "
+                "the writer's logical types (a reader schema, or subject version, that keeps them) and "
+                "convert the column in Spark, e.g. timestamp_millis(col) for a long of milliseconds"
+            )
 
     def encode(self, value: Any) -> bytes:
         buffer = io.BytesIO()
@@ -604,6 +628,97 @@ class AvroCodec:
         # (as with Spark's to_avro), not a value dropped or a default written in its place.
         fastavro.schemaless_writer(buffer, self.parsed, datum, strict=True)
         return buffer.getvalue()
+
+
+# Logical types fastavro converts; any other is ignored by reader and writer alike.
+_CONVERTED_LOGICAL_TYPES = frozenset(
+    {
+        "decimal",
+        "uuid",
+        "date",
+        "time-millis",
+        "time-micros",
+        "timestamp-millis",
+        "timestamp-micros",
+        "local-timestamp-millis",
+        "local-timestamp-micros",
+    }
+)
+_COMPLEX_AVRO_TYPES = frozenset({"record", "error", "array", "map", "enum", "fixed"})
+
+
+def logical_type_differences(
+    writer: Any, reader: Any, writer_named: Mapping[str, Any], reader_named: Mapping[str, Any]
+) -> list[str]:
+    """Where Avro schema resolution pairs a writer value with a reader value of another logical type
+    (or another decimal scale), as ``"<field path>: written as <type>, read as <type>"``.
+
+    Follows Avro's resolution of parsed (fastavro) schemas: named types are looked up; every branch
+    of a writer union is paired with the reader union's branch of the same type (else its first
+    non-null one, a promotion); record fields by name or reader alias; array items; map values."""
+    found: list[str] = []
+    seen: set[tuple[str, str]] = set()
+
+    def resolved(schema: Any, named: Mapping[str, Any]) -> Any:
+        while isinstance(schema, str) and schema in named:
+            schema = named[schema]
+        return schema
+
+    def base(schema: Any) -> str:
+        if isinstance(schema, list):
+            return "union"
+        if isinstance(schema, dict):
+            kind = schema.get("type")
+            return kind if isinstance(kind, str) else base(kind)
+        return str(schema)
+
+    def logical(schema: Any) -> tuple[str | None, int | None]:
+        if not isinstance(schema, dict) or schema.get("logicalType") not in _CONVERTED_LOGICAL_TYPES:
+            return None, None
+        return schema["logicalType"], schema.get("scale") if schema["logicalType"] == "decimal" else None
+
+    def described(schema: Any) -> str:
+        kind, scale = logical(schema)
+        if kind is None:
+            return base(schema)
+        return f"{base(schema)}/{kind}" + (f" (scale {scale or 0})" if kind == "decimal" else "")
+
+    def walk(written: Any, read: Any, path: str) -> None:
+        written, read = resolved(written, writer_named), resolved(read, reader_named)
+        if isinstance(written, list):
+            for branch in written:
+                walk(branch, read, path)
+            return
+        if isinstance(read, list):
+            branches = [resolved(b, reader_named) for b in read]
+            same = [b for b in branches if base(b) == base(written)]
+            promoted = [b for b in branches if base(b) != "null"]
+            if same or promoted:
+                walk(written, (same or promoted)[0], path)
+            return
+        kind = base(written)
+        if kind != base(read) and kind in _COMPLEX_AVRO_TYPES:
+            return  # a mismatch Avro resolution itself reports
+        if kind in ("record", "error"):
+            if (written["name"], read["name"]) in seen:
+                return
+            seen.add((written["name"], read["name"]))
+            by_name = {field["name"]: field for field in written["fields"]}
+            for field in read["fields"]:
+                match = next(
+                    (by_name[n] for n in (field["name"], *field.get("aliases", ())) if n in by_name), None
+                )
+                if match is not None:
+                    walk(match["type"], field["type"], f"{path}.{field['name']}" if path else field["name"])
+        elif kind == "array":
+            walk(written["items"], read["items"], f"{path}[]")
+        elif kind == "map":
+            walk(written["values"], read["values"], f"{path}{{}}")
+        elif logical(written) != logical(read):
+            found.append(f"{path or 'the value'}: written as {described(written)}, read as {described(read)}")
+
+    walk(writer, reader, "")
+    return found
 
 
 _codecs: dict[str, AvroCodec] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import re
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -29,12 +30,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparkafka.errors import SparkafkaError
 from sparkafka.functions import (
     AvroCodec,
     AvroSchemaError,
     confluent_header,
     decode_avro_values,
     encode_avro_values,
+    logical_type_differences,
     split_confluent_header,
 )
 
@@ -227,3 +230,92 @@ def test_encode_values_reports_misfits_per_row() -> None:
     assert encoded[:2] == [b"\x02", None] and encoded[2:] == [None, None]
     assert errors[:2] == [None, None]
     assert all(error for error in errors[2:])
+
+
+def _record(name: str, *fields: tuple[str, Any]) -> dict[str, Any]:
+    return {"type": "record", "name": name, "fields": [{"name": n, "type": t} for n, t in fields]}
+
+
+MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+NOON = datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("written", "value", "read", "expected"),
+    [
+        ("long", 1_704_110_400_000, MILLIS, "at: written as long, read as long/timestamp-millis"),
+        (MILLIS, NOON, "long", "at: written as long/timestamp-millis, read as long"),
+        (MILLIS, NOON, {"type": "long", "logicalType": "timestamp-micros"}, "read as long/timestamp-micros"),
+        ("int", 19_723, MILLIS, "at: written as int, read as long/timestamp-millis"),
+        (
+            {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+            Decimal("1.25"),
+            {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 3},
+            "written as bytes/decimal (scale 2), read as bytes/decimal (scale 3)",
+        ),
+    ],
+)
+def test_a_reader_schema_reading_a_field_with_another_logical_type_fails_instead_of_misreading(
+    written: Any, value: Any, read: Any, expected: str
+) -> None:
+    writer = AvroCodec.of(_record("Event", ("id", "long"), ("at", written)))
+    reader = AvroCodec.of(_record("Event", ("id", "long"), ("at", read)))
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, writer.parsed, {"id": 1, "at": value})
+    with pytest.raises(SparkafkaError, match=re.escape(expected)):
+        reader.decode(body.getvalue(), writer)
+
+
+def test_logical_type_differences_follow_avro_resolution_into_unions_arrays_maps_and_aliases() -> None:
+    inner_written = _record("Inner", ("t", "long"))
+    inner_read = _record("Inner", ("t", {"type": "long", "logicalType": "timestamp-micros"}))
+    written = _record(
+        "Outer",
+        ("optional", ["null", inner_written]),
+        ("again", "Inner"),
+        ("days", {"type": "array", "items": "int"}),
+        ("by_key", {"type": "map", "values": "int"}),
+        ("old_name", "int"),
+        ("same", MILLIS),
+    )
+    date = {"type": "int", "logicalType": "date"}
+    read = _record(
+        "Outer",
+        ("optional", ["null", inner_read]),
+        ("again", "Inner"),
+        ("days", {"type": "array", "items": date}),
+        ("by_key", {"type": "map", "values": date}),
+        ("new_name", date),
+        ("same", MILLIS),
+    )
+    read["fields"][4]["aliases"] = ["old_name"]
+    writer, reader = AvroCodec.of(written), AvroCodec.of(read)
+    assert logical_type_differences(writer.parsed, reader.parsed, writer.named, reader.named) == [
+        "optional.t: written as long, read as long/timestamp-micros",
+        "days[]: written as int, read as int/date",
+        "by_key{}: written as int, read as int/date",
+        "new_name: written as int, read as int/date",
+    ]
+
+
+def test_a_reader_schema_with_the_writers_logical_types_decodes_with_promotions_and_defaults() -> None:
+    writer = AvroCodec.of(_record("Event", ("n", "int"), ("at", MILLIS)))
+    reader = AvroCodec.of(_record("Event", ("n", "long"), ("at", MILLIS)))
+    reader_with_default = AvroCodec.of(
+        {
+            "type": "record",
+            "name": "Event",
+            "fields": [
+                {"name": "n", "type": "long"},
+                {"name": "at", "type": MILLIS},
+                {"name": "source", "type": "string", "default": "unknown"},
+            ],
+        }
+    )
+    body = io.BytesIO()
+    at = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    fastavro.schemaless_writer(body, writer.parsed, {"n": 5, "at": at})
+    assert reader.decode(body.getvalue(), writer) == {"n": 5, "at": at}
+    assert reader_with_default.decode(body.getvalue(), writer) == {"n": 5, "at": at, "source": "unknown"}
