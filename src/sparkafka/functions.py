@@ -51,6 +51,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import math
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -497,6 +498,45 @@ def _read_converter(
     return None
 
 
+_AVRO_INT_RANGE = range(-(2**31), 2**31)
+_AVRO_FLOAT_MAX = 3.4028234663852886e38
+
+
+def _checked_primitive(kind: Any, logical_type: str | None) -> Converter | None:
+    """Checks, for values the Avro encoder would otherwise write wrongly without a word: a number
+    beyond an ``int`` (Java readers wrap it) or a ``float`` (becomes infinity), and a timestamp
+    without time zone for a ``timestamp-*`` type, which is an instant (fastavro would take the
+    machine's local time zone). As Spark's to_avro, which refuses those types outright."""
+    if kind == "int" and logical_type is None:
+
+        def check_int(value: Any) -> Any:
+            if isinstance(value, int) and value not in _AVRO_INT_RANGE:
+                raise ValueError(f"{value} is outside the range of Avro's int (32 bits); use long")
+            return value
+
+        return check_int
+    if kind == "float":
+
+        def check_float(value: Any) -> Any:
+            if isinstance(value, float) and math.isfinite(value) and abs(value) > _AVRO_FLOAT_MAX:
+                raise ValueError(f"{value} is outside the range of Avro's float (32 bits); use double")
+            return value
+
+        return check_float
+    if kind == "long" and logical_type in ("timestamp-millis", "timestamp-micros"):
+
+        def check_instant(value: Any) -> Any:
+            if isinstance(value, datetime.datetime) and value.tzinfo is None:
+                raise ValueError(
+                    f"a timestamp without time zone (TIMESTAMP_NTZ) cannot be written as {logical_type}, "
+                    f"an instant; cast the column to TIMESTAMP, or use local-{logical_type}"
+                )
+            return value
+
+        return check_instant
+    return None
+
+
 def _write_converter(
     schema: Any, named: Mapping[str, Any], seen: frozenset[str] = frozenset()
 ) -> Converter | None:
@@ -507,10 +547,12 @@ def _write_converter(
     if isinstance(schema, str) and schema in named:
         return None if schema in seen else _write_converter(named[schema], named, seen | {schema})
     if not isinstance(schema, dict):
-        return None
+        return _checked_primitive(schema, None)
     kind = schema["type"]
     if isinstance(kind, dict | list):
         return _write_converter(kind, named, seen)
+    if isinstance(kind, str) and kind not in ("record", "array", "map"):
+        return _checked_primitive(kind, schema.get("logicalType"))
     if kind == "record":
         inner = seen | {schema["name"]}
         fields = [(f["name"], _write_converter(f["type"], named, inner)) for f in schema["fields"]]

@@ -319,3 +319,38 @@ def test_a_reader_schema_with_the_writers_logical_types_decodes_with_promotions_
     fastavro.schemaless_writer(body, writer.parsed, {"n": 5, "at": at})
     assert reader.decode(body.getvalue(), writer) == {"n": 5, "at": at}
     assert reader_with_default.decode(body.getvalue(), writer) == {"n": 5, "at": at, "source": "unknown"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "refusal"),
+    [
+        ("int", 3_000_000_000, "outside the range of Avro's int"),
+        ("int", -(2**31) - 1, "outside the range of Avro's int"),
+        ("float", 1e300, "outside the range of Avro's float"),
+        (MILLIS, datetime.datetime(2024, 1, 1), "TIMESTAMP_NTZ"),
+        (["null", "int"], 2**31, "outside the range of Avro's int"),
+    ],
+)
+def test_values_the_avro_encoder_would_write_wrongly_are_refused(
+    field: Any, value: Any, refusal: str
+) -> None:
+    codec = AvroCodec.of(_record("Row", ("x", field)))
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        codec.encode({"x": value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("int", 2**31 - 1),
+        ("int", -(2**31)),
+        ("float", 3.0e38),
+        ("float", float("inf")),
+        (MILLIS, datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)),
+        (["null", "int"], None),
+    ],
+)
+def test_values_within_the_avro_types_are_written(field: Any, value: Any) -> None:
+    codec = AvroCodec.of(_record("Row", ("x", field)))
+    decoded = fastavro.schemaless_reader(io.BytesIO(codec.encode({"x": value})), codec.parsed)
+    assert decoded["x"] == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value)
