@@ -43,10 +43,12 @@ class PipelineProcess:
             handle.seek(self._log_offset)
             return handle.read().decode("utf-8", "replace")
 
-    def wait_for(self, text: str, timeout_s: float = 120) -> None:
+    def wait_for(self, text: str, timeout_s: float = 120, *, new: bool = False) -> None:
+        """Until this run has printed ``text`` (``new``: printed from now on)."""
         deadline = time.monotonic() + timeout_s
+        seen = len(self.output()) if new else 0
         while time.monotonic() < deadline:
-            if text in self.output():
+            if text in self.output()[seen:]:
                 return
             if self.process is not None and self.process.poll() is not None:
                 raise SparkafkaError(

@@ -2,8 +2,15 @@
 group (and optionally the broker) at random moments, restart it, and check the read_committed output:
 every input exactly once, per-key order preserved.
 
-The random moments come from a seeded generator; the seed is printed so a failing run can be
-replayed with ``--seed``.
+Steps: the input is sent in one part more than there are kills, each over an equal share of
+``send_seconds``. Each kill waits until the pipeline it hits runs micro-batches (a restarted one
+takes seconds to start), then for a random moment while its part of the input streams in, so that
+every kill lands in a pipeline that is writing; with exactly-once, every other kill (chosen at
+random) then also waits for a write task to announce that it holds its transaction open (each does
+for ``TRANSACTION_HOLD_MS`` before its commit). After the kill the pipeline is restarted and the
+next part is sent. Whether each kill caught a transaction open (its records visible to read_uncommitted
+but not yet to read_committed) is counted and printed. The random moments come from a seeded
+generator; the seed is printed so a failing run can be replayed with ``--seed``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import Producer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -25,6 +33,11 @@ from sparkafka.harness import Cluster, Seen, Verdict, judge, last_connection_fai
 from sparkafka.pipeline_process import PipelineProcess, run_arguments
 
 MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
+# An exactly-once pipeline under test holds each write task's transaction open this long before its
+# commit (the sink's debug.pauseAt hook), and announces it: small batches commit within milliseconds,
+# so random kills alone almost never catch a transaction open.
+TRANSACTION_HOLD_MS = 400
+HOLD_ANNOUNCEMENT = "sparkafka debug pause: beforeCommit"
 
 
 @dataclass(frozen=True)
@@ -79,17 +92,22 @@ class ChaosRun:
             sql=MAP_SQL,
             trigger="500ms",
             delivery_guarantee=self.settings.delivery_guarantee,
+            sink_options=self._hold_transactions_open(),
             extra=("--restart-attempts", "20", "--restart-delay", "1s"),
         )
         return PipelineProcess(self.work_dir / "pipeline.log", args)
 
-    def _send_all(self) -> None:
-        """Send the keyed records spread over ``send_seconds``; idempotent, so a broker restart neither
-        loses nor duplicates input."""
+    def _hold_transactions_open(self) -> tuple[str, ...]:
+        if self.settings.delivery_guarantee != "exactly-once":
+            return ()
+        return ("debug.pauseAt=beforeCommit", f"debug.pauseMs={TRANSACTION_HOLD_MS}")
+
+    def _send(self, producer: Producer, numbers: range, seconds: float) -> None:
+        """Send the keyed records ``numbers`` spread over ``seconds``; idempotent, so a broker restart
+        neither loses nor duplicates input."""
         try:
-            producer = self.cluster.producer()
-            pause = self.settings.send_seconds / self.settings.records
-            for i in range(self.settings.records):
+            pause = seconds / max(len(numbers), 1)
+            for i in numbers:
                 key = f"k{i % self.settings.keys}".encode()
                 producer.produce(self.in_topic, key=key, value=str(i).encode())
                 producer.poll(0)
@@ -103,10 +121,20 @@ class ChaosRun:
         except BaseException as error:
             self.send_error = error
 
-    def run(self) -> tuple[Verdict, int]:
+    def _sending(self, producer: Producer, numbers: range, seconds: float) -> threading.Thread:
+        sender = threading.Thread(
+            target=self._send, args=(producer, numbers, seconds), name="verify-input", daemon=True
+        )
+        sender.start()
+        return sender
+
+    def run(self) -> tuple[Verdict, int, int]:
+        """The verdict, the seed, and how many kills caught a transaction open."""
         settings = self.settings
         self.console.print(f"random seed: {self.seed} (replay with --seed {self.seed})", markup=False)
-        kill_times = sorted(self.random.uniform(2, settings.send_seconds) for _ in range(settings.kills))
+        parts = _split(settings.records, settings.kills + 1)
+        part_seconds = settings.send_seconds / len(parts)
+        kills_in_transactions = 0
         progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -124,23 +152,32 @@ class ChaosRun:
             ):
                 task = progress.add_task("starting the pipeline", total=settings.records)
                 pipeline = self._pipeline().start()
-                pipeline.wait_for("batch ", 180)
-                sender = threading.Thread(target=self._send_all, name="verify-input", daemon=True)
-                started = time.monotonic()
-                sender.start()
-                for number, at in enumerate(kill_times, start=1):
-                    while time.monotonic() - started < at:
+                producer = self.cluster.producer()
+                for number, part in enumerate(parts, start=1):
+                    pipeline.wait_for("batch ", 180)  # it runs micro-batches: a kill now hits it working
+                    sender = self._sending(producer, part, part_seconds)
+                    if number > settings.kills:
+                        sender.join()
+                        break
+                    kill_at = time.monotonic() + self.random.uniform(0.3, part_seconds)
+                    inside_a_transaction = bool(self._hold_transactions_open()) and self.random.random() < 0.5
+                    while time.monotonic() < kill_at:
                         progress.update(
                             task, completed=len(committed.records), description="sending and processing"
                         )
-                        time.sleep(0.2)
+                        time.sleep(0.1)
+                    if inside_a_transaction:  # else wherever the moment falls
+                        pipeline.wait_for(HOLD_ANNOUNCEMENT, 60, new=True)
+                        time.sleep(TRANSACTION_HOLD_MS / 2000)  # the readers see its records meanwhile
                     progress.update(task, description=f"kill -9 number {number} of {settings.kills}")
+                    pending = {r.value for r in uncommitted.records} - {r.value for r in committed.records}
                     pipeline.kill_group()
+                    kills_in_transactions += bool(pending)
                     if settings.kill_broker:
                         self.cluster.restart_broker(kill=True)
                     time.sleep(self.random.uniform(0, 2))
                     pipeline = self._pipeline().start()
-                sender.join()
+                    sender.join()
                 if self.send_error is not None:
                     raise SparkafkaError(f"sending the input failed: {self.send_error}")
                 progress.update(task, description="waiting for the pipeline to catch up")
@@ -154,6 +191,11 @@ class ChaosRun:
                 progress.update(task, completed=len(committed.records))
                 pipeline.terminate()
                 pipeline = None
+                for reader in (uncommitted, committed):
+                    if reader.error is not None:
+                        raise SparkafkaError(
+                            f"the {reader.isolation_level} output reader failed: {reader.error}"
+                        )
                 if not caught_up:
                     self.console.print(
                         "the pipeline did not catch up in time; the verdict counts what arrived"
@@ -167,16 +209,22 @@ class ChaosRun:
                 uncommitted.values(),
                 reordered=reordered_keys(committed.records),
             )
-            return verdict, self.seed
+            return verdict, self.seed, kills_in_transactions
         finally:
             if pipeline is not None:
                 pipeline.kill_group()
             self.cluster.stop()
 
 
+def _split(records: int, parts: int) -> list[range]:
+    """``range(records)`` cut into ``parts`` consecutive ranges of (nearly) equal length."""
+    bounds = [records * part // parts for part in range(parts + 1)]
+    return [range(start, end) for start, end in itertools.pairwise(bounds)]
+
+
 def run_verify(console: Console, settings: VerifySettings) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="sparkafka-verify-") as work:
-        verdict, seed = ChaosRun(console, settings, Path(work)).run()
+        verdict, seed, kills_in_transactions = ChaosRun(console, settings, Path(work)).run()
     console.print(
         f"records={settings.records} kills={settings.kills} partitions={settings.partitions} "
         f"delivery-guarantee={settings.delivery_guarantee} kill-broker={settings.kill_broker} seed={seed}",
@@ -187,5 +235,11 @@ def run_verify(console: Console, settings: VerifySettings) -> Verdict:
         f"read_uncommitted duplicates={verdict.uncommitted_duplicates}",
         markup=False,
     )
+    if settings.kills:
+        console.print(
+            f"kills that caught a transaction open: {kills_in_transactions} of {settings.kills}"
+            + ("" if kills_in_transactions else " (run again with another --seed, or more --records)"),
+            markup=False,
+        )
     console.print(verdict.line(), markup=False, highlight=False, soft_wrap=True)
     return verdict

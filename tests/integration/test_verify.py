@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -36,6 +37,9 @@ def test_verify_with_pipeline_and_broker_kills_holds_exactly_once() -> None:
     assert "random seed: 7 (replay with --seed 7)" in result.stdout
     assert lines[-1].startswith("exactly-once verified: in=300 out(read_committed)=300 duplicates=0 lost=0")
     assert "reordered keys=0" in result.stdout
+    # The seed has one kill wait for a write task holding its transaction open: the proof covers it.
+    caught = re.search(r"kills that caught a transaction open: (\d) of 2", result.stdout)
+    assert caught is not None and int(caught.group(1)) >= 1, result.stdout[-3000:]
     # The broker restarts on purpose: its own clients' reconnection attempts are not printed.
     assert "|FAIL|" not in result.stdout + result.stderr, result.stderr[-3000:]
 
