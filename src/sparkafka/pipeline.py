@@ -66,6 +66,33 @@ class PipelineConfig:
                 f"output mode must be append, update or complete, got {self.output_mode!r}"
             )
 
+    def source_option_map(self) -> dict[str, str]:
+        """The source's options: the input selection, then --source-option (which may override)."""
+        selection = (
+            {"subscribePattern": self.source_pattern}
+            if self.source_pattern
+            else {"subscribe": ",".join(self.source_topics)}
+        )
+        return {"kafka.bootstrap.servers": self.bootstrap_servers, **selection, **self.source_options}
+
+    def sink_option_map(self) -> dict[str, str]:
+        """The sink's options: topic and guarantee, then --sink-option (which may override)."""
+        return {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "topic": self.sink_topic,
+            "deliveryGuarantee": self.delivery_guarantee,
+            **self.sink_options,
+        }
+
+    def validate_options(self) -> None:
+        """Parse both option maps as the connector will, so a mistake fails before Spark starts (and
+        is never taken for a failure worth a restart)."""
+        from sparkafka.sink import SinkOptions
+        from sparkafka.source import SourceOptions
+
+        SourceOptions.parse(self.source_option_map()).for_stream()
+        SinkOptions.parse(self.sink_option_map())
+
 
 def load_transform(spec: str) -> Callable[[DataFrame], DataFrame]:
     """``package.module:function`` -> the function (DataFrame -> DataFrame).
@@ -203,25 +230,13 @@ class BatchGate:
 
 
 def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | None = None) -> StreamingQuery:
-    reader = spark.readStream.format("sparkafka").option("kafka.bootstrap.servers", config.bootstrap_servers)
-    if config.source_pattern:
-        reader = reader.option("subscribePattern", config.source_pattern)
-    else:
-        reader = reader.option("subscribe", ",".join(config.source_topics))
-    for key, value in config.source_options.items():
-        reader = reader.option(key, value)
-    frame = reader.load()
+    frame = spark.readStream.format("sparkafka").options(**config.source_option_map()).load()
     if config.transform:
         frame = load_transform(config.transform)(frame)
     elif config.sql:
         frame.createOrReplaceTempView("input")
         frame = spark.sql(config.sql)
-    sink_options = {
-        "kafka.bootstrap.servers": config.bootstrap_servers,
-        "topic": config.sink_topic,
-        "deliveryGuarantee": config.delivery_guarantee,
-        **config.sink_options,
-    }
+    sink_options = config.sink_option_map()
     writer = (
         frame.writeStream.option("checkpointLocation", config.checkpoint)
         .outputMode(config.output_mode)
@@ -328,10 +343,15 @@ class Pipeline:
 
     def run(self) -> None:
         """Start, watch, restart on failure (up to ``restart_attempts`` times), stop cleanly."""
+        from pyspark.errors import PySparkException
+
         failures = 0
         while True:
             self._gate = BatchGate()
-            self._query = build_query(self.spark, self.config, self._gate)
+            try:
+                self._query = build_query(self.spark, self.config, self._gate)
+            except PySparkException as refused:  # bad SQL, an unknown column: as before, no restart
+                raise SparkafkaError(f"the pipeline's query could not start: {refused}") from None
             error = self._watch(self._query)
             if error is None:
                 return
@@ -350,7 +370,7 @@ class Pipeline:
                 self.restart_attempts,
             )
             if self._stop_requested.wait(self.restart_delay_s):
-                return
+                raise SparkafkaError(f"stopped while waiting to restart; the last run had failed: {error}")
 
     def _watch(self, query: StreamingQuery) -> str | None:
         """Block until the query fails (its error) or a stop is requested (None)."""
@@ -409,15 +429,9 @@ class Pipeline:
             time.sleep(0.1)
 
     def _fence(self, query_id: str) -> None:
-        if self.config.delivery_guarantee == "exactly-once":
-            from sparkafka.sink import SinkOptions, fence_query_transactions
+        from sparkafka.sink import EXACTLY_ONCE, SinkOptions, fence_query_transactions
 
-            options = SinkOptions.parse(
-                {
-                    "kafka.bootstrap.servers": self.config.bootstrap_servers,
-                    "topic": self.config.sink_topic,
-                    "deliveryGuarantee": "exactly-once",
-                    **self.config.sink_options,
-                }
-            )
+        # The merged options decide: --sink-option deliveryGuarantee overrides --delivery-guarantee.
+        options = SinkOptions.parse(self.config.sink_option_map())
+        if options.delivery_guarantee == EXACTLY_ONCE:
             fence_query_transactions(options, options.transactional_id_prefix or f"sparkafka-{query_id}")

@@ -22,7 +22,10 @@ def run(
     ),
     sink_topic: str = typer.Option(..., "--sink-topic", help="Topic to write."),
     sql: str = typer.Option(
-        None, "--sql", help="SELECT ... FROM input (the source's columns: key, value, topic, ...)."
+        None,
+        "--sql",
+        help="SELECT ... FROM input (the source's columns: key, value, topic, ...). Without --sql or "
+        "--transform: seed 001's map, concat('EVENT(', value, ')').",
     ),
     transform: str = typer.Option(
         None,
@@ -33,7 +36,7 @@ def run(
     checkpoint: str = typer.Option(
         ..., "--checkpoint", help="Checkpoint directory: offsets and state survive restarts here."
     ),
-    trigger: str = typer.Option("1s", "--trigger", help="Micro-batch interval, e.g. 1s, 500ms, 1 minute."),
+    trigger: str = typer.Option("1s", "--trigger", help="Micro-batch interval, e.g. 1s, 500ms, 1m."),
     delivery_guarantee: str = typer.Option(
         "exactly-once", "--delivery-guarantee", help="exactly-once, at-least-once or none."
     ),
@@ -91,6 +94,7 @@ def run(
             sink_options=parse_key_values("--sink-option", sink_option),
             output_mode=output_mode,
         )
+        config.validate_options()
         delay_s = parse_duration_ms("--restart-delay", restart_delay) / 1000
         if transform:
             load_transform(transform)  # a wrong name fails now, not after Spark has started
