@@ -262,6 +262,12 @@ def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | N
     return writer.start()
 
 
+def _last_batch_id(query: StreamingQuery) -> int:
+    """The id of the query's last completed micro-batch (-1 before the first)."""
+    progress = query.lastProgress
+    return int(progress["batchId"]) if progress else -1
+
+
 def _running_query_id(batch: DataFrame) -> str:
     """The id of the streaming query whose foreachBatch function is running (Spark sets it for the
     micro-batch's jobs, which is how the sink's write tasks know it too)."""
@@ -394,7 +400,7 @@ class Pipeline:
         1. silence Spark's and py4j's logs: what the stop cuts short is expected (an unexpected
            error is reported in step 4);
         2. foreachBatch pipelines close the :class:`BatchGate`, waiting up to a minute for the
-           write in progress; append pipelines wait while a trigger is active (bounded alike);
+           write in progress; append pipelines wait for the micro-batch in progress (bounded alike);
         3. stop the query;
         4. report its error, unless it is the refused write of step 2;
         5. exactly-once: fence the query's transactional ids, which aborts what a cut-short batch
@@ -424,8 +430,17 @@ class Pipeline:
             if not self._gate.close(STOP_WAIT_S):
                 log.warning("a micro-batch write outlasted %d s; it is cut short", STOP_WAIT_S)
             return
+        # The micro-batch running now is the one after the last completed: wait for it alone. Polling
+        # for an idle trigger instead never saw one while batches ran back to back (a backlog, a 0 s
+        # trigger), waited the whole minute, and cut a batch short all the same.
         deadline = time.monotonic() + STOP_WAIT_S
-        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        in_progress = _last_batch_id(query) + 1
+        while (
+            query.isActive
+            and query.status.get("isTriggerActive")
+            and _last_batch_id(query) < in_progress
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
 
     def _fence(self, query_id: str) -> None:
