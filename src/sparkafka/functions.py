@@ -27,8 +27,9 @@ Corrupt records (``on_error``)
                             topic, in the same exactly-once transaction as the output.
 
 A record is corrupt when its value is not null and cannot be decoded: for JSON, not JSON, not an
-object, a field whose value is not of the schema's type, or a field declared NOT NULL that is
-missing or null (Spark's own ``from_json`` returns nulls for all of these); for Avro, a body that
+object, a field whose value is not of the schema's type, or a field declared NOT NULL (at any
+depth: in nested structs, array elements, map values) that is missing or null (Spark's own
+``from_json`` returns nulls for all of these); for Avro, a body that
 ends early, has bytes left over, or holds invalid data; for Confluent's format also a missing magic
 byte or a schema id the registry does not know, or a writer schema the reader schema cannot resolve.
 A null value (a tombstone) decodes to null and is not an error. A Schema Registry that does not
@@ -49,6 +50,7 @@ built. Restart a query to pick up a newer reader schema.
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import json
 import math
@@ -260,7 +262,8 @@ def from_json(
 ) -> Column:
     """Decode a JSON object (string or binary column) into a struct of ``schema`` (StructType or DDL).
 
-    Fields declared ``NOT NULL`` must be present and non-null, else the record is corrupt. ``options``
+    Fields declared ``NOT NULL``, at any depth, must be present and non-null, else the record is
+    corrupt. ``options``
     are Spark's JSON options (``timestampFormat``, ``allowComments`` ...), except ``mode`` and
     ``columnNameOfCorruptRecord``, which ``on_error`` replaces."""
     on_error = _check_on_error(on_error)
@@ -284,6 +287,13 @@ def from_json(
     corrupt = parsed.isNull() | parsed.getField(_CORRUPT_FIELD).isNotNull()
     for name in required:
         corrupt = corrupt | parsed.getField(name).isNull()
+    nested_nulls = [
+        (f.name, violation)
+        for f in struct_schema.fields
+        if (violation := _nested_null_violation(parsed.getField(f.name), f.dataType)) is not None
+    ]
+    for _name, violation in nested_nulls:
+        corrupt = corrupt | violation
     corrupt = text.isNotNull() & corrupt
 
     # Why, in the order a person would look; evaluated only for corrupt rows (CASE WHEN is lazy).
@@ -307,6 +317,13 @@ def from_json(
             )
             for name in required
         ],
+        *[
+            F.when(
+                violation,
+                F.lit(f"field '{name}' lacks a value its schema declares NOT NULL, or holds a null there"),
+            )
+            for name, violation in nested_nulls
+        ],
         F.lit("the value does not match the schema"),
     )
     return _handle_corrupt(
@@ -319,6 +336,60 @@ def from_json(
         description=f"JSON of schema {struct_schema.simpleString()}",
         data_format="json",
     )
+
+
+def _nested_null_violation(value: Column, data_type: DataType) -> Column | None:
+    """True where a non-null ``value`` holds a null its type forbids inside it: a NOT NULL field of a
+    struct, an element of an array or a map value declared not null, at any depth. (Spark's from_json
+    makes every type nullable, so nothing else checks it.) None when the type forbids no null."""
+    if not _forbids_nulls(data_type):
+        return None
+    if isinstance(data_type, StructType):
+        checks: list[Column] = []
+        for field in data_type.fields:
+            child = value.getField(field.name)
+            if not field.nullable:
+                checks.append(child.isNull())
+            inner = _nested_null_violation(child, field.dataType)
+            if inner is not None:
+                checks.append(child.isNotNull() & inner)
+        return _any_of(value, checks)
+    if isinstance(data_type, ArrayType):
+        return _any_element_violates(value, data_type.elementType, data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return _any_element_violates(F.map_values(value), data_type.valueType, data_type.valueContainsNull)
+    return None
+
+
+def _forbids_nulls(data_type: DataType) -> bool:
+    """Whether a value of ``data_type`` may not hold a null somewhere inside."""
+    if isinstance(data_type, StructType):
+        return any(not f.nullable or _forbids_nulls(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return not data_type.containsNull or _forbids_nulls(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return not data_type.valueContainsNull or _forbids_nulls(data_type.valueType)
+    return False
+
+
+def _any_element_violates(elements: Column, element_type: DataType, contains_null: bool) -> Column | None:
+    if contains_null and not _forbids_nulls(element_type):
+        return None
+
+    def violates(element: Column) -> Column:
+        inner = _nested_null_violation(element, element_type)
+        checks = [] if contains_null else [element.isNull()]
+        if inner is not None:
+            checks.append(element.isNotNull() & inner)
+        return F.coalesce(functools.reduce(lambda a, b: a | b, checks), F.lit(False))
+
+    return elements.isNotNull() & F.exists(elements, violates)
+
+
+def _any_of(value: Column, checks: list[Column]) -> Column | None:
+    if not checks:
+        return None
+    return value.isNotNull() & F.coalesce(functools.reduce(lambda a, b: a | b, checks), F.lit(False))
 
 
 def to_json(col: ColumnOrName, options: Mapping[str, str] | None = None) -> Column:

@@ -161,6 +161,35 @@ def test_json_on_error_dead_letter(spark: SparkSession, stack: BrokerProcess, js
             }
 
 
+def test_json_not_null_holds_inside_structs_arrays_and_maps(spark: SparkSession) -> None:
+    schema = (
+        "id INT NOT NULL, o STRUCT<x: INT NOT NULL, y: STRING>, "
+        "tags ARRAY<STRUCT<k: STRING NOT NULL>>, scores MAP<STRING, STRUCT<v: INT NOT NULL>>"
+    )
+    values = [
+        '{"id": 1, "o": {"x": 1}, "tags": [{"k": "a"}, null], "scores": {"a": {"v": 2}}}',
+        '{"id": 2}',  # o, tags and scores are nullable themselves
+        '{"id": 3, "o": {"y": "no x"}}',
+        '{"id": 4, "tags": [{"k": "a"}, {"k": null}]}',
+        '{"id": 5, "scores": {"a": {"v": null}}}',
+        '{"id": 6, "o": {"x": 1, "y": null}, "tags": [], "scores": {}}',
+    ]
+    frame = spark.createDataFrame([(v,) for v in values], "value string")
+    rows = frame.select(
+        from_json("value", schema, dead_letter("dlq"), topic=None, partition=None, offset=None).alias("r")
+    ).collect()
+    errors = [None if row.r.dead_letter is None else row.r.dead_letter.error for row in rows]
+    assert errors == [
+        None,
+        None,
+        "field 'o' lacks a value its schema declares NOT NULL, or holds a null there",
+        "field 'tags' lacks a value its schema declares NOT NULL, or holds a null there",
+        "field 'scores' lacks a value its schema declares NOT NULL, or holds a null there",
+        None,
+    ]
+    assert rows[0].r.value.o.x == 1 and rows[5].r.value.o.x == 1
+
+
 def test_json_encode_round_trip(spark: SparkSession) -> None:
     frame = spark.createDataFrame([(1, "tea", 2.5)], ORDER_DDL.replace(" NOT NULL", ""))
     encoded = frame.select(to_json(F.struct("*")).alias("value"))
