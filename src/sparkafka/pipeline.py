@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import zipfile
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,6 +320,35 @@ def _flatten_offsets(encoded: Any) -> dict[str, int]:
     return {f"{t}-{p}": int(o) for t, parts in data.items() for p, o in parts.items()}
 
 
+class RestartBudget:
+    """How many failures a pipeline may restart from, as Flink's restart strategies count them:
+    ``attempts`` in the pipeline's whole life (fixed-delay), or, with ``interval_s``, at most
+    ``attempts`` within any such interval (failure-rate), so that a pipeline running for months is
+    not ended by rare failures far apart."""
+
+    def __init__(self, attempts: int, interval_s: float | None = None) -> None:
+        self.attempts = attempts
+        self.interval_s = interval_s
+        self._failed_at: deque[float] = deque()
+
+    def allows_another(self, now: float) -> bool:
+        """Count a failure at ``now`` (monotonic seconds); whether a restart is still allowed."""
+        self._failed_at.append(now)
+        if self.interval_s is not None:
+            while self._failed_at and now - self._failed_at[0] > self.interval_s:
+                self._failed_at.popleft()
+        return len(self._failed_at) <= self.attempts
+
+    @property
+    def counted(self) -> int:
+        return len(self._failed_at)
+
+    def describe(self) -> str:
+        if self.interval_s is None:
+            return f"--restart-attempts={self.attempts}"
+        return f"--restart-attempts={self.attempts} within --restart-failure-interval={self.interval_s:g}s"
+
+
 class Pipeline:
     """Runs a pipeline until stopped, restarting it from its checkpoint after failures."""
 
@@ -329,12 +359,14 @@ class Pipeline:
         *,
         restart_attempts: int = 0,
         restart_delay_s: float = 2.0,
+        restart_failure_interval_s: float | None = None,
         on_progress: Callable[[BatchProgress], None] | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
         self.restart_attempts = restart_attempts
         self.restart_delay_s = restart_delay_s
+        self.restart_failure_interval_s = restart_failure_interval_s
         self.on_progress = on_progress
         self._stop_requested = threading.Event()
         self._query: StreamingQuery | None = None
@@ -348,10 +380,10 @@ class Pipeline:
         signal.signal(signal.SIGTERM, self.request_stop)
 
     def run(self) -> None:
-        """Start, watch, restart on failure (up to ``restart_attempts`` times), stop cleanly."""
+        """Start, watch, restart on failure (as :class:`RestartBudget` allows), stop cleanly."""
         from pyspark.errors import PySparkException
 
-        failures = 0
+        budget = RestartBudget(self.restart_attempts, self.restart_failure_interval_s)
         while True:
             self._gate = BatchGate()
             try:
@@ -361,19 +393,17 @@ class Pipeline:
             error = self._watch(self._query)
             if error is None:
                 return
-            failures += 1
-            if failures > self.restart_attempts:
+            if not budget.allows_another(time.monotonic()):
                 raise SparkafkaError(
-                    f"the pipeline failed {failures} time(s), more than --restart-attempts="
-                    f"{self.restart_attempts}: {error}"
+                    f"the pipeline failed {budget.counted} time(s), more than {budget.describe()}: {error}"
                 ) from None
             log.warning(
-                "pipeline failed (%s); restarting from checkpoint %s in %.1f s (attempt %d of %d)",
+                "pipeline failed (%s); restarting from checkpoint %s in %.1f s (failure %d of %s)",
                 error,
                 self.config.checkpoint,
                 self.restart_delay_s,
-                failures,
-                self.restart_attempts,
+                budget.counted,
+                budget.describe(),
             )
             if self._stop_requested.wait(self.restart_delay_s):
                 raise SparkafkaError(f"stopped while waiting to restart; the last run had failed: {error}")

@@ -43,9 +43,10 @@ def _run(
         (("--source-option", "maxOffsetsPerTrigger=abc"), "option 'maxOffsetsPerTrigger' must be an integer"),
         (("--sink-option", "deliveryGuarantee=exactly_once"), "did you mean 'exactly-once'"),
         (("--sink-option", "kafka.transactional.id=x"), "transactionalIdPrefix"),
+        (("--restart-failure-interval", "soon"), "option '--restart-failure-interval' must be a duration"),
     ],
 )
-def test_a_connector_option_mistake_fails_before_spark_starts(
+def test_an_option_mistake_fails_before_spark_starts(
     broker: BrokerProcess, tmp_path: Path, option: tuple[str, str], message: str
 ) -> None:
     done, seconds = _run(broker, tmp_path, *option)

@@ -41,9 +41,18 @@ def run(
         "exactly-once", "--delivery-guarantee", help="exactly-once, at-least-once or none."
     ),
     restart_attempts: int = typer.Option(
-        0, "--restart-attempts", min=0, help="Restarts from the checkpoint after a failure."
+        0,
+        "--restart-attempts",
+        min=0,
+        help="Restarts from the checkpoint after failures: this many in the pipeline's life (Flink's "
+        "fixed-delay), or within --restart-failure-interval (Flink's failure-rate).",
     ),
     restart_delay: str = typer.Option("2s", "--restart-delay", help="Wait before each restart."),
+    restart_failure_interval: str = typer.Option(
+        None,
+        "--restart-failure-interval",
+        help="Count only the failures of the last interval, e.g. 10m, against --restart-attempts.",
+    ),
     source_option: list[str] = typer.Option(
         [], "--source-option", help="KEY=VALUE for the source (repeatable), e.g. maxOffsetsPerTrigger=1000."
     ),
@@ -96,6 +105,11 @@ def run(
         )
         config.validate_options()
         delay_s = parse_duration_ms("--restart-delay", restart_delay) / 1000
+        failure_interval_s = (
+            None
+            if restart_failure_interval is None
+            else parse_duration_ms("--restart-failure-interval", restart_failure_interval) / 1000
+        )
         if transform:
             load_transform(transform)  # a wrong name fails now, not after Spark has started
     except SparkafkaError as error:
@@ -111,7 +125,12 @@ def run(
 
     spark = spark_session("sparkafka-run", master=master)
     pipeline = Pipeline(
-        spark, config, restart_attempts=restart_attempts, restart_delay_s=delay_s, on_progress=report
+        spark,
+        config,
+        restart_attempts=restart_attempts,
+        restart_delay_s=delay_s,
+        restart_failure_interval_s=failure_interval_s,
+        on_progress=report,
     )
     pipeline.install_signal_handlers()
     with tempfile.TemporaryDirectory(prefix="sparkafka-run-") as scratch:
