@@ -613,6 +613,9 @@ INITIAL_OFFSET_KEY = "sparkafka:initialOffset"
 # ... whose end offset then carries that batch's start, {FIRST_BATCH_START_PREFIX + topic:
 # {partition: offset}}, checkpointed with it (see "Starting offsets" in the module docstring).
 FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
+# Starting offsets an open transaction still holds back when a micro-batch runs for other partitions:
+# {HELD_START_PREFIX + topic: {partition: offset}} in its end offset.
+HELD_START_PREFIX = "sparkafka:heldStart:"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
 _OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
@@ -653,10 +656,38 @@ def with_first_batch_start(
     end: Mapping[str, Mapping[str, int]], start: Mapping[TopicPartitionKey, int]
 ) -> dict[str, dict[str, int]]:
     """``end`` plus the first micro-batch's ``start`` in entries of its own, sorted in."""
+    return _with_entries(end, FIRST_BATCH_START_PREFIX, start)
+
+
+def with_held_starts(
+    end: Mapping[str, Mapping[str, int]], held: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
+    """``end`` plus the starting offsets an open transaction still holds back, in entries of their
+    own, so that the next micro-batch keeps holding them rather than take them for data loss."""
+    return _with_entries(end, HELD_START_PREFIX, held)
+
+
+def held_starts(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """The held starting offsets an offset carries (:func:`with_held_starts`)."""
+    return _entries(encoded, HELD_START_PREFIX)
+
+
+def _with_entries(
+    end: Mapping[str, Mapping[str, int]], prefix: str, offsets: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
     merged = {key: dict(value) for key, value in end.items()}
-    for (topic, partition), offset in sorted(start.items()):
-        merged.setdefault(FIRST_BATCH_START_PREFIX + topic, {})[str(partition)] = int(offset)
+    for (topic, partition), offset in sorted(offsets.items()):
+        merged.setdefault(prefix + topic, {})[str(partition)] = int(offset)
     return dict(sorted(merged.items()))
+
+
+def _entries(encoded: Mapping[str, Mapping[str, int]], prefix: str) -> PartitionOffsets:
+    return {
+        (key[len(prefix) :], int(partition)): int(offset)
+        for key, by_partition in encoded.items()
+        if key.startswith(prefix)
+        for partition, offset in by_partition.items()
+    }
 
 
 def _marked_initial(offsets: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -666,13 +697,7 @@ def _marked_initial(offsets: dict[str, dict[str, int]]) -> dict[str, dict[str, i
 
 def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
     """The start a first micro-batch's end offset carries (:func:`with_first_batch_start`), or None."""
-    found = {
-        (key[len(FIRST_BATCH_START_PREFIX) :], int(partition)): int(offset)
-        for key, by_partition in end.items()
-        if key.startswith(FIRST_BATCH_START_PREFIX)
-        for partition, offset in by_partition.items()
-    }
-    return found or None
+    return _entries(end, FIRST_BATCH_START_PREFIX) or None
 
 
 def heartbeat_of(encoded: Mapping[str, Mapping[str, int]]) -> int | None:
@@ -1217,11 +1242,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 resume_at=0,
             )
         reset: list[TopicPartitionKey] = []
-        held_back = (
-            self._held_back_by_open_transactions(start_offsets, latest)
+        # Starting offsets may wait for an open transaction: all of them while the start is the
+        # query's initial one, then those a batch carried forward still unread (held_starts).
+        may_hold = (
+            set(start_offsets)
             if INITIAL_OFFSET_KEY in start
-            else set()
+            else {tp for tp, offset in held_starts(start).items() if start_offsets.get(tp) == offset}
         )
+        held_back = self._held_back_by_open_transactions(start_offsets, latest, may_hold)
         for tp, begin in start_offsets.items():
             if tp not in latest:
                 continue
@@ -1270,11 +1298,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if decode_offsets(encoded) == start_offsets and heartbeat_ms == heartbeat_of(start):
             return start  # nothing new: the engine compares the JSON text, own entries included
         if INITIAL_OFFSET_KEY in start:
-            return with_first_batch_start(encoded, start_offsets)
+            encoded = with_first_batch_start(encoded, start_offsets)
+        if held_back:
+            encoded = with_held_starts(encoded, {tp: start_offsets[tp] for tp in held_back})
         return encoded
 
     def _held_back_by_open_transactions(
-        self, start: PartitionOffsets, latest: PartitionOffsets
+        self, start: PartitionOffsets, latest: PartitionOffsets, may_hold: set[TopicPartitionKey]
     ) -> set[TopicPartitionKey]:
         """Partitions of the query's starting offsets (``start`` is marked as such) past their last
         stable offset but not past their high watermark.
@@ -1285,7 +1315,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the transaction ends. Any later start was reached by this query reading read_committed, and
         the last stable offset never moves back: below it, the log went back (topic recreated, log
         truncated), even if a new open transaction has written past the start since."""
-        below_start = [tp for tp, begin in start.items() if tp in latest and latest[tp] < begin]
+        below_start = [
+            tp for tp, begin in start.items() if tp in may_hold and tp in latest and latest[tp] < begin
+        ]
         if not below_start or not self.options.read_committed:
             self._holding = frozenset()
             return set()

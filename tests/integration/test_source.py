@@ -646,6 +646,38 @@ def test_a_start_past_the_last_stable_offset_waits_for_the_open_transaction(
         reader.stop()
 
 
+def test_a_held_starting_offset_stays_held_while_other_partitions_move_on(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Partition 0 starts past its last stable offset (an open transaction); partition 1 keeps
+    getting records. The batches partition 1 runs carry partition 0's hold forward: no data loss,
+    and partition 0 is read from its starting offset once the transaction ends."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, partitions=2)
+    produce(bootstrap, topic_name, [f"v{i}" for i in range(10)], partition=0)
+    writer = transactional_producer(bootstrap, f"{topic_name}-txn")
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    writer.produce(topic_name, value=b"open", partition=0)  # offset 10, left open
+    assert writer.flush(30) == 0
+    start_at = f'{{"{topic_name}":{{"0":11,"1":0}}}}'
+    reader = _reader(bootstrap, subscribe=topic_name, startingOffsets=start_at)
+    start = reader.initialOffset()
+    batches = []
+    for round_ in range(3):
+        produce(bootstrap, topic_name, [f"p1-{round_}"], partition=1)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert decode_offsets(end) == {(topic_name, 0): 11, (topic_name, 1): round_ + 1}
+        batches.append(reader.partitions(start, end))
+        start = end
+    assert batches == [[OffsetRange(topic_name, 1, n, n + 1)] for n in range(3)]
+    writer.commit_transaction(30)  # its marker is offset 11
+    produce(bootstrap, topic_name, ["after"], partition=0)  # offset 12
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert reader.partitions(start, end) == [OffsetRange(topic_name, 0, 11, 13)]
+    reader.stop()
+
+
 def test_a_recreated_topic_is_data_loss_even_while_a_new_transaction_reaches_past_the_start(
     broker: BrokerProcess, topic_name: str
 ) -> None:
