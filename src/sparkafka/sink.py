@@ -267,12 +267,9 @@ class CommitMarker:
     partition: int
     records: int
     time_ms: int
-    # The write's 'topic' option ("" when every row names its topic), and the run of the streaming
-    # query that wrote it (Spark's job group, a new one at every start); None in markers written
-    # before the fields existed. Tell two writes of one micro-batch that share transactional ids
-    # apart from a replay in a later run.
+    # The write's 'topic' option ("" when every row names its topic); None in markers written before
+    # the field existed. Tells two writes of one micro-batch that share transactional ids apart.
     topic: str | None = None
-    run_id: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -284,7 +281,6 @@ class CommitMarker:
                 "records": self.records,
                 "time_ms": self.time_ms,
                 "topic": self.topic,
-                "run_id": self.run_id,
             },
             separators=(",", ":"),
         ).encode()
@@ -300,7 +296,6 @@ class CommitMarker:
             int(data["records"]),
             int(data["time_ms"]),
             data.get("topic"),
-            data.get("run_id"),
         )
 
 
@@ -688,15 +683,6 @@ class SinkCommitMessage(WriterCommitMessage):
     batch_id: int | None = None
 
 
-def _task_run_id() -> str | None:
-    """The run of the streaming query this task belongs to: Spark makes each run's id the job group
-    of its micro-batches' jobs (None outside a streaming query)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return None if context is None else context.getLocalProperty("spark.jobGroup.id")
-
-
 def _task_identity() -> tuple[int, str | None, int | None]:
     from pyspark import TaskContext
 
@@ -815,19 +801,14 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def _refuse_another_writes_marker(
         self, marker: CommitMarker, transactional_id: str, batch_id: int
     ) -> None:
-        """A marker of this very micro-batch, written in this run of the query by a write to another
-        topic: two exactly-once writes of one ``foreachBatch`` call share a ``transactionalIdPrefix``.
-        Skipping would drop this write's rows without a word, so the task fails instead, naming the
-        fix. A marker of an earlier run is a replay's, whatever its topic (the query may have been
-        restarted with another output topic): skipped as usual."""
+        """A marker of this very micro-batch left by a write to another topic: two exactly-once writes
+        of one ``foreachBatch`` call share a ``transactionalIdPrefix``, or the query was restarted
+        with another output topic while this batch was replayed. A task cannot tell the two apart,
+        even by the query run (the second write of a refused batch meets the first one's marker again
+        after a restart), and skipping would drop the rows of the first case without a word: the task
+        fails instead, naming the way forward for both."""
         this_topic = self.options.topic or ""
-        if (
-            not self.batch_write
-            or marker.batch_id != batch_id
-            or marker.topic in (None, this_topic)
-            or marker.run_id is None
-            or marker.run_id != _task_run_id()
-        ):
+        if not self.batch_write or marker.batch_id != batch_id or marker.topic in (None, this_topic):
             return
 
         def described(topic: str) -> str:
@@ -837,7 +818,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             f"transactional id '{transactional_id}' already committed micro-batch {batch_id} of this query "
             f"for a write to {described(marker.topic or '')}; this write goes to {described(this_topic)}. "
             "Two exactly-once writes in one foreachBatch call need a transactionalIdPrefix each: with a "
-            "shared one the second looks like a replay of the first and would write nothing"
+            "shared one the second looks like a replay of the first and would write nothing. If instead "
+            "the query was restarted with another output topic while this batch was replayed, the "
+            f"batch's output is already in {described(marker.topic or '')}: run it once more with that "
+            "topic until this batch is done, then change the topic"
         )
 
     def _write_transaction(
@@ -874,7 +858,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 records,
                 int(time.time() * 1000),
                 self.options.topic or "",
-                _task_run_id(),
             )
             producer.produce(
                 self.options.marker_topic,

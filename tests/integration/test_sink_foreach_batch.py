@@ -112,25 +112,29 @@ def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
     assert read_all(bootstrap, output, partitions=2, isolation="read_uncommitted", timeout_s=3) == []
 
 
-def test_a_batch_replayed_by_a_later_run_with_another_topic_is_skipped_as_a_replay(
+def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_forward(
     spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
 ) -> None:
     """The first run writes micro-batch 0 and fails before Spark records it as done; the query is then
-    restarted writing to another topic. Batch 0's output is already committed, so its replay writes
-    nothing, as any replay (the marker's topic differs, but it comes from an earlier run)."""
+    restarted writing to another topic. A task cannot tell this from a second write sharing the
+    prefix (which would lose its rows if skipped): it fails, saying where the output already is.
+    Back on the first topic the replay is skipped, and the query goes on."""
     bootstrap = broker.bootstrap_servers
     frame = _input(spark, bootstrap, topic_name)
     first, second = f"{topic_name}-first", f"{topic_name}-second"
     for output in (first, second):
         create_topic(bootstrap, output, partitions=2)
     checkpoint = tmp_path / "checkpoint"
+    prefix = f"moved-{topic_name}"
 
     def write_then_fail(batch: DataFrame, _batch_id: int) -> None:
-        _write(batch, bootstrap, first, prefix=f"moved-{topic_name}")
+        _write(batch, bootstrap, first, prefix=prefix)
         raise RuntimeError("crash after the write, before the batch is committed")
 
     with pytest.raises(Exception, match="crash after the write"):
         _run(frame, write_then_fail, checkpoint)
-    _run(frame, lambda batch, _id: _write(batch, bootstrap, second, prefix=f"moved-{topic_name}"), checkpoint)
-    assert len(read_all(bootstrap, first, partitions=2, expect=ROWS)) == ROWS
+    with pytest.raises(Exception, match=f"already in topic '{first}': run it once more with that topic"):
+        _run(frame, lambda batch, _id: _write(batch, bootstrap, second, prefix=prefix), checkpoint)
+    _run(frame, lambda batch, _id: _write(batch, bootstrap, first, prefix=prefix), checkpoint)
+    assert len(read_all(bootstrap, first, partitions=2, expect=ROWS + 1, timeout_s=5)) == ROWS
     assert read_all(bootstrap, second, partitions=2, timeout_s=3) == []
