@@ -796,16 +796,30 @@ def logical_type_differences(
             return base(schema)
         return f"{base(schema)}/{kind}" + (f" (scale {scale or 0})" if kind == "decimal" else "")
 
+    def same_kind(written: Any, read: Any) -> bool:
+        """Whether Avro resolution pairs these two: named types (record, enum, fixed) by name."""
+        if base(written) != base(read):
+            return False
+        if base(written) not in ("record", "error", "enum", "fixed"):
+            return True
+        names = {read["name"], read["name"].rsplit(".", 1)[-1], *read.get("aliases", ())}
+        return written["name"] in names or written["name"].rsplit(".", 1)[-1] in names
+
     def walk(written: Any, read: Any, path: str) -> None:
         written, read = resolved(written, writer_named), resolved(read, reader_named)
         if isinstance(written, list):
             for branch in written:
                 walk(branch, read, path)
             return
+        if base(written) == "null":
+            return  # no value to convert (a null read as anything else is refused by the decoder)
         if isinstance(read, list):
             branches = [resolved(b, reader_named) for b in read]
-            same = [b for b in branches if base(b) == base(written)]
-            promoted = [b for b in branches if base(b) != "null"]
+            same = [b for b in branches if same_kind(written, b)]
+            # A promotion (int to long, ...) pairs primitives only; a named or complex type without
+            # its match is a resolution error the decoder reports.
+            primitive = base(written) not in _COMPLEX_AVRO_TYPES
+            promoted = [b for b in branches if primitive and base(b) not in ("null", *_COMPLEX_AVRO_TYPES)]
             if same or promoted:
                 walk(written, (same or promoted)[0], path)
             return

@@ -354,3 +354,14 @@ def test_values_within_the_avro_types_are_written(field: Any, value: Any) -> Non
     codec = AvroCodec.of(_record("Row", ("x", field)))
     decoded = fastavro.schemaless_reader(io.BytesIO(codec.encode({"x": value})), codec.parsed)
     assert decoded["x"] == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value)
+
+
+def test_logical_type_differences_pair_union_records_by_name_and_skip_null_branches() -> None:
+    first = _record("First", ("at", "long"))
+    second = _record("Second", ("at", MILLIS))
+    written = _record("Outer", ("choice", ["null", "long", second]), ("maybe", ["null", MILLIS]))
+    read = _record("Outer", ("choice", ["null", first, second]), ("maybe", MILLIS))
+    writer, reader = AvroCodec.of(written), AvroCodec.of(read)
+    # Second pairs with Second (same logical types), not with First; null has nothing to convert;
+    # the long branch has no record to pair with (a resolution error, not a logical type's).
+    assert logical_type_differences(writer.parsed, reader.parsed, writer.named, reader.named) == []
