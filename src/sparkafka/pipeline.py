@@ -263,10 +263,10 @@ def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | N
     return writer.start()
 
 
-def _last_batch_id(query: StreamingQuery) -> int:
-    """The id of the query's last completed micro-batch (-1 before the first)."""
+def _last_report(query: StreamingQuery) -> tuple[Any, Any] | None:
+    """Which progress report the query made last (None before the first)."""
     progress = query.lastProgress
-    return int(progress["batchId"]) if progress else -1
+    return (progress["batchId"], progress["timestamp"]) if progress else None
 
 
 def _running_query_id(batch: DataFrame) -> str:
@@ -460,15 +460,16 @@ class Pipeline:
             if not self._gate.close(STOP_WAIT_S):
                 log.warning("a micro-batch write outlasted %d s; it is cut short", STOP_WAIT_S)
             return
-        # The micro-batch running now is the one after the last completed: wait for it alone. Polling
-        # for an idle trigger instead never saw one while batches ran back to back (a backlog, a 0 s
-        # trigger), waited the whole minute, and cut a batch short all the same.
+        # Wait for the trigger running now alone: it reports its progress when it ends. Polling for an
+        # idle trigger instead never saw one while batches ran back to back (a backlog, a 0 s trigger),
+        # waited the whole minute, and cut a batch short all the same. (Batch ids would not do: an idle
+        # trigger's progress carries the id of the batch still to come.)
         deadline = time.monotonic() + STOP_WAIT_S
-        in_progress = _last_batch_id(query) + 1
+        reported = _last_report(query)
         while (
             query.isActive
             and query.status.get("isTriggerActive")
-            and _last_batch_id(query) < in_progress
+            and _last_report(query) == reported
             and time.monotonic() < deadline
         ):
             time.sleep(0.1)

@@ -45,20 +45,26 @@ class PipelineProcess:
 
     def wait_for(self, text: str, timeout_s: float = 120, *, new: bool = False) -> None:
         """Until this run has printed ``text`` (``new``: printed from now on)."""
+        if not self.printed_within(text, timeout_s, new=new):
+            raise SparkafkaError(
+                f"pipeline did not print {text!r} within {timeout_s} s:\n{self.output()[-4000:]}"
+            )
+
+    def printed_within(self, text: str, timeout_s: float, *, new: bool = False) -> bool:
+        """Whether this run prints ``text`` within ``timeout_s`` (``new``: from now on); raises if the
+        process exits first."""
         deadline = time.monotonic() + timeout_s
         seen = len(self.output()) if new else 0
         while time.monotonic() < deadline:
             if text in self.output()[seen:]:
-                return
+                return True
             if self.process is not None and self.process.poll() is not None:
                 raise SparkafkaError(
                     f"pipeline exited ({self.process.returncode}) before printing {text!r}:\n"
                     f"{self.output()[-4000:]}"
                 )
             time.sleep(0.2)
-        raise SparkafkaError(
-            f"pipeline did not print {text!r} within {timeout_s} s:\n{self.output()[-4000:]}"
-        )
+        return False
 
     def kill_group(self) -> None:
         """SIGKILL the whole process group: nothing is flushed, closed or aborted."""
