@@ -919,6 +919,11 @@ class OffsetResolver:
     def latest(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
         return self.admin.latest_offsets(partitions, read_committed=self.options.read_committed)
 
+    def high_watermarks(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
+        """End offsets past any open transaction, whatever the isolation level: what :meth:`latest`
+        gives with read_committed falls short of them while a transaction is open."""
+        return self.admin.latest_offsets(partitions, read_committed=False)
+
     def resolve(
         self,
         boundary: OffsetBoundary,
@@ -1062,7 +1067,7 @@ class OffsetResolver:
             # As Spark's source, a start past the end is data loss (the log went back), not a
             # mistake in the option; but with read_committed an open transaction can hold the last
             # stable offset below records that exist: the query waits for them there.
-            if self.options.read_committed and offset <= self._high_watermark(tp):
+            if self.options.read_committed and offset <= self.high_watermarks([tp]).get(tp, -1):
                 return offset
             return report_data_loss(
                 self.options,
@@ -1078,9 +1083,6 @@ class OffsetResolver:
                 resume_at=log_start,
             )
         return offset
-
-    def _high_watermark(self, tp: TopicPartitionKey) -> int:
-        return self.admin.latest_offsets([tp], read_committed=False).get(tp, -1)
 
 
 DATA_LOSS_CAUSE = (
@@ -1321,7 +1323,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not below_start or not self.options.read_committed:
             self._holding = frozenset()
             return set()
-        high_watermarks = self.resolver.admin.latest_offsets(below_start, read_committed=False)
+        high_watermarks = self.resolver.high_watermarks(below_start)
         held = frozenset(tp for tp in below_start if high_watermarks.get(tp, -1) >= start[tp])
         if held and held != self._holding:
             logger.info(
@@ -1371,7 +1373,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if (now - quiet_since) * 1000 < interval_ms:
             return False
         if self.options.read_committed and partitions:
-            high_watermarks = self.resolver.admin.latest_offsets(partitions, read_committed=False)
+            high_watermarks = self.resolver.high_watermarks(partitions)
             held_back = sorted(tp for tp, high in high_watermarks.items() if high > latest.get(tp, high))
             if held_back:
                 logger.debug(
