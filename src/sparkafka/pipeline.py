@@ -25,6 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
+from sparkafka.sink import (
+    EXACTLY_ONCE,
+    SinkOptions,
+    default_transactional_id_prefix,
+    fence_query_transactions,
+)
+from sparkafka.source import SourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,9 +95,6 @@ class PipelineConfig:
     def validate_options(self) -> None:
         """Parse both option maps as the connector will, so a mistake fails before Spark starts (and
         is never taken for a failure worth a restart)."""
-        from sparkafka.sink import SinkOptions
-        from sparkafka.source import SourceOptions
-
         SourceOptions.parse(self.source_option_map()).for_stream()
         SinkOptions.parse(self.sink_option_map())
 
@@ -238,6 +242,9 @@ def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | N
         frame.createOrReplaceTempView("input")
         frame = spark.sql(config.sql)
     sink_options = config.sink_option_map()
+    # The one write per micro-batch of update/complete mode keeps the streaming sink's default
+    # transactional ids, which _fence also uses (a df.write must name its prefix).
+    keeps_default_ids = SinkOptions.parse(sink_options).transactional_id_prefix is None
     writer = (
         frame.writeStream.option("checkpointLocation", config.checkpoint)
         .outputMode(config.output_mode)
@@ -248,12 +255,11 @@ def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | N
     else:
         # Python streaming sinks take append mode only; update/complete output goes through
         # foreachBatch, whose write tasks still know the query and batch ids, so the sink's
-        # exactly-once protocol applies unchanged. Its one write per micro-batch keeps the streaming
-        # sink's transactional ids, which _fence also uses (a df.write must name its prefix).
+        # exactly-once protocol applies unchanged.
         def write_batch(batch: DataFrame, batch_id: int) -> None:
             options = dict(sink_options)
-            if not any(key.lower() == "transactionalidprefix" for key in options):
-                options["transactionalIdPrefix"] = f"sparkafka-{_running_query_id(batch)}"
+            if keeps_default_ids:
+                options["transactionalIdPrefix"] = default_transactional_id_prefix(_running_query_id(batch))
             with gate.writing() if gate is not None else contextlib.nullcontext():
                 batch.write.format("sparkafka").options(**options).mode("append").save()
 
@@ -475,9 +481,8 @@ class Pipeline:
             time.sleep(0.1)
 
     def _fence(self, query_id: str) -> None:
-        from sparkafka.sink import EXACTLY_ONCE, SinkOptions, fence_query_transactions
-
         # The merged options decide: --sink-option deliveryGuarantee overrides --delivery-guarantee.
         options = SinkOptions.parse(self.config.sink_option_map())
         if options.delivery_guarantee == EXACTLY_ONCE:
-            fence_query_transactions(options, options.transactional_id_prefix or f"sparkafka-{query_id}")
+            prefix = options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+            fence_query_transactions(options, prefix)

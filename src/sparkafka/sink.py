@@ -757,7 +757,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 "deliveryGuarantee=exactly-once needs a streaming query: writeStream, or df.write inside "
                 "foreachBatch; for a plain batch write use at-least-once"
             )
-        prefix = self.options.transactional_id_prefix or f"sparkafka-{query_id}"
+        prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
         transactional_id = f"{prefix}-{partition}"
         # The producer comes first, before any row is awaited: Spark keeps computing and sending this
         # task's rows while the producer initialises and reads the marker. Even a task without rows
@@ -814,13 +814,14 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         def described(topic: str) -> str:
             return f"topic '{topic}'" if topic else "the topics its rows name"
 
+        written_to = described(marker.topic or "")
         raise SparkafkaError(
             f"transactional id '{transactional_id}' already committed micro-batch {batch_id} of this query "
-            f"for a write to {described(marker.topic or '')}; this write goes to {described(this_topic)}. "
+            f"for a write to {written_to}; this write goes to {described(this_topic)}. "
             "Two exactly-once writes in one foreachBatch call need a transactionalIdPrefix each: with a "
             "shared one the second looks like a replay of the first and would write nothing. If instead "
             "the query was restarted with another output topic while this batch was replayed, the "
-            f"batch's output is already in {described(marker.topic or '')}: run it once more with that "
+            f"batch's output is already in {written_to}: run it once more with that "
             "topic until this batch is done, then change the topic"
         )
 
@@ -1101,6 +1102,11 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._writer.abort(messages, _reported_batch_id(messages))
+
+
+def default_transactional_id_prefix(query_id: str) -> str:
+    """The prefix of a streaming write's transactional ids when ``transactionalIdPrefix`` is not set."""
+    return f"sparkafka-{query_id}"
 
 
 def require_batch_write_prefix(options: SinkOptions) -> None:
