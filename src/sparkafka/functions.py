@@ -29,8 +29,8 @@ Corrupt records (``on_error``)
 A record is corrupt when its value is not null and cannot be decoded: for JSON, not JSON, not an
 object, a field whose value is not of the schema's type, or a field declared NOT NULL (at any
 depth: in nested structs, array elements, map values) that is missing or null (Spark's own
-``from_json`` returns nulls for all of these); for Avro, a body that
-ends early, has bytes left over, or holds invalid data; for Confluent's format also a missing magic
+``from_json`` returns nulls for all of these); for Avro, a body that ends early, has bytes left
+over, or holds invalid data; for Confluent's format also a missing magic
 byte or a schema id the registry does not know, or a writer schema the reader schema cannot resolve.
 A null value (a tombstone) decodes to null and is not an error. A Schema Registry that does not
 answer is not a corrupt record: the task fails (and Spark retries it) rather than dead-lettering
@@ -263,9 +263,8 @@ def from_json(
     """Decode a JSON object (string or binary column) into a struct of ``schema`` (StructType or DDL).
 
     Fields declared ``NOT NULL``, at any depth, must be present and non-null, else the record is
-    corrupt. ``options``
-    are Spark's JSON options (``timestampFormat``, ``allowComments`` ...), except ``mode`` and
-    ``columnNameOfCorruptRecord``, which ``on_error`` replaces."""
+    corrupt. ``options`` are Spark's JSON options (``timestampFormat``, ``allowComments`` ...),
+    except ``mode`` and ``columnNameOfCorruptRecord``, which ``on_error`` replaces."""
     on_error = _check_on_error(on_error)
     struct_schema = _struct_schema(schema)
     json_options = dict(options or {})
@@ -381,15 +380,18 @@ def _any_element_violates(elements: Column, element_type: DataType, contains_nul
         checks = [] if contains_null else [element.isNull()]
         if inner is not None:
             checks.append(element.isNotNull() & inner)
-        return F.coalesce(functools.reduce(lambda a, b: a | b, checks), F.lit(False))
+        return _either(checks)
 
     return elements.isNotNull() & F.exists(elements, violates)
 
 
 def _any_of(value: Column, checks: list[Column]) -> Column | None:
-    if not checks:
-        return None
-    return value.isNotNull() & F.coalesce(functools.reduce(lambda a, b: a | b, checks), F.lit(False))
+    return None if not checks else value.isNotNull() & _either(checks)
+
+
+def _either(checks: list[Column]) -> Column:
+    """True where any check is, false (not null) elsewhere."""
+    return F.coalesce(functools.reduce(lambda a, b: a | b, checks), F.lit(False))
 
 
 def to_json(col: ColumnOrName, options: Mapping[str, str] | None = None) -> Column:
