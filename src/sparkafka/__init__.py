@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 log_fallback.install()
 
-__all__ = ["__version__", "format_known", "register"]
+__all__ = ["__version__", "format_known", "pin_write_partitioning", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -24,11 +24,27 @@ def register(spark: SparkSession) -> None:
     (see :mod:`pyspark_sparkafka`); this call makes a session independent of that lookup, which runs
     only where Spark's driver-side Python has sparkafka installed. A format found by the lookup is left
     as it is: registering it again would have Spark log that a statically registered data source was
-    replaced. Imported lazily so that the command line tools do not pay for importing PySpark."""
+    replaced. Imported lazily so that the command line tools do not pay for importing PySpark.
+
+    It also turns adaptive execution off for stateless streaming plans
+    (:func:`pin_write_partitioning`), which the exactly-once sink needs."""
     from sparkafka.datasource import KafkaDataSource
 
+    pin_write_partitioning(spark)
     if not format_known(spark, KafkaDataSource.name()):
         spark.dataSource.register(KafkaDataSource)
+
+
+def pin_write_partitioning(spark: SparkSession) -> None:
+    """Turn adaptive query execution off for the session's stateless streaming plans.
+
+    With it on (Spark's default since 4.1) Spark sizes a micro-batch's shuffle partitions by the
+    data and the cores present when the batch runs, so a batch replayed after a crash can reach the
+    sink split otherwise than when it was first written; the exactly-once sink refuses to write
+    then. Stateful streaming plans never use adaptive execution, and batch queries keep it."""
+    from sparkafka.replay import ADAPTIVE_STATELESS_STREAMING
+
+    spark.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
 
 
 def format_known(spark: SparkSession, name: str) -> bool:

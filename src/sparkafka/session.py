@@ -70,6 +70,10 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.daemon.module", "sparkafka.worker_daemon")
         .config("spark.sql.shuffle.partitions", os.environ.get("SPARKAFKA_SHUFFLE_PARTITIONS", "4"))
+        # The exactly-once sink's df.write inside foreachBatch (update and complete mode) writes
+        # through a batch plan, which adaptive execution could split otherwise when a micro-batch is
+        # replayed; register() below turns it off for stateless streaming plans.
+        .config("spark.sql.adaptive.enabled", "false")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

@@ -65,6 +65,18 @@ from sparkafka.kafka_admin import (
     waits_until_refused,
 )
 from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
+from sparkafka.replay import (
+    ADAPTIVE_ENABLED,
+    ADAPTIVE_STATELESS_STREAMING,
+    ADOPT_OPTION,
+    Action,
+    ReplayRefused,
+    TaskView,
+    adaptive_execution_refusal,
+    beyond_refusal,
+    decide,
+    partitions_beyond,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +98,11 @@ SINK_OPTIONS = (
         "df.write in foreachBatch must set one of its own)",
     ),
     OptionSpec("commitMarkerTopic", f"compacted topic of commit markers (default {DEFAULT_MARKER_TOPIC})"),
+    OptionSpec(
+        ADOPT_OPTION,
+        "the query id whose transactional ids this query takes over (it replaces that query, whose "
+        "checkpoint is gone); without it ids registered by another query are refused",
+    ),
     OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
     OptionSpec("checkpointLocation"),
     OptionSpec("path"),
@@ -120,6 +137,7 @@ class SinkOptions:
     marker_topic: str
     transaction_timeout_ms: int
     operation_timeout_s: float
+    adopted_query: str | None = None
     pause_at: str | None = None
     pause_s: float = 0.0
     pause_partitions: frozenset[int] | None = None
@@ -161,6 +179,7 @@ class SinkOptions:
             marker_topic=reader.string("commitMarkerTopic", DEFAULT_MARKER_TOPIC) or DEFAULT_MARKER_TOPIC,
             transaction_timeout_ms=timeout_ms,
             operation_timeout_s=reader.duration_ms("operationTimeoutMs", "60s") / 1000,
+            adopted_query=reader.string(ADOPT_OPTION) or None,
             pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
             pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
             pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
@@ -448,6 +467,12 @@ class _CachedProducer:
     # The client's latest error events: why it cannot reach the cluster (a refused login, a refused
     # connection), which a timed-out call does not say. Bounded: a producer may live for days.
     client_errors: deque[KafkaError] = field(default_factory=lambda: deque(maxlen=_CLIENT_ERRORS_KEPT))
+    # The query run whose first write of this id read the markers below (see _transactional_producer).
+    query_id: str | None = None
+    run_id: str | None = None
+    registered_query: str | None = None
+    # Markers of this query under other prefixes, as read at that first write (streaming writes only).
+    other_prefix_markers: tuple[CommitMarker, ...] = ()
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -532,13 +557,27 @@ def transaction_timeout_error(options: SinkOptions) -> SparkafkaError:
 
 
 def _transactional_producer(
-    options: SinkOptions, transactional_id: str, query_id: str, partition: int
+    options: SinkOptions, identity: _TaskIdentity, transactional_id: str, *, other_prefixes: bool
 ) -> _CachedProducer:
+    """The producer of ``transactional_id`` for this task, with what the id committed.
+
+    Steps:
+    1. A cached producer this worker initialised last is reused. Within one query run it is up to
+       date (``fresh`` False); at the id's first write of a run — a restart, possibly in the same
+       application, where the first batch may be a replay — its markers are read again (step 3).
+    2. Otherwise a new producer initialises the id, which aborts and fences whatever an earlier
+       attempt left open.
+    3. Read, with read_committed, the id's latest marker and registration, and (``other_prefixes``)
+       the markers of this query under other prefixes; register the id when it has no registration,
+       or when this write adopts it from the query its registration names."""
     key = _cache_key(options, transactional_id)
     with _producers_lock:
         cached = _producers.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
-        cached.fresh = False
+        if cached.run_id == identity.run_id and cached.query_id == identity.query_id:
+            cached.fresh = False
+            return cached
+        _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
         return cached
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
@@ -559,15 +598,50 @@ def _transactional_producer(
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
-    registration_key = f"{_REGISTRATION_KEY_PREFIX}{transactional_id}"
-    found = read_marker_partition(options, want={transactional_id, registration_key})
-    if transactional_id in found:
-        cached.marker = CommitMarker.decode(found[transactional_id])
-    if registration_key not in found:
-        _register(options, producer, registration_key, query_id, partition)
+    _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
     with _producers_lock:
         _producers[key] = cached
     return cached
+
+
+def _read_committed_state(
+    options: SinkOptions, cached: _CachedProducer, identity: _TaskIdentity, *, other_prefixes: bool
+) -> None:
+    """Step 3 of :func:`_transactional_producer`."""
+    transactional_id, query_id = cached.transactional_id, identity.query_id
+    assert transactional_id is not None and query_id is not None, "exactly-once writes only"
+    registration_key = f"{_REGISTRATION_KEY_PREFIX}{transactional_id}"
+    if other_prefixes:
+        found = read_marker_partition(options)
+        own_prefix = transactional_id[: -len(f"-{identity.partition}")]
+        needle = f'"query_id":{json.dumps(query_id)}'.encode()
+        cached.other_prefix_markers = tuple(
+            marker
+            for key, value in found.items()
+            if not key.startswith((_REGISTRATION_KEY_PREFIX, f"{own_prefix}-"))
+            and needle in value
+            and (marker := CommitMarker.decode(value)).query_id == query_id
+        )
+    else:
+        found = read_marker_partition(options, want={transactional_id, registration_key})
+        cached.other_prefix_markers = ()
+    cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
+    registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
+    if registered is None or (registered != query_id and registered == options.adopted_query):
+        if registered is not None:
+            log.warning(
+                "%s: adopting transactional id %s from query %s (option %s)",
+                query_id,
+                transactional_id,
+                registered,
+                ADOPT_OPTION,
+            )
+        _register(options, cached.producer, registration_key, query_id, identity.partition)
+        registered = query_id
+    cached.registered_query = registered
+    cached.query_id = query_id
+    cached.run_id = identity.run_id
+    cached.fresh = True
 
 
 def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:
@@ -601,10 +675,13 @@ def _plain_producer(options: SinkOptions) -> _CachedProducer:
     return cached
 
 
-def registered_transactional_ids(options: SinkOptions, prefix: str) -> dict[int, str]:
-    """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration."""
+def registered_transactional_ids(
+    options: SinkOptions, prefix: str, markers: Mapping[str, bytes] | None = None
+) -> dict[int, str]:
+    """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration
+    (in ``markers``, the marker partition's latest values, read when not given)."""
     found: dict[int, str] = {}
-    for key in read_marker_partition(options):
+    for key in read_marker_partition(options) if markers is None else markers:
         if key.startswith(f"{_REGISTRATION_KEY_PREFIX}{prefix}-"):
             transactional_id = key[len(_REGISTRATION_KEY_PREFIX) :]
             suffix = transactional_id[len(prefix) + 1 :]
@@ -613,11 +690,17 @@ def registered_transactional_ids(options: SinkOptions, prefix: str) -> dict[int,
     return found
 
 
-def fence_query_transactions(options: SinkOptions, prefix: str, *, from_partition: int = 0) -> list[str]:
+def fence_query_transactions(
+    options: SinkOptions,
+    prefix: str,
+    *,
+    from_partition: int = 0,
+    markers: Mapping[str, bytes] | None = None,
+) -> list[str]:
     """Initialise every registered id ``{prefix}-{n}`` with n >= ``from_partition`` once, aborting any
     transaction it left open. Returns the ids fenced."""
     fenced = []
-    for partition, transactional_id in sorted(registered_transactional_ids(options, prefix).items()):
+    for partition, transactional_id in sorted(registered_transactional_ids(options, prefix, markers).items()):
         if partition >= from_partition:
             log.info("fencing %s (aborts a transaction it left open)", transactional_id)
             fence_transactional_id(options, transactional_id)
@@ -683,15 +766,38 @@ class SinkCommitMessage(WriterCommitMessage):
     batch_id: int | None = None
 
 
-def _task_identity() -> tuple[int, str | None, int | None]:
+@dataclass(frozen=True)
+class _TaskIdentity:
+    """Who a write task is, from Spark's TaskContext: its write partition, the streaming query, run
+    and micro-batch it belongs to (None outside a streaming query), and the Spark SQL settings its
+    session set explicitly, which Spark hands to every task of the job."""
+
+    partition: int
+    query_id: str | None
+    batch_id: int | None
+    run_id: str | None
+    properties: Mapping[str, str | None]
+
+
+# Settings of the job a write task reads from its TaskContext.
+_TASK_SETTINGS = (ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING)
+
+
+def _task_identity() -> _TaskIdentity:
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
         raise SparkafkaError("the sparkafka sink's write() must run inside a Spark task")
-    query_id = context.getLocalProperty("sql.streaming.queryId")
     batch = context.getLocalProperty("streaming.sql.batchId")
-    return context.partitionId(), query_id, int(batch) if batch is not None else None
+    return _TaskIdentity(
+        partition=context.partitionId(),
+        query_id=context.getLocalProperty("sql.streaming.queryId"),
+        batch_id=int(batch) if batch is not None else None,
+        # A streaming query runs its jobs in a job group named by its run id (StreamExecution).
+        run_id=context.getLocalProperty("spark.jobGroup.id"),
+        properties={key: context.getLocalProperty(key) for key in _TASK_SETTINGS},
+    )
 
 
 class _RowEncoder:
@@ -746,7 +852,17 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     # -- executor side ----------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        partition, query_id, batch_id = _task_identity()
+        """One write task. Exactly-once steps (the protocol in the module docstring):
+
+        1. Refuse while adaptive execution could split a replayed batch otherwise
+           (:func:`~sparkafka.replay.adaptive_execution_refusal`).
+        2. The producer of ``{prefix}-{partition}`` and what the id committed, read at the id's first
+           write of the query run (:func:`_transactional_producer`).
+        3. :func:`~sparkafka.replay.decide`: skip a replay whose output this id committed (same
+           query, same batch, same row count), refuse where neither writing nor skipping is safe.
+        4. Write the rows and the marker in one transaction; no rows, no transaction."""
+        identity = _task_identity()
+        partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
         batches = (b for b in iterator if b.num_rows)
         if self.options.delivery_guarantee != EXACTLY_ONCE:
             first = next(batches, None)
@@ -757,32 +873,35 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 "deliveryGuarantee=exactly-once needs a streaming query: writeStream, or df.write inside "
                 "foreachBatch; for a plain batch write use at-least-once"
             )
+        refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
+        if refusal is not None:
+            raise ReplayRefused(refusal)
         prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
         transactional_id = f"{prefix}-{partition}"
         # The producer comes first, before any row is awaited: Spark keeps computing and sending this
         # task's rows while the producer initialises and reads the marker. Even a task without rows
         # needs it: on a fresh worker initialising the id aborts its leftover transaction from a
         # crash now, not at the broker's timeout. No transaction is open while rows are awaited.
-        cached = _transactional_producer(self.options, transactional_id, query_id, partition)
-        first = next(batches, None)
-        if first is None:  # no rows, no transaction
-            return SinkCommitMessage(
-                partition, transactional_id, 0, False, cached.fresh, prefix, query_id, batch_id
-            )
+        cached = _transactional_producer(
+            self.options, identity, transactional_id, other_prefixes=not self.batch_write
+        )
         fresh = cached.fresh
-        marker = cached.marker
-        if marker is not None and marker.query_id != query_id:
-            log.warning(
-                "transactional id %s last committed batch %d of another query (%s); this query (%s) does not "
-                "skip any batch because of it. A fixed transactionalIdPrefix shared by two queries, or a "
-                "deleted checkpoint, leads here",
-                transactional_id,
-                marker.batch_id,
-                marker.query_id,
-                query_id,
-            )
-        elif marker is not None and batch_id <= marker.batch_id:
-            self._refuse_another_writes_marker(marker, transactional_id, batch_id)
+        view = TaskView(
+            query_id=query_id,
+            batch_id=batch_id,
+            partition=partition,
+            transactional_id=transactional_id,
+            topic=self.options.topic or "",
+            batch_write=self.batch_write,
+            own_marker=cached.marker,
+            registered_query=cached.registered_query,
+            adopted_query=self.options.adopted_query,
+            other_prefix_markers=cached.other_prefix_markers,
+        )
+        first = next(batches, None)
+        if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
+            marker = cached.marker
+            assert marker is not None
             log.info(
                 "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
                 batch_id,
@@ -791,38 +910,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 marker.batch_id,
             )
             return SinkCommitMessage(partition, transactional_id, 0, True, fresh, prefix, query_id, batch_id)
+        if first is None:  # no rows, no transaction
+            return SinkCommitMessage(
+                partition, transactional_id, 0, False, fresh, prefix, query_id, batch_id
+            )
         records = self._write_transaction(
             cached, transactional_id, query_id, batch_id, partition, first, batches
         )
         return SinkCommitMessage(
             partition, transactional_id, records, False, fresh, prefix, query_id, batch_id
-        )
-
-    def _refuse_another_writes_marker(
-        self, marker: CommitMarker, transactional_id: str, batch_id: int
-    ) -> None:
-        """A marker of this very micro-batch left by a write to another topic: two exactly-once writes
-        of one ``foreachBatch`` call share a ``transactionalIdPrefix``, or the query was restarted
-        with another output topic while this batch was replayed. A task cannot tell the two apart,
-        even by the query run (the second write of a refused batch meets the first one's marker again
-        after a restart), and skipping would drop the rows of the first case without a word: the task
-        fails instead, naming the way forward for both."""
-        this_topic = self.options.topic or ""
-        if not self.batch_write or marker.batch_id != batch_id or marker.topic in (None, this_topic):
-            return
-
-        def described(topic: str) -> str:
-            return f"topic '{topic}'" if topic else "the topics its rows name"
-
-        written_to = described(marker.topic or "")
-        raise SparkafkaError(
-            f"transactional id '{transactional_id}' already committed micro-batch {batch_id} of this query "
-            f"for a write to {written_to}; this write goes to {described(this_topic)}. "
-            "Two exactly-once writes in one foreachBatch call need a transactionalIdPrefix each: with a "
-            "shared one the second looks like a replay of the first and would write nothing. If instead "
-            "the query was restarted with another output topic while this batch was replayed, the "
-            f"batch's output is already in {written_to}: run it once more with that "
-            "topic until this batch is done, then change the topic"
         )
 
     def _write_transaction(
@@ -1015,11 +1111,32 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             skipped,
         )
         if self.options.delivery_guarantee == EXACTLY_ONCE and any(r.fresh_producer for r in reports):
-            prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
-            if prefix is not None:
-                # After a restart with fewer write partitions, abort what the vanished ids left open.
-                fence_query_transactions(self.options, prefix, from_partition=len(messages))
+            self._check_first_batch_of_run(reports, batchId)
         self.options.pause("driverCommit", partition=None, batch_id=batchId)
+
+    def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
+        """At the first batch of a query run (a restart, when the batch may be a replay):
+
+        1. fence the registered ids of write partitions this batch does not have (a restart with
+           fewer partitions), aborting what they left open;
+        2. fail the batch if any of them committed this very batch: the replay was split otherwise
+           than the first run, and the tasks, which cannot know the batch's number of partitions,
+           could not tell (:func:`~sparkafka.replay.partitions_beyond`)."""
+        prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
+        query_id = next((r.query_id for r in reports if r.query_id), None)
+        if prefix is None or query_id is None:
+            return
+        found = read_marker_partition(self.options)
+        fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
+        beyond = partitions_beyond(
+            (CommitMarker.decode(value) for key, value in found.items() if key.startswith(f"{prefix}-")),
+            query_id=query_id,
+            batch_id=batch_id,
+            prefix=prefix,
+            partitions=len(reports),
+        )
+        if beyond:
+            raise beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.delivery_guarantee != EXACTLY_ONCE:
@@ -1069,6 +1186,11 @@ def _produce_when_queue_has_room(
             return
         except BufferError:
             continue
+
+
+def _count_rows(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> int:
+    """The task's rows, counted (and consumed) without writing them: a replay being checked."""
+    return 0 if first is None else first.num_rows + sum(batch.num_rows for batch in rest)
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

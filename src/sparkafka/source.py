@@ -316,6 +316,10 @@ class SourceOptions:
     def bootstrap_servers(self) -> str:
         return self.client_config["bootstrap.servers"]
 
+    @property
+    def split(self) -> Split:
+        return Split(self.min_partitions, self.max_records_per_partition)
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate the options common to streaming and batch reads (Spark's validateGeneralOptions)."""
@@ -616,6 +620,10 @@ FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
 # Starting offsets an open transaction still holds back when a micro-batch runs for other partitions:
 # {HELD_START_PREFIX + topic: {partition: offset}} in its end offset.
 HELD_START_PREFIX = "sparkafka:heldStart:"
+# How a micro-batch's offset ranges are split into input partitions, recorded in its end offset so
+# that a replay splits them as the first run did: {SPLIT_KEY: {"minPartitions": n,
+# "maxRecordsPerPartition": n}}, 0 where the option is not set.
+SPLIT_KEY = "sparkafka:split"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
 _OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
@@ -693,6 +701,41 @@ def _entries(encoded: Mapping[str, Mapping[str, int]], prefix: str) -> Partition
 def _marked_initial(offsets: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Resolved starting offsets, marked as such for :meth:`KafkaStreamReader.latestOffset`."""
     return dict(sorted({**offsets, INITIAL_OFFSET_KEY: {"0": 0}}.items()))
+
+
+@dataclass(frozen=True)
+class Split:
+    """The source options that split a micro-batch's offset ranges into Spark input partitions."""
+
+    min_partitions: int | None
+    max_records_per_partition: int | None
+
+    def encode(self) -> dict[str, int]:
+        return {
+            "maxRecordsPerPartition": self.max_records_per_partition or 0,
+            "minPartitions": self.min_partitions or 0,
+        }
+
+    @classmethod
+    def decode(cls, entry: Mapping[str, int]) -> Split:
+        return cls(
+            min_partitions=int(entry.get("minPartitions", 0)) or None,
+            max_records_per_partition=int(entry.get("maxRecordsPerPartition", 0)) or None,
+        )
+
+
+def with_split(end: Mapping[str, Mapping[str, int]], split: Split) -> dict[str, dict[str, int]]:
+    """``end`` plus how its micro-batch is split (:data:`SPLIT_KEY`), sorted in."""
+    merged = {key: dict(value) for key, value in end.items()}
+    merged[SPLIT_KEY] = split.encode()
+    return dict(sorted(merged.items()))
+
+
+def recorded_split(end: Mapping[str, Mapping[str, int]]) -> Split | None:
+    """The split an end offset recorded (:func:`with_split`); None in offsets checkpointed before
+    sparkafka recorded it."""
+    entry = end.get(SPLIT_KEY)
+    return None if entry is None else Split.decode(entry)
 
 
 def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
@@ -1303,7 +1346,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             encoded = with_first_batch_start(encoded, start_offsets)
         if held_back:
             encoded = with_held_starts(encoded, {tp: start_offsets[tp] for tp in held_back})
-        return encoded
+        return with_split(encoded, self.options.split)
 
     def _held_back_by_open_transactions(
         self, start: PartitionOffsets, latest: PartitionOffsets, may_hold: set[TopicPartitionKey]
@@ -1435,15 +1478,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> Sequence[InputPartition]:
         """The offset ranges between ``start`` and ``end`` and, when ``end`` carries a new idle
-        heartbeat, one :class:`HeartbeatPartition`. Depends only on the two offsets (invariant 1)."""
+        heartbeat, one :class:`HeartbeatPartition`. Depends only on the two offsets (invariant 1):
+        the split options the batch was planned with are recorded in ``end`` and win over the
+        current ones, which apply from the next batch on."""
         # A first micro-batch replayed after a crash gets a start resolved anew, which may differ
         # (retention moved the earliest offset); its checkpointed end knows the start it had.
         begin = first_batch_start(end)
+        split = recorded_split(end) or self.options.split
+        if split != self.options.split:
+            logger.info(
+                "planning the micro-batch ending at %s with the split it was first planned with (%s); "
+                "the current options (%s) apply from the next micro-batch",
+                encode_offsets(decode_offsets(end)),
+                split.encode(),
+                self.options.split.encode(),
+            )
         ranges: list[InputPartition] = list(
             split_offset_ranges(
                 offset_ranges(decode_offsets(start) if begin is None else begin, decode_offsets(end)),
-                min_partitions=self.options.min_partitions,
-                max_records_per_partition=self.options.max_records_per_partition,
+                min_partitions=split.min_partitions,
+                max_records_per_partition=split.max_records_per_partition,
             )
         )
         heartbeat = heartbeat_partition(start, end)

@@ -16,16 +16,21 @@ from sparkafka.errors import SparkafkaOptionError
 from sparkafka.kafka_admin import PartitionOffsets, TopicPartitionKey
 from sparkafka.source import (
     HEARTBEAT_OFFSET_KEY,
+    SPLIT_KEY,
     HeartbeatPartition,
     KafkaStreamReader,
     OffsetRange,
     SourceOptions,
+    Split,
     decode_offsets,
     encode_offsets,
     heartbeat_of,
     heartbeat_partition,
     kafka_arrow_schema,
     next_heartbeat_ms,
+    recorded_split,
+    split_offset_ranges,
+    with_split,
 )
 
 INTERVAL_MS = 1000
@@ -99,7 +104,8 @@ def reader_with(admin: FakeAdmin, **options: str) -> KafkaStreamReader:
 
 
 def offsets(t0: int, t1: int, heartbeat_ms: int | None = None) -> dict[str, dict[str, int]]:
-    return encode_offsets({T0: t0, T1: t1}, heartbeat_ms=heartbeat_ms)
+    """A planned end offset, as the reader makes them: it records the (unset) split options."""
+    return with_split(encode_offsets({T0: t0, T1: t1}, heartbeat_ms=heartbeat_ms), Split(None, None))
 
 
 # -- offsets and partitions ------------------------------------------------------------------------
@@ -281,4 +287,45 @@ def test_the_entry_is_no_partition_for_data_loss_discovery_or_the_consumer_group
     reader.commit(offsets(4, 0, 9))
     assert admin.group_commits[-1] == {T0: 4, T1: 0}
     assert all(HEARTBEAT_OFFSET_KEY not in str(commit) for commit in admin.group_commits)
-    assert reader.reportLatestOffset() == offsets(0, 0)
+    assert reader.reportLatestOffset() == encode_offsets({T0: 0, T1: 0})
+
+
+# -- the split of a micro-batch, pinned in its end offset --------------------------------------------
+
+
+def test_a_planned_batch_records_its_split_and_a_replay_plans_with_it(clock: FakeClock) -> None:
+    admin = FakeAdmin()
+    first_run = reader_with(admin, minPartitions="4", maxRecordsPerPartition="100")
+    start = first_run.latestOffset(first_run.initialOffset(), ReadAllAvailable())
+    admin.stable = {T0: 300, T1: 20}
+    end = first_run.latestOffset(start, ReadAllAvailable())
+    assert end[SPLIT_KEY] == {"maxRecordsPerPartition": 100, "minPartitions": 4}
+    assert decode_offsets(end) == {T0: 300, T1: 20}
+    planned = first_run.partitions(start, end)
+
+    # Restarted with other split options, the replay of that batch is split as the first run was.
+    replay = reader_with(admin, minPartitions="9", maxRecordsPerPartition="7")
+    assert replay.partitions(start, end) == planned
+    assert len(planned) == 4
+    # The next batch is planned, and recorded, with the new options.
+    admin.stable = {T0: 310, T1: 20}
+    following = replay.latestOffset(end, ReadAllAvailable())
+    assert recorded_split(following) == Split(9, 7)
+    assert replay.partitions(end, following) == split_offset_ranges(
+        [OffsetRange("t", 0, 300, 310)], min_partitions=9, max_records_per_partition=7
+    )
+
+
+def test_offsets_checkpointed_before_the_split_was_recorded_plan_with_the_current_options() -> None:
+    reader = reader_with(FakeAdmin(), minPartitions="3")
+    old_format = encode_offsets({T0: 30, T1: 0})
+    assert recorded_split(old_format) is None
+    assert len(reader.partitions(encode_offsets({T0: 0, T1: 0}), old_format)) == 3
+
+
+def test_an_unset_option_is_recorded_as_zero_and_read_back_as_unset() -> None:
+    end = with_split(encode_offsets({T0: 5, T1: 5}), Split(None, None))
+    assert end[SPLIT_KEY] == {"maxRecordsPerPartition": 0, "minPartitions": 0}
+    assert recorded_split(end) == Split(None, None)
+    assert list(end) == sorted(end), "offset entries stay sorted: equal offsets serialise equally"
+    assert decode_offsets(end) == {T0: 5, T1: 5}

@@ -1,0 +1,253 @@
+"""The exactly-once sink's replay rule: whether a write task writes, skips or refuses.
+
+Pure functions over what a task and the driver already know; nothing here reads or writes Kafka.
+
+Why a rule is needed at all. A write task ``p`` of micro-batch ``b`` skips when the commit marker of
+its transactional id ``{prefix}-{p}`` says that ``b`` is already committed. That is right only if a
+replay of ``b`` sends the same rows to the same write partition ``p`` as the first run did. The
+checkpoint pins the input of ``b`` (its offsets) and ``spark.sql.shuffle.partitions``; sparkafka pins
+the source's split of the offsets into input partitions (``sparkafka:split`` in the end offset) and
+refuses to write exactly-once while adaptive query execution could re-partition the plan (see
+:func:`adaptive_execution_refusal`). What is left — a query or setting the user changed between the
+crash and the replay, another ``transactionalIdPrefix``, another query on the same ids — is
+detected here as far as the markers allow, and the query fails naming the cause and the way out.
+
+Steps of :func:`decide` for one write task (the first that applies wins):
+
+1. The id's registration names another query, and this write did not adopt that query's ids
+   (``adoptTransactionalIdsFrom``): refuse. Two queries sharing ids overwrite each other's markers,
+   and either could then write a batch twice.
+2. The id's latest marker belongs to another query (ids adopted deliberately, or markers older
+   than registrations): write. Another query's batch numbers say nothing about this query.
+3. The marker holds a later batch than ``b``: skip. This id committed past ``b`` already (the
+   checkpoint is behind its output).
+4. The marker holds ``b`` itself — a replay of output this id already committed:
+   a. a ``df.write`` to another topic than the marker's: refuse (two writes of one ``foreachBatch``
+      call sharing a prefix, or a topic changed in the middle of a replay);
+   b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
+      first run's, and skipping would lose or double records;
+   c. otherwise skip.
+5. No marker of ``b`` for this id. A streaming write (one sink per query) that finds ``b`` committed
+   by the same query under another prefix: refuse (the prefix changed in the middle of a replay, and
+   writing would double what the old ids committed). Otherwise write.
+
+The driver adds one check per run, in :func:`partitions_beyond`: after a replay's tasks reported,
+no marker of ``b`` may exist for a write partition the replay does not have.
+
+Invariants: a task never skips rows it has not seen committed in a marker of its own id, of this
+query, with the same row count; a task whose view is incomplete (no registration read) never refuses
+because of it. Nothing here can raise a false alarm for queries whose output values are not
+deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts are compared.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sparkafka.errors import SparkafkaError
+
+ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
+ADAPTIVE_STATELESS_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
+ADOPT_OPTION = "adoptTransactionalIdsFrom"
+
+
+class ReplayRefused(SparkafkaError):
+    """A write task, or the driver, found that writing would lose or double records."""
+
+
+class Action(enum.Enum):
+    WRITE = "write"
+    SKIP = "skip"
+
+
+class Marker(Protocol):
+    """What a commit marker tells (:class:`sparkafka.sink.CommitMarker`)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def query_id(self) -> str: ...
+    @property
+    def batch_id(self) -> int: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def topic(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What one exactly-once write task knows when it decides.
+
+    ``topic``: the write's ``topic`` option, "" when every row names its topic. ``registered_query``:
+    the query the id's registration names, None when it was not read (a producer reused within a
+    run). ``other_prefix_markers``: markers of micro-batch ``batch_id`` of this query under other
+    prefixes, read at the first write of the id in this run (empty otherwise)."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    transactional_id: str
+    topic: str
+    batch_write: bool
+    own_marker: Marker | None
+    registered_query: str | None = None
+    adopted_query: str | None = None
+    other_prefix_markers: Sequence[Marker] = field(default_factory=tuple)
+
+
+def decide(view: TaskView, rows: Callable[[], int]) -> Action:
+    """Write or skip (see the module docstring); raises :class:`ReplayRefused` where neither is
+    safe. ``rows`` counts the task's input rows; it is called only when a skip has to be checked."""
+    if view.registered_query is not None and view.registered_query != view.query_id:
+        raise ReplayRefused(_owned_by_another_query(view))
+    marker = view.own_marker
+    if marker is not None and marker.query_id != view.query_id:
+        return Action.WRITE
+    if marker is not None and marker.batch_id > view.batch_id:
+        return Action.SKIP
+    if marker is not None and marker.batch_id == view.batch_id:
+        if view.batch_write and marker.topic not in (None, view.topic):
+            raise ReplayRefused(_written_to_another_topic(view, marker))
+        found = rows()
+        if found != marker.records:
+            raise ReplayRefused(_reshaped(view, marker, found))
+        return Action.SKIP
+    if not view.batch_write:
+        earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
+        if earlier:
+            raise ReplayRefused(_prefix_changed(view, earlier))
+    return Action.WRITE
+
+
+def partitions_beyond(
+    markers: Iterable[Marker], *, query_id: str, batch_id: int, prefix: str, partitions: int
+) -> list[Marker]:
+    """Markers of micro-batch ``batch_id`` of ``query_id`` under ``prefix`` left by write partitions
+    the batch no longer has (``partitions`` is the replay's number of write tasks)."""
+    return sorted(
+        (
+            m
+            for m in markers
+            if m.query_id == query_id
+            and m.batch_id == batch_id
+            and m.partition >= partitions
+            and m.transactional_id == f"{prefix}-{m.partition}"
+        ),
+        key=lambda m: m.partition,
+    )
+
+
+def beyond_refusal(beyond: Sequence[Marker], *, batch_id: int, partitions: int) -> ReplayRefused:
+    """The driver's error for :func:`partitions_beyond`: this replay already wrote, so say so."""
+    listed = ", ".join(f"{m.partition} ({m.records} records)" for m in beyond)
+    return ReplayRefused(
+        f"micro-batch {batch_id} was first written by more write partitions than the {partitions} of "
+        f"this replay: partition(s) {listed} committed their part of it before the query stopped, and "
+        "this replay's tasks wrote the rest of the batch in another split, so records of those "
+        "partitions may now be in the output twice. The query stops so that no further batch builds on "
+        "it. Likely cause: the query's partitioning changed between the crash and the restart (a "
+        "REPARTITION or coalesce count, the query itself, spark.sql.shuffle.partitions through a new "
+        "checkpoint). Restart it as it was first run until this batch is done; read_committed "
+        "consumers of the output may need to drop the duplicates of this batch"
+    )
+
+
+def adaptive_execution_refusal(properties: Mapping[str, str | None], *, batch_write: bool) -> str | None:
+    """Why an exactly-once write task must not write, given its job's Spark SQL settings, or None.
+
+    Spark hands a task the SQL settings its session set explicitly (unset ones keep Spark's
+    defaults: adaptive execution on, for stateless streaming plans too since Spark 4.1). Adaptive
+    execution sizes shuffle partitions by the data and the cores present at run time, so a replayed
+    micro-batch can reach the write tasks split otherwise than when it was first written. A
+    ``writeStream`` is safe with adaptive execution off for stateless streaming plans (stateful ones
+    never use it); a ``df.write`` inside ``foreachBatch`` writes through a batch plan, which needs it
+    off altogether."""
+    if _is_false(properties.get(ADAPTIVE_ENABLED)):
+        return None
+    if not batch_write and _is_false(properties.get(ADAPTIVE_STATELESS_STREAMING)):
+        return None
+    if batch_write:
+        value = properties.get(ADAPTIVE_ENABLED)
+        return (
+            "deliveryGuarantee=exactly-once in a df.write inside foreachBatch needs adaptive query execution "
+            f"off, and the session has {ADAPTIVE_ENABLED}={_shown(value)}: the micro-batch is written by a "
+            "batch plan, which adaptive execution may split into other write partitions when a batch is "
+            "replayed (it sizes partitions by the cores present at the time), and the replay would lose and "
+            f"double records. Set spark.conf.set('{ADAPTIVE_ENABLED}', 'false') before starting the query "
+            "(sparkafka's own sessions do)"
+        )
+    value = properties.get(ADAPTIVE_STATELESS_STREAMING)
+    return (
+        "deliveryGuarantee=exactly-once needs adaptive query execution off for stateless streaming plans, "
+        f"and the session has {ADAPTIVE_STATELESS_STREAMING}={_shown(value)}: with it on, Spark may split "
+        "a replayed micro-batch into other write partitions than when it was first written (it coalesces "
+        "shuffle partitions by the cores present at the time), and the replay would lose and double "
+        "records. Call sparkafka.register(spark) before starting the query (it sets the option to false), "
+        f"or spark.conf.set('{ADAPTIVE_STATELESS_STREAMING}', 'false')"
+    )
+
+
+def _is_false(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "false"
+
+
+def _shown(value: str | None) -> str:
+    return "unset (Spark's default: true)" if value is None else value
+
+
+def _owned_by_another_query(view: TaskView) -> str:
+    return (
+        f"transactional id '{view.transactional_id}' belongs to query {view.registered_query} (its "
+        f"registration in the commit-marker topic names it), and this is query {view.query_id}: two queries "
+        "sharing a transactionalIdPrefix overwrite each other's commit markers, and a replay of either "
+        "could then write a micro-batch twice, so this write refuses. Give each query a "
+        "transactionalIdPrefix of its own. If this query replaces that one (its checkpoint was deleted "
+        f"or moved) and that one no longer runs, adopt its ids deliberately with "
+        f".option('{ADOPT_OPTION}', '{view.registered_query}')"
+    )
+
+
+def _written_to_another_topic(view: TaskView, marker: Marker) -> str:
+    def described(topic: str) -> str:
+        return f"topic '{topic}'" if topic else "the topics its rows name"
+
+    written_to = described(marker.topic or "")
+    return (
+        f"transactional id '{view.transactional_id}' already committed micro-batch {view.batch_id} of this "
+        f"query for a write to {written_to}; this write goes to {described(view.topic)}. Two exactly-once "
+        "writes in one foreachBatch call need a transactionalIdPrefix each: with a shared one the second "
+        "looks like a replay of the first and would write nothing. If instead the query was restarted "
+        "with another output topic while this batch was replayed, the batch's output is already in "
+        f"{written_to}: run it once more with that topic until this batch is done, then change the topic"
+    )
+
+
+def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} is replayed in another shape than it was "
+        f"first written: write partition {view.partition} (transactional id '{view.transactional_id}') "
+        f"committed {marker.records} record(s) of it, and the replay gives that partition {found}. Skipping "
+        "or writing would lose or double records, so nothing is written and the query stops. Likely "
+        "causes: the query changed between the crash and the restart (a REPARTITION or coalesce count, a "
+        "filter, the transform), a source option that splits the input changed on a source that does not "
+        f"pin it, or adaptive query execution was turned on ({ADAPTIVE_STATELESS_STREAMING}, "
+        f"{ADAPTIVE_ENABLED}). Restart with the query and settings of the first run until micro-batch "
+        f"{view.batch_id} is done, then make the change"
+    )
+
+
+def _prefix_changed(view: TaskView, earlier: Sequence[Marker]) -> str:
+    ids = ", ".join(sorted(f"'{m.transactional_id}'" for m in earlier))
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} was already partly committed under "
+        f"transactional id(s) {ids}, and is now replayed as '{view.transactional_id}': the "
+        "transactionalIdPrefix changed between the crash and the restart, and writing would double what "
+        "the old ids committed. Restart with the previous transactionalIdPrefix until this batch is done, "
+        "then change it"
+    )

@@ -1,0 +1,158 @@
+"""The sink's replay rule (sparkafka.replay), branch by branch: write, skip or refuse."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sparkafka.replay import (
+    ADAPTIVE_ENABLED,
+    ADAPTIVE_STATELESS_STREAMING,
+    Action,
+    ReplayRefused,
+    TaskView,
+    adaptive_execution_refusal,
+    beyond_refusal,
+    decide,
+    partitions_beyond,
+)
+from sparkafka.sink import CommitMarker
+
+QUERY = "q-1"
+OTHER_QUERY = "q-0"
+BATCH = 7
+
+
+def marker(
+    *, query: str = QUERY, batch: int = BATCH, records: int = 10, partition: int = 2, prefix: str = "p",
+    topic: str | None = "out",
+) -> CommitMarker:
+    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic)
+
+
+VIEW = TaskView(
+    query_id=QUERY,
+    batch_id=BATCH,
+    partition=2,
+    transactional_id="p-2",
+    topic="out",
+    batch_write=False,
+    own_marker=None,
+    registered_query=QUERY,
+)
+
+
+class Rows:
+    """The task's row count, remembering whether the rule asked for it (it costs reading the input)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.asked = False
+
+    def __call__(self) -> int:
+        self.asked = True
+        return self.count
+
+
+# (case, view changes, the task's rows, expected action or a phrase of the refusal, rows counted)
+CASES = [
+    ("first write of the id", {}, 10, Action.WRITE, False),
+    ("marker of an earlier batch", {"own_marker": marker(batch=BATCH - 1)}, 10, Action.WRITE, False),
+    ("replay, same row count", {"own_marker": marker()}, 10, Action.SKIP, True),
+    ("replay, fewer rows", {"own_marker": marker()}, 4, "committed 10 record(s) of it", True),
+    ("replay, more rows", {"own_marker": marker()}, 25, "the replay gives that partition 25", True),
+    ("replay, no rows at all", {"own_marker": marker()}, 0, "another shape", True),
+    ("marker of a later batch", {"own_marker": marker(batch=BATCH + 1)}, 3, Action.SKIP, False),
+    ("marker of another query", {"own_marker": marker(query=OTHER_QUERY, batch=BATCH + 5)}, 3,
+     Action.WRITE, False),
+    ("registered by another query", {"registered_query": OTHER_QUERY}, 10, "belongs to query q-0", False),
+    ("registered by another query, marker at this batch",
+     {"registered_query": OTHER_QUERY, "own_marker": marker(query=OTHER_QUERY)}, 10,
+     "adoptTransactionalIdsFrom", False),
+    ("registration not read (producer reused within a run)",
+     {"registered_query": None, "own_marker": marker()}, 10, Action.SKIP, True),
+    ("df.write replay to the same topic", {"batch_write": True, "own_marker": marker()}, 10, Action.SKIP,
+     True),
+    ("df.write, marker of another write's topic", {"batch_write": True, "own_marker": marker(topic="dlq")},
+     10, "need a transactionalIdPrefix each", False),
+    ("df.write, marker from before topics were recorded",
+     {"batch_write": True, "own_marker": marker(topic=None)}, 10, Action.SKIP, True),
+    ("df.write, rows name their topics", {"batch_write": True, "topic": "", "own_marker": marker(topic="")},
+     10, Action.SKIP, True),
+    ("streaming write, batch committed under another prefix",
+     {"other_prefix_markers": (marker(prefix="old", partition=0),)}, 10, "'old-0'", False),
+    ("streaming write, another prefix at an earlier batch",
+     {"other_prefix_markers": (marker(prefix="old", batch=BATCH - 1),)}, 10, Action.WRITE, False),
+    ("df.write, another write's prefix at this batch",
+     {"batch_write": True, "other_prefix_markers": (marker(prefix="dlq-writes"),)}, 10, Action.WRITE, False),
+]
+
+
+@pytest.mark.parametrize(("case", "changes", "rows", "expected", "counted"), CASES, ids=[c[0] for c in CASES])
+def test_decide(case: str, changes: dict, rows: int, expected: Action | str, counted: bool) -> None:
+    view = replace(VIEW, **changes)
+    count = Rows(rows)
+    if isinstance(expected, Action):
+        assert decide(view, count) is expected
+    else:
+        with pytest.raises(ReplayRefused, match=expected.replace("(", r"\(").replace(")", r"\)")):
+            decide(view, count)
+    assert count.asked is counted
+
+
+def test_a_reshaped_replay_names_the_batch_the_partition_and_the_way_out() -> None:
+    with pytest.raises(ReplayRefused) as refused:
+        decide(replace(VIEW, own_marker=marker(records=12)), Rows(3))
+    message = str(refused.value)
+    for phrase in ("micro-batch 7", "write partition 2", "'p-2'", "REPARTITION", ADAPTIVE_STATELESS_STREAMING,
+                   "until micro-batch 7 is done"):
+        assert phrase in message
+
+
+def test_partitions_beyond_lists_only_this_batch_of_this_query_and_prefix() -> None:
+    markers = [
+        marker(partition=0),
+        marker(partition=3),  # beyond: the replay has 2 partitions
+        marker(partition=2, records=4),  # beyond
+        marker(partition=4, batch=BATCH - 1),  # an earlier batch: a narrower restart after it is fine
+        marker(partition=5, query=OTHER_QUERY),
+        marker(partition=6, prefix="other"),
+        CommitMarker("p-9", QUERY, BATCH, 8, 1, 0, "out"),  # the id's suffix disagrees with its partition
+    ]
+    beyond = partitions_beyond(markers, query_id=QUERY, batch_id=BATCH, prefix="p", partitions=2)
+    assert [m.partition for m in beyond] == [2, 3]
+    message = str(beyond_refusal(beyond, batch_id=BATCH, partitions=2))
+    assert "partition(s) 2 (4 records), 3 (10 records)" in message
+    assert "the 2 of this replay" in message
+
+
+def test_partitions_beyond_is_empty_for_a_replay_as_wide_as_the_first_run() -> None:
+    markers = [marker(partition=p) for p in range(4)]
+    assert partitions_beyond(markers, query_id=QUERY, batch_id=BATCH, prefix="p", partitions=4) == []
+
+
+ADAPTIVE_CASES = [
+    # (settings the session set explicitly, df.write in foreachBatch, refused because of)
+    ({}, False, ADAPTIVE_STATELESS_STREAMING),
+    ({ADAPTIVE_STATELESS_STREAMING: "true"}, False, ADAPTIVE_STATELESS_STREAMING),
+    ({ADAPTIVE_STATELESS_STREAMING: "false"}, False, None),
+    ({ADAPTIVE_STATELESS_STREAMING: " FALSE "}, False, None),
+    ({ADAPTIVE_ENABLED: "false"}, False, None),
+    ({ADAPTIVE_ENABLED: "true", ADAPTIVE_STATELESS_STREAMING: "false"}, False, None),
+    ({}, True, ADAPTIVE_ENABLED),
+    ({ADAPTIVE_STATELESS_STREAMING: "false"}, True, ADAPTIVE_ENABLED),
+    ({ADAPTIVE_ENABLED: "false"}, True, None),
+]
+
+
+@pytest.mark.parametrize(("settings", "batch_write", "refused_for"), ADAPTIVE_CASES)
+def test_adaptive_execution_refusal(settings: dict, batch_write: bool, refused_for: str | None) -> None:
+    refusal = adaptive_execution_refusal(settings, batch_write=batch_write)
+    if refused_for is None:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert f"{refused_for}=" in refusal
+        assert f"spark.conf.set('{refused_for}', 'false')" in refusal
+        assert ("unset (Spark's default: true)" in refusal) == (refused_for not in settings)
