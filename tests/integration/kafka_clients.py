@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -83,3 +84,32 @@ def read_all(
 
 def values(messages: list[Message]) -> list[bytes]:
     return [m.value() for m in messages]
+
+
+def committed_markers(bootstrap: str, batch_id: int, *, prefix: str = "") -> dict[str, int]:
+    """Transactional id -> records, of the sink's commit markers of micro-batch ``batch_id`` committed
+    so far (ids starting with ``prefix``), read with read_committed from the default marker topic."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"markers-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition("_sparkafka_commit_markers", 0, 0)])
+    found: dict[str, int] = {}
+    try:
+        while True:
+            message = consumer.poll(2)
+            if message is None or message.error():
+                break
+            key = (message.key() or b"").decode()
+            if key.startswith("registration/") or not key.startswith(prefix):
+                continue
+            marker = json.loads(message.value())
+            if marker["batch_id"] == batch_id:
+                found[key] = marker["records"]
+    finally:
+        consumer.close()
+    return found

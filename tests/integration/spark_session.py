@@ -34,6 +34,8 @@ def local_spark_session(app_name: str = "sparkafka-tests") -> SparkSession:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # As sparkafka's own sessions: the exactly-once df.write inside foreachBatch needs it.
+        .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

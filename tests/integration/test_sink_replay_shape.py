@@ -5,20 +5,17 @@ Real broker process, real Spark in `sparkafka run` process groups (SIGKILLed as 
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.pipeline_process import PipelineProcess
-from sparkafka.sink import DEFAULT_MARKER_TOPIC
 
-from .kafka_clients import create_topic, producer, read_all
+from .kafka_clients import committed_markers, create_topic, producer, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -89,29 +86,10 @@ def _paused_at(partitions: str) -> tuple[str, ...]:
 
 def _committed_markers(broker: BrokerProcess, batch_id: int) -> dict[int, int]:
     """Write partition -> records, of the commit markers of ``batch_id`` committed so far."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap_servers,
-            "group.id": f"markers-{time.monotonic_ns()}",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(DEFAULT_MARKER_TOPIC, 0, 0)])
-    found: dict[int, int] = {}
-    try:
-        while True:
-            message = consumer.poll(2)
-            if message is None or message.error():
-                break
-            if (message.key() or b"").startswith(b"registration/"):
-                continue
-            marker = json.loads(message.value())
-            if marker["batch_id"] == batch_id:
-                found[marker["partition"]] = marker["records"]
-    finally:
-        consumer.close()
-    return found
+    return {
+        int(transactional_id.rsplit("-", 1)[1]): records
+        for transactional_id, records in committed_markers(broker.bootstrap_servers, batch_id).items()
+    }
 
 
 def _kill_after_commits(run: PipelineProcess, broker: BrokerProcess, held: list[int]) -> dict[int, int]:
