@@ -11,21 +11,26 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
 2. The Python worker keeps one producer per transactional id across micro-batches. A new producer
    calls ``init_transactions()``: the broker aborts whatever a crashed or zombie attempt with the same
    id left open and fences it (its later requests fail with PRODUCER_FENCED).
-3. A new producer then reads, with read_committed, the latest commit marker of its id from the
-   compacted commit-marker topic (key = transactional id). It tracks the marker locally from then on.
-4. If the marker has the same query id and a batch id >= ``b``, batch ``b`` is a replay whose output
-   this id already committed: the task writes nothing. A marker of another query id (a deleted
-   checkpoint reusing a fixed prefix) never causes a skip; it is logged.
+3. At the id's first write of a query run (a restart, possibly in the same application: the only
+   time a batch can be a replay), the task reads, with read_committed, the id's latest commit marker
+   and registration from the compacted commit-marker topic (key = transactional id), and for a
+   streaming write the markers of the same query under other prefixes. It tracks its marker locally
+   from then on.
+4. :func:`sparkafka.replay.decide` takes it from there: a marker of this query and batch ``b`` with
+   the row count the task has now means ``b`` is a replay this id already committed, and the task
+   writes nothing; an id registered to another query, a row count that differs, or ``b`` committed
+   under another prefix fail the task (a replay of another shape would lose or double records).
+   Before all this the task refuses while adaptive execution could split a replay otherwise.
 5. Otherwise: begin a transaction, produce the rows, produce the new marker (id, query, batch,
-   partition, record count, time) in the same transaction, commit. Output and marker become visible
+   partition, record count, topic, time) in the same transaction, commit. Output and marker become visible
    together or not at all. An empty partition opens no transaction.
 6. Any failure aborts the transaction when the producer still can; a fenced or failed producer is
    discarded, and the task fails so Spark retries it — the retry starts again at step 2.
 
-The driver's ``commit`` checks every task reported; on the first batch after a (re)start it also
-fences transactional ids of partitions the query no longer has (a restart with fewer partitions),
-found through the registration record each id commits to the marker topic, in a transaction of its
-own, right after its first ``init_transactions()``. ``abort`` re-initialises
+The driver's ``commit`` checks every task reported; on the first batch of a run it also fences
+transactional ids of partitions the query no longer has (a restart with fewer partitions), found
+through the registration record each id commits to the marker topic, in a transaction of its own,
+before its first output, and fails the batch if one of them committed this very batch. ``abort`` re-initialises
 the ids of failed tasks, so read_committed readers are not held back until the transaction times out.
 No transaction ever spans two processes.
 """
