@@ -1,0 +1,158 @@
+"""A Spark standalone cluster on 127.0.0.1 for the tests: one master and one worker, started with the
+``spark-class`` launcher that the PySpark package ships, each a JVM in a process group of its own.
+
+Executors are the worker's child processes; :meth:`StandaloneCluster.executor_pids` finds them so
+that a test can SIGKILL one, as when a machine of a real cluster is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import pyspark
+
+SPARK_HOME = Path(pyspark.__file__).parent
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class StandaloneCluster:
+    """``with StandaloneCluster(directory, worker_cores=2) as cluster:`` — ``cluster.master_url`` is
+    the ``spark://`` URL to give applications."""
+
+    def __init__(self, directory: Path, *, worker_cores: int, worker_memory: str = "3g") -> None:
+        self.directory = directory
+        self.worker_cores = worker_cores
+        self.worker_memory = worker_memory
+        self.master_port = free_port()
+        self.master_ui_port = free_port()
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """What every process of the cluster and its applications needs: loopback only."""
+        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
+
+    def __enter__(self) -> StandaloneCluster:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start(
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                "--host", "127.0.0.1",
+                "--port", str(self.master_port),
+                "--webui-port", str(self.master_ui_port),
+            )
+            self._start(
+                "worker",
+                "org.apache.spark.deploy.worker.Worker",
+                "--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()),
+                "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+                "--work-dir", str(self.directory / "work"),
+                self.master_url,
+            )
+            self._wait_for_alive_worker(timeout_s=120)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _start(self, name: str, main_class: str, *args: str) -> None:
+        with open(self.directory / f"{name}.log", "ab") as log:
+            self.processes.append(
+                subprocess.Popen(
+                    [str(SPARK_HOME / "bin" / "spark-class"), main_class, *args],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=self.environment(),
+                )
+            )
+
+    def _master_state(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=5) as answer:
+            return json.load(answer)
+
+    def _wait_for_alive_worker(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if any(worker.get("state") == "ALIVE" for worker in self._master_state().get("workers", [])):
+                    return
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise RuntimeError(f"a cluster process exited ({process.returncode}):\n{self.logs()}")
+            time.sleep(0.5)
+        raise RuntimeError(f"no worker registered with the master within {timeout_s} s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        logs = sorted(self.directory.glob("*.log"))
+        return "\n".join(path.read_text(errors="replace")[-3000:] for path in logs)
+
+    def executor_pids(self) -> list[int]:
+        """The executor JVMs running now (children of the worker), oldest first."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if EXECUTOR_MAIN.encode() in command and self._is_ours(int(entry.name)):
+                found.append(int(entry.name))
+        return sorted(found)
+
+    def _is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` descends from this cluster's worker."""
+        worker_pids = {process.pid for process in self.processes}
+        while pid > 1:
+            if pid in worker_pids:
+                return True
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return False
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        return False
+
+    def wait_for_executors(self, count: int, timeout_s: float = 120) -> list[int]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pids = self.executor_pids()
+            if len(pids) >= count:
+                return pids
+            time.sleep(0.5)
+        raise RuntimeError(f"{count} executor(s) did not start within {timeout_s} s:\n{self.logs()}")
+
+    def stop(self) -> None:
+        for pid in self.executor_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for process in reversed(self.processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        self.processes.clear()

@@ -1,0 +1,145 @@
+"""Exactly-once on a Spark standalone cluster (master and worker on 127.0.0.1): executors that die
+with a batch half committed, a replay with fewer executors, and speculative task copies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkafka.broker.runner import BrokerProcess
+from sparkafka.harness import wait_until
+from sparkafka.pipeline_process import PipelineProcess
+
+from .kafka_clients import committed_markers, create_topic, producer, read_all
+from .spark_cluster import StandaloneCluster
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+RECORDS = 2000
+SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(tmp_path / "cluster", worker_cores=2) as running:
+        yield running
+
+
+@pytest.fixture
+def topics(fresh_broker: BrokerProcess) -> set[str]:
+    """Input topic ``in`` with RECORDS records over PARTITIONS partitions, empty ``out``; the ids."""
+    bootstrap = fresh_broker.bootstrap_servers
+    create_topic(bootstrap, "in", partitions=PARTITIONS)
+    create_topic(bootstrap, "out", partitions=PARTITIONS)
+    sender = producer(bootstrap)
+    for i in range(RECORDS):
+        sender.produce("in", key=f"k{i % 53}", value=f"r{i:05d}|{'v' * 200}", partition=i % PARTITIONS)
+    assert sender.flush(60) == 0
+    return {f"r{i:05d}" for i in range(RECORDS)}
+
+
+def _pipeline(
+    broker: BrokerProcess, cluster: StandaloneCluster, tmp_path: Path, executors: int, *conf: str,
+    sink_options: tuple[str, ...] = (),
+) -> PipelineProcess:
+    settings = ("spark.executor.cores=1", f"spark.cores.max={executors}", "spark.executor.memory=1g", *conf)
+    submit = " ".join(f"--conf {setting}" for setting in settings)
+    args = [
+        "--bootstrap-servers", broker.bootstrap_servers, "--source-topic", "in", "--sink-topic", "out",
+        "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "500ms", "--master", cluster.master_url,
+        "--source-option", "startingOffsets=earliest", "--sql", SHUFFLED,
+        *(a for option in sink_options for a in ("--sink-option", option)),
+    ]
+    env = {
+        **StandaloneCluster.environment(),
+        "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell",
+        "SPARKAFKA_SHUFFLE_PARTITIONS": str(PARTITIONS),
+    }
+    return PipelineProcess(tmp_path / "pipeline.log", args, env=env)
+
+
+def _everything(broker: BrokerProcess) -> list[bytes]:
+    found = read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=PARTITIONS)
+    return [m.value() or b"" for m in found]
+
+
+def _committed_ids(broker: BrokerProcess, expect: int) -> Counter[str]:
+    read_all(broker.bootstrap_servers, "out", expect=expect, timeout_s=180, partitions=PARTITIONS)
+    time.sleep(2)  # anything beyond `expect` would be a duplicate: give it time to show
+    messages = read_all(broker.bootstrap_servers, "out", timeout_s=10, partitions=PARTITIONS)
+    return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
+
+
+def _assert_exactly_once(output: Counter[str], ids: set[str]) -> None:
+    doubled = sorted(i for i, n in output.items() if n > 1)
+    missing = sorted(ids - set(output))
+    assert not doubled and not missing, f"{len(doubled)} doubled, {len(missing)} missing"
+
+
+def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_once(
+    fresh_broker: BrokerProcess, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """Two executors of one core; write partitions 1 and 3 of batch 0 hold their transactions open
+    while 0 and 2 commit; one executor and the driver are SIGKILLed; the replay runs on a single
+    executor, with the 4 write partitions the checkpoint pins, and writes exactly what is missing."""
+    broker, ids = fresh_broker, topics
+    held = (
+        "debug.pauseAt=beforeCommit", "debug.pausePartitions=1,3", "debug.pauseMs=600s",
+        "kafka.transaction.timeout.ms=600000",
+    )
+    first = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
+    try:
+        cluster.wait_for_executors(2)
+        # Held partitions flush their rows before pausing: every record is in the log, 0 and 2 committed.
+        assert wait_until(lambda: len(_everything(broker)) == RECORDS, timeout_s=180), first.output()[-3000:]
+        assert wait_until(lambda: len(committed_markers(broker.bootstrap_servers, 0)) == 2, timeout_s=60)
+        os.kill(cluster.executor_pids()[0], signal.SIGKILL)
+    finally:
+        first.kill_group()
+    prefix = f"sparkafka-{_query_id(tmp_path)}"
+    assert sorted(committed_markers(broker.bootstrap_servers, 0)) == [f"{prefix}-0", f"{prefix}-2"]
+
+    replay = _pipeline(broker, cluster, tmp_path, 1).start()
+    try:
+        output = _committed_ids(broker, expect=len(ids))
+    finally:
+        replay.terminate()
+    _assert_exactly_once(output, ids)
+
+
+def test_speculative_copies_of_a_slow_write_task_write_it_once(
+    fresh_broker: BrokerProcess, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """spark.speculation on: write partition 1 is slow (held 8 s before its commit), so Spark starts a
+    copy of it on the other executor. Both attempts use transactional id ...-1; the later one's
+    initialisation fences the earlier, which can no longer commit; the output is written once."""
+    broker, ids = fresh_broker, topics
+    speculation = (
+        "spark.speculation=true", "spark.speculation.interval=100ms", "spark.speculation.quantile=0.5",
+        "spark.speculation.multiplier=1.1", "spark.speculation.minTaskRuntime=1s",
+    )
+    slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
+    run = _pipeline(broker, cluster, tmp_path, 2, *speculation, sink_options=slow).start()
+    try:
+        output = _committed_ids(broker, expect=len(ids))
+    finally:
+        run.terminate()
+    _assert_exactly_once(output, ids)
+    attempts = _executor_stderr(cluster).count("sparkafka debug pause: beforeCommit partition=1 batch=0")
+    assert attempts >= 2, "no speculative copy of the slow task ran"
+
+
+def _executor_stderr(cluster: StandaloneCluster) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in (cluster.directory / "work").rglob("stderr"))
+
+
+def _query_id(tmp_path: Path) -> str:
+    return str(json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"])
