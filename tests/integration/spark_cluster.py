@@ -1,5 +1,7 @@
-"""A Spark standalone cluster on 127.0.0.1 for the tests: one master and one worker, started with the
-``spark-class`` launcher that the PySpark package ships, each a JVM in a process group of its own.
+"""A Spark standalone cluster on loopback addresses for the tests: a master on 127.0.0.1 and one
+worker per host address (127.0.0.1, 127.0.0.2, ...: Spark tells hosts apart by address, and places a
+speculative copy of a task only on another host), started with the ``spark-class`` launcher that the
+PySpark package ships, each a JVM in a process group of its own.
 
 Executors are the worker's child processes; :meth:`StandaloneCluster.executor_pids` finds them so
 that a test can SIGKILL one, as when a machine of a real cluster is lost."""
@@ -30,11 +32,14 @@ def free_port() -> int:
 
 
 class StandaloneCluster:
-    """``with StandaloneCluster(directory, worker_cores=2) as cluster:`` — ``cluster.master_url`` is
-    the ``spark://`` URL to give applications."""
+    """``with StandaloneCluster(directory, workers=2) as cluster:`` — ``cluster.master_url`` is the
+    ``spark://`` URL to give applications. Worker ``n`` listens on 127.0.0.``n+1``."""
 
-    def __init__(self, directory: Path, *, worker_cores: int, worker_memory: str = "3g") -> None:
+    def __init__(
+        self, directory: Path, *, workers: int, worker_cores: int = 1, worker_memory: str = "2g"
+    ) -> None:
         self.directory = directory
+        self.hosts = [f"127.0.0.{n + 1}" for n in range(workers)]
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
         self.master_port = free_port()
@@ -46,9 +51,9 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.master_port}"
 
     @staticmethod
-    def environment() -> dict[str, str]:
+    def environment(local_ip: str = "127.0.0.1") -> dict[str, str]:
         """What every process of the cluster and its applications needs: loopback only."""
-        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
+        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": local_ip}
 
     def __enter__(self) -> StandaloneCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -60,15 +65,17 @@ class StandaloneCluster:
                 "--port", str(self.master_port),
                 "--webui-port", str(self.master_ui_port),
             )
-            self._start(
-                "worker",
-                "org.apache.spark.deploy.worker.Worker",
-                "--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()),
-                "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                "--work-dir", str(self.directory / "work"),
-                self.master_url,
-            )
-            self._wait_for_alive_worker(timeout_s=120)
+            for number, host in enumerate(self.hosts):
+                self._start(
+                    f"worker-{number}",
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host", host, "--port", str(free_port()), "--webui-port", str(free_port()),
+                    "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+                    "--work-dir", str(self.directory / f"work-{number}"),
+                    self.master_url,
+                    local_ip=host,
+                )
+            self._wait_for_alive_workers(timeout_s=120)
         except BaseException:
             self.stop()
             raise
@@ -79,7 +86,7 @@ class StandaloneCluster:
     ) -> None:
         self.stop()
 
-    def _start(self, name: str, main_class: str, *args: str) -> None:
+    def _start(self, name: str, main_class: str, *args: str, local_ip: str = "127.0.0.1") -> None:
         with open(self.directory / f"{name}.log", "ab") as log:
             self.processes.append(
                 subprocess.Popen(
@@ -87,7 +94,7 @@ class StandaloneCluster:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    env=self.environment(),
+                    env=self.environment(local_ip),
                 )
             )
 
@@ -95,17 +102,23 @@ class StandaloneCluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=5) as answer:
             return json.load(answer)
 
-    def _wait_for_alive_worker(self, timeout_s: float) -> None:
+    def _wait_for_alive_workers(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
-                if any(worker.get("state") == "ALIVE" for worker in self._master_state().get("workers", [])):
+                workers = self._master_state().get("workers", [])
+                if sum(worker.get("state") == "ALIVE" for worker in workers) == len(self.hosts):
                     return
             for process in self.processes:
                 if process.poll() is not None:
                     raise RuntimeError(f"a cluster process exited ({process.returncode}):\n{self.logs()}")
             time.sleep(0.5)
-        raise RuntimeError(f"no worker registered with the master within {timeout_s} s:\n{self.logs()}")
+        raise RuntimeError(f"the workers did not register within {timeout_s} s:\n{self.logs()}")
+
+    def executor_stderr(self) -> str:
+        """What every executor of every application printed on stderr (its Python workers' too)."""
+        files = sorted(self.directory.glob("work-*/*/*/stderr"))
+        return "\n".join(path.read_text(errors="replace") for path in files)
 
     def logs(self) -> str:
         logs = sorted(self.directory.glob("*.log"))
@@ -126,7 +139,7 @@ class StandaloneCluster:
         return sorted(found)
 
     def _is_ours(self, pid: int) -> bool:
-        """Whether ``pid`` descends from this cluster's worker."""
+        """Whether ``pid`` descends from one of this cluster's workers."""
         worker_pids = {process.pid for process in self.processes}
         while pid > 1:
             if pid in worker_pids:

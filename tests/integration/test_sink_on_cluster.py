@@ -1,5 +1,6 @@
-"""Exactly-once on a Spark standalone cluster (master and worker on 127.0.0.1): executors that die
-with a batch half committed, a replay with fewer executors, and speculative task copies."""
+"""Exactly-once on a Spark standalone cluster (a master and two one-core workers on loopback
+addresses of their own): an executor that dies with a batch half committed, a replay with fewer
+executors, and speculative task copies."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
-    with StandaloneCluster(tmp_path / "cluster", worker_cores=2) as running:
+    with StandaloneCluster(tmp_path / "cluster", workers=2) as running:
         yield running
 
 
@@ -87,9 +88,10 @@ def _assert_exactly_once(output: Counter[str], ids: set[str]) -> None:
 def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_once(
     fresh_broker: BrokerProcess, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
-    """Two executors of one core; write partitions 1 and 3 of batch 0 hold their transactions open
-    while 0 and 2 commit; one executor and the driver are SIGKILLed; the replay runs on a single
-    executor, with the 4 write partitions the checkpoint pins, and writes exactly what is missing."""
+    """Two executors of one core, one per worker; write partitions 1 and 3 of batch 0 hold their
+    transactions open while 0 and 2 commit; one executor and the driver are SIGKILLed; the replay
+    runs on a single executor, with the 4 write partitions the checkpoint pins, and writes exactly
+    what is missing."""
     broker, ids = fresh_broker, topics
     held = (
         "debug.pauseAt=beforeCommit", "debug.pausePartitions=1,3", "debug.pauseMs=600s",
@@ -133,12 +135,8 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
     finally:
         run.terminate()
     _assert_exactly_once(output, ids)
-    attempts = _executor_stderr(cluster).count("sparkafka debug pause: beforeCommit partition=1 batch=0")
+    attempts = cluster.executor_stderr().count("sparkafka debug pause: beforeCommit partition=1 batch=0")
     assert attempts >= 2, "no speculative copy of the slow task ran"
-
-
-def _executor_stderr(cluster: StandaloneCluster) -> str:
-    return "\n".join(p.read_text(errors="replace") for p in (cluster.directory / "work").rglob("stderr"))
 
 
 def _query_id(tmp_path: Path) -> str:
