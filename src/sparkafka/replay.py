@@ -34,10 +34,12 @@ Steps of :func:`decide` for one write task (the first that applies wins):
 The driver adds one check per run, in :func:`partitions_beyond`: after a replay's tasks reported,
 no marker of ``b`` may exist for a write partition the replay does not have.
 
-Invariants: a task never skips rows it has not seen committed in a marker of its own id, of this
-query, with the same row count; a task whose view is incomplete (no registration read) never refuses
-because of it. Nothing here can raise a false alarm for queries whose output values are not
-deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts are compared.
+Invariants: a task never skips unless a marker of its own id, of this query and batch, holds the
+row count the task has now; a task whose view is incomplete (no registration read) never refuses
+because of it. Nothing here raises a false alarm for queries whose output values are not
+deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts are compared. The
+price: other rows in the same number are not seen — rows that a round-robin repartition deals out
+anew because a non-deterministic column changed their order, for one (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -238,7 +240,9 @@ def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
         "filter, the transform), a source option that splits the input changed on a source that does not "
         f"pin it, or adaptive query execution was turned on ({ADAPTIVE_STATELESS_STREAMING}, "
         f"{ADAPTIVE_ENABLED}). Restart with the query and settings of the first run until micro-batch "
-        f"{view.batch_id} is done, then make the change"
+        f"{view.batch_id} is done, then make the change. If instead input records of the batch are gone "
+        "(retention or DeleteRecords, read past with failOnDataLoss=false) or a joined table changed, the "
+        "batch cannot be replayed as it was: only a new checkpoint goes on"
     )
 
 

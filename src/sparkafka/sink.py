@@ -22,16 +22,17 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
    under another prefix fail the task (a replay of another shape would lose or double records).
    Before all this the task refuses while adaptive execution could split a replay otherwise.
 5. Otherwise: begin a transaction, produce the rows, produce the new marker (id, query, batch,
-   partition, record count, topic, time) in the same transaction, commit. Output and marker become visible
-   together or not at all. An empty partition opens no transaction.
+   partition, record count, topic, time) in the same transaction, commit. Output and marker become
+   visible together or not at all. An empty partition opens no transaction.
 6. Any failure aborts the transaction when the producer still can; a fenced or failed producer is
    discarded, and the task fails so Spark retries it — the retry starts again at step 2.
 
 The driver's ``commit`` checks every task reported; on the first batch of a run it also fences
 transactional ids of partitions the query no longer has (a restart with fewer partitions), found
 through the registration record each id commits to the marker topic, in a transaction of its own,
-before its first output, and fails the batch if one of them committed this very batch. ``abort`` re-initialises
-the ids of failed tasks, so read_committed readers are not held back until the transaction times out.
+before its first output, and fails the batch if one of them committed this very batch. ``abort``
+re-initialises the ids of failed tasks, so read_committed readers are not held back until the
+transaction times out.
 No transaction ever spans two processes.
 """
 
@@ -475,6 +476,9 @@ class _CachedProducer:
     # The query run whose first write of this id read the markers below (see _transactional_producer).
     query_id: str | None = None
     run_id: str | None = None
+    # The micro-batch of that first write: every task of it, retries included, reports itself to the
+    # driver as the first batch of the run (SinkCommitMessage.fresh_producer).
+    run_first_batch: int | None = None
     registered_query: str | None = None
     # Markers of this query under other prefixes, as read at that first write (streaming writes only).
     other_prefix_markers: tuple[CommitMarker, ...] = ()
@@ -646,6 +650,7 @@ def _read_committed_state(
     cached.registered_query = registered
     cached.query_id = query_id
     cached.run_id = identity.run_id
+    cached.run_first_batch = identity.batch_id
     cached.fresh = True
 
 
@@ -890,7 +895,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         cached = _transactional_producer(
             self.options, identity, transactional_id, other_prefixes=not self.batch_write
         )
-        fresh = cached.fresh
+        # A retry of a first-batch task in the same worker reuses the producer: still the first batch.
+        fresh = cached.fresh or cached.run_first_batch == batch_id
         view = TaskView(
             query_id=query_id,
             batch_id=batch_id,
