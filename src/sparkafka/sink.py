@@ -56,7 +56,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
@@ -325,11 +325,13 @@ class CommitMarker:
 
 
 def ensure_marker_topic(options: SinkOptions) -> None:
-    """Create the compacted commit-marker topic unless it exists (racing creators are fine)."""
+    """Create the compacted commit-marker topic unless it exists (racing creators are fine); refuse
+    one that exists with a cleanup policy that deletes markers (:func:`_require_compacted`)."""
     admin = KafkaAdmin(
         options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
     )
     if options.marker_topic in admin.topic_partitions([options.marker_topic]):
+        _require_compacted(options, admin)
         return
     topic = NewTopic(
         options.marker_topic, 1, -1, config={"cleanup.policy": "compact", "segment.bytes": "16777216"}
@@ -347,6 +349,30 @@ def ensure_marker_topic(options: SinkOptions) -> None:
                 "cleanup.policy=compact, "
                 "or name an existing one with option 'commitMarkerTopic'"
             ) from None
+
+
+def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
+    """A marker is what makes a replayed batch skip output already committed: a marker topic whose
+    ``cleanup.policy`` deletes old records (``delete``, ``compact,delete``) would, after its
+    retention, let a replay write its batch a second time."""
+    resource = ConfigResource(ResourceType.TOPIC, options.marker_topic)
+    try:
+        described = admin.client.describe_configs([resource], request_timeout=options.operation_timeout_s)
+        entries = described[resource].result(options.operation_timeout_s)
+    except KafkaException as error:
+        what = f"describe the commit-marker topic '{options.marker_topic}'"
+        raise _unreachable(options, what, error) from None
+    entry = entries.get("cleanup.policy")
+    policy = (entry.value if entry is not None and entry.value is not None else "delete").replace(" ", "")
+    if policy != "compact":
+        raise SparkafkaOptionError(
+            f"the commit-marker topic '{options.marker_topic}' has cleanup.policy={policy}: the broker "
+            "deletes its records after retention.ms, and a micro-batch replayed after its marker is gone "
+            "would be written a second time. Set cleanup.policy=compact on it (kafka-configs --alter "
+            f"--entity-type topics --entity-name {options.marker_topic} --add-config "
+            "cleanup.policy=compact), or name a topic of the sink's own with option 'commitMarkerTopic' "
+            "(created compacted)"
+        )
 
 
 _MARKER_READ_CHUNK = 10_000

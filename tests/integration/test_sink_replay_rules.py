@@ -191,3 +191,17 @@ def test_a_prefix_changed_in_the_middle_of_a_replay_refuses(
     with pytest.raises(Exception, match=f"partly committed under transactional id\\(s\\) 'old-{sink}-0'"):
         _run(spark, bootstrap, source, sink, checkpoint, transactionalIdPrefix=f"new-{sink}")
     assert _everything_written(bootstrap, sink) == written, "the refused replay wrote records"
+
+
+def test_a_marker_topic_that_deletes_markers_is_refused(
+    spark: SparkSession, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path
+) -> None:
+    """Markers are what a replay skips by: a pre-created marker topic with delete retention would lose
+    them, and a replay after that would write its batch twice."""
+    bootstrap, (source, sink) = broker.bootstrap_servers, topics
+    markers = f"markers-{sink}"
+    create_topic(bootstrap, markers, config={"cleanup.policy": "compact,delete"})
+    with pytest.raises(Exception, match=f"'{markers}' has cleanup.policy=compact,delete") as refused:
+        _run(spark, bootstrap, source, sink, tmp_path / "checkpoint", commitMarkerTopic=markers)
+    assert "cleanup.policy=compact" in str(refused.value)
+    assert _everything_written(bootstrap, sink) == []
