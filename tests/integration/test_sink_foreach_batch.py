@@ -138,3 +138,56 @@ def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_f
     _run(frame, lambda batch, _id: _write(batch, bootstrap, first, prefix=prefix), checkpoint)
     assert len(read_all(bootstrap, first, partitions=2, expect=ROWS + 1, timeout_s=5)) == ROWS
     assert read_all(bootstrap, second, partitions=2, timeout_s=3) == []
+
+
+def _halves(bootstrap: str, output: str, prefix: str) -> Callable[[DataFrame, int], None]:
+    """A foreachBatch function writing the first and the second half of the rows (each half has rows
+    in both input partitions) in two writes to one topic."""
+
+    def write(batch: DataFrame, _batch_id: int) -> None:
+        number = batch.value.substr(2, 5).cast("int")
+        _write(batch.where(number < ROWS // 2), bootstrap, output, prefix=prefix)
+        _write(batch.where(number >= ROWS // 2), bootstrap, output, prefix=prefix)
+
+    return write
+
+
+def test_two_writes_of_one_batch_to_the_same_topic_sharing_a_prefix_fail_instead_of_skipping(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """The second write finds the first one's markers of the batch, committed in this run by another
+    write (another Spark SQL execution): it refuses rather than skip its rows as a replay."""
+    bootstrap = broker.bootstrap_servers
+    frame = _input(spark, bootstrap, topic_name)
+    output = f"{topic_name}-out"
+    create_topic(bootstrap, output, partitions=2)
+    with pytest.raises(Exception, match=r"for another df\.write"):
+        _run(frame, _halves(bootstrap, output, f"halves-{topic_name}"), tmp_path / "checkpoint")
+    written = values(read_all(bootstrap, output, partitions=2, isolation="read_uncommitted", timeout_s=3))
+    assert sorted(written) == sorted(f"r{i}".encode() for i in range(ROWS // 2)), "only the first write"
+
+
+def test_a_replayed_batch_is_claimed_so_a_second_write_sharing_the_prefix_still_fails(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """Run 1 writes the first half of the rows and crashes before the second. Run 2 replays the
+    batch: the first write skips what run 1 committed and claims it for run 2, so the second write,
+    sharing the prefix, still finds a marker of another write of this run and refuses (it would
+    otherwise take run 1's markers for its own replay and drop the second half)."""
+    bootstrap = broker.bootstrap_servers
+    frame = _input(spark, bootstrap, topic_name)
+    output = f"{topic_name}-out"
+    create_topic(bootstrap, output, partitions=2)
+    checkpoint, prefix = tmp_path / "checkpoint", f"claimed-{topic_name}"
+
+    def first_half_then_crash(batch: DataFrame, _batch_id: int) -> None:
+        number = batch.value.substr(2, 5).cast("int")
+        _write(batch.where(number < ROWS // 2), bootstrap, output, prefix=prefix)
+        raise RuntimeError("crash between the two writes")
+
+    with pytest.raises(Exception, match="crash between the two writes"):
+        _run(frame, first_half_then_crash, checkpoint)
+    with pytest.raises(Exception, match=r"for another df\.write"):
+        _run(frame, _halves(bootstrap, output, prefix), checkpoint)
+    committed = values(read_all(bootstrap, output, partitions=2, timeout_s=3))
+    assert sorted(committed) == sorted(f"r{i}".encode() for i in range(ROWS // 2))
