@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkafka.broker.runner import BrokerProcess
 from sparkafka.harness import wait_until
 from sparkafka.pipeline_process import PipelineProcess
 
+from .conftest import Kafka
 from .kafka_clients import committed_markers, create_topic, producer, read_all
 from .spark_cluster import StandaloneCluster
 
@@ -35,9 +35,10 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
 
 
 @pytest.fixture
-def topics(fresh_broker: BrokerProcess) -> set[str]:
-    """Input topic ``in`` with RECORDS records over PARTITIONS partitions, empty ``out``; the ids."""
-    bootstrap = fresh_broker.bootstrap_servers
+def topics(fresh_kafka: Kafka) -> set[str]:
+    """Input topic ``in`` with RECORDS records over PARTITIONS partitions, empty ``out``, on a Kafka of
+    the test's own (the embedded broker, then Apache Kafka); the ids."""
+    bootstrap = fresh_kafka.bootstrap_servers
     create_topic(bootstrap, "in", partitions=PARTITIONS)
     create_topic(bootstrap, "out", partitions=PARTITIONS)
     sender = producer(bootstrap)
@@ -48,7 +49,7 @@ def topics(fresh_broker: BrokerProcess) -> set[str]:
 
 
 def _pipeline(
-    broker: BrokerProcess, cluster: StandaloneCluster, tmp_path: Path, executors: int, *conf: str,
+    broker: Kafka, cluster: StandaloneCluster, tmp_path: Path, executors: int, *conf: str,
     sink_options: tuple[str, ...] = (),
 ) -> PipelineProcess:
     settings = ("spark.executor.cores=1", f"spark.cores.max={executors}", "spark.executor.memory=1g", *conf)
@@ -67,12 +68,12 @@ def _pipeline(
     return PipelineProcess(tmp_path / "pipeline.log", args, env=env)
 
 
-def _everything(broker: BrokerProcess) -> list[bytes]:
+def _everything(broker: Kafka) -> list[bytes]:
     found = read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=PARTITIONS)
     return [m.value() or b"" for m in found]
 
 
-def _committed_ids(broker: BrokerProcess, expect: int) -> Counter[str]:
+def _committed_ids(broker: Kafka, expect: int) -> Counter[str]:
     read_all(broker.bootstrap_servers, "out", expect=expect, timeout_s=180, partitions=PARTITIONS)
     time.sleep(2)  # anything beyond `expect` would be a duplicate: give it time to show
     messages = read_all(broker.bootstrap_servers, "out", timeout_s=10, partitions=PARTITIONS)
@@ -86,13 +87,13 @@ def _assert_exactly_once(output: Counter[str], ids: set[str]) -> None:
 
 
 def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_once(
-    fresh_broker: BrokerProcess, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     """Two executors of one core, one per worker; write partitions 1 and 3 of batch 0 hold their
     transactions open while 0 and 2 commit; one executor and the driver are SIGKILLed; the replay
     runs on a single executor, with the 4 write partitions the checkpoint pins, and writes exactly
     what is missing."""
-    broker, ids = fresh_broker, topics
+    broker, ids = fresh_kafka, topics
     held = (
         "debug.pauseAt=beforeCommit", "debug.pausePartitions=1,3", "debug.pauseMs=600s",
         "kafka.transaction.timeout.ms=600000",
@@ -118,12 +119,12 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
 
 
 def test_speculative_copies_of_a_slow_write_task_write_it_once(
-    fresh_broker: BrokerProcess, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     """spark.speculation on: write partition 1 is slow (held 8 s before its commit), so Spark starts a
     copy of it on the other executor. Both attempts use transactional id ...-1; the later one's
     initialisation fences the earlier, which can no longer commit; the output is written once."""
-    broker, ids = fresh_broker, topics
+    broker, ids = fresh_kafka, topics
     speculation = (
         "spark.speculation=true", "spark.speculation.interval=100ms", "spark.speculation.quantile=0.5",
         "spark.speculation.multiplier=1.1", "spark.speculation.minTaskRuntime=1s",

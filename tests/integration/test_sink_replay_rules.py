@@ -1,6 +1,7 @@
 """What the exactly-once sink refuses so that a replay can never lose or double records: adaptive
 execution that could re-split a replayed batch, two queries on one transactionalIdPrefix, a prefix
-changed in the middle of a replay. Real broker process, real local SparkSession."""
+changed in the middle of a replay, a marker topic that deletes markers. Real Kafka processes (the
+embedded broker and Apache Kafka), real local SparkSession."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sparkafka.broker.runner import BrokerProcess
 from sparkafka.datasource import KafkaDataSource
 from sparkafka.harness import wait_until
 from sparkafka.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 
+from .conftest import Kafka
 from .kafka_clients import committed_markers, create_topic, producer, read_all, values
 from .spark_session import spark_fixture  # noqa: F401
 
@@ -25,9 +26,10 @@ ROWS = 20
 
 
 @pytest.fixture
-def topics(broker: BrokerProcess, topic_name: str) -> tuple[str, str]:
-    """An input topic holding ROWS records over two partitions, and an empty output topic."""
-    bootstrap = broker.bootstrap_servers
+def topics(kafka: Kafka, topic_name: str) -> tuple[str, str]:
+    """An input topic holding ROWS records over two partitions, and an empty output topic, on the
+    module's Kafka (the embedded broker, then Apache Kafka)."""
+    bootstrap = kafka.bootstrap_servers
     source, sink = f"{topic_name}-in", f"{topic_name}-out"
     create_topic(bootstrap, source, partitions=2)
     create_topic(bootstrap, sink, partitions=2)
@@ -95,9 +97,9 @@ def _everything_written(bootstrap: str, sink: str, expect: int | None = None) ->
 
 
 def test_write_stream_refuses_while_adaptive_execution_could_resplit_a_replay(
-    unpinned_session: SparkSession, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path
+    unpinned_session: SparkSession, kafka: Kafka, topics: tuple[str, str], tmp_path: Path
 ) -> None:
-    bootstrap, (source, sink) = broker.bootstrap_servers, topics
+    bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     checkpoint = tmp_path / "checkpoint"
     with pytest.raises(Exception, match=f"{ADAPTIVE_STATELESS_STREAMING}=unset") as refused:
         _run(unpinned_session, bootstrap, source, sink, checkpoint)
@@ -112,9 +114,9 @@ def test_write_stream_refuses_while_adaptive_execution_could_resplit_a_replay(
 
 
 def test_foreach_batch_write_refuses_while_adaptive_execution_is_on(
-    unpinned_session: SparkSession, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path
+    unpinned_session: SparkSession, kafka: Kafka, topics: tuple[str, str], tmp_path: Path
 ) -> None:
-    bootstrap, (source, sink) = broker.bootstrap_servers, topics
+    bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     # register()'s setting alone is not enough here: the micro-batch is written by a batch plan.
     unpinned_session.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
 
@@ -142,9 +144,9 @@ def test_foreach_batch_write_refuses_while_adaptive_execution_is_on(
 
 
 def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
-    spark: SparkSession, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path
+    spark: SparkSession, kafka: Kafka, topics: tuple[str, str], tmp_path: Path
 ) -> None:
-    bootstrap, (source, sink) = broker.bootstrap_servers, topics
+    bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     prefix = f"shared-{sink}"
     first_id = _run(spark, bootstrap, source, sink, tmp_path / "first", transactionalIdPrefix=prefix)
     assert len(_everything_written(bootstrap, sink, expect=ROWS)) == ROWS
@@ -170,11 +172,11 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
 
 
 def test_a_prefix_changed_in_the_middle_of_a_replay_refuses(
-    spark: SparkSession, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path
+    spark: SparkSession, kafka: Kafka, topics: tuple[str, str], tmp_path: Path
 ) -> None:
     """Batch 0 is cut short with write partition 0 committed under one prefix and 1 still open; the
     replay under another prefix would write partition 0's rows again, so every task refuses."""
-    bootstrap, (source, sink) = broker.bootstrap_servers, topics
+    bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     checkpoint = tmp_path / "checkpoint"
     held = _write_stream(
         spark, bootstrap, source, sink, checkpoint, transactionalIdPrefix=f"old-{sink}",
@@ -194,11 +196,11 @@ def test_a_prefix_changed_in_the_middle_of_a_replay_refuses(
 
 
 def test_a_marker_topic_that_deletes_markers_is_refused(
-    spark: SparkSession, broker: BrokerProcess, topics: tuple[str, str], tmp_path: Path
+    spark: SparkSession, kafka: Kafka, topics: tuple[str, str], tmp_path: Path
 ) -> None:
     """Markers are what a replay skips by: a pre-created marker topic with delete retention would lose
     them, and a replay after that would write its batch twice."""
-    bootstrap, (source, sink) = broker.bootstrap_servers, topics
+    bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     markers = f"markers-{sink}"
     create_topic(bootstrap, markers, config={"cleanup.policy": "compact,delete"})
     with pytest.raises(Exception, match=f"'{markers}' has cleanup.policy=compact,delete") as refused:

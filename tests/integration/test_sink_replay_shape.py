@@ -1,7 +1,8 @@
 """Exactly-once whatever shape a replay takes: a micro-batch partly committed, then killed, is
 replayed on fewer cores, with other source options, with another query, or by another query. Each
 test asserts the record ids read back with read_committed, or the loud failure that wrote nothing.
-Real broker process, real Spark in `sparkafka run` process groups (SIGKILLed as with kill -9)."""
+Real Kafka processes (the embedded broker and Apache Kafka), real Spark in `sparkafka run` process
+groups (SIGKILLed as with kill -9)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkafka.broker.runner import BrokerProcess
 from sparkafka.pipeline_process import PipelineProcess
 
+from .conftest import Kafka
 from .kafka_clients import committed_markers, create_topic, producer, read_all
 
 pytestmark = pytest.mark.integration
@@ -40,14 +41,15 @@ def _send(bootstrap: str, records: int) -> set[str]:
 
 
 @pytest.fixture
-def topics(fresh_broker: BrokerProcess) -> BrokerProcess:
-    create_topic(fresh_broker.bootstrap_servers, "in", partitions=INPUT_PARTITIONS)
-    create_topic(fresh_broker.bootstrap_servers, "out", partitions=OUTPUT_PARTITIONS)
-    return fresh_broker
+def topics(fresh_kafka: Kafka) -> Kafka:
+    """A Kafka of the test's own (the embedded broker, then Apache Kafka) with topics in and out."""
+    create_topic(fresh_kafka.bootstrap_servers, "in", partitions=INPUT_PARTITIONS)
+    create_topic(fresh_kafka.bootstrap_servers, "out", partitions=OUTPUT_PARTITIONS)
+    return fresh_kafka
 
 
 def _pipeline(
-    broker: BrokerProcess, tmp_path: Path, sql: str, *extra: str, master: str, shuffle_partitions: int = 8
+    broker: Kafka, tmp_path: Path, sql: str, *extra: str, master: str, shuffle_partitions: int = 8
 ) -> PipelineProcess:
     args = [
         "--bootstrap-servers",
@@ -84,7 +86,7 @@ def _paused_at(partitions: str) -> tuple[str, ...]:
     return tuple(a for option in options for a in ("--sink-option", option))
 
 
-def _committed_markers(broker: BrokerProcess, batch_id: int) -> dict[int, int]:
+def _committed_markers(broker: Kafka, batch_id: int) -> dict[int, int]:
     """Write partition -> records, of the commit markers of ``batch_id`` committed so far."""
     return {
         int(transactional_id.rsplit("-", 1)[1]): records
@@ -92,7 +94,7 @@ def _committed_markers(broker: BrokerProcess, batch_id: int) -> dict[int, int]:
     }
 
 
-def _kill_after_commits(run: PipelineProcess, broker: BrokerProcess, held: list[int]) -> dict[int, int]:
+def _kill_after_commits(run: PipelineProcess, broker: Kafka, held: list[int]) -> dict[int, int]:
     """SIGKILL ``run`` once the ``held`` write partitions of batch 0 pause before their commit and
     the commits of the others have stopped coming; returns batch 0's committed markers."""
     try:
@@ -113,7 +115,7 @@ def _kill_after_commits(run: PipelineProcess, broker: BrokerProcess, held: list[
 
 
 def _output_ids(
-    broker: BrokerProcess, expect: int | None = None, *, isolation: str = "read_committed"
+    broker: Kafka, expect: int | None = None, *, isolation: str = "read_committed"
 ) -> Counter[str]:
     messages = read_all(
         broker.bootstrap_servers, "out", expect=expect, timeout_s=120 if expect else 10,
@@ -136,7 +138,7 @@ SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
 
 
 def test_partly_committed_shuffled_batch_replayed_on_fewer_cores_is_exactly_once(
-    topics: BrokerProcess, tmp_path: Path
+    topics: Kafka, tmp_path: Path
 ) -> None:
     """The report's repro: a shuffled query, batch 0 on local[4] with write partitions 1 and 3 held
     and the others committed, the process killed, the replay on local[2]. Adaptive execution would
@@ -161,7 +163,7 @@ UNSHUFFLED = "SELECT key, value FROM input"
 
 
 def test_source_split_options_changed_between_kill_and_restart_are_exactly_once(
-    topics: BrokerProcess, tmp_path: Path
+    topics: Kafka, tmp_path: Path
 ) -> None:
     """No shuffle: the source's split decides the write partitions. Batch 0 is split by
     maxRecordsPerPartition=500 into 8 ranges; the restart asks for minPartitions=2 and no cap, and
@@ -182,7 +184,7 @@ def test_source_split_options_changed_between_kill_and_restart_are_exactly_once(
 
 
 def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_nothing(
-    topics: BrokerProcess, tmp_path: Path
+    topics: Kafka, tmp_path: Path
 ) -> None:
     """REPARTITION(3) -> REPARTITION(1) after write partitions 0 and 1 committed: the one task of the
     replay finds its marker of the batch with another row count and refuses; nothing is lost or
@@ -213,7 +215,7 @@ def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_no
     _assert_exactly_once(output, ids)
 
 
-def test_nondeterministic_output_values_raise_no_false_alarm(topics: BrokerProcess, tmp_path: Path) -> None:
+def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_path: Path) -> None:
     """uuid(), rand() and current_timestamp() in the output differ between the first run and the
     replay; only row counts are compared, so the replay goes through, exactly once by input id."""
     broker = topics

@@ -1,0 +1,45 @@
+"""Fixtures for the tests that run against more than one Kafka: the embedded broker and Apache
+Kafka's own (tests/integration/apache_kafka.py), with the same test code and the same assertions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from sparkafka.broker.runner import BrokerProcess
+
+from ..conftest import FAST_BROKER_ARGS
+from .apache_kafka import NEWEST, ApacheKafka
+
+EMBEDDED = "embedded"
+APACHE_KAFKA = f"apache-kafka-{NEWEST}"
+
+
+class Kafka(Protocol):
+    """What a test needs of a running Kafka, whichever it is."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+
+def _started(kind: str, directory: Path) -> BrokerProcess | ApacheKafka:
+    if kind == EMBEDDED:
+        return BrokerProcess(directory / "data", extra_args=FAST_BROKER_ARGS)
+    return ApacheKafka(directory / "apache-kafka", NEWEST)
+
+
+@pytest.fixture(params=[EMBEDDED, APACHE_KAFKA])
+def fresh_kafka(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kafka]:
+    """A Kafka of the test's own: the embedded broker, then Apache Kafka."""
+    with _started(request.param, tmp_path) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="module", params=[EMBEDDED, APACHE_KAFKA])
+def kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kafka]:
+    """One Kafka shared by a test module: the embedded broker, then Apache Kafka."""
+    with _started(request.param, tmp_path_factory.mktemp(request.param)) as running:
+        yield running
