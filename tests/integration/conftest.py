@@ -12,10 +12,12 @@ import pytest
 from sparkafka.broker.runner import BrokerProcess
 
 from ..conftest import FAST_BROKER_ARGS
-from .apache_kafka import NEWEST, ApacheKafka
+from .apache_kafka import KAFKA_VERSIONS, NEWEST, ApacheKafka
 
 EMBEDDED = "embedded"
 APACHE_KAFKA = f"apache-kafka-{NEWEST}"
+# Every pinned Apache Kafka: the newest 4.x and the newest 3.9.x.
+ALL_APACHE_KAFKAS = [f"apache-kafka-{version}" for version in KAFKA_VERSIONS]
 
 
 class Kafka(Protocol):
@@ -28,18 +30,18 @@ class Kafka(Protocol):
 def _started(kind: str, directory: Path) -> BrokerProcess | ApacheKafka:
     if kind == EMBEDDED:
         return BrokerProcess(directory / "data", extra_args=FAST_BROKER_ARGS)
-    return ApacheKafka(directory / "apache-kafka", NEWEST)
+    return ApacheKafka(directory / "apache-kafka", kind.removeprefix("apache-kafka-"))
 
 
-@pytest.fixture(params=[EMBEDDED, APACHE_KAFKA])
+@pytest.fixture(params=[EMBEDDED, *ALL_APACHE_KAFKAS])
 def fresh_kafka(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kafka]:
-    """A Kafka of the test's own: the embedded broker, then Apache Kafka."""
+    """A Kafka of the test's own: the embedded broker, then each pinned Apache Kafka (4.x, 3.9.x)."""
     with _started(request.param, tmp_path) as kafka:
         yield kafka
 
 
 @pytest.fixture(scope="module", params=[EMBEDDED, APACHE_KAFKA])
 def kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kafka]:
-    """One Kafka shared by a test module: the embedded broker, then Apache Kafka."""
+    """One Kafka shared by a test module: the embedded broker, then the newest Apache Kafka."""
     with _started(request.param, tmp_path_factory.mktemp(request.param)) as running:
         yield running
