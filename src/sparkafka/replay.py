@@ -24,13 +24,9 @@ Steps of :func:`decide` for one write task (the first that applies wins):
 4. The marker holds ``b`` itself — a replay of output this id already committed:
    a. a ``df.write`` to another topic than the marker's: refuse (two writes of one ``foreachBatch``
       call sharing a prefix, or a topic changed in the middle of a replay);
-   b. a ``df.write`` whose marker was committed in this very run by another write (another SQL
-      execution): refuse — two writes of one ``foreachBatch`` call share the prefix;
-   c. the task's row count differs from the marker's: refuse — the replay's shape differs from the
+   b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
       first run's, and skipping would lose or double records;
-   d. otherwise skip; a ``df.write`` replaying a batch of an earlier run also claims it with a
-      marker of this run (:attr:`Action.CLAIM`), so that step b sees a second write sharing the
-      prefix in this run too.
+   c. otherwise skip.
 5. No marker of ``b`` for this id. A streaming write (one sink per query) that finds ``b`` committed
    by the same query under another prefix: refuse (the prefix changed in the middle of a replay, and
    writing would double what the old ids committed). Otherwise write.
@@ -67,9 +63,6 @@ class ReplayRefused(SparkafkaError):
 class Action(enum.Enum):
     WRITE = "write"
     SKIP = "skip"
-    # Skip, and commit a marker naming this run's write: a df.write replaying a batch an earlier run
-    # committed claims it, so that a second write of this run sharing the prefix finds it and refuses.
-    CLAIM = "claim"
 
 
 class Marker(Protocol):
@@ -87,10 +80,6 @@ class Marker(Protocol):
     def records(self) -> int: ...
     @property
     def topic(self) -> str | None: ...
-    @property
-    def run_id(self) -> str | None: ...
-    @property
-    def execution_id(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -112,8 +101,6 @@ class TaskView:
     registered_query: str | None = None
     adopted_query: str | None = None
     other_prefix_markers: Sequence[Marker] = field(default_factory=tuple)
-    run_id: str | None = None
-    execution_id: str | None = None
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -129,30 +116,15 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
     if marker is not None and marker.batch_id == view.batch_id:
         if view.batch_write and marker.topic not in (None, view.topic):
             raise ReplayRefused(_written_to_another_topic(view, marker))
-        if view.batch_write and _another_write_of_this_run(view, marker):
-            raise ReplayRefused(_shared_by_two_writes(view, marker))
         found = rows()
         if found != marker.records:
             raise ReplayRefused(_reshaped(view, marker, found))
-        if view.batch_write and (marker.run_id is None or marker.run_id != view.run_id):
-            return Action.CLAIM
         return Action.SKIP
     if not view.batch_write:
         earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
         if earlier:
             raise ReplayRefused(_prefix_changed(view, earlier))
     return Action.WRITE
-
-
-def _another_write_of_this_run(view: TaskView, marker: Marker) -> bool:
-    """Whether ``marker`` was committed in this query run by another ``df.write`` than this one (a
-    retried or speculative task attempt belongs to the same write: the same SQL execution)."""
-    return (
-        marker.run_id is not None
-        and marker.run_id == view.run_id
-        and marker.execution_id is not None
-        and marker.execution_id != view.execution_id
-    )
 
 
 def partitions_beyond(
@@ -255,16 +227,6 @@ def _written_to_another_topic(view: TaskView, marker: Marker) -> str:
         "looks like a replay of the first and would write nothing. If instead the query was restarted "
         "with another output topic while this batch was replayed, the batch's output is already in "
         f"{written_to}: run it once more with that topic until this batch is done, then change the topic"
-    )
-
-
-def _shared_by_two_writes(view: TaskView, marker: Marker) -> str:
-    return (
-        f"transactional id '{view.transactional_id}' already committed micro-batch {view.batch_id} in this "
-        f"run of the query, for another df.write (Spark SQL execution {marker.execution_id}; this is "
-        f"{view.execution_id}) to the same topic: two exactly-once writes in one foreachBatch call share "
-        "the transactionalIdPrefix, and this one would skip its rows as a replay of the other. Give every "
-        "exactly-once write of the foreachBatch function a transactionalIdPrefix of its own"
     )
 
 

@@ -295,10 +295,6 @@ class CommitMarker:
     # The write's 'topic' option ("" when every row names its topic); None in markers written before
     # the field existed. Tells two writes of one micro-batch that share transactional ids apart.
     topic: str | None = None
-    # The query run and the Spark SQL execution (the df.write job) that committed the marker; None in
-    # markers written before the fields existed. Tell two writes of one foreachBatch call apart.
-    run_id: str | None = None
-    execution_id: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -310,8 +306,6 @@ class CommitMarker:
                 "records": self.records,
                 "time_ms": self.time_ms,
                 "topic": self.topic,
-                "run_id": self.run_id,
-                "execution_id": self.execution_id,
             },
             separators=(",", ":"),
         ).encode()
@@ -327,8 +321,6 @@ class CommitMarker:
             int(data["records"]),
             int(data["time_ms"]),
             data.get("topic"),
-            data.get("run_id"),
-            data.get("execution_id"),
         )
 
 
@@ -820,7 +812,6 @@ class _TaskIdentity:
     query_id: str | None
     batch_id: int | None
     run_id: str | None
-    execution_id: str | None
     properties: Mapping[str, str | None]
 
 
@@ -841,8 +832,6 @@ def _task_identity() -> _TaskIdentity:
         batch_id=int(batch) if batch is not None else None,
         # A streaming query runs its jobs in a job group named by its run id (StreamExecution).
         run_id=context.getLocalProperty("spark.jobGroup.id"),
-        # One per df.write (and per micro-batch of a writeStream); the same for every attempt of a task.
-        execution_id=context.getLocalProperty("spark.sql.execution.id"),
         properties={key: context.getLocalProperty(key) for key in _TASK_SETTINGS},
     )
 
@@ -945,12 +934,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             registered_query=cached.registered_query,
             adopted_query=self.options.adopted_query,
             other_prefix_markers=cached.other_prefix_markers,
-            run_id=identity.run_id,
-            execution_id=identity.execution_id,
         )
         first = next(batches, None)
-        action = decide(view, rows=lambda: _count_rows(first, batches))
-        if action is not Action.WRITE:
+        if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
             marker = cached.marker
             assert marker is not None
             log.info(
@@ -960,15 +946,14 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 transactional_id,
                 marker.batch_id,
             )
-            if action is Action.CLAIM:
-                claimed = marker.records
-                self._write_transaction(cached, identity, transactional_id, (), claimed_records=claimed)
             return SinkCommitMessage(partition, transactional_id, 0, True, fresh, prefix, query_id, batch_id)
         if first is None:  # no rows, no transaction
             return SinkCommitMessage(
                 partition, transactional_id, 0, False, fresh, prefix, query_id, batch_id
             )
-        records = self._write_transaction(cached, identity, transactional_id, _chain(first, batches))
+        records = self._write_transaction(
+            cached, transactional_id, query_id, batch_id, partition, first, batches
+        )
         return SinkCommitMessage(
             partition, transactional_id, records, False, fresh, prefix, query_id, batch_id
         )
@@ -976,19 +961,14 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def _write_transaction(
         self,
         cached: _CachedProducer,
-        identity: _TaskIdentity,
         transactional_id: str,
-        batches: Iterable[pa.RecordBatch],
-        *,
-        claimed_records: int | None = None,
+        query_id: str,
+        batch_id: int,
+        partition: int,
+        first: pa.RecordBatch,
+        rest: Iterator[pa.RecordBatch],
     ) -> int:
-        """Produce ``batches`` and then this task's commit marker in one transaction, and commit it.
-
-        ``claimed_records``: no rows, only a marker saying this write committed that many records of
-        the batch in an earlier run (:attr:`~sparkafka.replay.Action.CLAIM`)."""
         producer = cached.producer
-        partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
-        assert query_id is not None and batch_id is not None, "exactly-once writes only"
         cached.delivery_errors.clear()
         records = 0
         began_at: float | None = None
@@ -996,10 +976,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
             producer.begin_transaction()
             began_at = time.monotonic()
-            for batch in batches:
+            for batch in _chain(first, rest):
                 records += self._produce_batch(producer, batch)
-            if claimed_records is not None:
-                records = claimed_records
             if self.options.pause_at == "beforecommit" or self.options.fail_first_attempt_at:
                 producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
                 self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
@@ -1014,8 +992,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 records,
                 int(time.time() * 1000),
                 self.options.topic or "",
-                identity.run_id,
-                identity.execution_id,
             )
             producer.produce(
                 self.options.marker_topic,

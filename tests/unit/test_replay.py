@@ -24,15 +24,11 @@ OTHER_QUERY = "q-0"
 BATCH = 7
 
 
-RUN = "run-2"
-EARLIER_RUN = "run-1"
-
-
 def marker(
     *, query: str = QUERY, batch: int = BATCH, records: int = 10, partition: int = 2, prefix: str = "p",
-    topic: str | None = "out", run: str | None = EARLIER_RUN, execution: str | None = "5",
+    topic: str | None = "out",
 ) -> CommitMarker:
-    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic, run, execution)
+    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic)
 
 
 VIEW = TaskView(
@@ -44,8 +40,6 @@ VIEW = TaskView(
     batch_write=False,
     own_marker=None,
     registered_query=QUERY,
-    run_id=RUN,
-    execution_id="9",
 )
 
 
@@ -78,22 +72,14 @@ CASES = [
      "adoptTransactionalIdsFrom", False),
     ("registration not read (producer reused within a run)",
      {"registered_query": None, "own_marker": marker()}, 10, Action.SKIP, True),
-    ("df.write replay to the same topic", {"batch_write": True, "own_marker": marker()}, 10, Action.CLAIM,
+    ("df.write replay to the same topic", {"batch_write": True, "own_marker": marker()}, 10, Action.SKIP,
      True),
-    ("df.write, a retried attempt of this run's write", {"batch_write": True,
-     "own_marker": marker(run=RUN, execution="9")}, 10, Action.SKIP, True),
-    ("df.write, another write of this run shared the prefix", {"batch_write": True,
-     "own_marker": marker(run=RUN, execution="8")}, 10, "for another df.write", False),
-    ("df.write, marker from before runs were recorded", {"batch_write": True,
-     "own_marker": marker(run=None, execution=None)}, 10, Action.CLAIM, True),
-    ("streaming write, marker of this run", {"own_marker": marker(run=RUN, execution="8")}, 10,
-     Action.SKIP, True),
     ("df.write, marker of another write's topic", {"batch_write": True, "own_marker": marker(topic="dlq")},
      10, "need a transactionalIdPrefix each", False),
     ("df.write, marker from before topics were recorded",
-     {"batch_write": True, "own_marker": marker(topic=None)}, 10, Action.CLAIM, True),
+     {"batch_write": True, "own_marker": marker(topic=None)}, 10, Action.SKIP, True),
     ("df.write, rows name their topics", {"batch_write": True, "topic": "", "own_marker": marker(topic="")},
-     10, Action.CLAIM, True),
+     10, Action.SKIP, True),
     ("streaming write, batch committed under another prefix",
      {"other_prefix_markers": (marker(prefix="old", partition=0),)}, 10, "'old-0'", False),
     ("streaming write, another prefix at an earlier batch",
