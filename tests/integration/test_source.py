@@ -1,4 +1,5 @@
-"""The Kafka source against a real broker process and a real local SparkSession (no mocks)."""
+"""The Kafka source against real Kafka processes — every test on the embedded broker and on Apache
+Kafka's own — and a real local SparkSession (no mocks)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from sparkafka.broker.runner import BrokerProcess
 from sparkafka.errors import DataLossError
 from sparkafka.source import (
     KafkaBatchReader,
@@ -28,12 +28,19 @@ from sparkafka.source import (
     kafka_schema,
 )
 
+from .conftest import Kafka
 from .kafka_clients import create_topic, open_transaction, producer, transactional_producer
 from .spark_session import spark_fixture  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
 FORMAT = "sparkafka"
+
+
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """The module's Kafka, the embedded broker and then Apache Kafka (``kafka`` in conftest)."""
+    return kafka
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -132,7 +139,7 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
 
 
 def test_batch_read_has_sparks_schema_and_every_record_field(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str
+    spark: SparkSession, broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name, partitions=2)
@@ -175,7 +182,7 @@ def test_batch_read_has_sparks_schema_and_every_record_field(
 
 
 def test_log_append_time_topics_show_the_brokers_time_and_timestamp_type_1(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str
+    spark: SparkSession, broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name, config={"message.timestamp.type": "LogAppendTime"})
@@ -195,7 +202,7 @@ def test_log_append_time_topics_show_the_brokers_time_and_timestamp_type_1(
 
 
 def test_batch_offsets_json_and_timestamps(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str
+    spark: SparkSession, broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -231,7 +238,7 @@ def test_batch_offsets_json_and_timestamps(
 
 
 def test_assign_and_min_partitions_splitting_large_ranges(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str
+    spark: SparkSession, broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name, partitions=2)
@@ -264,7 +271,7 @@ def read_range(options: SourceOptions, topic: str, start: int, end: int) -> list
 
 
 def test_read_committed_ranges_skip_aborted_data_and_stop_at_the_end(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -339,7 +346,7 @@ def test_read_committed_ranges_skip_aborted_data_and_stop_at_the_end(
 
 
 def test_restarted_query_rereads_the_uncommitted_batch_exactly(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name, partitions=2)
@@ -373,7 +380,7 @@ def test_restarted_query_rereads_the_uncommitted_batch_exactly(
 
 
 def test_the_first_micro_batch_replays_the_same_ranges_with_starting_offsets_latest(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     """The engine asks a new query's initial offset when it plans the first micro-batch and again
     when a new driver replays it. Records written in between must not change what that batch reads:
@@ -422,7 +429,7 @@ def test_the_first_micro_batch_replays_the_same_ranges_with_starting_offsets_lat
 
 
 def test_available_now_reads_only_what_existed_at_start_rate_limited(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name, partitions=2)
@@ -446,7 +453,7 @@ def test_available_now_reads_only_what_existed_at_start_rate_limited(
 
 
 def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -470,7 +477,7 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
 
 
 def test_subscribe_pattern_selects_topics_it_matches_anywhere_as_spark_does(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     """Spark's SubscribePatternStrategy keeps a topic when ``topicRegex.findFirstIn(name)`` finds the
     pattern anywhere in its name, not only when it matches the whole name."""
@@ -490,7 +497,7 @@ def test_subscribe_pattern_selects_topics_it_matches_anywhere_as_spark_does(
 
 
 def test_new_partitions_and_pattern_topics_are_discovered(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     first_topic, second_topic = f"{topic_name}-a", f"{topic_name}-b"
@@ -521,7 +528,7 @@ def test_new_partitions_and_pattern_topics_are_discovered(
 
 
 def test_data_loss_fails_by_default_and_skips_with_fail_on_data_loss_false(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -555,7 +562,7 @@ def test_data_loss_fails_by_default_and_skips_with_fail_on_data_loss_false(
     assert values_of(skipped.collect()) == [f"new{i}" for i in range(5, 10)]
 
 
-def test_deleted_and_recreated_topics_are_data_loss(broker: BrokerProcess, topic_name: str) -> None:
+def test_deleted_and_recreated_topics_are_data_loss(broker: Kafka, topic_name: str) -> None:
     """The driver-side offset logic on its own (as in the Spark driver's Python process)."""
     bootstrap = broker.bootstrap_servers
     kept, recreated, deleted = (f"{topic_name}-{suffix}" for suffix in ("kept", "recreated", "deleted"))
@@ -610,7 +617,7 @@ def _reader(bootstrap: str, **options: str) -> KafkaStreamReader:
 
 
 def test_a_start_past_the_last_stable_offset_waits_for_the_open_transaction(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     """With read_committed, a start between the last stable offset and the high watermark (a group
     committed by a read_uncommitted consumer, explicit offsets) is no data loss: the query waits
@@ -647,7 +654,7 @@ def test_a_start_past_the_last_stable_offset_waits_for_the_open_transaction(
 
 
 def test_a_held_starting_offset_stays_held_while_other_partitions_move_on(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     """Partition 0 starts past its last stable offset (an open transaction); partition 1 keeps
     getting records. The batches partition 1 runs carry partition 0's hold forward: no data loss,
@@ -679,7 +686,7 @@ def test_a_held_starting_offset_stays_held_while_other_partitions_move_on(
 
 
 def test_a_recreated_topic_is_data_loss_even_while_a_new_transaction_reaches_past_the_start(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     """Only the query's starting offsets wait for an open transaction. A start the query reached
     itself, reading read_committed, is below the last stable offset only when the log went back."""
@@ -710,7 +717,7 @@ def test_a_recreated_topic_is_data_loss_even_while_a_new_transaction_reaches_pas
 
 
 def test_a_range_past_the_end_of_its_partition_is_data_loss_at_once(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     """A replayed range the log no longer reaches (topic recreated, log truncated), wholly or from
     some offset on, fails or is cut short at once: there is nothing to wait for. What the log still
@@ -740,7 +747,7 @@ def test_a_range_past_the_end_of_its_partition_is_data_loss_at_once(
 
 
 def test_processed_offsets_are_committed_to_the_group_and_group_start_resumes(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     group = f"lag-{topic_name}"
@@ -807,7 +814,7 @@ def test_processed_offsets_are_committed_to_the_group_and_group_start_resumes(
 
 
 def test_streaming_starts_at_latest_by_default(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -829,7 +836,7 @@ def test_streaming_starts_at_latest_by_default(
 
 
 def test_option_mistakes_fail_when_the_dataframe_is_created(
-    spark: SparkSession, broker: BrokerProcess
+    spark: SparkSession, broker: Kafka
 ) -> None:
     bootstrap = broker.bootstrap_servers
     with pytest.raises(Exception, match=r"unknown option 'subscirbe'; did you mean 'subscribe'\?"):
@@ -849,7 +856,7 @@ def test_option_mistakes_fail_when_the_dataframe_is_created(
 
 
 def test_ending_offsets_are_rejected_by_streaming_queries(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     frame = stream(spark, broker.bootstrap_servers, subscribe=topic_name, endingOffsets="latest")
@@ -858,7 +865,7 @@ def test_ending_offsets_are_rejected_by_streaming_queries(
 
 
 def test_missing_topics_are_named(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     with pytest.raises(Exception, match=f"topic '{topic_name}' named by option 'subscribe' does not exist"):
