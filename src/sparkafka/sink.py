@@ -44,6 +44,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -830,10 +831,23 @@ def _task_identity() -> _TaskIdentity:
         partition=context.partitionId(),
         query_id=context.getLocalProperty("sql.streaming.queryId"),
         batch_id=int(batch) if batch is not None else None,
-        # A streaming query runs its jobs in a job group named by its run id (StreamExecution).
-        run_id=context.getLocalProperty("spark.jobGroup.id"),
+        run_id=_run_id(
+            context.getLocalProperty("spark.job.description"), context.getLocalProperty("spark.jobGroup.id")
+        ),
         properties={key: context.getLocalProperty(key) for key in _TASK_SETTINGS},
     )
+
+
+_RUN_ID_IN_DESCRIPTION = re.compile(r"^runId = (\S+)$", re.MULTILINE)
+
+
+def _run_id(description: str | None, job_group: str | None) -> str | None:
+    """The streaming query run a task belongs to. Spark describes every micro-batch's jobs with
+    ``id = …``, ``runId = …``, ``batch = …`` lines, anew at each batch; it also names the run's job
+    group after the run id, but once per run, so a ``foreachBatch`` function that sets a job group of
+    its own replaces it for the rest of the run (and for later runs in the same application)."""
+    found = _RUN_ID_IN_DESCRIPTION.search(description or "")
+    return found.group(1) if found else job_group
 
 
 class _RowEncoder:

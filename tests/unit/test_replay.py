@@ -17,7 +17,7 @@ from sparkafka.replay import (
     decide,
     partitions_beyond,
 )
-from sparkafka.sink import CommitMarker
+from sparkafka.sink import CommitMarker, _run_id
 
 QUERY = "q-1"
 OTHER_QUERY = "q-0"
@@ -156,3 +156,20 @@ def test_adaptive_execution_refusal(settings: dict, batch_write: bool, refused_f
         assert f"{refused_for}=" in refusal
         assert f"spark.conf.set('{refused_for}', 'false')" in refusal
         assert ("unset (Spark's default: true)" in refusal) == (refused_for not in settings)
+
+
+@pytest.mark.parametrize(
+    ("description", "job_group", "expected"),
+    [
+        ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "5f0c-run", "5f0c-run"),
+        # A foreachBatch function set a job group of its own: the batch's description still names the run.
+        ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "nightly-etl", "5f0c-run"),
+        # ... and set its own description too: the job group is all there is.
+        ("nightly load", "nightly-etl", "nightly-etl"),
+        (None, None, None),
+    ],
+)
+def test_the_run_id_comes_from_the_batch_description_first(
+    description: str | None, job_group: str | None, expected: str | None
+) -> None:
+    assert _run_id(description, job_group) == expected
