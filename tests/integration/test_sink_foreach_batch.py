@@ -4,11 +4,13 @@ rows as a replay (real broker, real local SparkSession)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.functions import udf
 
 from sparkafka.broker.runner import BrokerProcess
 
@@ -138,3 +140,42 @@ def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_f
     _run(frame, lambda batch, _id: _write(batch, bootstrap, first, prefix=prefix), checkpoint)
     assert len(read_all(bootstrap, first, partitions=2, expect=ROWS + 1, timeout_s=5)) == ROWS
     assert read_all(bootstrap, second, partitions=2, timeout_s=3) == []
+
+
+def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_every_row_once(
+    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """The foreachBatch function retries its one write when the job fails: partition 0 committed,
+    partition 1 failed. The retry (another Spark job of the same batch) skips partition 0, which its
+    marker shows done with the same rows, and writes partition 1."""
+    bootstrap = broker.bootstrap_servers
+    frame = _input(spark, bootstrap, topic_name)
+    output = f"{topic_name}-out"
+    create_topic(bootstrap, output, partitions=2)
+    failed_once = tmp_path / "failed-once"
+
+    @udf("string")
+    def fails_partition_1_once(value: str) -> str:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None and context.partitionId() == 1 and not failed_once.exists():
+            time.sleep(3)  # partition 0 commits meanwhile
+            failed_once.touch()
+            raise RuntimeError("transient failure of partition 1")
+        return value
+
+    def write_with_retries(batch: DataFrame, _batch_id: int) -> None:
+        flaky = batch.select(fails_partition_1_once("value").alias("value"))
+        for attempt in range(3):
+            try:
+                _write(flaky, bootstrap, output, prefix=f"retried-{topic_name}")
+                return
+            except Exception:
+                if attempt == 2:
+                    raise
+
+    _run(frame, write_with_retries, tmp_path / "checkpoint")
+    assert failed_once.exists()
+    committed = values(read_all(bootstrap, output, partitions=2, expect=ROWS + 1, timeout_s=5))
+    assert sorted(committed) == sorted(f"r{i}".encode() for i in range(ROWS))
