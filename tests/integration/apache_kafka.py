@@ -141,6 +141,20 @@ class ApacheKafka:
             time.sleep(0.3)
         raise RuntimeError(f"Apache Kafka did not answer within 120 s:\n{self._tail()}")
 
+    def dump_log(self, topic: str) -> str:
+        """``kafka-dump-log`` of every segment of ``topic`` (records and COMMIT/ABORT markers)."""
+        segments = sorted(str(path) for path in (self.directory / "data").glob(f"{topic}-*/*.log"))
+        # Kafka 4 moved the tool from the server jar (kafka.tools) to kafka-tools.
+        tool = ("kafka" if self.version.startswith("3.") else "org.apache.kafka") + ".tools.DumpLogSegments"
+        dumped = subprocess.run(
+            self._java(tool, "--deep-iteration", "--print-data-log", "--files", ",".join(segments)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return dumped.stdout
+
     def kill(self) -> None:
         """SIGKILL the broker: nothing flushed or closed."""
         if self.process is not None:

@@ -17,6 +17,8 @@ from sparkafka.broker.runner import BrokerProcess
 from sparkafka.harness import wait_until
 from sparkafka.pipeline_process import PipelineProcess
 
+from .apache_kafka import ApacheKafka
+from .conftest import Kafka
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
 
 pytestmark = pytest.mark.integration
@@ -38,7 +40,7 @@ def _send_input(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
 SAME_PARTITION_MAP = "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
 
 
-def _pipeline(broker: BrokerProcess, tmp_path: Path, *extra: str) -> PipelineProcess:
+def _pipeline(broker: Kafka, tmp_path: Path, *extra: str) -> PipelineProcess:
     if "--sql" not in extra and "--transform" not in extra:
         extra = ("--sql", SAME_PARTITION_MAP, *extra)
     args = [
@@ -62,7 +64,7 @@ def _pipeline(broker: BrokerProcess, tmp_path: Path, *extra: str) -> PipelinePro
 
 
 def _wait_committed(
-    broker: BrokerProcess, expected: int, partitions: int, timeout_s: float = 120
+    broker: Kafka, expected: int, partitions: int, timeout_s: float = 120
 ) -> list[bytes]:
     deadline = time.monotonic() + timeout_s
     got: list[bytes] = []
@@ -77,7 +79,11 @@ def _wait_committed(
     return got
 
 
-def _dump_log(broker: BrokerProcess) -> str:
+def _dump_log(broker: Kafka) -> str:
+    """The output topic's log with its COMMIT/ABORT markers, by the dump tool of the broker's kind."""
+    if isinstance(broker, ApacheKafka):
+        return broker.dump_log("out")
+    assert isinstance(broker, BrokerProcess)
     return subprocess.run(
         [sys.executable, "-m", "sparkafka", "dump-log", "--data-dir", str(broker.data_dir), "--topic", "out"],
         capture_output=True,
@@ -87,7 +93,7 @@ def _dump_log(broker: BrokerProcess) -> str:
     ).stdout
 
 
-def _no_open_transactions(broker: BrokerProcess, topic: str, partitions: int) -> bool:
+def _no_open_transactions(broker: Kafka, topic: str, partitions: int) -> bool:
     """read_committed readers are not held back: on every partition the LSO equals the high watermark."""
     ends = {}
     for isolation in ("read_committed", "read_uncommitted"):
@@ -102,13 +108,22 @@ def _no_open_transactions(broker: BrokerProcess, topic: str, partitions: int) ->
 
 
 @pytest.fixture
+def any_kafka_topics(fresh_kafka: Kafka) -> Kafka:
+    """Topics in and out, two partitions each, on a Kafka of the test's own: the embedded broker,
+    then each pinned Apache Kafka."""
+    create_topic(fresh_kafka.bootstrap_servers, "in", partitions=2)
+    create_topic(fresh_kafka.bootstrap_servers, "out", partitions=2)
+    return fresh_kafka
+
+
+@pytest.fixture
 def topics(fresh_broker: BrokerProcess) -> BrokerProcess:
     create_topic(fresh_broker.bootstrap_servers, "in", partitions=2)
     create_topic(fresh_broker.bootstrap_servers, "out", partitions=2)
     return fresh_broker
 
 
-def _count(broker: BrokerProcess, isolation: str) -> int:
+def _count(broker: Kafka, isolation: str) -> int:
     return len(read_all(broker.bootstrap_servers, "out", isolation=isolation, timeout_s=3, partitions=2))
 
 
@@ -121,11 +136,12 @@ def _kill_when_paused(pipeline: PipelineProcess, pause_line: str) -> None:
 
 
 def test_sigkill_at_every_protocol_point_in_a_row_is_exactly_once(
-    topics: BrokerProcess, tmp_path: Path
+    any_kafka_topics: Kafka, tmp_path: Path
 ) -> None:
     """One micro-batch is killed five times in a row, each time at another point of the protocol, each
-    restart recovering from the previous crash — then the output is checked: exactly once."""
-    broker = topics
+    restart recovering from the previous crash — then the output is checked: exactly once. On the
+    embedded broker and on Apache Kafka."""
+    broker = any_kafka_topics
     expected = _send_input(broker.bootstrap_servers, "in", 2)
 
     def paused_run(*options: str) -> PipelineProcess:
