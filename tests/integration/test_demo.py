@@ -9,9 +9,15 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from sparkafka.broker.runner import BrokerProcess
+from .conftest import Kafka
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """An existing cluster for the demo: the embedded broker, then Apache Kafka (``kafka`` in conftest)."""
+    return kafka
 
 
 def test_demo_kills_the_pipeline_and_verifies_exactly_once() -> None:
@@ -42,7 +48,7 @@ def test_demo_reports_an_unreachable_cluster_clearly() -> None:
     assert "did not answer" in result.stderr and "127.0.0.1:1" in result.stderr
 
 
-def test_demo_on_an_existing_cluster_uses_prefixed_topics(broker: BrokerProcess) -> None:
+def test_demo_on_an_existing_cluster_uses_prefixed_topics(broker: Kafka) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sparkafka", "demo", "--bootstrap-servers", broker.bootstrap_servers],
         capture_output=True,

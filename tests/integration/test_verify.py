@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from .apache_kafka import ApacheKafka
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +75,22 @@ def test_verify_usage_error_shows_usage() -> None:
     )
     assert result.returncode == 2
     assert "Usage:" in result.stderr
+
+
+def test_verify_on_apache_kafka_holds_exactly_once(tmp_path: Path) -> None:
+    """The chaos proof against Apache Kafka's own broker (`--bootstrap-servers`): pipeline kills only,
+    the broker is not ours to restart."""
+    with ApacheKafka(tmp_path / "apache-kafka") as kafka:
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "sparkafka", "verify",
+                "--bootstrap-servers", kafka.bootstrap_servers,
+                "--records", "300", "--kills", "2", "--send-seconds", "10", "--seed", "7",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("exactly-once verified: in=300 out(read_committed)=300 duplicates=0 lost=0"), last
