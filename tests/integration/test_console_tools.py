@@ -19,9 +19,16 @@ import pytest
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.commands.console import ConsoleError, iso_timestamp, open_transactions, render_bytes
 
+from .conftest import Kafka
 from .kafka_clients import create_topic, read_all, transactional_producer, values
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """The module's cluster: the embedded broker, then Apache Kafka (``kafka`` in conftest)."""
+    return kafka
 
 RECORD_LINE = re.compile(
     r"partition=(?P<partition>\d+) offset=(?P<offset>\d+) "
@@ -76,7 +83,7 @@ def records(stdout: str) -> list[dict[str, str]]:
     return found
 
 
-def test_produce_keyed_lines_from_stdin_then_consume_them(broker: BrokerProcess, topic_name: str) -> None:
+def test_produce_keyed_lines_from_stdin_then_consume_them(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name, partitions=2)
 
@@ -107,7 +114,7 @@ def test_produce_keyed_lines_from_stdin_then_consume_them(broker: BrokerProcess,
 
 
 def test_read_committed_hides_an_aborted_transaction_read_uncommitted_shows_it(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -140,7 +147,7 @@ def test_read_committed_hides_an_aborted_transaction_read_uncommitted_shows_it(
 
 
 def test_produce_in_a_transaction_commits_at_end_of_input_and_aborts_on_ctrl_c(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
@@ -167,7 +174,7 @@ def test_produce_in_a_transaction_commits_at_end_of_input_and_aborts_on_ctrl_c(
     assert values(read_all(bootstrap, topic_name, expect=2, timeout_s=3)) == [b"one", b"two"]
 
 
-def test_topics_create_list_describe_delete(broker: BrokerProcess, topic_name: str) -> None:
+def test_topics_create_list_describe_delete(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     created = sparkafka(
         "topics", "create", topic_name, "-b", bootstrap, "-p", "3", "-c", "retention.ms=3600000"
@@ -211,7 +218,7 @@ def test_topics_create_list_describe_delete(broker: BrokerProcess, topic_name: s
     assert topic_name not in sparkafka("topics", "list", "-b", bootstrap).stdout.splitlines()
 
 
-def test_topics_alter_sets_and_resets_configs(broker: BrokerProcess, topic_name: str) -> None:
+def test_topics_alter_sets_and_resets_configs(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
     altered = sparkafka(
@@ -259,7 +266,7 @@ def test_topics_alter_sets_and_resets_configs(broker: BrokerProcess, topic_name:
 
 
 def test_groups_describe_shows_committed_offset_end_offset_and_lag(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     group = f"group-{topic_name}"
@@ -296,7 +303,7 @@ def test_groups_describe_shows_committed_offset_end_offset_and_lag(
 
 
 def test_transactions_list_shows_an_open_transaction_until_it_commits(
-    broker: BrokerProcess, topic_name: str
+    broker: Kafka, topic_name: str
 ) -> None:
     bootstrap = broker.bootstrap_servers
     transactional_id = f"tx-{topic_name}"
@@ -332,7 +339,7 @@ def test_transactions_list_shows_an_open_transaction_until_it_commits(
     assert re.search(rf"^{transactional_id}\s+CompleteCommit\s", everything.stdout, re.MULTILINE)
 
 
-def test_consume_stops_cleanly_on_sigterm(broker: BrokerProcess, topic_name: str) -> None:
+def test_consume_stops_cleanly_on_sigterm(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
     assert sparkafka("produce", topic_name, "-b", bootstrap, stdin="first\n").returncode == 0
@@ -368,7 +375,7 @@ def test_unreachable_cluster_is_one_line_and_exit_1_within_the_timeout() -> None
         assert "refused" in result.stderr.lower() and len(result.stderr.splitlines()) == 1, result.stderr
 
 
-def test_unknown_topics_and_partitions_are_clear_errors(broker: BrokerProcess, topic_name: str) -> None:
+def test_unknown_topics_and_partitions_are_clear_errors(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
     missing = f"missing-{topic_name}"
@@ -394,7 +401,7 @@ def test_unknown_topics_and_partitions_are_clear_errors(broker: BrokerProcess, t
     assert missing not in sparkafka("topics", "list", "-b", bootstrap).stdout
 
 
-def test_bad_arguments_print_usage_with_an_example(broker: BrokerProcess, topic_name: str) -> None:
+def test_bad_arguments_print_usage_with_an_example(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     no_equals, unknown_config, no_topic, group_and_partition, no_separator = run_together(
         [
