@@ -12,12 +12,17 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import udf
 
-from sparkafka.broker.runner import BrokerProcess
-
+from .conftest import Kafka
 from .kafka_clients import create_topic, producer, read_all, values
 from .spark_session import spark_fixture  # noqa: F401
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """The module's cluster: the embedded broker, then Apache Kafka (``kafka`` in conftest)."""
+    return kafka
 
 ROWS = 10
 
@@ -79,7 +84,7 @@ def _fan_out(
 
 
 def test_two_exactly_once_writes_of_one_batch_with_a_prefix_each_both_write_every_row(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     outputs = _fan_out(spark, bootstrap, topic_name, tmp_path / "cp", lambda topic: f"fan-out-{topic}")
@@ -89,7 +94,7 @@ def test_two_exactly_once_writes_of_one_batch_with_a_prefix_each_both_write_ever
 
 
 def test_two_exactly_once_writes_of_one_batch_sharing_a_prefix_fail_naming_the_fix(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     shared = f"shared-{topic_name}"
     with pytest.raises(Exception, match="need a transactionalIdPrefix each") as failure:
@@ -99,7 +104,7 @@ def test_two_exactly_once_writes_of_one_batch_sharing_a_prefix_fail_naming_the_f
 
 
 def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
     frame = _input(spark, bootstrap, topic_name)
@@ -115,7 +120,7 @@ def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
 
 
 def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_forward(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     """The first run writes micro-batch 0 and fails before Spark records it as done; the query is then
     restarted writing to another topic. A task cannot tell this from a second write sharing the
@@ -143,7 +148,7 @@ def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_f
 
 
 def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_every_row_once(
-    spark: SparkSession, broker: BrokerProcess, topic_name: str, tmp_path: Path
+    spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
     """The foreachBatch function retries its one write when the job fails: partition 0 committed,
     partition 1 failed. The retry (another Spark job of the same batch) skips partition 0, which its
