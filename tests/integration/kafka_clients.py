@@ -16,6 +16,16 @@ def create_topic(
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=10)
     futures[name].result(timeout=30)
+    # Apache Kafka answers CreateTopics before its partitions have a leader (the controller
+    # propagates them): wait until they do, as a client's first request would.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = admin.list_topics(name, timeout=10).topics.get(name)
+        ready = listed is not None and listed.error is None and len(listed.partitions) == partitions
+        if ready and all(partition.leader >= 0 for partition in listed.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"topic {name} has no leader for every partition after 30 s")
 
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:

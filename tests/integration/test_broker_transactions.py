@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.harness import wait_until
 
+from .conftest import Kafka
 from .kafka_clients import create_topic, open_transaction, producer, read_all, transactional_producer, values
 from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
 
 
-def test_committed_transaction_visible_to_read_committed(broker: BrokerProcess, topic_name: str) -> None:
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """The module's cluster: the embedded broker, then Apache Kafka (``kafka`` in conftest): the same
+    assertions hold for both, or the embedded broker is wrong."""
+    return kafka
+
+
+def test_committed_transaction_visible_to_read_committed(broker: Any, topic_name: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     producer = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
     producer.init_transactions(30)
@@ -29,7 +39,7 @@ def test_committed_transaction_visible_to_read_committed(broker: BrokerProcess, 
     assert values(committed) == [f"v{i}".encode() for i in range(5)]
 
 
-def test_aborted_records_hidden_from_read_committed_only(broker: BrokerProcess, topic_name: str) -> None:
+def test_aborted_records_hidden_from_read_committed_only(broker: Any, topic_name: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     producer = transactional_producer(broker.bootstrap_servers, f"tx-{topic_name}")
     producer.init_transactions(30)
@@ -48,7 +58,7 @@ def test_aborted_records_hidden_from_read_committed_only(broker: BrokerProcess, 
     ]
 
 
-def test_open_transaction_holds_read_committed_at_lso(broker: BrokerProcess, topic_name: str) -> None:
+def test_open_transaction_holds_read_committed_at_lso(broker: Any, topic_name: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     plain = transactional_producer(broker.bootstrap_servers, f"tx-a-{topic_name}")
     plain.init_transactions(30)
@@ -78,7 +88,7 @@ def test_open_transaction_holds_read_committed_at_lso(broker: BrokerProcess, top
     assert values(read_all(broker.bootstrap_servers, topic_name, expect=2)) == [b"before", b"pending"]
 
 
-def test_reinit_aborts_open_transaction_and_fences_zombie(broker: BrokerProcess, topic_name: str) -> None:
+def test_reinit_aborts_open_transaction_and_fences_zombie(broker: Any, topic_name: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     transactional_id = f"tx-{topic_name}"
     zombie = transactional_producer(broker.bootstrap_servers, transactional_id)
@@ -108,7 +118,7 @@ def test_reinit_aborts_open_transaction_and_fences_zombie(broker: BrokerProcess,
     ]
 
 
-def test_transaction_timeout_above_broker_maximum_is_rejected(broker: BrokerProcess) -> None:
+def test_transaction_timeout_above_broker_maximum_is_rejected(broker: Any) -> None:
     producer = transactional_producer(
         broker.bootstrap_servers, "tx-too-long", transaction_timeout_ms=3_600_000, message_timeout_ms=300_000
     )
@@ -149,7 +159,7 @@ def test_broker_aborts_transaction_after_its_timeout(tmp_path, topic_name: str) 
 
 
 def test_offsets_sent_to_transaction_are_visible_only_after_commit(
-    broker: BrokerProcess, topic_name: str
+    broker: Any, topic_name: str
 ) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     group = f"g-{topic_name}"
@@ -183,7 +193,7 @@ def test_offsets_sent_to_transaction_are_visible_only_after_commit(
     consumer.close()
 
 
-def test_broker_sigkill_mid_transaction_loses_nothing(fresh_broker: BrokerProcess, topic_name: str) -> None:
+def test_broker_sigkill_mid_transaction_loses_nothing(fresh_broker: Any, topic_name: str) -> None:
     create_topic(fresh_broker.bootstrap_servers, topic_name)
     committer = transactional_producer(fresh_broker.bootstrap_servers, f"tx-c-{topic_name}")
     committer.init_transactions(30)
@@ -219,7 +229,7 @@ def test_broker_sigkill_mid_transaction_loses_nothing(fresh_broker: BrokerProces
 
 
 def _list_offsets(
-    broker: BrokerProcess,
+    broker: Any,
     topic: str,
     timestamp: int,
     *,
@@ -245,7 +255,7 @@ def _list_offsets(
 
 
 def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(
-    broker: BrokerProcess, topic_name: str
+    broker: Any, topic_name: str
 ) -> None:
     """Kafka's Partition.fetchOffsetForTimestamp: MAX_TIMESTAMP (-3, ListOffsets v7+, KIP-734) answers
     only offsets below the last fetchable offset, the last stable offset for read_committed."""
@@ -275,12 +285,17 @@ def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(
         )
     finally:
         writer.abort_transaction(30)
+    # Apache Kafka answers EndTxn before it writes the ABORT marker: wait until read_committed
+    # readers are no longer held back (the marker at offset 3 is written).
+    assert wait_until(
+        lambda: _list_offsets(broker, topic_name, -1, read_committed=True) == [(0, -1, 4, 0)], timeout_s=30
+    )
     # As in Kafka, the answer comes from the log's timestamps, aborted records included.
     assert _list_offsets(broker, topic_name, max_timestamp, read_committed=True) == [(0, base + 60_000, 2, 0)]
 
 
 def test_list_offsets_special_timestamps_of_tiered_storage_answer_as_kafka_without_it(
-    broker: BrokerProcess, topic_name: str
+    broker: Any, topic_name: str
 ) -> None:
     """Kafka's UnifiedLog.fetchOffsetByTimestamp on a broker without remote storage: EARLIEST_LOCAL
     (-4, v8+) is the log start; LATEST_TIERED (-5, v9+) and EARLIEST_PENDING_UPLOAD (-6, v11+) find
@@ -313,7 +328,7 @@ def test_list_offsets_special_timestamps_of_tiered_storage_answer_as_kafka_witho
 
 
 def test_list_transactions_duration_filter_keeps_longer_running_ones(
-    broker: BrokerProcess, topic_name: str
+    broker: Any, topic_name: str
 ) -> None:
     """KIP-994, as Kafka's TransactionStateManager: with a duration filter, only transactions running
     for longer than it; an id that never started one counts as running since the epoch."""
@@ -341,7 +356,7 @@ def test_list_transactions_duration_filter_keeps_longer_running_ones(
         running.abort_transaction(30)
 
 
-def test_describe_transactions_and_producers_answer_as_kafka(broker: BrokerProcess, topic_name: str) -> None:
+def test_describe_transactions_and_producers_answer_as_kafka(broker: Any, topic_name: str) -> None:
     """Kafka's TransactionCoordinator.handleDescribeTransactions (an unknown id: the error and the
     schema's zeros; an empty id: INVALID_REQUEST) and ProducerAppendInfo.appendEndTxnMarker (a marker
     sets the producer's last timestamp, which DescribeProducers reports)."""
@@ -406,7 +421,7 @@ def _raw_transactional_producer(connection: RawConnection, transactional_id: str
     return response.producer_id, response.producer_epoch
 
 
-def test_transactional_produce_is_verified_as_kafka_does(broker: BrokerProcess, topic_name: str) -> None:
+def test_transactional_produce_is_verified_as_kafka_does(broker: Any, topic_name: str) -> None:
     """KafkaApis/ReplicaManager for transactional batches: no transactional id in the request refuses
     all of it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); a partition not in the transaction, even a
     retry after the commit, is INVALID_TXN_STATE with Kafka's text and no log start offset."""
@@ -446,7 +461,13 @@ def test_transactional_produce_is_verified_as_kafka_does(broker: BrokerProcess, 
                     )
                 ],
             )
-            answer = connection.roundtrip(request, ProduceResponse, 9).responses[0].partition_responses[0]
+            # Apache Kafka verifies the partition with the transaction coordinator, and answers
+            # NOT_LEADER_OR_FOLLOWER (retriable) while that coordinator is still loading.
+            for _ in range(100):
+                answer = connection.roundtrip(request, ProduceResponse, 9).responses[0].partition_responses[0]
+                if answer.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    break
+                time.sleep(0.2)
             return answer.error_code, answer.log_start_offset, answer.error_message
 
         not_added = (ErrorCode.INVALID_TXN_STATE, -1, "Partition was not added to the transaction")
@@ -478,12 +499,17 @@ def test_transactional_produce_is_verified_as_kafka_does(broker: BrokerProcess, 
             3,
         )
         assert ended.error_code == 0
+        # Apache Kafka answers EndTxn before the COMMIT marker is in the partition; until then the
+        # batch would still be a duplicate within the open transaction.
+        assert wait_until(
+            lambda: _list_offsets(broker, topic_name, -1, read_committed=True)[0][2] == 2, timeout_s=30
+        )
         assert produce(transactional_id) == not_added  # the same batch once more, after the commit
     assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"v"]
 
 
 def test_transactional_requests_are_checked_as_kafka_checks_them(
-    broker: BrokerProcess, topic_name: str
+    broker: Any, topic_name: str
 ) -> None:
     """InitProducerId with half a producer id/epoch is INVALID_REQUEST (KafkaApis); TxnOffsetCommit
     answers unknown partitions before the transaction's checks; DescribeTransactions lists the offsets
@@ -533,7 +559,8 @@ def test_transactional_requests_are_checked_as_kafka_checks_them(
         )
         assert added.error_code == 0
 
-        def commit_offsets(producer_epoch: int, topics: list[str]) -> list[int]:
+        def commit_offsets(producer_epoch: int, topics: list[str]) -> dict[str, int]:
+            """Each topic's error (partition 0); by name: Kafka lists unknown topics first."""
             topic_class = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
             partition_class = topic_class.TxnOffsetCommitRequestPartition
             request = TxnOffsetCommitRequest(
@@ -559,16 +586,26 @@ def test_transactional_requests_are_checked_as_kafka_checks_them(
                     for name in topics
                 ],
             )
-            response = connection.roundtrip(request, TxnOffsetCommitResponse, 3)
-            return [p.error_code for t in response.topics for p in t.partitions]
+            # Retriable, as for any client: Apache Kafka loads a new group's offsets partition first.
+            loading = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            for _ in range(100):
+                response = connection.roundtrip(request, TxnOffsetCommitResponse, 3)
+                errors = {t.name: p.error_code for t in response.topics for p in t.partitions}
+                if not set(errors.values()) & set(loading):
+                    break
+                time.sleep(0.2)
+            return errors
 
         unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        assert commit_offsets(epoch + 1, [topic_name, "no-such-topic"]) == [
-            ErrorCode.INVALID_PRODUCER_EPOCH,
-            unknown,
-        ]
-        assert commit_offsets(epoch + 1, ["no-such-topic"]) == [unknown]
-        assert commit_offsets(epoch, [topic_name, "no-such-topic"]) == [ErrorCode.NONE, unknown]
+        assert commit_offsets(epoch + 1, [topic_name, "no-such-topic"]) == {
+            topic_name: ErrorCode.INVALID_PRODUCER_EPOCH,
+            "no-such-topic": unknown,
+        }
+        assert commit_offsets(epoch + 1, ["no-such-topic"]) == {"no-such-topic": unknown}
+        assert commit_offsets(epoch, [topic_name, "no-such-topic"]) == {
+            topic_name: ErrorCode.NONE,
+            "no-such-topic": unknown,
+        }
 
         described = connection.roundtrip(
             DescribeTransactionsRequest(transactional_ids=[transactional_id]), DescribeTransactionsResponse, 0
