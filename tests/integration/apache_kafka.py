@@ -47,10 +47,14 @@ def require_apache_kafka(version: str) -> Path:
     return libs
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: the probes stay bound until all are chosen, so the system cannot
+    hand out one port twice."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 class ApacheKafka:
@@ -63,8 +67,7 @@ class ApacheKafka:
         self.directory = directory
         self.version = version
         self.libs = require_apache_kafka(version)
-        self.port = _free_port()
-        self.controller_port = _free_port()
+        self.port, self.controller_port = free_ports(2)
         self.settings = settings or {}
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -104,6 +107,21 @@ class ApacheKafka:
         return ["java", "-Xms128m", "-Xmx512m", "-cp", f"{self.libs}/*", main_class, *args]
 
     def __enter__(self) -> ApacheKafka:
+        # Another process may take a chosen port before the broker binds it: then new ports, anew.
+        for attempt in range(3):
+            try:
+                self._format()
+                self.start()
+                return self
+            except RuntimeError:
+                self.kill()
+                if attempt == 2:
+                    raise
+                shutil.rmtree(self.directory / "data", ignore_errors=True)
+                self.port, self.controller_port = free_ports(2)
+        raise AssertionError("unreachable")
+
+    def _format(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         properties = self._properties()
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -116,8 +134,6 @@ class ApacheKafka:
         if formatted.returncode != 0:
             output = formatted.stdout + formatted.stderr
             raise RuntimeError(f"formatting Apache Kafka's storage failed:\n{output}")
-        self.start()
-        return self
 
     def start(self) -> None:
         """Start (or restart, on the same storage) the broker and wait until it answers."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -123,3 +124,20 @@ def committed_markers(bootstrap: str, batch_id: int, *, prefix: str = "") -> dic
     finally:
         consumer.close()
     return found
+
+
+def committed_ids(bootstrap: str, topic: str, *, expect: int, partitions: int) -> Counter[str]:
+    """How often each record id (a value's text up to its first ``|``) is in ``topic`` for read_committed
+    readers, once ``expect`` records are there (and two more seconds, for duplicates to show)."""
+    read_all(bootstrap, topic, expect=expect, timeout_s=180, partitions=partitions)
+    time.sleep(2)
+    messages = read_all(bootstrap, topic, timeout_s=10, partitions=partitions)
+    return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
+
+
+def assert_exactly_once(output: Counter[str], ids: set[str]) -> None:
+    """Every id of ``ids`` exactly once in ``output``, and nothing else."""
+    doubled = sorted(i for i, n in output.items() if n > 1)
+    missing = sorted(ids - set(output))
+    assert not doubled and not missing, f"{len(doubled)} doubled, {len(missing)} missing"
+    assert set(output) == ids

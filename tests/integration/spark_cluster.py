@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,14 +20,10 @@ from types import TracebackType
 
 import pyspark
 
+from .apache_kafka import free_ports
+
 SPARK_HOME = Path(pyspark.__file__).parent
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class StandaloneCluster:
@@ -42,8 +37,8 @@ class StandaloneCluster:
         self.hosts = [f"127.0.0.{n + 1}" for n in range(workers)]
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
-        self.master_port = free_port()
-        self.master_ui_port = free_port()
+        # Every port at once: chosen one by one, the system may hand out the same port twice.
+        self.master_port, self.master_ui_port, *self.worker_ports = free_ports(2 + 2 * workers)
         self.processes: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -69,7 +64,9 @@ class StandaloneCluster:
                 self._start(
                     f"worker-{number}",
                     "org.apache.spark.deploy.worker.Worker",
-                    "--host", host, "--port", str(free_port()), "--webui-port", str(free_port()),
+                    "--host", host,
+                    "--port", str(self.worker_ports[2 * number]),
+                    "--webui-port", str(self.worker_ports[2 * number + 1]),
                     "--cores", str(self.worker_cores), "--memory", self.worker_memory,
                     "--work-dir", str(self.directory / f"work-{number}"),
                     self.master_url,

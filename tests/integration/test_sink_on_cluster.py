@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +16,14 @@ from sparkafka.harness import wait_until
 from sparkafka.pipeline_process import PipelineProcess
 
 from .conftest import Kafka
-from .kafka_clients import committed_markers, create_topic, producer, read_all
+from .kafka_clients import (
+    assert_exactly_once,
+    committed_ids,
+    committed_markers,
+    create_topic,
+    producer,
+    read_all,
+)
 from .spark_cluster import StandaloneCluster
 
 pytestmark = pytest.mark.integration
@@ -73,19 +78,6 @@ def _everything(broker: Kafka) -> list[bytes]:
     return [m.value() or b"" for m in found]
 
 
-def _committed_ids(broker: Kafka, expect: int) -> Counter[str]:
-    read_all(broker.bootstrap_servers, "out", expect=expect, timeout_s=180, partitions=PARTITIONS)
-    time.sleep(2)  # anything beyond `expect` would be a duplicate: give it time to show
-    messages = read_all(broker.bootstrap_servers, "out", timeout_s=10, partitions=PARTITIONS)
-    return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
-
-
-def _assert_exactly_once(output: Counter[str], ids: set[str]) -> None:
-    doubled = sorted(i for i, n in output.items() if n > 1)
-    missing = sorted(ids - set(output))
-    assert not doubled and not missing, f"{len(doubled)} doubled, {len(missing)} missing"
-
-
 def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_once(
     fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
@@ -112,10 +104,10 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
 
     replay = _pipeline(broker, cluster, tmp_path, 1).start()
     try:
-        output = _committed_ids(broker, expect=len(ids))
+        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
     finally:
         replay.terminate()
-    _assert_exactly_once(output, ids)
+    assert_exactly_once(output, ids)
 
 
 def test_speculative_copies_of_a_slow_write_task_write_it_once(
@@ -132,10 +124,10 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
     slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
     run = _pipeline(broker, cluster, tmp_path, 2, *speculation, sink_options=slow).start()
     try:
-        output = _committed_ids(broker, expect=len(ids))
+        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
     finally:
         run.terminate()
-    _assert_exactly_once(output, ids)
+    assert_exactly_once(output, ids)
     attempts = cluster.executor_stderr().count("sparkafka debug pause: beforeCommit partition=1 batch=0")
     assert attempts >= 2, "no speculative copy of the slow task ran"
 

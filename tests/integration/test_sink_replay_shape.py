@@ -16,7 +16,14 @@ import pytest
 from sparkafka.pipeline_process import PipelineProcess
 
 from .conftest import Kafka
-from .kafka_clients import committed_markers, create_topic, producer, read_all
+from .kafka_clients import (
+    assert_exactly_once,
+    committed_ids,
+    committed_markers,
+    create_topic,
+    producer,
+    read_all,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -114,24 +121,16 @@ def _kill_after_commits(run: PipelineProcess, broker: Kafka, held: list[int]) ->
     return committed
 
 
-def _output_ids(
-    broker: Kafka, expect: int | None = None, *, isolation: str = "read_committed"
-) -> Counter[str]:
+def _output_ids(broker: Kafka, *, isolation: str = "read_committed") -> Counter[str]:
+    """How often each record id is in the output now, for readers of ``isolation``."""
     messages = read_all(
-        broker.bootstrap_servers, "out", expect=expect, timeout_s=120 if expect else 10,
-        partitions=OUTPUT_PARTITIONS, isolation=isolation,
+        broker.bootstrap_servers, "out", timeout_s=10, partitions=OUTPUT_PARTITIONS, isolation=isolation
     )
-    if expect is not None:
-        time.sleep(2)  # anything beyond `expect` would be a duplicate: give it time to show
-        messages = read_all(broker.bootstrap_servers, "out", timeout_s=10, partitions=OUTPUT_PARTITIONS)
     return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
 
 
-def _assert_exactly_once(output: Counter[str], ids: set[str]) -> None:
-    doubled = sorted(i for i, n in output.items() if n > 1)
-    missing = sorted(ids - set(output))
-    assert not doubled and not missing, f"{len(doubled)} doubled, {len(missing)} missing"
-    assert set(output) == ids
+def _committed_ids(broker: Kafka, expect: int) -> Counter[str]:
+    return committed_ids(broker.bootstrap_servers, "out", expect=expect, partitions=OUTPUT_PARTITIONS)
 
 
 SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
@@ -151,10 +150,10 @@ def test_partly_committed_shuffled_batch_replayed_on_fewer_cores_is_exactly_once
 
     replay = _pipeline(broker, tmp_path, SHUFFLED, master="local[2]").start()
     try:
-        output = _output_ids(broker, expect=len(ids))
+        output = _committed_ids(broker, len(ids))
     finally:
         replay.terminate()
-    _assert_exactly_once(output, ids)
+    assert_exactly_once(output, ids)
     assert sorted(committed) == [0, 2, 4, 5, 6, 7], "the first run had the 8 shuffle partitions"
     assert sorted(_committed_markers(broker, 0)) == list(range(8))
 
@@ -177,10 +176,10 @@ def test_source_split_options_changed_between_kill_and_restart_are_exactly_once(
     replay = _pipeline(broker, tmp_path, UNSHUFFLED, "--source-option", "minPartitions=2", master="local[2]")
     replay.start()
     try:
-        output = _output_ids(broker, expect=len(ids))
+        output = _committed_ids(broker, len(ids))
     finally:
         replay.terminate()
-    _assert_exactly_once(output, ids)
+    assert_exactly_once(output, ids)
 
 
 def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_nothing(
@@ -209,10 +208,10 @@ def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_no
 
     again = _pipeline(broker, tmp_path, wide, master="local[2]").start()
     try:
-        output = _output_ids(broker, expect=len(ids))
+        output = _committed_ids(broker, len(ids))
     finally:
         again.terminate()
-    _assert_exactly_once(output, ids)
+    assert_exactly_once(output, ids)
 
 
 def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_path: Path) -> None:
@@ -229,8 +228,8 @@ def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_
 
     replay = _pipeline(broker, tmp_path, sql, master="local[2]").start()
     try:
-        output = _output_ids(broker, expect=len(ids))
+        output = _committed_ids(broker, len(ids))
     finally:
         replay.terminate()
-    _assert_exactly_once(output, ids)
+    assert_exactly_once(output, ids)
     assert "another shape" not in replay.output()
