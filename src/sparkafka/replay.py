@@ -99,7 +99,6 @@ class TaskView:
     batch_write: bool
     own_marker: Marker | None
     registered_query: str | None = None
-    adopted_query: str | None = None
     other_prefix_markers: Sequence[Marker] = field(default_factory=tuple)
 
 

@@ -495,7 +495,6 @@ class _CachedProducer:
     producer: Producer
     transactional_id: str | None
     marker: CommitMarker | None = None
-    fresh: bool = True
     delivery_errors: list[KafkaError] = field(default_factory=list)
     # The client's latest error events: why it cannot reach the cluster (a refused login, a refused
     # connection), which a timed-out call does not say. Bounded: a producer may live for days.
@@ -599,8 +598,8 @@ def _transactional_producer(
 
     Steps:
     1. A cached producer this worker initialised last is reused. Within one query run it is up to
-       date (``fresh`` False); at the id's first write of a run — a restart, possibly in the same
-       application, where the first batch may be a replay — its markers are read again (step 3).
+       date; at the id's first write of a run — a restart, possibly in the same application, where
+       the first batch may be a replay — its markers are read again (step 3).
     2. Otherwise a new producer initialises the id, which aborts and fences whatever an earlier
        attempt left open.
     3. Read, with read_committed, the id's latest marker and registration, and (``other_prefixes``)
@@ -611,7 +610,6 @@ def _transactional_producer(
         cached = _producers.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
         if cached.run_id == identity.run_id and cached.query_id == identity.query_id:
-            cached.fresh = False
             return cached
         _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
         return cached
@@ -678,7 +676,6 @@ def _read_committed_state(
     cached.query_id = query_id
     cached.run_id = identity.run_id
     cached.run_first_batch = identity.batch_id
-    cached.fresh = True
 
 
 def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:
@@ -935,8 +932,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         cached = _transactional_producer(
             self.options, identity, transactional_id, other_prefixes=not self.batch_write
         )
-        # A retry of a first-batch task in the same worker reuses the producer: still the first batch.
-        fresh = cached.fresh or cached.run_first_batch == batch_id
+        # Every task of the run's first batch of this id, a retry reusing the producer included.
+        fresh = cached.run_first_batch == batch_id
         view = TaskView(
             query_id=query_id,
             batch_id=batch_id,
@@ -946,7 +943,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batch_write=self.batch_write,
             own_marker=cached.marker,
             registered_query=cached.registered_query,
-            adopted_query=self.options.adopted_query,
             other_prefix_markers=cached.other_prefix_markers,
         )
         first = next(batches, None)
