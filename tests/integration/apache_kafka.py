@@ -58,48 +58,82 @@ def free_ports(count: int) -> list[int]:
 
 
 class ApacheKafka:
-    """``with ApacheKafka(directory, version) as kafka:`` — one KRaft node; ``kafka.bootstrap_servers``.
+    """``with ApacheKafka(directory, version) as kafka:`` — ``kafka.bootstrap_servers``.
 
-    Sized for a test: small heap, one partition and replica by default, no delay before a consumer
-    group's first rebalance."""
+    One KRaft node (broker and controller in one JVM) by default; ``nodes=3`` makes a cluster of
+    three such nodes, all of them controller voters, with replication factor 3 and
+    ``min.insync.replicas=2`` for every topic, the consumer offsets and the transaction state log.
+    Sized for a test: small heap, one partition by default, no delay before a consumer group's
+    first rebalance. Nodes are numbered from 1."""
 
-    def __init__(self, directory: Path, version: str = NEWEST, *, settings: dict[str, str] | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        version: str = NEWEST,
+        *,
+        nodes: int = 1,
+        settings: dict[str, str] | None = None,
+    ):
         self.directory = directory
         self.version = version
         self.libs = require_apache_kafka(version)
-        self.port, self.controller_port = free_ports(2)
+        self.node_ids = list(range(1, nodes + 1))
+        self._choose_ports()
         self.settings = settings or {}
-        self.process: subprocess.Popen[bytes] | None = None
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def _choose_ports(self) -> None:
+        ports = free_ports(2 * len(self.node_ids))
+        self.ports = dict(zip(self.node_ids, ports[: len(self.node_ids)], strict=True))
+        self.controller_ports = dict(zip(self.node_ids, ports[len(self.node_ids) :], strict=True))
+
+    @property
+    def port(self) -> int:
+        """The first node's port."""
+        return self.ports[self.node_ids[0]]
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{self.ports[node]}" for node in self.node_ids)
+
+    def node_directory(self, node: int) -> Path:
+        return self.directory if len(self.node_ids) == 1 else self.directory / f"node-{node}"
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "kafka.log"
+        """The first node's log."""
+        return self._log_path(self.node_ids[0])
 
-    def _properties(self) -> Path:
+    def _log_path(self, node: int) -> Path:
+        return self.node_directory(node) / "kafka.log"
+
+    def _properties(self, node: int) -> Path:
+        replicas = str(min(3, len(self.node_ids)))
+        in_sync = str(min(2, len(self.node_ids)))
+        voters = ",".join(f"{n}@127.0.0.1:{self.controller_ports[n]}" for n in self.node_ids)
+        port, controller_port = self.ports[node], self.controller_ports[node]
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "node.id": str(node),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.directory / "data"),
+            "log.dirs": str(self.node_directory(node) / "data"),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync,
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
             "group.initial.rebalance.delay.ms": "0",
             **self.settings,
         }
-        path = self.directory / "server.properties"
+        path = self.node_directory(node) / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
 
@@ -117,47 +151,80 @@ class ApacheKafka:
                 self.kill()
                 if attempt == 2:
                     raise
-                shutil.rmtree(self.directory / "data", ignore_errors=True)
-                self.port, self.controller_port = free_ports(2)
+                for node in self.node_ids:
+                    shutil.rmtree(self.node_directory(node) / "data", ignore_errors=True)
+                self._choose_ports()
         raise AssertionError("unreachable")
 
     def _format(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        properties = self._properties()
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        formatted = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if formatted.returncode != 0:
-            output = formatted.stdout + formatted.stderr
-            raise RuntimeError(f"formatting Apache Kafka's storage failed:\n{output}")
-
-    def start(self) -> None:
-        """Start (or restart, on the same storage) the broker and wait until it answers."""
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self._java("kafka.Kafka", str(self.directory / "server.properties")),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+        for node in self.node_ids:
+            self.node_directory(node).mkdir(parents=True, exist_ok=True)
+            properties = self._properties(node)
+            formatted = subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)),
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
+            if formatted.returncode != 0:
+                output = formatted.stdout + formatted.stderr
+                raise RuntimeError(f"formatting Apache Kafka's storage failed:\n{output}")
+
+    def start(self, node: int | None = None) -> None:
+        """Start (or restart, on the same storage) one node, or every node, and wait until the
+        cluster answers with all of them."""
+        for started in self.node_ids if node is None else [node]:
+            with open(self._log_path(started), "ab") as log:
+                self.processes[started] = subprocess.Popen(
+                    self._java("kafka.Kafka", str(self.node_directory(started) / "server.properties")),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         deadline = time.monotonic() + 120
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"Apache Kafka exited ({self.process.returncode}):\n{self._tail()}")
+            for running, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"Apache Kafka node {running} exited ({process.returncode}):\n{self._tail(running)}"
+                    )
             with contextlib.suppress(Exception):
-                if admin.list_topics(timeout=2).brokers:
+                if len(admin.list_topics(timeout=2).brokers) == len(self.node_ids):
                     return
             time.sleep(0.3)
-        raise RuntimeError(f"Apache Kafka did not answer within 120 s:\n{self._tail()}")
+        tails = "\n".join(self._tail(n) for n in self.node_ids)
+        raise RuntimeError(f"Apache Kafka did not answer with every node within 120 s:\n{tails}")
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The node leading ``topic``'s ``partition`` now."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+    def transaction_coordinator(self, transactional_id: str) -> int:
+        """The node coordinating ``transactional_id`` now (FindCoordinator, key type transaction),
+        asked of every live node until one answers without error."""
+        from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+        from .raw_kafka import RawConnection
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for node in list(self.processes):
+                with contextlib.suppress(OSError):
+                    found = RawConnection(self.ports[node]).roundtrip(
+                        FindCoordinatorRequest(key=transactional_id, key_type=1), FindCoordinatorResponse, 3
+                    )
+                    if found.error_code == 0:
+                        return int(found.node_id)
+            time.sleep(0.5)
+        raise AssertionError(f"no coordinator found for transactional id {transactional_id} in 60 s")
 
     def dump_log(self, topic: str) -> str:
         """``kafka-dump-log`` of every segment of ``topic`` (records and COMMIT/ABORT markers)."""
-        segments = sorted(str(path) for path in (self.directory / "data").glob(f"{topic}-*/*.log"))
+        data = self.node_directory(self.node_ids[0]) / "data"
+        segments = sorted(str(path) for path in data.glob(f"{topic}-*/*.log"))
         # Kafka 4 moved the tool from the server jar (kafka.tools) to kafka-tools.
         tool = ("kafka" if self.version.startswith("3.") else "org.apache.kafka") + ".tools.DumpLogSegments"
         dumped = subprocess.run(
@@ -169,19 +236,20 @@ class ApacheKafka:
         )
         return dumped.stdout
 
-    def kill(self) -> None:
-        """SIGKILL the broker: nothing flushed or closed."""
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-            self.process = None
+    def kill(self, node: int | None = None) -> None:
+        """SIGKILL one node, or every node: nothing flushed or closed."""
+        for killed in self.node_ids if node is None else [node]:
+            process = self.processes.pop(killed, None)
+            if process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
 
-    def _tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+    def _tail(self, node: int) -> str:
+        path = self._log_path(node)
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.kill()
-

@@ -12,10 +12,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def create_topic(
-    bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    config: dict[str, str] | None = None,
+    *,
+    replicas: int = 1,
 ) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=10)
+    topic = NewTopic(name, partitions, replicas, config=config or {})
+    futures = admin.create_topics([topic], operation_timeout=10)
     futures[name].result(timeout=30)
     # Apache Kafka answers CreateTopics before its partitions have a leader (the controller
     # propagates them): wait until they do, as a client's first request would.

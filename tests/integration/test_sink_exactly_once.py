@@ -18,7 +18,7 @@ from sparkafka.harness import wait_until
 from sparkafka.pipeline_process import PipelineProcess
 
 from .apache_kafka import ApacheKafka
-from .conftest import Kafka
+from .conftest import APACHE_KAFKA, EMBEDDED, Kafka
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values
 
 pytestmark = pytest.mark.integration
@@ -418,8 +418,17 @@ def _failure_reasons(output: str) -> list[str]:
     return reasons
 
 
-def test_transaction_timeout_above_broker_maximum_fails_clearly(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "data", extra_args=["--transaction-max-timeout-ms", "30000"]) as strict:
+def _strict_kafka(kind: str, directory: Path) -> BrokerProcess | ApacheKafka:
+    """A Kafka whose transaction.max.timeout.ms is 30 s: the embedded broker or Apache Kafka."""
+    if kind == EMBEDDED:
+        return BrokerProcess(directory / "data", extra_args=["--transaction-max-timeout-ms", "30000"])
+    return ApacheKafka(directory / "apache-kafka", settings={"transaction.max.timeout.ms": "30000"})
+
+
+@pytest.mark.parametrize("kind", [EMBEDDED, APACHE_KAFKA])
+def test_transaction_timeout_above_broker_maximum_fails_clearly(tmp_path: Path, kind: str) -> None:
+    """Seed 000: a sink's transaction.timeout.ms above the broker's transaction.max.timeout.ms."""
+    with _strict_kafka(kind, tmp_path) as strict:
         create_topic(strict.bootstrap_servers, "in")
         create_topic(strict.bootstrap_servers, "out")
         _send_input(strict.bootstrap_servers, "in", 1)
