@@ -260,7 +260,7 @@ def test_requests_out_of_the_sasl_order_close_the_connection(sasl_broker: Broker
         assert connection.closed_by_peer()
     with RawConnection(sasl_broker.port) as connection:  # a version the broker lacks: answered as v0
         connection.roundtrip(handshake, SaslHandshakeResponse, version=1)
-        request = struct.pack(">hhih", 18, 99, 5, 0)
+        request = struct.pack(">hhih", 18, 99, 5, 0) + b"\x00"  # a flexible header: no tagged fields
         connection.send_frame(request)
         _size, correlation_id, error, key_count = struct.unpack(">iihi", connection.read_frame()[:14])
         assert (correlation_id, error, key_count) == (5, 34, 0)

@@ -177,6 +177,37 @@ def peek_header(frame: bytes | bytearray) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id)
 
 
+# ApiVersions is flexible from v3: as Kafka's ApiMessageType.requestHeaderVersion, a request of v3 or
+# any later version (one this broker does not know included) has a v2 header, with tagged fields.
+API_VERSIONS_FIRST_FLEXIBLE = 3
+
+
+def check_header_tagged_fields(frame: bytes | bytearray) -> None:
+    """Raise MalformedRequest unless a v2 header's tagged-field section follows the client id: count,
+    then tag, size and bytes of each field, all within the frame, as Kafka's RequestHeaderData reads
+    them (it closes the connection of a header it cannot read)."""
+    pos = 10 + max(struct.unpack_from(">h", frame, 8)[0], 0)
+
+    def uvarint() -> int:
+        nonlocal pos
+        result = 0
+        for shift in range(0, 35, 7):
+            if pos >= len(frame):
+                raise MalformedRequest("request header ends before its tagged fields")
+            byte = frame[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return result
+        raise MalformedRequest("request header has a varint longer than 5 bytes")
+
+    for _ in range(uvarint()):
+        uvarint()  # tag
+        pos += uvarint()
+        if pos > len(frame):
+            raise MalformedRequest("request header has a tagged field past the frame's end")
+
+
 def is_supported(api_key: int, api_version: int) -> bool:
     bounds = SUPPORTED_VERSIONS.get(api_key)  # type: ignore[call-overload]
     return bounds is not None and bounds[0] <= api_version <= bounds[1]

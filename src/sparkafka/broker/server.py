@@ -836,11 +836,19 @@ class Connection(asyncio.BufferedProtocol):
         except protocol.MalformedRequest as exc:
             self._log_bad_input_once(str(exc))
             return False
+        unknown_api_versions = header.api_key == protocol.ApiKey.API_VERSIONS and not protocol.is_supported(
+            header.api_key, header.api_version
+        )
+        if unknown_api_versions and header.api_version >= protocol.API_VERSIONS_FIRST_FLEXIBLE:
+            # Answered below (KIP-511), but only once its header, a flexible one, could be read.
+            try:
+                protocol.check_header_tagged_fields(frame)
+            except protocol.MalformedRequest as exc:
+                self._log_bad_input_once(str(exc))
+                return False
         if not self.sasl_state.accepts(header.api_key):
             return self._refuse_before_authentication(header)
-        if header.api_key == protocol.ApiKey.API_VERSIONS and not protocol.is_supported(
-            header.api_key, header.api_version
-        ):
+        if unknown_api_versions:
             # KIP-511: answer an unknown ApiVersions version with v0 and UNSUPPORTED_VERSION so the
             # client can retry with a version we list.
             return protocol.encode_response(
