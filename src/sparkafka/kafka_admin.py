@@ -76,6 +76,23 @@ _UNKNOWN_PARTITION_CODES = frozenset(
 
 # librdkafka's RD_KAFKA_OFFSET_INVALID: what its ListOffsets reports for a partition it did not ask.
 UNANSWERED_OFFSET = -1001
+# A ListOffsets request that found no broker to answer it within its timeout.
+_NOT_ASKED_CODES = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
+# The first slice of the list-offsets wait a request may take; each next one is twice as long.
+_FIRST_LIST_OFFSETS_SLICE_S = 2.0
+# A partition's leadership is moving (its leader died, or a new one was just elected and has not
+# caught up): Kafka's own clients refresh their metadata and ask the partition's leader again.
+_LEADER_MOVING_CODES = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.KAFKA_STORAGE_ERROR,
+    }
+)
 
 T = TypeVar("T")
 
@@ -389,19 +406,19 @@ class KafkaAdmin:
             return {}
 
         def ask(
-            pending: Mapping[TopicPartitionKey, OffsetSpec], result: PartitionOffsets
+            pending: Mapping[TopicPartitionKey, OffsetSpec], result: PartitionOffsets, wait_s: float
         ) -> tuple[list[TopicPartitionKey], list[TopicPartitionKey]]:
             """Put the offsets found into ``result``; return the partitions the client called unknown
             and those it left unanswered.
 
             librdkafka sends one ListOffsets per leader and, when such a request fails (its broker
-            went down while it was in flight), reports that leader's partitions with offset -1001
-            and no error. No broker answers -1001 (a timestamp without a record is -1), so it means
-            "not asked", never an offset."""
+            went down while it was in flight, or is down), reports that leader's partitions with
+            offset -1001 and no error. No broker answers -1001 (a timestamp without a record is -1),
+            so it means "not asked", never an offset. A partition whose leadership is moving
+            (``_LEADER_MOVING_CODES``), or whose request found no broker within ``wait_s``, is
+            unanswered too."""
             request = {TopicPartition(topic, partition): spec for (topic, partition), spec in pending.items()}
-            futures = self.client.list_offsets(
-                request, isolation_level=isolation, request_timeout=self.timeout_s
-            )
+            futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=wait_s)
             unknown = []
             unanswered = []
             for tp, future in futures.items():
@@ -410,6 +427,9 @@ class KafkaAdmin:
                 except KafkaException as error:
                     if error_code(error) in _UNKNOWN_PARTITION_CODES:
                         unknown.append((tp.topic, tp.partition))
+                        continue
+                    if error_code(error) in _LEADER_MOVING_CODES | _NOT_ASKED_CODES:
+                        unanswered.append((tp.topic, tp.partition))
                         continue
                     raise
                 if info.offset == UNANSWERED_OFFSET:
@@ -422,12 +442,21 @@ class KafkaAdmin:
             """Only a partition the cluster's metadata no longer lists is left out: one unknown
             partition can fail the whole request, and the client calls partitions unknown while its
             metadata is stale (for seconds after a broker restart), so the others are asked again,
-            as are unanswered ones, until ``timeout_s``."""
+            as are unanswered ones, until ``timeout_s``.
+
+            An unanswered partition's leader may be dead: librdkafka's admin client keeps the leader
+            it knows and would ask the dead one until the request's timeout. So a request waits a
+            slice of ``timeout_s`` (2 s, then twice as long each time), and the client is replaced
+            before asking again: a new one learns the leaders from the cluster's current metadata."""
             deadline = time.monotonic() + self.timeout_s
             result: PartitionOffsets = {}
             pending: Mapping[TopicPartitionKey, OffsetSpec] = specs
+            wait_s = _FIRST_LIST_OFFSETS_SLICE_S
             while True:
-                unknown, unanswered = ask(pending, result)
+                unknown, unanswered = ask(
+                    pending, result, max(min(wait_s, deadline - time.monotonic()), 0.001)
+                )
+                wait_s *= 2
                 if unknown:
                     existing = self.topic_partitions({topic for topic, _ in unknown})
                     unknown = [tp for tp in unknown if tp[1] in existing.get(tp[0], ())]
@@ -448,6 +477,8 @@ class KafkaAdmin:
                             )
                         ),
                     )
+                if unanswered:
+                    self.close()
                 time.sleep(self.retry_interval_s)
 
         return self._with_retries("list offsets", fetch)

@@ -1,0 +1,133 @@
+"""Apache Kafka failing under sparkafka: a 3-node cluster (replication factor 3,
+``min.insync.replicas=2``) losing the leader of a partition and the transaction coordinator's node,
+and a single broker SIGKILLed with a transaction open. Queries wait out the failover; an
+exactly-once pipeline writes every record once."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkafka.harness import wait_until
+from sparkafka.kafka_admin import KafkaAdmin
+from sparkafka.pipeline_process import PipelineProcess, run_arguments
+
+from .apache_kafka import ApacheKafka
+from .kafka_clients import assert_exactly_once, committed_ids, create_topic, producer, read_all
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+RECORDS = 3000
+# Each write task writes the rows of its input partition to the same output partition.
+SAME_PARTITION = "SELECT value, partition FROM input"
+
+
+class Feeder(threading.Thread):
+    """Produces RECORDS records (ids ``r00000|…``) to ``in`` in small steps, so input keeps arriving
+    while brokers die; the idempotent producer retries through leader changes."""
+
+    def __init__(self, bootstrap: str, steps: int = 60) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.steps = bootstrap, steps
+        self.undelivered = -1
+
+    def run(self) -> None:
+        sender = producer(self.bootstrap, acks="all", message_timeout_ms=120000)
+        per_step = RECORDS // self.steps
+        for step in range(self.steps):
+            for i in range(step * per_step, (step + 1) * per_step):
+                sender.produce("in", value=f"r{i:05d}|{'v' * 100}", partition=i % PARTITIONS)
+            sender.poll(0)
+            time.sleep(0.5)
+        self.undelivered = sender.flush(180)
+
+
+def _pipeline(kafka: ApacheKafka, tmp_path: Path) -> PipelineProcess:
+    args = run_arguments(
+        kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms",
+        extra=("--restart-attempts", "5", "--restart-delay", "2s"),
+    )  # fmt: skip
+    return PipelineProcess(tmp_path / "pipeline.log", args)
+
+
+def _committed(kafka: ApacheKafka) -> int:
+    return len(read_all(kafka.bootstrap_servers, "out", timeout_s=4, partitions=PARTITIONS))
+
+
+def _transactional_id(tmp_path: Path, write_partition: int) -> str:
+    query_id = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
+    return f"sparkafka-{query_id}-{write_partition}"
+
+
+def _progresses(kafka: ApacheKafka, pipeline: PipelineProcess, timeout_s: float = 90) -> bool:
+    """Whether read_committed readers see more output within ``timeout_s`` than now."""
+    before = _committed(kafka)
+    process = pipeline.process
+    assert process is not None
+    wait_until(lambda: _committed(kafka) > before or process.poll() is not None, timeout_s=timeout_s)
+    return process.poll() is None and _committed(kafka) > before
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ApacheKafka]:
+    with ApacheKafka(tmp_path / "kafka", nodes=3) as running:
+        for topic in ("in", "out"):
+            create_topic(running.bootstrap_servers, topic, partitions=PARTITIONS, replicas=3)
+        yield running
+
+
+def test_offsets_of_a_partition_whose_leader_died_are_asked_of_the_new_leader(cluster: ApacheKafka) -> None:
+    """The source asks the latest offsets before every micro-batch: a dead leader must cost the time
+    the cluster takes to elect another, not a failed query."""
+    sender = producer(cluster.bootstrap_servers, acks="all")
+    for i in range(10):
+        sender.produce("in", value=b"x", partition=i % PARTITIONS)
+    assert sender.flush(30) == 0
+    admin = KafkaAdmin({"bootstrap.servers": cluster.bootstrap_servers}, timeout_s=60, retry_interval_s=0.2)
+    partitions = [("in", p) for p in range(PARTITIONS)]
+    try:
+        assert admin.latest_offsets(partitions, read_committed=False) == {tp: 5 for tp in partitions}
+        cluster.kill(cluster.leader("in", 0))
+        assert admin.latest_offsets(partitions, read_committed=False) == {tp: 5 for tp in partitions}
+        assert admin.latest_offsets(partitions, read_committed=True) == {tp: 5 for tp in partitions}
+    finally:
+        admin.close()
+
+
+def test_output_leader_and_transaction_coordinator_killed_under_a_running_pipeline(
+    cluster: ApacheKafka, tmp_path: Path
+) -> None:
+    """Input arrives for ~30 s. While the pipeline commits batch after batch, the node leading output
+    partition 0 is SIGKILLed, then restarted once the pipeline commits again without it; then the
+    node coordinating write partition 0's transactional id, likewise. Every input record comes out
+    once for read_committed readers."""
+    feeder = Feeder(cluster.bootstrap_servers)
+    feeder.start()
+    pipeline = _pipeline(cluster, tmp_path).start()
+    try:
+        assert wait_until(lambda: _committed(cluster) > 0, timeout_s=180), pipeline.output()[-3000:]
+        leader = cluster.leader("out", 0)
+        cluster.kill(leader)
+        assert _progresses(cluster, pipeline), f"stuck without node {leader}:\n{pipeline.output()[-3000:]}"
+        cluster.start(leader)
+
+        coordinator = cluster.transaction_coordinator(_transactional_id(tmp_path, 0))
+        cluster.kill(coordinator)
+        stuck = f"stuck without node {coordinator}:\n{pipeline.output()[-3000:]}"
+        assert _progresses(cluster, pipeline), stuck
+        cluster.start(coordinator)
+
+        feeder.join(timeout=300)
+        assert feeder.undelivered == 0, "the input producer could not deliver every record"
+        output = committed_ids(cluster.bootstrap_servers, "out", expect=RECORDS, partitions=PARTITIONS)
+    finally:
+        pipeline.terminate()
+    assert_exactly_once(output, {f"r{i:05d}" for i in range(RECORDS)})
+    restarts = pipeline.output().count("restarting from checkpoint")
+    print(f"killed leader node {leader}, coordinator node {coordinator}; pipeline restarts: {restarts}")
