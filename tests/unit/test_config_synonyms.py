@@ -18,7 +18,7 @@ from sparkafka.broker.config_synonyms import (
     static_broker_configs,
     topic_config_synonyms,
 )
-from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType
+from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType, described_value, java_double
 
 LONG_MAX = str(2**63 - 1)
 
@@ -91,3 +91,26 @@ def test_the_broker_describes_each_config_with_its_type_and_whether_kafka_can_ch
         "auto.create.topics.enable", "true", ConfigType.BOOLEAN, True
     )
     assert kafka_settings(BrokerConfig(data_dir=Path("unused")))["log.retention.ms"] == "604800000"
+
+
+def test_a_topic_override_is_described_as_kafka_writes_its_parsed_value() -> None:
+    assert topic_config_synonyms("preallocate", {"preallocate": " TRUE"}, {})[0] == Synonym(
+        "preallocate", "true", SOURCE_TOPIC
+    )
+    assert described_value("segment.ms", "+0060000") == "60000"
+    assert described_value("cleanup.policy", " compact ,delete") == "compact,delete"
+    assert described_value("compression.type", " gzip ") == "gzip"
+    # Java's Double.toString: plain from 10^-3 up to 10^7, else scientific.
+    assert [described_value("min.cleanable.dirty.ratio", v) for v in ("0.250", "1", ".0005", "0")] == [
+        "0.25",
+        "1.0",
+        "5.0E-4",
+        "0.0",
+    ]
+    assert [java_double(v) for v in (1e7, 9999999.5, 0.001, 1.5e-12, -2.5)] == [
+        "1.0E7",
+        "9999999.5",
+        "0.001",
+        "1.5E-12",
+        "-2.5",
+    ]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from sparkafka.broker.config import BrokerConfig
-from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType
+from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType, described_value
 
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
@@ -203,7 +203,11 @@ def topic_config_synonyms(
     key: str, topic_overrides: Mapping[str, str], static: Mapping[str, str]
 ) -> list[Synonym]:
     """The synonyms of topic config ``key``, most specific first (see the module's steps)."""
-    found = [Synonym(key, topic_overrides[key], SOURCE_TOPIC)] if key in topic_overrides else []
+    found = (
+        [Synonym(key, described_value(key, topic_overrides[key]), SOURCE_TOPIC)]
+        if key in topic_overrides
+        else []
+    )
     return found + _broker_synonyms(BROKER_SYNONYMS.get(key, ()), static)
 
 

@@ -8,14 +8,17 @@ returned like the others, and logged when a topic is created with them (:func:`i
 
 Validation follows Kafka's ConfigDef: a value is trimmed and parsed by type (a long or int is
 digits with an optional sign, no underscores; a boolean is true or false in any case), then
-checked against the config's range or choices. A value is stored as it was given.
+checked against the config's range or choices. A value is stored as it was given, and described as
+Kafka's DescribeConfigs describes it: parsed, then written back (:func:`described_value`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import IntEnum
 from typing import cast
 
@@ -216,6 +219,42 @@ def parse_config_value(definition: TopicConfigDefinition, value: str) -> object:
     if definition.type is ConfigType.LIST:
         return [item.strip() for item in trimmed.split(",")] if trimmed else []
     return trimmed
+
+
+def described_value(key: str, value: str) -> str:
+    """A valid value of topic config ``key`` as Kafka describes it (ConfigDef.convertToString of the
+    parsed value): trimmed, a number without sign or leading zeros, a boolean in lower case, a
+    double as Java writes it, a list joined by bare commas."""
+    parsed = parse_config_value(TOPIC_CONFIGS[key], value)
+    if isinstance(parsed, bool):
+        return "true" if parsed else "false"
+    if isinstance(parsed, float):
+        return java_double(parsed)
+    if isinstance(parsed, list):
+        return ",".join(parsed)
+    return str(parsed)
+
+
+def java_double(value: float) -> str:
+    """Java's Double.toString: the shortest digits that read back as ``value``, written plainly from
+    10^-3 up to 10^7 and as ``d.dddE±n`` otherwise."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0:
+        return f"{sign}0.0"
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    assert isinstance(exponent, int)
+    power = len(digit_tuple) + exponent - 1  # of the first digit
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    if not 1e-3 <= abs(value) < 1e7:
+        return f"{sign}{digits[0]}.{digits[1:] or '0'}E{power}"
+    if power < 0:
+        return f"{sign}0.{'0' * (-power - 1)}{digits}"
+    whole = digits[: power + 1].ljust(power + 1, "0")
+    return f"{sign}{whole}.{digits[power + 1 :] or '0'}"
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:

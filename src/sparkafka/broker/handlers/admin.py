@@ -35,7 +35,7 @@ from sparkafka.broker.config_synonyms import (
 )
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.sasl import MECHANISMS, SaslState, plain_authentication_error
-from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS, ConfigType
+from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS, ConfigType, described_value
 from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name
 
 if TYPE_CHECKING:
@@ -286,7 +286,8 @@ def _config_entries(broker: Broker, topic: Topic) -> list[Any]:
     entry_class = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
     return [
         entry_class(name=key, value=value, read_only=False, config_source=source, is_sensitive=False)
-        for key, value, source, *_ in _topic_config_entries(broker, topic)
+        # Kafka's controller answers CreateTopics with the overrides as given.
+        for key, value, source, *_ in _topic_config_entries(broker, topic, as_given=True)
     ]
 
 
@@ -301,12 +302,16 @@ def _config_entry(
     return (name, value, found[0].source if found else SOURCE_DEFAULT, int(config_type), read_only, found)
 
 
-def _topic_config_entries(broker: Broker, topic: Topic) -> list[_ConfigEntry]:
+def _topic_config_entries(broker: Broker, topic: Topic, *, as_given: bool = False) -> list[_ConfigEntry]:
+    """The topic's configs; an override's value as DescribeConfigs describes it (parsed and written
+    back), or ``as_given``."""
     static = static_broker_configs(kafka_settings(broker.config))
     return [
         _config_entry(
             key,
-            topic.config(key, broker.config),
+            described_value(key, topic.configs[key])
+            if key in topic.configs and not as_given
+            else topic.config(key, broker.config),
             TOPIC_CONFIGS[key].type,
             topic_config_synonyms(key, topic.configs, static),
         )
