@@ -1011,7 +1011,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             )
             producer.commit_transaction(self.options.operation_timeout_s)
             self._raise_delivery_errors(cached.delivery_errors)
-        except BaseException as error:
+        except BaseException as raised:
+            error = _kafka_exception_of(raised)
             # Measured before the abort, which may itself wait up to operationTimeoutMs.
             open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
             self._abort_after_failure(cached, transactional_id, error)
@@ -1207,6 +1208,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 log.warning(
                     "could not re-initialise %s after batch %d failed: %s", transactional_id, batchId, error
                 )
+
+
+def _kafka_exception_of(error: BaseException) -> BaseException:
+    """The KafkaException behind ``error``. A producer turned fatal (fenced, say) raises it from
+    poll() or flush(); with a delivery callback, as the sink's producers have, confluent-kafka raises
+    a SystemError caused by it instead, which would hide the Kafka error from the explanation and
+    from the abort's check of whether the producer is still usable."""
+    if isinstance(error, SystemError) and isinstance(error.__cause__, KafkaException):
+        return error.__cause__
+    return error
 
 
 def _flush_unless_refused(cached: _CachedProducer, timeout_s: float) -> int:

@@ -32,6 +32,7 @@ from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.records import Record, encode_batch
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.harness import wait_until
+from sparkafka.sink import KafkaStreamWriter, SinkOptions, _kafka_exception_of
 
 from ..conftest import FAST_BROKER_ARGS
 from .apache_kafka import ApacheKafka
@@ -265,6 +266,10 @@ def test_a_zombie_is_fenced_on_produce(any_kafka: Any, topic_name: str) -> None:
     error = _fatal_error(raised.value)
     assert error.fatal() and error.code() == KafkaError._FENCED
     assert [e.code() if e else None for e in delivered] == [None, KafkaError.INVALID_PRODUCER_EPOCH]
+    # The sink tells the task's failure in its own words, whichever form the client raised.
+    writer = KafkaStreamWriter(SinkOptions.parse({"kafka.bootstrap.servers": any_kafka.bootstrap_servers}))
+    explained = writer._explain(_kafka_exception_of(raised.value), transactional_id)
+    assert "was fenced by a newer producer" in str(explained)
     with pytest.raises(KafkaException) as committed:
         zombie.commit_transaction(10)
     assert committed.value.args[0].code() == KafkaError._FENCED
