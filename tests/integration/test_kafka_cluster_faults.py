@@ -48,10 +48,10 @@ class Feeder(threading.Thread):
         self.undelivered = sender.flush(180)
 
 
-def _pipeline(kafka: ApacheKafka, tmp_path: Path) -> PipelineProcess:
+def _pipeline(kafka: ApacheKafka, tmp_path: Path, sink_options: tuple[str, ...] = ()) -> PipelineProcess:
     args = run_arguments(
         kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms",
-        extra=("--restart-attempts", "5", "--restart-delay", "2s"),
+        sink_options=sink_options, extra=("--restart-attempts", "5", "--restart-delay", "2s"),
     )  # fmt: skip
     return PipelineProcess(tmp_path / "pipeline.log", args)
 
@@ -131,3 +131,34 @@ def test_output_leader_and_transaction_coordinator_killed_under_a_running_pipeli
     assert_exactly_once(output, {f"r{i:05d}" for i in range(RECORDS)})
     restarts = pipeline.output().count("restarting from checkpoint")
     print(f"killed leader node {leader}, coordinator node {coordinator}; pipeline restarts: {restarts}")
+
+
+def test_a_single_broker_killed_with_a_transaction_open_and_restarted(tmp_path: Path) -> None:
+    """Write partition 1 holds its transaction open (records written, commit pending) while the only
+    broker is SIGKILLed and restarted on the same storage; the pipeline carries on, and input sent
+    after the restart comes out too. Every record once for read_committed readers."""
+    with ApacheKafka(tmp_path / "kafka") as kafka:
+        for topic in ("in", "out"):
+            create_topic(kafka.bootstrap_servers, topic, partitions=PARTITIONS)
+        ids = _send(kafka, range(0, 200))
+        held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=15s")
+        pipeline = _pipeline(kafka, tmp_path, sink_options=held).start()
+        try:
+            pipeline.wait_for("sparkafka debug pause: beforeCommit partition=1 batch=0", timeout_s=180)
+            kafka.kill()
+            kafka.start()
+            ids |= _send(kafka, range(200, 400))
+            output = committed_ids(kafka.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+        finally:
+            pipeline.terminate()
+    assert_exactly_once(output, ids)
+    restarts = pipeline.output().count("restarting from checkpoint")
+    print(f"single broker killed mid-transaction; pipeline restarts: {restarts}")
+
+
+def _send(kafka: ApacheKafka, numbers: range) -> set[str]:
+    sender = producer(kafka.bootstrap_servers, acks="all")
+    for i in numbers:
+        sender.produce("in", value=f"r{i:05d}|{'v' * 100}", partition=i % PARTITIONS)
+    assert sender.flush(60) == 0
+    return {f"r{i:05d}" for i in numbers}
