@@ -22,6 +22,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
+from sparkafka.broker import jvm_order
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.harness import wait_until
@@ -469,14 +470,50 @@ def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, 
                 topics=wanted, allow_auto_topic_creation=False, include_topic_authorized_operations=False
             )
             response = connection.roundtrip(request, MetadataResponse, version=version)
-            answered = [(t.name, t.error_code) for t in response.topics]
-            # Kafka lists missing topics in its hash set's order; the embedded broker in the request's.
-            assert sorted(answered) == [
-                ("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION),
-                (topic_name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            expected = {
+                "bad/name": ErrorCode.INVALID_TOPIC_EXCEPTION,
+                topic_name: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            }
+            # Missing topics come in the order of Kafka's java.util.HashSet of them.
+            assert [(t.name, t.error_code) for t in response.topics] == [
+                (name, expected[name]) for name in jvm_order.java_hash_set(expected)
             ]
-            if isinstance(broker, BrokerProcess):
-                assert [name for name, _ in answered] == ["bad/name", topic_name]
+
+
+def test_metadata_lists_topics_in_kafkas_order(broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's getTopicMetadata: the topics it has in the order of the Scala set of the names asked
+    for (the order asked up to four names, then by hash), then the missing ones in the order of a
+    java.util.HashSet copied from that set; a name given twice is answered once."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    present = [f"{topic_name}-{i}" for i in range(6)]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(name, 1, 1) for name in present]).values():
+        future.result(30)
+    assert wait_until(lambda: all(_partitions_listed(admin, name) == 1 for name in present), 30)
+    missing = [f"{topic_name}-missing-{i}" for i in range(10)]
+
+    def ask(names: list[str]) -> list[str]:
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(topic_id=None, name=name) for name in names],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        with RawConnection(broker.port) as connection:
+            return [t.name for t in connection.roundtrip(request, MetadataResponse, version=12).topics]
+
+    def kafkas_order(names: list[str]) -> list[str]:
+        asked = jvm_order.scala_set(names)
+        copy_capacity = jvm_order.java_copied_hash_set_capacity(len(asked))
+        return [n for n in asked if n in present] + jvm_order.java_hash_set(
+            (n for n in asked if n not in present), capacity=copy_capacity
+        )
+
+    few = [missing[0], present[3], present[1], present[3]]
+    assert ask(few) == [present[3], present[1], missing[0]]
+    many = [*missing[::-1], *present, missing[0], *present[:2]]
+    assert ask(many) == kafkas_order(many)
+    assert ask(many) != [*present, *missing]  # ordered by hash, not as asked
 
 
 def test_metadata_by_topic_id_answers_the_ids_alone(broker: BrokerProcess, topic_name: str) -> None:
@@ -538,13 +575,12 @@ def test_metadata_auto_creates_a_topic_as_kafka_4_does(broker: BrokerProcess, to
         (f"{topic_name}-not-allowed", unknown, False, 0)
     ]
     wanted = [topic_name, f"{topic_name}_dotted"]
-    # A name given twice is answered once. Kafka lists missing topics in its hash set's order, existing
-    # ones first; the embedded broker answers in the request's order (docs/architecture.md).
+    # A name given twice is answered once; the topics Kafka has come first, then the missing ones
+    # (test_metadata_lists_topics_in_kafkas_order).
     first = ask([*wanted, topic_name])
-    assert sorted(first) == [(topic_name, unknown, False, 0), (f"{topic_name}_dotted", unknown, False, 0)]
+    assert first == [(name, unknown, False, 0) for name in jvm_order.java_hash_set(wanted)]
     created = [(topic_name, 0, False, 1), (f"{topic_name}_dotted", unknown, False, 0)]
     if isinstance(broker, BrokerProcess):
-        assert first == [(topic_name, unknown, False, 0), (f"{topic_name}_dotted", unknown, False, 0)]
         assert ask(wanted) == created  # the very next request finds it
     # Kafka's controller creates the topic after the answer: a client's next requests find it.
     assert wait_until(lambda: ask(wanted) == created, 30)
@@ -559,10 +595,8 @@ def test_metadata_auto_creates_a_topic_as_kafka_4_does(broker: BrokerProcess, to
     names = set(AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics)
     assert topic_name in names and not names & {f"{topic_name}-not-allowed", f"{topic_name}_dotted"}
     if isinstance(broker, BrokerProcess):
-        assert internal == [
-            ("__consumer_offsets", unknown, True, 0),
-            ("__transaction_state", unknown, True, 0),
-        ]
+        internal_names = ["__consumer_offsets", "__transaction_state"]
+        assert internal == [(name, unknown, True, 0) for name in jvm_order.java_hash_set(internal_names)]
         assert not names & {"__consumer_offsets", "__transaction_state"}
 
 

@@ -7,8 +7,8 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
     AlterConfigsResponse,
@@ -23,7 +23,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from sparkafka.broker import protocol
+from sparkafka.broker import jvm_order, protocol
 from sparkafka.broker.config_synonyms import (
     SOURCE_DEFAULT,
     Synonym,
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _ZERO_UUID = uuid.UUID(int=0)
-_T = TypeVar("_T")
+# KRaft's metadata log, which Kafka's ControllerApis refuses to create as a topic.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type / ConfigSource).
 _RESOURCE_TOPIC = 2
 _RESOURCE_BROKER = 4
@@ -254,15 +255,19 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
             _topic_metadata(broker, topic, topic_operations) for topic in found.values() if topic is not None
         ]
     else:
-        topics = []
         auto_create = context.version < 4 or request.allow_auto_topic_creation
-        # Kafka's handleTopicMetadataRequest takes the names as a set: a name given twice is answered
-        # once (else the second would find the topic the first just auto-created).
-        names: set[str] = set()
-        for wanted in request.topics:
-            if wanted.name is not None and wanted.name not in names:
-                names.add(wanted.name)
-                topics.append(_named_topic_metadata(broker, wanted.name, auto_create, topic_operations))
+        # Kafka's handleTopicMetadataRequest takes the names as a Scala set: a name given twice is
+        # answered once. Its getTopicMetadata lists the topics it has in that set's order, then the
+        # missing ones in the order of a java.util.HashSet copied from it (jvm_order).
+        names = jvm_order.scala_set(t.name for t in request.topics if t.name is not None)
+        present = [name for name in names if name in broker.topics.topics]
+        missing = jvm_order.java_hash_set(
+            (name for name in names if name not in broker.topics.topics),
+            capacity=jvm_order.java_copied_hash_set_capacity(len(names)),
+        )
+        topics = [
+            _named_topic_metadata(broker, name, auto_create, topic_operations) for name in present + missing
+        ]
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
@@ -333,17 +338,17 @@ def _broker_config_entries(broker: Broker) -> list[_ConfigEntry]:
     ]
 
 
-def _each_name_once(items: Sequence[_T], name_of: Callable[[_T], str]) -> Iterator[tuple[_T, bool]]:
-    """Each item with whether its name is given more than once in the request; a repeated name only
-    at its first place. Kafka's ControllerApis refuses such a name (:func:`_duplicate_error`) and
-    does nothing for it."""
-    counts = collections.Counter(name_of(item) for item in items)
+def _names_given_twice(names: Iterable[str]) -> list[str]:
+    """The names given more than once, as Kafka's ControllerApis collects them: added to a
+    java.util.HashSet as each is seen again, and answered in its order (:func:`_duplicate_error`,
+    nothing else done for them)."""
     seen: set[str] = set()
-    for item in items:
-        name = name_of(item)
-        if name not in seen:
-            seen.add(name)
-            yield item, counts[name] > 1
+    again: list[str] = []
+    for name in names:
+        if name in seen:
+            again.append(name)
+        seen.add(name)
+    return jvm_order.java_hash_set(again)
 
 
 def _duplicate_error() -> BrokerError:
@@ -351,12 +356,15 @@ def _duplicate_error() -> BrokerError:
 
 
 async def create_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """Kafka's ControllerApis.createTopics: its controller answers the names given once, in the
+    request's order; then come the names given more than once, and __cluster_metadata, refused."""
     results = []
     result_class = CreateTopicsResponse.CreatableTopicResult
-    for wanted, repeated in _each_name_once(request.topics, lambda topic: topic.name):
+    given_twice = _names_given_twice(t.name for t in request.topics)
+    for wanted in request.topics:
+        if wanted.name in given_twice or wanted.name == CLUSTER_METADATA_TOPIC:
+            continue
         try:
-            if repeated:
-                raise _duplicate_error()
             topic = broker.create_topic(
                 wanted.name,
                 wanted.num_partitions,
@@ -387,6 +395,26 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
                 num_partitions=topic.partitions,
                 replication_factor=1,
                 configs=_config_entries(broker, topic),
+            )
+        )
+    refused = [(name, _duplicate_error().message) for name in given_twice]
+    if (
+        any(t.name == CLUSTER_METADATA_TOPIC for t in request.topics)
+        and CLUSTER_METADATA_TOPIC not in given_twice
+    ):
+        refused.append(
+            (CLUSTER_METADATA_TOPIC, f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
+        )
+    for name, message in refused:
+        results.append(
+            result_class(
+                name=name,
+                topic_id=_ZERO_UUID,
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=message,
+                num_partitions=-1,
+                replication_factor=-1,
+                configs=None,
             )
         )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
@@ -470,11 +498,22 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
 
 
 async def create_partitions(broker: Broker, request: Any, context: RequestContext) -> Any:
-    results = []
-    for wanted, repeated in _each_name_once(request.topics, lambda topic: topic.name):
+    """Kafka's ControllerApis.createPartitions: the names given more than once first, refused; then
+    the others in the order of the java.util.HashSet of every name given."""
+    duplicate = _duplicate_error()
+    given_twice = _names_given_twice(t.name for t in request.topics)
+    results = [
+        CreatePartitionsResponse.CreatePartitionsTopicResult(
+            name=name, error_code=duplicate.code, error_message=duplicate.message
+        )
+        for name in given_twice
+    ]
+    by_name = {t.name: t for t in request.topics}
+    for name in jvm_order.java_hash_set(t.name for t in request.topics):
+        if name in given_twice:
+            continue
+        wanted = by_name[name]
         try:
-            if repeated:
-                raise _duplicate_error()
             broker.add_partitions(
                 wanted.name,
                 wanted.count,
