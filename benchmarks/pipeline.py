@@ -25,6 +25,7 @@ whether the targets are met by the medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import statistics
 import sys
@@ -48,6 +49,10 @@ from benchmarks.compare.report import Spread
 
 SECTION_START = "<!-- benchmark:pipeline:start -->"
 SECTION_END = "<!-- benchmark:pipeline:end -->"
+KAFKA_SECTION_MARKERS = (
+    "<!-- benchmark:pipeline-apache-kafka:start -->",
+    "<!-- benchmark:pipeline-apache-kafka:end -->",
+)
 # The backlog is read in micro-batches of this many records, as a user sizing batches would set it,
 # so that output becomes visible batch by batch and the sustained rate can be measured.
 MAX_OFFSETS_PER_TRIGGER = 200_000
@@ -270,6 +275,12 @@ def targets(by_config: dict[tuple[str, str], list[Result]], triggers: list[str])
     return lines
 
 
+KAFKA_DESCRIPTIONS = {
+    "embedded": "embedded broker",
+    "apache-kafka": "Apache Kafka (one KRaft node, JVM heap 1 GiB, default settings)",
+}
+
+
 def render(
     results: list[Result], args: argparse.Namespace, triggers: list[str], command: str, start_load: float
 ) -> str:
@@ -277,7 +288,7 @@ def render(
     for result in results:
         by_config.setdefault((result.guarantee, result.trigger), []).append(result)
     lines = [
-        "## Pipeline (source → map → sink)",
+        "## Pipeline (source → map → sink)" + ("" if args.kafka == "embedded" else " on Apache Kafka"),
         "",
         f"`sparkafka run` with seed 001's map over {args.records:,} records of {args.value_bytes} B in "
         f"{PARTITIONS} partitions, read in micro-batches of at most {MAX_OFFSETS_PER_TRIGGER:,} records "
@@ -290,7 +301,8 @@ def render(
         "Cells are medians over the repetitions, with the min-max in parentheses; latency p50 and p99 are "
         "each run's, then the median; vs at-least-once is the ratio of the medians at the same trigger. "
         "Every run's output is checked record by record (inputs carry a sequence number): none missing, "
-        "and for exactly-once none twice. Spark local[2], embedded broker on the same machine.",
+        "and for exactly-once none twice. "
+        f"Spark local[2], {KAFKA_DESCRIPTIONS[args.kafka]} on the same machine.",
         "",
         "| delivery guarantee | trigger | records/s | vs at-least-once | start-up s "
         "| latency p50 ms | latency p99 ms |",
@@ -330,6 +342,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of every (trigger, guarantee)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--update-docs", type=Path, default=None)
+    parser.add_argument(
+        "--kafka",
+        choices=["embedded", "apache-kafka"],
+        default="embedded",
+        help="the embedded broker, or Apache Kafka (one KRaft node from the jars scripts/install --test "
+        "fetches); the section written to --update-docs is the pipeline's on that Kafka",
+    )
     args = parser.parse_args()
     triggers, guarantees = args.triggers.split(","), args.guarantees.split(",")
     if args.repeats < 1:
@@ -345,8 +364,14 @@ def main() -> None:
     command = shlex.join([*script, *sys.argv[1:]])
     start_load = load_average()
     results = []
-    with tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work:
-        cluster = Cluster(Path(work)).start()
+    with tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work, contextlib.ExitStack() as stack:
+        if args.kafka == "apache-kafka":
+            from tests.integration.apache_kafka import NEWEST, ApacheKafka
+
+            kafka = stack.enter_context(ApacheKafka(Path(work) / "apache-kafka", NEWEST, heap="1g"))
+            cluster = Cluster(Path(work), kafka.bootstrap_servers).start()
+        else:
+            cluster = Cluster(Path(work)).start()
         try:
             # Fresh topics and checkpoint per run: numbered across repetitions.
             for run, (repetition, trigger, guarantee) in enumerate(
@@ -362,7 +387,8 @@ def main() -> None:
     section = render(results, args, triggers, command, start_load)
     print(section)
     if args.update_docs is not None:
-        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+        markers = (SECTION_START, SECTION_END) if args.kafka == "embedded" else KAFKA_SECTION_MARKERS
+        update_docs(args.update_docs, section, *markers)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class ApacheKafka:
     One KRaft node (broker and controller in one JVM) by default; ``nodes=3`` makes a cluster of
     three such nodes, all of them controller voters, with replication factor 3 and
     ``min.insync.replicas=2`` for every topic, the consumer offsets and the transaction state log.
-    Sized for a test: small heap, one partition by default, no delay before a consumer group's
+    Sized for a test: small heap (``heap``), one partition by default, no delay before a consumer group's
     first rebalance. Nodes are numbered from 1."""
 
     def __init__(
@@ -73,6 +73,7 @@ class ApacheKafka:
         *,
         nodes: int = 1,
         settings: dict[str, str] | None = None,
+        heap: str = "512m",
     ):
         self.directory = directory
         self.version = version
@@ -80,6 +81,7 @@ class ApacheKafka:
         self.node_ids = list(range(1, nodes + 1))
         self._choose_ports()
         self.settings = settings or {}
+        self.heap = heap
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def _choose_ports(self) -> None:
@@ -138,7 +140,7 @@ class ApacheKafka:
         return path
 
     def _java(self, main_class: str, *args: str) -> list[str]:
-        return ["java", "-Xms128m", "-Xmx512m", "-cp", f"{self.libs}/*", main_class, *args]
+        return ["java", "-Xms128m", f"-Xmx{self.heap}", "-cp", f"{self.libs}/*", main_class, *args]
 
     def __enter__(self) -> ApacheKafka:
         # Another process may take a chosen port before the broker binds it: then new ports, anew.
