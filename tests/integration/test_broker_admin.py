@@ -4,6 +4,7 @@ collide or repeat are refused, and manual replica assignments name this broker."
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,12 +43,22 @@ from kafka.protocol.admin import (
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from sparkafka.broker.errors import ErrorCode
+from sparkafka.broker.jvm_order import java_hash_set
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.harness import wait_until
 
+from .conftest import Kafka
 from .kafka_clients import create_topic, producer
 from .raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """The module's broker: the embedded broker, then Apache Kafka (``kafka`` in conftest): the same
+    assertions hold for both, or the embedded broker is wrong."""
+    return kafka
 
 
 def _create_error(admin: AdminClient, topic: NewTopic) -> int:
@@ -59,6 +70,19 @@ def _create_error(admin: AdminClient, topic: NewTopic) -> int:
 def _node_id(admin: AdminClient) -> int:
     """The id of the one broker, which a manual assignment or a broker resource names."""
     return int(next(iter(admin.list_topics(timeout=10).brokers)))
+
+
+def _described_once_known(admin: AdminClient, resource: ConfigResource) -> dict[str, ConfigEntry]:
+    """DescribeConfigs of a topic just created: Apache Kafka's broker answers UNKNOWN_TOPIC_OR_PARTITION
+    until its metadata has the topic, which comes after CreateTopics' answer; a client retries."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return dict(admin.describe_configs([resource])[resource].result(30))
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 def _name() -> str:
@@ -77,20 +101,62 @@ def _metadata(broker: BrokerProcess) -> Any:
 def test_every_kafka_topic_config_is_accepted_and_described(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     name = _name()
+    # Given, and described as Kafka describes it: parsed and written back (ConfigDef.convertToString).
     configs = {
-        "compression.type": "gzip",
-        "segment.ms": "3600000",
-        "unclean.leader.election.enable": "False",
-        "min.cleanable.dirty.ratio": "0.25",
-        "cleanup.policy": "delete,compact",
-        "retention.bytes": "-2",  # any negative value: no size limit
-        "leader.replication.throttled.replicas": "0:1,1:1",
+        "compression.type": ("gzip", "gzip"),
+        "segment.ms": (" +3600000 ", "3600000"),
+        "unclean.leader.election.enable": ("False", "false"),
+        "preallocate": ("TRUE", "true"),
+        "min.cleanable.dirty.ratio": ("0.250", "0.25"),
+        "cleanup.policy": ("delete , compact", "delete,compact"),
+        "retention.bytes": ("-2", "-2"),  # any negative value: no size limit
+        "leader.replication.throttled.replicas": ("0:1,1:1", "0:1,1:1"),
     }
-    admin.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(30)
+    topic = CreateTopicsRequest.CreatableTopic
+    request = CreateTopicsRequest(
+        topics=[
+            topic(
+                name=name,
+                num_partitions=1,
+                replication_factor=1,
+                assignments=[],
+                configs=[
+                    topic.CreatableTopicConfig(name=key, value=value) for key, (value, _) in configs.items()
+                ],
+            )
+        ],
+        timeout_ms=30000,
+        validate_only=False,
+    )
+    with RawConnection(broker.port) as connection:
+        created = connection.roundtrip(request, CreateTopicsResponse, 5).topics[0]
+    assert created.error_code == ErrorCode.NONE
+    # The controller's answer has the values as given.
+    answered = {entry.name: entry.value for entry in created.configs}
+    assert {key: answered[key] for key in configs} == {key: value for key, (value, _) in configs.items()}
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
-    described = admin.describe_configs([resource])[resource].result(30)
-    for key, value in configs.items():
-        assert described[key].value == value, key  # stored as given, not normalised
+    described = _described_once_known(admin, resource)
+    for key, (_, value) in configs.items():
+        assert described[key].value == value, key
+    # The topic's synonym, first of each config's, carries the same value.
+    with RawConnection(broker.port) as connection:
+        raw = connection.roundtrip(
+            DescribeConfigsRequest(
+                resources=[
+                    DescribeConfigsRequest.DescribeConfigsResource(
+                        resource_type=2, resource_name=name, configuration_keys=list(configs)
+                    )
+                ],
+                include_synonyms=True,
+                include_documentation=False,
+            ),
+            DescribeConfigsResponse,
+            version=4,
+        )
+    synonyms = {
+        entry.name: (entry.synonyms[0].name, entry.synonyms[0].value) for entry in raw.results[0].configs
+    }
+    assert synonyms == {key: (key, value) for key, (_, value) in configs.items()}
     assert described["segment.index.bytes"].value == "10485760"  # a default Kafka also describes
     assert "internal.segment.bytes" not in described  # internal: described only when set
 
@@ -152,16 +218,28 @@ def test_a_manual_assignment_names_this_broker(broker: BrokerProcess) -> None:
 
 
 def test_a_name_given_twice_in_one_request_is_refused_and_left_alone(broker: BrokerProcess) -> None:
-    twice, once, existing = _name(), _name(), _name()
+    """Kafka's ControllerApis: CreateTopics answers the names given once in the request's order, then
+    those given more than once (in a java.util.HashSet's order) and __cluster_metadata, refused;
+    CreatePartitions answers the repeated names first, then the others in a java.util.HashSet's
+    order."""
+    twice, again, once, existing = _name(), _name(), _name(), _name()
     create_topic(broker.bootstrap_servers, existing)
     topic = CreateTopicsRequest.CreatableTopic
+
+    def creatable(name: str, partitions: int = 1) -> Any:
+        return topic(name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])
+
     with RawConnection(broker.port) as connection:
         created = connection.roundtrip(
             CreateTopicsRequest(
                 topics=[
-                    topic(name=twice, num_partitions=1, replication_factor=1, assignments=[], configs=[]),
-                    topic(name=once, num_partitions=1, replication_factor=1, assignments=[], configs=[]),
-                    topic(name=twice, num_partitions=2, replication_factor=1, assignments=[], configs=[]),
+                    creatable(twice),
+                    creatable("__cluster_metadata"),
+                    creatable(again),
+                    creatable(once),
+                    creatable(twice, 2),
+                    creatable(again),
+                    creatable(twice),
                 ],
                 timeout_ms=10_000,
                 validate_only=False,
@@ -169,15 +247,24 @@ def test_a_name_given_twice_in_one_request_is_refused_and_left_alone(broker: Bro
             CreateTopicsResponse,
             version=5,
         )
-        assert [(t.name, t.error_code) for t in created.topics] == [
-            (twice, ErrorCode.INVALID_REQUEST),
-            (once, ErrorCode.NONE),
+        assert [(t.name, t.error_code, t.error_message) for t in created.topics] == [
+            (once, ErrorCode.NONE, None),
+            *(
+                (name, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+                for name in java_hash_set([twice, again])
+            ),
+            (
+                "__cluster_metadata",
+                ErrorCode.INVALID_REQUEST,
+                "Creation of internal topic __cluster_metadata is prohibited.",
+            ),
         ]
+        unknown = [_name() for _ in range(5)]
         grown = connection.roundtrip(
             CreatePartitionsRequest(
                 topics=[
-                    CreatePartitionsRequest.CreatePartitionsTopic(name=existing, count=2, assignments=None),
-                    CreatePartitionsRequest.CreatePartitionsTopic(name=existing, count=3, assignments=None),
+                    CreatePartitionsRequest.CreatePartitionsTopic(name=name, count=count, assignments=None)
+                    for name, count in [(existing, 2), *((name, 2) for name in unknown), (existing, 3)]
                 ],
                 timeout_ms=10_000,
                 validate_only=False,
@@ -185,15 +272,24 @@ def test_a_name_given_twice_in_one_request_is_refused_and_left_alone(broker: Bro
             CreatePartitionsResponse,
             version=2,
         )
-        assert [(t.name, t.error_code) for t in grown.results] == [(existing, ErrorCode.INVALID_REQUEST)]
+        assert [(t.name, t.error_code) for t in grown.results] == [
+            (existing, ErrorCode.INVALID_REQUEST),
+            *(
+                (name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                for name in java_hash_set([existing, *unknown])
+                if name != existing
+            ),
+        ]
         deleted = connection.roundtrip(
             DeleteTopicsRequest(topic_names=[existing, existing], timeout_ms=10_000),
             DeleteTopicsResponse,
             version=4,
         )
         assert [(t.name, t.error_code) for t in deleted.responses] == [(existing, ErrorCode.INVALID_REQUEST)]
-    topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
-    assert twice not in topics and once in topics
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    assert wait_until(lambda: once in admin.list_topics(timeout=10).topics, 30)  # Kafka's metadata follows
+    topics = admin.list_topics(timeout=10).topics
+    assert not {twice, again, "__cluster_metadata", *unknown} & set(topics)
     assert len(topics[existing].partitions) == 1  # neither grown nor deleted
 
 
@@ -326,32 +422,43 @@ def test_delete_records_on_a_topic_that_only_compacts_is_a_policy_violation(brok
 
 def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -> None:
     """Kafka's ConfigHelper: an impossible topic name is INVALID_TOPIC_EXCEPTION; a broker resource is
-    this broker's id (its configs), "" (cluster-wide dynamic defaults: none here) or an error."""
+    this broker's id (its configs), "" (cluster-wide dynamic defaults) or an error; a resource type
+    Kafka does not know fails the whole request. Answers without a message of their own have the
+    empty one."""
     node_id = _node_id(AdminClient({"bootstrap.servers": broker.bootstrap_servers}))
     resource = DescribeConfigsRequest.DescribeConfigsResource
-    with RawConnection(broker.port) as connection:
-        described = connection.roundtrip(
-            DescribeConfigsRequest(
-                resources=[
-                    resource(resource_type=2, resource_name="bad/name", configuration_keys=None),
-                    resource(resource_type=4, resource_name=str(node_id), configuration_keys=None),
-                    resource(resource_type=4, resource_name="", configuration_keys=None),
-                    resource(resource_type=4, resource_name=str(node_id + 1), configuration_keys=None),
-                    resource(resource_type=4, resource_name="one", configuration_keys=None),
-                    resource(resource_type=4, resource_name=f"+{node_id}", configuration_keys=None),
-                    resource(resource_type=2, resource_name=_name(), configuration_keys=None),
-                    resource(resource_type=99, resource_name="x", configuration_keys=None),
-                ],
-                include_synonyms=False,
-                include_documentation=False,
-            ),
-            DescribeConfigsResponse,
-            version=4,
-        )
+
+    def describe(resources: list[Any]) -> Any:
+        with RawConnection(broker.port) as connection:
+            return connection.roundtrip(
+                DescribeConfigsRequest(
+                    resources=resources, include_synonyms=False, include_documentation=False
+                ),
+                DescribeConfigsResponse,
+                version=4,
+            )
+
+    described = describe(
+        [
+            resource(resource_type=2, resource_name="bad/name", configuration_keys=None),
+            resource(resource_type=4, resource_name=str(node_id), configuration_keys=None),
+            resource(resource_type=4, resource_name="", configuration_keys=None),
+            resource(resource_type=4, resource_name=str(node_id + 1), configuration_keys=None),
+            resource(resource_type=4, resource_name="one", configuration_keys=None),
+            resource(resource_type=4, resource_name=f"+{node_id}", configuration_keys=None),
+            resource(resource_type=2, resource_name=_name(), configuration_keys=None),
+        ]
+    )
     answers = [(r.error_code, len(r.configs)) for r in described.results]
     assert answers[0] == (ErrorCode.INVALID_TOPIC_EXCEPTION, 0)
     assert answers[1][0] == ErrorCode.NONE and answers[1][1] > 0
-    assert answers[2] == (ErrorCode.NONE, 0)
+    # Kafka 4.4 keeps a cluster-wide min.insync.replicas for its eligible leader replicas (KIP-966);
+    # the embedded broker has no dynamic configs (docs/architecture.md).
+    assert answers[2][0] == ErrorCode.NONE
+    assert {entry.name for entry in described.results[2].configs} <= {"min.insync.replicas"}
+    if isinstance(broker, BrokerProcess):
+        assert answers[2][1] == 0
+    assert [r.error_message for r in described.results[1:3]] == ["", ""]
     assert answers[3] == (ErrorCode.INVALID_REQUEST, 0)
     assert answers[5] == answers[1]  # Java's Integer.parseInt takes the sign
     assert [(r.error_code, r.error_message) for r in described.results[3:5] + described.results[6:]] == [
@@ -360,8 +467,16 @@ def test_describe_configs_resources_as_kafka_names_them(broker: BrokerProcess) -
             f"Unexpected broker id, expected {node_id} or empty string, but received {node_id + 1}",
         ),
         (ErrorCode.INVALID_REQUEST, "Broker id must be an integer, but it is: one"),
-        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None),  # ConfigHelper sets the code alone
-        (ErrorCode.INVALID_REQUEST, "Unsupported resource type: UNKNOWN"),
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ""),  # ConfigHelper sets the code alone
+    ]
+    unknown_type = describe(
+        [
+            resource(resource_type=4, resource_name=str(node_id), configuration_keys=None),
+            resource(resource_type=99, resource_name="x", configuration_keys=None),
+        ]
+    )
+    assert [(r.resource_type, r.error_code, r.error_message, r.configs) for r in unknown_type.results] == [
+        (kind, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST.kafka_message, []) for kind in (4, 99)
     ]
 
 
@@ -471,7 +586,8 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
             resource(
                 resource_type=4,
                 resource_name="",
-                configs=[change(name="log.retention.ms", config_operation=0, value="1")],
+                # Kafka cannot change log.dirs while running; the embedded broker no config at all.
+                configs=[change(name="log.dirs", config_operation=0, value="/elsewhere")],
             ),
             resource(resource_type=99, resource_name="x", configs=[]),
             topic(f"{name}-5", ("min.compaction.lag.ms", 0, "10"), ("max.compaction.lag.ms", 0, "5")),
@@ -498,7 +614,7 @@ def test_alter_configs_refuses_as_kafka(broker: BrokerProcess) -> None:
     )
     assert got[7] == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}-missing' does not exist.")
     assert got[8] == (invalid_request, "Default topic resources are not allowed.")
-    assert got[9][0] == invalid_request and "log.retention.ms" in got[9][1]
+    assert got[9] == (invalid_request, "Cannot update these configs dynamically: [log.dirs]")
     assert got[10] == (invalid_request, "Unknown resource type 99")
     assert got[11] == (
         invalid_config,
@@ -611,7 +727,8 @@ def test_create_topics_and_create_partitions_refuse_in_kafkas_order_and_words(br
             _creatable(names[3], 1, 3),
             ErrorCode.INVALID_REPLICATION_FACTOR,
             "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be "
-            "reached because only 1 broker(s) are registered.",
+            "reached because only 1 broker(s) are registered or some brokers have all their log directories "
+            "cordoned.",
         ),
         (
             _creatable(names[4], -1, 1, [(0, [node])]),
@@ -801,7 +918,9 @@ def test_describe_cluster_and_authorized_operations_answer_as_kafka_without_an_a
     create_topic(broker.bootstrap_servers, topic_name)
     cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
     node = _node_id(admin)
-    assert cluster.cluster_id == "sparkafka-embedded"
+    assert cluster.cluster_id  # Kafka's is the one it was formatted with
+    if isinstance(broker, BrokerProcess):
+        assert cluster.cluster_id == "sparkafka-embedded"
     assert [(n.id, n.port) for n in cluster.nodes] == [(node, broker.port)]
     assert cluster.controller.id == node
     assert {op.name for op in cluster.authorized_operations} == {

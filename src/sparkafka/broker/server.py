@@ -174,12 +174,13 @@ class Broker:
             if partitions == -1:
                 partitions = self.config.default_partitions
             if replication_factor not in (-1, 1):
-                # Kafka's StripedReplicaPlacer, as ReplicationControlManager words its failure.
+                # Kafka 4.4's StripedReplicaPlacer (cordoned log directories: KIP-1066), as
+                # ReplicationControlManager words its failure.
                 raise BrokerError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"Unable to replicate the partition {replication_factor} time(s): The target "
                     f"replication factor of {replication_factor} cannot be reached because only 1 broker(s) "
-                    "are registered.",
+                    "are registered or some brokers have all their log directories cordoned.",
                 )
         topic = Topic(name, uuid.uuid4(), partitions, valid_configs)
         if validate_only:

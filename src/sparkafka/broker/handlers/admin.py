@@ -549,14 +549,34 @@ _RESOURCE_TYPES_NOT_KEPT = {8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP
 
 
 async def describe_configs(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """Kafka's ConfigHelper.handleDescribeConfigsRequest: a resource type Kafka does not know fails
+    the whole request (every resource INVALID_REQUEST, with the error's default message); an answer
+    Kafka gives no message has the empty one, the generated field's default."""
     result_class = DescribeConfigsResponse.DescribeConfigsResult
     entry_class = result_class.DescribeConfigsResourceResult
     synonym_class = entry_class.DescribeConfigsSynonym
+    known_types = {_RESOURCE_TOPIC, _RESOURCE_BROKER, *_RESOURCE_TYPES_NOT_KEPT}
+    if any(resource.resource_type not in known_types for resource in request.resources):
+        invalid = ErrorCode.INVALID_REQUEST
+        return DescribeConfigsResponse(
+            throttle_time_ms=0,
+            results=[
+                result_class(
+                    error_code=invalid,
+                    error_message=invalid.kafka_message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=[],
+                )
+                for resource in request.resources
+            ],
+        )
     results = []
     for resource in request.resources:
         keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
         entries: list[_ConfigEntry] = []
-        error, message = ErrorCode.NONE, None
+        error = ErrorCode.NONE
+        message: str | None = ""
         if resource.resource_type == _RESOURCE_TOPIC:
             topic = broker.topics.topics.get(resource.resource_name)
             try:
@@ -581,15 +601,13 @@ async def describe_configs(broker: Broker, request: Any, context: RequestContext
                     f"Unexpected broker id, expected {broker.config.node_id} or empty string, "
                     f"but received {name}"
                 )
-        elif resource.resource_type in _RESOURCE_TYPES_NOT_KEPT:
+        else:
             error = ErrorCode.INVALID_REQUEST
             kind = _RESOURCE_TYPES_NOT_KEPT[resource.resource_type]
             message = (
                 f"resource type {resource.resource_type} ({kind}) is not supported by this broker; "
                 "use 2 (topic) or 4 (broker)"
             )
-        else:
-            error, message = ErrorCode.INVALID_REQUEST, "Unsupported resource type: UNKNOWN"
         results.append(
             result_class(
                 error_code=error,
@@ -635,7 +653,8 @@ def _alter_configs(
     3. a topic: its new overrides from ``new_overrides(resource, current overrides)``, then
        :meth:`Broker.alter_topic_configs` (name, configs, existence; stored unless validate only);
     4. a broker (this one, or "" for the cluster): this broker's configs are fixed at start, so any
-       change is INVALID_REQUEST; other resource types INVALID_REQUEST."""
+       change is INVALID_REQUEST, as Kafka refuses a change of a config it cannot make dynamically;
+       other resource types INVALID_REQUEST."""
     counts = collections.Counter((r.resource_type, r.resource_name) for r in resources)
     results: list[tuple[Any, ErrorCode, str | None]] = []
     for resource in resources:
@@ -658,11 +677,10 @@ def _alter_configs(
             elif resource.resource_type == _RESOURCE_BROKER:
                 _check_broker_resource_name(resource.resource_name, broker.config.node_id)
                 if resource.configs:
+                    # As Kafka refuses a config it cannot change while running; here that is every one.
+                    keys = ", ".join(sorted(c.name for c in resource.configs))
                     raise BrokerError(
-                        ErrorCode.INVALID_REQUEST,
-                        "Cannot update these configs dynamically: "
-                        f"{', '.join(sorted(c.name for c in resource.configs))} (this broker's configs "
-                        "are set when it starts)",
+                        ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{keys}]"
                     )
             elif resource.resource_type in _RESOURCES_WITHOUT_CONFIGS:
                 raise BrokerError(
