@@ -15,9 +15,18 @@ import pytest
 
 from sparkafka.broker.runner import BrokerProcess
 
+from .conftest import Kafka
 from .kafka_clients import create_topic, transactional_producer
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(kafka: Kafka) -> Kafka:
+    """The module's broker: the embedded broker, then Apache Kafka (``kafka`` in conftest): the same
+    assertions hold for both, or the embedded broker is wrong."""
+    return kafka
+
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "TxnProbe.java"
 # Where `scripts/install --test` puts the Kafka 3.9 client jar (taken from a PyPI wheel that ships it).
