@@ -117,6 +117,21 @@ class StandaloneCluster:
         files = sorted(self.directory.glob("work-*/*/*/stderr"))
         return "\n".join(path.read_text(errors="replace") for path in files)
 
+    def executor_pid_that_printed(self, text: str) -> int | None:
+        """The running executor whose stderr holds ``text`` (its work directory is named by its
+        executor id, which its command line carries)."""
+        printed = {
+            path.parent.name
+            for path in self.directory.glob("work-*/*/*/stderr")
+            if text in path.read_text(errors="replace")
+        }
+        for pid in self.executor_pids():
+            with contextlib.suppress(OSError):
+                command = (Path(f"/proc/{pid}") / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                if "--executor-id" in command and command[command.index("--executor-id") + 1] in printed:
+                    return pid
+        return None
+
     def logs(self) -> str:
         logs = sorted(self.directory.glob("*.log"))
         return "\n".join(path.read_text(errors="replace")[-3000:] for path in logs)

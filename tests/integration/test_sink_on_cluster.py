@@ -15,7 +15,7 @@ import pytest
 from sparkafka.harness import wait_until
 from sparkafka.pipeline_process import PipelineProcess
 
-from .conftest import Kafka
+from .conftest import APACHE_KAFKA, EMBEDDED, Kafka
 from .kafka_clients import (
     assert_exactly_once,
     committed_ids,
@@ -108,6 +108,37 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
     finally:
         replay.terminate()
     assert_exactly_once(output, ids)
+
+
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED, APACHE_KAFKA], indirect=True)
+def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exactly_once(
+    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """Write partition 1 of batch 0 holds its transaction open for 15 s; the executor running it is
+    SIGKILLed. The driver lives on: the worker launches a new executor, Spark runs the lost tasks
+    again, and the query writes every record once without a restart."""
+    broker, ids = fresh_kafka, topics
+    held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=15s")
+    run = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
+    pause = "sparkafka debug pause: beforeCommit partition=1 batch=0"
+    try:
+        first_executors = set(cluster.wait_for_executors(2))
+        assert wait_until(lambda: cluster.executor_pid_that_printed(pause) is not None, timeout_s=180), (
+            run.output()[-3000:]
+        )
+        victim = cluster.executor_pid_that_printed(pause)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        assert wait_until(lambda: bool(set(cluster.executor_pids()) - first_executors), timeout_s=120), (
+            "the worker launched no new executor"
+        )
+        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+        assert run.process is not None and run.process.poll() is None, run.output()[-3000:]
+    finally:
+        run.terminate()
+    assert_exactly_once(output, ids)
+    assert cluster.executor_stderr().count(pause) >= 2, "the lost write task did not run again"
+    assert "restarting from checkpoint" not in run.output()
 
 
 def test_speculative_copies_of_a_slow_write_task_write_it_once(
