@@ -158,9 +158,7 @@ def test_broker_aborts_transaction_after_its_timeout(tmp_path, topic_name: str) 
             producer.commit_transaction(10)
 
 
-def test_offsets_sent_to_transaction_are_visible_only_after_commit(
-    broker: Any, topic_name: str
-) -> None:
+def test_offsets_sent_to_transaction_are_visible_only_after_commit(broker: Any, topic_name: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name)
     group = f"g-{topic_name}"
     consumer = Consumer(
@@ -254,9 +252,7 @@ def _list_offsets(
     return [(p.error_code, p.timestamp, p.offset, p.leader_epoch) for p in response.topics[0].partitions]
 
 
-def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(
-    broker: Any, topic_name: str
-) -> None:
+def test_list_offsets_max_timestamp_stops_at_the_last_stable_offset(broker: Any, topic_name: str) -> None:
     """Kafka's Partition.fetchOffsetForTimestamp: MAX_TIMESTAMP (-3, ListOffsets v7+, KIP-734) answers
     only offsets below the last fetchable offset, the last stable offset for read_committed."""
     max_timestamp = -3
@@ -327,9 +323,7 @@ def test_list_offsets_special_timestamps_of_tiered_storage_answer_as_kafka_witho
     assert _list_offsets(broker, f"never-{topic_name}", -4, read_committed=True, version=7) == [unsupported]
 
 
-def test_list_transactions_duration_filter_keeps_longer_running_ones(
-    broker: Any, topic_name: str
-) -> None:
+def test_list_transactions_duration_filter_keeps_longer_running_ones(broker: Any, topic_name: str) -> None:
     """KIP-994, as Kafka's TransactionStateManager: with a duration filter, only transactions running
     for longer than it; an id that never started one counts as running since the epoch."""
     from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsResponse
@@ -411,12 +405,29 @@ def test_describe_transactions_and_producers_answer_as_kafka(broker: Any, topic_
 
 
 def _raw_transactional_producer(connection: RawConnection, transactional_id: str) -> tuple[int, int]:
+    """InitProducerId as a client sends it: after FindCoordinator, retrying the retriable errors (Apache
+    Kafka creates its transaction state log when FindCoordinator first asks, then loads it)."""
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
     from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
+    retriable = (
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    )
+    find = FindCoordinatorRequest(key=transactional_id, key_type=1)
     request = InitProducerIdRequest(
         transactional_id=transactional_id, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
     )
-    response = connection.roundtrip(request, InitProducerIdResponse, 4)
+    deadline = time.monotonic() + 30
+    while True:
+        found = connection.roundtrip(find, FindCoordinatorResponse, 3)
+        response = (
+            connection.roundtrip(request, InitProducerIdResponse, 4) if found.error_code == 0 else found
+        )
+        if response.error_code not in retriable or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert response.error_code == 0
     return response.producer_id, response.producer_epoch
 
@@ -508,9 +519,7 @@ def test_transactional_produce_is_verified_as_kafka_does(broker: Any, topic_name
     assert values(read_all(broker.bootstrap_servers, topic_name, expect=1)) == [b"v"]
 
 
-def test_transactional_requests_are_checked_as_kafka_checks_them(
-    broker: Any, topic_name: str
-) -> None:
+def test_transactional_requests_are_checked_as_kafka_checks_them(broker: Any, topic_name: str) -> None:
     """InitProducerId with half a producer id/epoch is INVALID_REQUEST (KafkaApis); TxnOffsetCommit
     answers unknown partitions before the transaction's checks; DescribeTransactions lists the offsets
     partition AddOffsetsToTxn added; ListTransactions knows Kafka's every state name."""
@@ -520,6 +529,7 @@ def test_transactional_requests_are_checked_as_kafka_checks_them(
         ListTransactionsRequest,
         ListTransactionsResponse,
     )
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
     from kafka.protocol.producer import (
         AddOffsetsToTxnRequest,
         AddOffsetsToTxnResponse,
@@ -559,8 +569,8 @@ def test_transactional_requests_are_checked_as_kafka_checks_them(
         )
         assert added.error_code == 0
 
-        def commit_offsets(producer_epoch: int, topics: list[str]) -> dict[str, int]:
-            """Each topic's error (partition 0); by name: Kafka lists unknown topics first."""
+        def commit_offsets(producer_epoch: int, topics: list[str]) -> list[tuple[str, int]]:
+            """Each topic's error (partition 0), in the answer's order: Kafka lists unknown topics first."""
             topic_class = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
             partition_class = topic_class.TxnOffsetCommitRequestPartition
             request = TxnOffsetCommitRequest(
@@ -586,26 +596,34 @@ def test_transactional_requests_are_checked_as_kafka_checks_them(
                     for name in topics
                 ],
             )
-            # Retriable, as for any client: Apache Kafka loads a new group's offsets partition first.
-            loading = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            # Retriable, as for any client, which asks FindCoordinator again: Apache Kafka creates its
+            # offsets topic when FindCoordinator first asks, and loads a new group's partition first.
+            loading = (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.NOT_COORDINATOR,
+            )
             for _ in range(100):
+                connection.roundtrip(
+                    FindCoordinatorRequest(key=group, key_type=0), FindCoordinatorResponse, 3
+                )
                 response = connection.roundtrip(request, TxnOffsetCommitResponse, 3)
-                errors = {t.name: p.error_code for t in response.topics for p in t.partitions}
-                if not set(errors.values()) & set(loading):
+                errors = [(t.name, p.error_code) for t in response.topics for p in t.partitions]
+                if not {code for _, code in errors} & set(loading):
                     break
                 time.sleep(0.2)
             return errors
 
         unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        assert commit_offsets(epoch + 1, [topic_name, "no-such-topic"]) == {
-            topic_name: ErrorCode.INVALID_PRODUCER_EPOCH,
-            "no-such-topic": unknown,
-        }
-        assert commit_offsets(epoch + 1, ["no-such-topic"]) == {"no-such-topic": unknown}
-        assert commit_offsets(epoch, [topic_name, "no-such-topic"]) == {
-            topic_name: ErrorCode.NONE,
-            "no-such-topic": unknown,
-        }
+        assert commit_offsets(epoch + 1, [topic_name, "no-such-topic"]) == [
+            ("no-such-topic", unknown),
+            (topic_name, ErrorCode.INVALID_PRODUCER_EPOCH),
+        ]
+        assert commit_offsets(epoch + 1, ["no-such-topic"]) == [("no-such-topic", unknown)]
+        assert commit_offsets(epoch, [topic_name, "no-such-topic"]) == [
+            ("no-such-topic", unknown),
+            (topic_name, ErrorCode.NONE),
+        ]
 
         described = connection.roundtrip(
             DescribeTransactionsRequest(transactional_ids=[transactional_id]), DescribeTransactionsResponse, 0

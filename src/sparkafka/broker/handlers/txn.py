@@ -111,7 +111,9 @@ async def end_txn(broker: Broker, request: Any, context: RequestContext) -> Any:
 async def txn_offset_commit(broker: Broker, request: Any, context: RequestContext) -> Any:
     """As KafkaApis.handleTxnOffsetCommitRequest: partitions this broker lacks are answered
     UNKNOWN_TOPIC_OR_PARTITION first and take no further part (with none left, nothing else is
-    asked); the transaction's and the group's checks then answer for the others."""
+    asked); the transaction's and the group's checks then answer for the others. The answer lists
+    them in that order, as Kafka's TxnOffsetCommitResponse.Builder: a topic where it first comes,
+    the lacking partitions before the others."""
     offsets = requested_offsets(request.topics, with_leader_epoch=context.version >= 2)
     unknown = {tp for tp in offsets if tp not in broker.partitions}
     errors: dict[tuple[str, int], ErrorCode] = dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -143,21 +145,20 @@ async def txn_offset_commit(broker: Broker, request: Any, context: RequestContex
         error = ErrorCode.INVALID_PRODUCER_EPOCH if exc.code == ErrorCode.PRODUCER_FENCED else exc.code
     topic_class = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     partition_class = topic_class.TxnOffsetCommitResponsePartition
+    answered: dict[str, list[Any]] = {}
+    for lacking in (True, False):
+        for t in request.topics:
+            for p in t.partitions:
+                if ((t.name, p.partition_index) in unknown) == lacking:
+                    answered.setdefault(t.name, []).append(
+                        partition_class(
+                            partition_index=p.partition_index,
+                            error_code=errors.get((t.name, p.partition_index), error),
+                        )
+                    )
     return TxnOffsetCommitResponse(
         throttle_time_ms=0,
-        topics=[
-            topic_class(
-                name=t.name,
-                partitions=[
-                    partition_class(
-                        partition_index=p.partition_index,
-                        error_code=errors.get((t.name, p.partition_index), error),
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.topics
-        ],
+        topics=[topic_class(name=name, partitions=partitions) for name, partitions in answered.items()],
     )
 
 
