@@ -609,40 +609,70 @@ def test_a_producer_writes_to_a_topic_it_has_auto_created(broker: BrokerProcess,
 
 
 def test_fetch_sessions_and_failed_reads_answer_as_kafka(broker: BrokerProcess, topic_name: str) -> None:
-    """KIP-227: a full fetch of epoch 0 asks for a session; Kafka gives it an id when its session cache
-    has room, the embedded broker keeps none and answers id 0, as Kafka with a full cache does
-    (docs/architecture.md). An incremental fetch of a session the broker does not have is
-    FETCH_SESSION_ID_NOT_FOUND with no partitions, as Kafka's FetchSession answers it."""
-    from kafka.protocol.consumer import FetchResponse
+    """KIP-227, as Kafka's FetchManager: a full fetch of epoch 0 opens a session and names it; an
+    incremental fetch of the session answers only the partitions with records, a new high watermark or
+    an error, and must carry the session's next epoch; forgetting its last partition closes it, as
+    does a full fetch naming it. An unknown session is FETCH_SESSION_ID_NOT_FOUND, a wrong epoch
+    INVALID_FETCH_SESSION_EPOCH, both with no partitions and session id 0."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
 
     create_topic(broker.bootstrap_servers, topic_name)
     sender = producer(broker.bootstrap_servers)
     sender.produce(topic_name, value=b"v")
     assert sender.flush(10) == 0
+    produced = 1
 
     def fetch(
-        session_id: int, epoch: int, version: int, offset: int = 0
-    ) -> tuple[int, int, list[tuple[int, int, int, int]]]:
-        request = fetch_request(topic_name, offset, session_id=session_id, session_epoch=epoch)
+        session_id: int,
+        epoch: int,
+        version: int,
+        offset: int | None = 0,
+        *,
+        forget: bool = False,
+    ) -> tuple[int, int, list[tuple[int, int, int, int, bool]]]:
+        """(error, session id, [(error, high watermark, last stable offset, log start offset, records?)]);
+        no partition in the request when ``offset`` is None."""
+        request = fetch_request(topic_name, offset or 0, session_id=session_id, session_epoch=epoch)
+        request.max_wait_ms = 100
+        if offset is None:
+            request.topics = []
+        if forget:
+            request.forgotten_topics_data = [FetchRequest.ForgottenTopic(topic=topic_name, partitions=[0])]
         with RawConnection(broker.port) as connection:
             response = connection.roundtrip(request, FetchResponse, version)
         partitions = [
-            (p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset)
+            (p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, bool(p.records))
             for t in response.responses
             for p in t.partitions
         ]
         return response.error_code, response.session_id, partitions
 
+    not_found, wrong_epoch = ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH
     for version in (7, 12):
-        # A full fetch opening a session, and one wanting no session.
-        error, session_id, partitions = fetch(0, 0, version)
-        assert (error, partitions) == (0, [(0, 1, 1, 0)])
-        assert session_id == 0 if isinstance(broker, BrokerProcess) else session_id > 0
-        assert fetch(0, -1, version) == (0, 0, [(0, 1, 1, 0)])
-        assert fetch(1234, 1, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
-        assert fetch(0, 3, version) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+        # A full fetch wanting no session; one opening a session.
+        assert fetch(0, -1, version) == (0, 0, [(0, produced, produced, 0, True)])
+        error, session, partitions = fetch(0, 0, version)
+        assert (error, partitions) == (0, [(0, produced, produced, 0, True)]) and session > 0
+        # At the end, nothing changed: the partition is left out. The same epoch again is refused.
+        assert fetch(session, 1, version, offset=produced) == (0, session, [])
+        assert fetch(session, 1, version, offset=None) == (wrong_epoch, 0, [])
+        assert fetch(session, 2, version, offset=None) == (0, session, [])
+        sender.produce(topic_name, value=b"v")
+        assert sender.flush(10) == 0
+        produced += 1
+        # A record came: the partition is answered, with it, at the offset the session keeps.
+        assert fetch(session, 3, version, offset=None) == (0, session, [(0, produced, produced, 0, True)])
+        # Forgetting its only partition closes the session: answered without one.
+        assert fetch(session, 4, version, offset=None, forget=True) == (0, 0, [])
+        assert fetch(session, 5, version, offset=None) == (not_found, 0, [])
+        # A full fetch naming a session closes it too.
+        _, other, _ = fetch(0, 0, version)
+        assert fetch(other, -1, version) == (0, 0, [(0, produced, produced, 0, True)])
+        assert fetch(other, 1, version, offset=None) == (not_found, 0, [])
+        assert fetch(1234, 1, version) == (not_found, 0, [])
+        assert fetch(0, 3, version) == (not_found, 0, [])
         # A failed partition read carries no offsets, as in Kafka's ReplicaManager.
-        assert fetch(0, -1, version, offset=5) == (0, 0, [(ErrorCode.OFFSET_OUT_OF_RANGE, -1, -1, -1)])
+        assert fetch(0, -1, version, offset=5) == (0, 0, [(ErrorCode.OFFSET_OUT_OF_RANGE, -1, -1, -1, False)])
 
 
 def test_api_versions_lists_kafka_4s_lowest_versions(broker: BrokerProcess, topic_name: str) -> None:

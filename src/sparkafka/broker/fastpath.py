@@ -298,11 +298,13 @@ class FetchRequestData:
     max_bytes: int
     isolation_level: int
     topics: list[tuple[str, list[tuple[int, int, int]]]]
+    session_id: int = 0
+    session_epoch: int = -1
 
 
 # KIP-227: fetch requests carry a session id and epoch from this version on. A full fetch has epoch
-# INITIAL_EPOCH (0, opening a session; none is kept here) or FINAL_EPOCH (-1, wanting none); any
-# other epoch asks for an incremental fetch of an existing session.
+# INITIAL_EPOCH (0, opening a session) or FINAL_EPOCH (-1, wanting none); any other epoch asks for an
+# incremental fetch of an existing session (fetch_sessions.py), which the general codec decodes.
 FIRST_FETCH_SESSION_VERSION = 7
 FULL_FETCH_EPOCHS = (0, -1)
 
@@ -311,10 +313,10 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
     """Decode a whole FetchRequest frame (v4-v12, header included), or None.
 
     Steps: skip the header; replica id, max wait, min bytes, max bytes, isolation level, then session id
-    and epoch (v7+; an epoch other than 0 and -1 asks for an incremental fetch of a session, which the
-    general path refuses); per topic its name and per partition: index, current leader epoch (v9+), fetch
+    and epoch (v7+; an epoch other than 0 and -1 asks for an incremental fetch of a session, left to the
+    general path); per topic its name and per partition: index, current leader epoch (v9+), fetch
     offset, last fetched epoch (v12+), log start offset (v5+), max bytes; forgotten topics (v7+), which
-    must be empty (no fetch sessions here); rack id (v11+). In v12 partitions, topics and the body end
+    must be empty (a full fetch has none); rack id (v11+). In v12 partitions, topics and the body end
     with tagged fields, which must be empty. The body must end exactly at the frame's end.
     """
     if not FETCH_VERSIONS[0] <= version <= FETCH_VERSIONS[1]:
@@ -331,10 +333,10 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
             ">iiiib", view, pos
         )
         pos += 17
+        session_id, session_epoch = 0, -1
         if version >= FIRST_FETCH_SESSION_VERSION:
-            # Session id and epoch: sessions are not kept, so only full fetches are served here; the
-            # general path answers the others.
-            (session_epoch,) = struct.unpack_from(">i", view, pos + 4)
+            # Session id and epoch: only full fetches are decoded here.
+            session_id, session_epoch = struct.unpack_from(">ii", view, pos)
             if session_epoch not in FULL_FETCH_EPOCHS:
                 return None
             pos += 8
@@ -365,7 +367,9 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
         return None
     if pos != end:
         return None
-    return FetchRequestData(max_wait_ms, min_bytes, max_bytes, isolation_level, topics)
+    return FetchRequestData(
+        max_wait_ms, min_bytes, max_bytes, isolation_level, topics, session_id, session_epoch
+    )
 
 
 class RecordsChunk(Protocol):

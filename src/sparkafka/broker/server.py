@@ -28,6 +28,7 @@ from sparkafka.broker import protocol
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.fetch_sessions import FetchSessionCache
 from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
@@ -109,6 +110,7 @@ class Broker:
             now_ms=now_ms,
         )
         self.transactions.recover()
+        self.fetch_sessions = FetchSessionCache(now_ms)
         self._data_arrived: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()

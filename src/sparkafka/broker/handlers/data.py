@@ -293,37 +293,47 @@ def close_regions(responses: Iterable[tuple[str, Iterable[PartitionFetchResult]]
 
 
 async def fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
-    """Fetch through the general codec."""
-    if (
-        context.version >= fastpath.FIRST_FETCH_SESSION_VERSION
-        and request.session_epoch not in fastpath.FULL_FETCH_EPOCHS
-    ):
-        # An incremental fetch of a session. This broker keeps none (it answers every full fetch
-        # with session id 0), so, as Kafka's FetchSession for an unknown session id:
-        # FETCH_SESSION_ID_NOT_FOUND and no partitions.
-        return FetchResponse(
-            throttle_time_ms=0,
-            error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-            session_id=0,
-            responses=[],
-        )
-    results = await _fetch(
+    """Fetch through the general codec: full fetches, and the incremental fetches of a session."""
+    session = broker.fetch_sessions.context(
+        context.version,
+        getattr(request, "session_id", 0),
+        getattr(request, "session_epoch", -1),
+        [
+            (t.topic, [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in t.partitions])
+            for t in request.topics
+        ],
+        [(t.topic, t.partitions) for t in getattr(request, "forgotten_topics_data", None) or ()],
+    )
+    results = await _fetch_for(broker, request, session.topics, context.version, None)
+    return fetch_response_object(*broker.fetch_sessions.answer(session, results))
+
+
+async def _fetch_for(
+    broker: Broker,
+    request: Any,
+    topics: list[tuple[str, list[tuple[int, int, int]]]],
+    version: int,
+    region_min_bytes: int | None,
+) -> list[tuple[str, list[PartitionFetchResult]]]:
+    """_fetch of ``topics`` with the request's limits; nothing at all for a session error (no topics:
+    Kafka answers a fetch without partitions at once)."""
+    return await _fetch(
         broker,
         max_wait_ms=request.max_wait_ms,
         min_bytes=request.min_bytes,
         max_bytes=request.max_bytes,
         isolation_level=request.isolation_level,
-        topics=[
-            (t.topic, [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in t.partitions])
-            for t in request.topics
-        ],
-        version=context.version,
-        region_min_bytes=None,
+        topics=topics,
+        version=version,
+        region_min_bytes=region_min_bytes,
     )
-    return fetch_response_object(results)
 
 
-def fetch_response_object(results: Iterable[tuple[str, Iterable[PartitionFetchResult]]]) -> Any:
+def fetch_response_object(
+    error_code: int,
+    session_id: int,
+    results: Iterable[tuple[str, Iterable[PartitionFetchResult]]],
+) -> Any:
     """The general codec's FetchResponse for these results, whose records must all be bytes (fastpath
     encodes the same bytes)."""
     topic_class = FetchResponse.FetchableTopicResponse
@@ -331,8 +341,8 @@ def fetch_response_object(results: Iterable[tuple[str, Iterable[PartitionFetchRe
     aborted_class = partition_class.AbortedTransaction
     return FetchResponse(
         throttle_time_ms=0,
-        error_code=ErrorCode.NONE,
-        session_id=0,
+        error_code=error_code,
+        session_id=session_id,
         responses=[
             topic_class(
                 topic=name,
@@ -366,18 +376,15 @@ async def fetch_frame(broker: Broker, frame: Buffer, context: RequestContext) ->
     request = fastpath.decode_fetch_request(frame, context.version)
     if request is None:
         return NOT_HANDLED
-    results = await _fetch(
-        broker,
-        max_wait_ms=request.max_wait_ms,
-        min_bytes=request.min_bytes,
-        max_bytes=request.max_bytes,
-        isolation_level=request.isolation_level,
-        topics=request.topics,
-        version=context.version,
-        region_min_bytes=SENDFILE_MIN_BYTES,
+    session = broker.fetch_sessions.context(
+        context.version, request.session_id, request.session_epoch, request.topics
     )
+    results = await _fetch_for(broker, request, session.topics, context.version, SENDFILE_MIN_BYTES)
+    error_code, session_id, results = broker.fetch_sessions.answer(session, results)
     try:
-        return fastpath.encode_fetch_response(context.version, context.correlation_id, results)
+        return fastpath.encode_fetch_response(
+            context.version, context.correlation_id, results, error_code=error_code, session_id=session_id
+        )
     except BaseException:
         close_regions(results)
         raise
