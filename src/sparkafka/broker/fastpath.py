@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 Buffer = bytes | bytearray | memoryview
@@ -300,23 +300,21 @@ class FetchRequestData:
     topics: list[tuple[str, list[tuple[int, int, int]]]]
     session_id: int = 0
     session_epoch: int = -1
+    forgotten: list[tuple[str, list[int]]] = field(default_factory=list)
 
 
-# KIP-227: fetch requests carry a session id and epoch from this version on. A full fetch has epoch
-# INITIAL_EPOCH (0, opening a session) or FINAL_EPOCH (-1, wanting none); any other epoch asks for an
-# incremental fetch of an existing session (fetch_sessions.py), which the general codec decodes.
+# KIP-227: fetch requests carry a session id and epoch, and the partitions a session is to forget,
+# from this version on (fetch_sessions.py).
 FIRST_FETCH_SESSION_VERSION = 7
-FULL_FETCH_EPOCHS = (0, -1)
 
 
 def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None:
     """Decode a whole FetchRequest frame (v4-v12, header included), or None.
 
     Steps: skip the header; replica id, max wait, min bytes, max bytes, isolation level, then session id
-    and epoch (v7+; an epoch other than 0 and -1 asks for an incremental fetch of a session, left to the
-    general path); per topic its name and per partition: index, current leader epoch (v9+), fetch
-    offset, last fetched epoch (v12+), log start offset (v5+), max bytes; forgotten topics (v7+), which
-    must be empty (a full fetch has none); rack id (v11+). In v12 partitions, topics and the body end
+    and epoch (v7+); per topic its name and per partition: index, current leader epoch (v9+), fetch
+    offset, last fetched epoch (v12+), log start offset (v5+), max bytes; forgotten topics (v7+), each
+    a name and partition indexes; rack id (v11+). In v12 partitions, topics and the body end
     with tagged fields, which must be empty. The body must end exactly at the frame's end.
     """
     if not FETCH_VERSIONS[0] <= version <= FETCH_VERSIONS[1]:
@@ -335,10 +333,7 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
         pos += 17
         session_id, session_epoch = 0, -1
         if version >= FIRST_FETCH_SESSION_VERSION:
-            # Session id and epoch: only full fetches are decoded here.
             session_id, session_epoch = struct.unpack_from(">ii", view, pos)
-            if session_epoch not in FULL_FETCH_EPOCHS:
-                return None
             pos += 8
         topic_count, pos = _array_length(view, pos, end, compact, 3 if compact else 6)
         topics: list[tuple[str, list[tuple[int, int, int]]]] = []
@@ -355,10 +350,16 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
             if compact:
                 pos = _no_tagged_fields(view, pos)
             topics.append((name, partitions))
-        if version >= 7:
-            forgotten, pos = _array_length(view, pos, end, compact, 0)
-            if forgotten:
-                raise _Unusual
+        forgotten: list[tuple[str, list[int]]] = []
+        if version >= FIRST_FETCH_SESSION_VERSION:
+            forgotten_count, pos = _array_length(view, pos, end, compact, 3 if compact else 6)
+            for _ in range(forgotten_count):
+                name, pos = _string(view, pos, end, compact)
+                index_count, pos = _array_length(view, pos, end, compact, 4)
+                forgotten.append((name, list(struct.unpack_from(f">{index_count}i", view, pos))))
+                pos += 4 * index_count
+                if compact:
+                    pos = _no_tagged_fields(view, pos)
         if version >= 11:
             _rack, pos = _string(view, pos, end, compact)
         if compact:
@@ -368,7 +369,7 @@ def decode_fetch_request(frame: Buffer, version: int) -> FetchRequestData | None
     if pos != end:
         return None
     return FetchRequestData(
-        max_wait_ms, min_bytes, max_bytes, isolation_level, topics, session_id, session_epoch
+        max_wait_ms, min_bytes, max_bytes, isolation_level, topics, session_id, session_epoch, forgotten
     )
 
 

@@ -293,7 +293,7 @@ def close_regions(responses: Iterable[tuple[str, Iterable[PartitionFetchResult]]
 
 
 async def fetch(broker: Broker, request: Any, context: RequestContext) -> Any:
-    """Fetch through the general codec: full fetches, and the incremental fetches of a session."""
+    """Fetch through the general codec. Same semantics as fetch_frame()."""
     session = broker.fetch_sessions.context(
         context.version,
         getattr(request, "session_id", 0),
@@ -377,7 +377,7 @@ async def fetch_frame(broker: Broker, frame: Buffer, context: RequestContext) ->
     if request is None:
         return NOT_HANDLED
     session = broker.fetch_sessions.context(
-        context.version, request.session_id, request.session_epoch, request.topics
+        context.version, request.session_id, request.session_epoch, request.topics, request.forgotten
     )
     results = await _fetch_for(broker, request, session.topics, context.version, SENDFILE_MIN_BYTES)
     error_code, session_id, results = broker.fetch_sessions.answer(session, results)
