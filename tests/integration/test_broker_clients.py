@@ -483,7 +483,8 @@ def test_metadata_names_an_impossible_topic_name_invalid(broker: BrokerProcess, 
 def test_metadata_lists_topics_in_kafkas_order(broker: BrokerProcess, topic_name: str) -> None:
     """Kafka's getTopicMetadata: the topics it has in the order of the Scala set of the names asked
     for (the order asked up to four names, then by hash), then the missing ones in the order of a
-    java.util.HashSet copied from that set; a name given twice is answered once."""
+    java.util.HashSet copied from that set; a name given twice is answered once. Asked for every
+    topic, it lists them in the order of a Scala mutable.HashSet."""
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
     present = [f"{topic_name}-{i}" for i in range(6)]
@@ -514,6 +515,13 @@ def test_metadata_lists_topics_in_kafkas_order(broker: BrokerProcess, topic_name
     many = [*missing[::-1], *present, missing[0], *present[:2]]
     assert ask(many) == kafkas_order(many)
     assert ask(many) != [*present, *missing]  # ordered by hash, not as asked
+    # Every topic: in the order of a Scala mutable.HashSet of their names.
+    with RawConnection(broker.port) as connection:
+        everything = MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        listed = [t.name for t in connection.roundtrip(everything, MetadataResponse, version=12).topics]
+    assert set(present) <= set(listed) and listed == jvm_order.scala_mutable_hash_set(sorted(listed))
 
 
 def test_metadata_by_topic_id_answers_the_ids_alone(broker: BrokerProcess, topic_name: str) -> None:

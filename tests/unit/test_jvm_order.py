@@ -7,6 +7,7 @@ from sparkafka.broker.jvm_order import (
     java_copied_hash_set_capacity,
     java_hash_set,
     java_string_hash,
+    scala_mutable_hash_set,
     scala_set,
 )
 
@@ -48,3 +49,12 @@ def test_java_hash_set_capacity_grows_as_java_grows_it() -> None:
     # 13 names added one by one outgrow 16 buckets: bucket 16 + i is no longer bucket i.
     names = [chr(ord("a") + i) for i in range(13)] + ["q"]
     assert java_hash_set(names)[-1] == "q"
+
+
+def test_scala_mutable_hash_set_sorts_a_bucket_by_hash_and_grows_before_three_quarters() -> None:
+    assert scala_mutable_hash_set(["b", "a", "b"]) == ["a", "b"]
+    # 97 + 16 = "q": the same bucket as "a" in 16 buckets, its own in 32.
+    eleven = [chr(ord("a") + i) for i in range(10)] + ["q"]
+    assert scala_mutable_hash_set(eleven)[:2] == ["a", "q"]  # 16 buckets: "a" (97) then "q" (113)
+    twelve = [*eleven, "z"]
+    assert scala_mutable_hash_set(twelve)[-2:] == ["q", "z"]  # 12 elements: 32 buckets

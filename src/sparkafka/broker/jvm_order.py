@@ -1,10 +1,12 @@
 """The iteration orders of the JVM hash sets from which Kafka builds some answers, so that this broker
-lists topics in those answers in Kafka's order: ``java.util.HashSet`` (buckets of String.hashCode)
-and Scala's immutable ``Set`` (insertion order up to four elements, then its hash trie's order).
+lists topics in those answers in Kafka's order: ``java.util.HashSet`` (buckets of String.hashCode),
+Scala's immutable ``Set`` (insertion order up to four elements, then its hash trie's order) and
+Scala's ``mutable.HashSet`` (buckets, then hash).
 
 Kafka's order comes from these sets alone, not from the request: Metadata lists the topics it has in
-the order of the Scala set of the names asked for, then the missing ones in a java.util.HashSet's;
-CreateTopics and CreatePartitions answer names given twice from a java.util.HashSet."""
+the order of the Scala set of the names asked for, then the missing ones in a java.util.HashSet's,
+and every topic in a mutable.HashSet's; CreateTopics and CreatePartitions answer names given twice
+from a java.util.HashSet."""
 
 from __future__ import annotations
 
@@ -53,6 +55,23 @@ def java_hash_set(names: Iterable[str], *, capacity: int | None = None) -> list[
         return (hash_code ^ (hash_code >> 16)) & (table - 1)
 
     return sorted(distinct, key=bucket)  # stable: the order added within a bucket
+
+
+def scala_mutable_hash_set(names: Iterable[str]) -> list[str]:
+    """The iteration order of a Scala mutable.HashSet to which ``names`` were added: by bucket of the
+    spread hash (as java.util.HashMap's), then by that hash as a signed int within a bucket, which
+    the set keeps sorted. The table starts at 16 and doubles before an element reaches 3/4 of it."""
+    distinct = list(dict.fromkeys(names))
+    table = _JAVA_INITIAL_CAPACITY
+    while len(distinct) >= table * _JAVA_LOAD_FACTOR:
+        table <<= 1
+
+    def position(name: str) -> tuple[int, int]:
+        hash_code = java_string_hash(name)
+        spread = hash_code ^ (hash_code >> 16)
+        return spread & (table - 1), spread - (1 << 32) if spread & 0x80000000 else spread
+
+    return sorted(distinct, key=position)
 
 
 def _scala_improve(hash_code: int) -> int:

@@ -244,7 +244,11 @@ async def metadata(broker: Broker, request: Any, context: RequestContext) -> Any
     # ids alone say what is asked: unknown ones first (UNKNOWN_TOPIC_ID, no name), names are ignored.
     topic_ids = list(dict.fromkeys(t.topic_id for t in request.topics or () if getattr(t, "topic_id", None)))
     if request.topics is None or (context.version == 0 and not request.topics):
-        topics = [_topic_metadata(broker, t, topic_operations) for t in broker.topics.topics.values()]
+        # Kafka lists every topic in the order of a Scala mutable.HashSet of their names.
+        topics = [
+            _topic_metadata(broker, broker.topics.topics[name], topic_operations)
+            for name in jvm_order.scala_mutable_hash_set(broker.topics.topics)
+        ]
     elif topic_ids:
         found = {topic_id: broker.topics.by_id(topic_id) for topic_id in topic_ids}
         topics = [
