@@ -7,6 +7,7 @@ or a firewall shows up as one clear sentence instead of a hang or a bare ``_TRAN
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -197,6 +198,7 @@ def error_code(error: BaseException) -> int | None:
 _TRANSIENT_WATERMARK_CODES = (
     _UNAVAILABLE_CODES
     | _UNKNOWN_PARTITION_CODES
+    | _LEADER_MOVING_CODES
     | {
         KafkaError._DESTROY_BROKER,
         KafkaError._WAIT_COORD,
@@ -217,13 +219,19 @@ def partition_watermarks(
     broker outage, and for seconds after the cluster is back. So that answer is only believed once
     fresh metadata from a cluster that answers lists no such partition; until then, as for other
     transient errors, the query is asked again until ``timeout_s`` has passed, and then the last
-    error is raised (a KafkaException, which the caller words)."""
+    error is raised (a KafkaException, which the caller words).
+
+    A leader that died keeps being asked: the client learns of the new leader only from new
+    metadata, which it does not fetch while the request waits. So each request waits a slice of
+    ``timeout_s`` (2 s, then twice as long each time), and a slice that ends unanswered is followed
+    by a metadata request for the topic, as Kafka's own clients refresh metadata on such errors."""
     deadline = time.monotonic() + timeout_s
+    wait_s = _FIRST_LIST_OFFSETS_SLICE_S
     while True:
         remaining = deadline - time.monotonic()
         try:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=max(remaining, 0.001), cached=False
+                TopicPartition(topic, partition), timeout=max(min(wait_s, remaining), 0.001), cached=False
             )
             return int(low), int(high)
         except KafkaException as error:
@@ -236,6 +244,11 @@ def partition_watermarks(
                 return None
             if deadline - time.monotonic() <= _WATERMARK_RETRY_INTERVAL_S:
                 raise
+            if code not in _UNKNOWN_PARTITION_CODES:
+                # Answers with the current leaders, which the client keeps for its next request.
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(topic, timeout=max(min(wait_s, deadline - time.monotonic()), 0.001))
+        wait_s *= 2
         time.sleep(_WATERMARK_RETRY_INTERVAL_S)
 
 
@@ -329,10 +342,16 @@ class KafkaAdmin:
 
     def _described_topics(self, topics: Collection[str]) -> dict[str, list[int]]:
         """The partitions of each of ``topics`` that exists, within ``timeout_s`` (the same wait
-        slices as :meth:`_metadata`); a topic the cluster does not know is left out."""
+        slices as :meth:`_metadata`); a topic the cluster does not know is left out.
+
+        librdkafka sends DescribeTopics to the node the last metadata named controller (under KRaft,
+        any live broker) and waits for that node. If it died, only new metadata names another, and
+        the client does not ask for it while it waits: so a slice that ends unanswered is followed by
+        a metadata request (of no topic by name, which could create it)."""
         if not topics:
             return {}
         failure: KafkaException | None = None
+        deadline = time.monotonic() + self.timeout_s
         for wait_s in waits_until_refused(self.timeout_s, self._client_errors):
             futures = self.client.describe_topics(
                 TopicCollection(sorted(topics)), request_timeout=max(wait_s, 0.001)
@@ -352,6 +371,9 @@ class KafkaAdmin:
                     raise
                 failure = error
                 self.client.poll(0)  # error events reach _client_errors on a poll
+                if (refresh_s := min(wait_s, deadline - time.monotonic())) > 0:
+                    with contextlib.suppress(KafkaException):
+                        self.client.list_topics(timeout=refresh_s)
                 continue
             return found
         assert failure is not None
