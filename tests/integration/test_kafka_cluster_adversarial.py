@@ -1,8 +1,10 @@
-"""Apache Kafka failing harder under a running exactly-once pipeline than in
-``test_kafka_cluster_faults.py``: a 3-node cluster (replication factor 3, ``min.insync.replicas=2``)
-losing two nodes at once (no controller quorum, no in-sync quorum), and more. Pass criterion: every
-input record once for read_committed readers, and the pipeline either carries on or fails loudly
-and completes from its checkpoint when run again."""
+"""Apache Kafka failing harder under an exactly-once pipeline than in ``test_kafka_cluster_faults.py``,
+on a 3-node cluster (replication factor 3, ``min.insync.replicas=2``): two nodes lost at once (no
+controller quorum, no in-sync quorum); a pipeline crash combined with the loss of the commit-marker
+partition's leader, or of the coordinator of a transaction left open; and an unclean leader election
+truncating the input log (xfail: the source does not detect it). Pass criterion: every input record
+once for read_committed readers, and the pipeline either carries on or fails loudly and completes
+from its checkpoint."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,26 +157,6 @@ def test_replay_reads_its_markers_from_a_new_leader(cluster: ApacheKafka, tmp_pa
     assert_exactly_once(output, ids)
 
 
-def test_whole_cluster_killed_with_a_transaction_open(cluster: ApacheKafka, tmp_path: Path) -> None:
-    """Write partition 1 holds its transaction open (rows in the log, marker and commit pending)
-    while all three nodes are SIGKILLed and restarted on their storage; the pipeline carries on,
-    and input sent afterwards comes out too. Every record once."""
-    ids = _send(cluster, range(0, 400))
-    held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=20s")
-    pipeline = _pipeline(cluster, tmp_path, sink_options=held).start()
-    try:
-        pipeline.wait_for("sparkafka debug pause: beforeCommit partition=1 batch=0", timeout_s=240)
-        cluster.kill()
-        cluster.start()
-        ids |= _send(cluster, range(400, 800))
-        output = committed_ids(cluster.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
-    finally:
-        if pipeline.process is not None:
-            pipeline.terminate()
-    print(f"restarts: {pipeline.output().count('restarting from checkpoint')}")
-    assert_exactly_once(output, ids)
-
-
 def test_crashed_pipeline_restarts_while_its_open_transaction_coordinator_is_down(
     cluster: ApacheKafka, tmp_path: Path
 ) -> None:
@@ -203,46 +186,6 @@ def test_crashed_pipeline_restarts_while_its_open_transaction_coordinator_is_dow
     assert_exactly_once(output, ids)
 
 
-def _fully_replicated(kafka: ApacheKafka) -> bool:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
-    try:
-        topics = admin.list_topics(timeout=5).topics
-    except Exception:
-        return False
-    return all(len(p.isrs) == len(kafka.node_ids) for t in topics.values() for p in t.partitions.values())
-
-
-def test_rolling_restart_under_load_with_default_restart_attempts(
-    cluster: ApacheKafka, tmp_path: Path
-) -> None:
-    """A rolling restart, as operators do it: each node in turn SIGTERMed... here SIGKILLed, started
-    again, and the next only once every partition is fully replicated again; input keeps arriving.
-    The pipeline runs with the default ``--restart-attempts`` (0): a routine rolling restart must not
-    end it. Every record once."""
-    feeder = Feeder(cluster.bootstrap_servers, 3000, steps=80)
-    feeder.start()
-    args = run_arguments(
-        cluster.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms"
-    )
-    pipeline = PipelineProcess(tmp_path / "pipeline.log", args).start()
-    try:
-        assert wait_until(lambda: _committed(cluster) > 0, timeout_s=180), pipeline.output()[-3000:]
-        for node in cluster.node_ids:
-            cluster.kill(node)
-            time.sleep(3)
-            cluster.start(node)
-            assert wait_until(lambda: _fully_replicated(cluster), timeout_s=120)
-        output, happened = _finish(cluster, pipeline, feeder)
-    finally:
-        if pipeline.process is not None:
-            pipeline.terminate()
-    print(f"pipeline {happened}")
-    assert_exactly_once(output, feeder.ids)  # type: ignore[arg-type]
-    assert happened == "carried on", happened
-
-
 def _partition_state(kafka: ApacheKafka, topic: str) -> tuple[int, list[int]]:
     from confluent_kafka.admin import AdminClient
 
@@ -264,6 +207,77 @@ def _elect_unclean(kafka: ApacheKafka, topic: str, node: int) -> bool:
         return False
 
 
+def _truncated_input(kafka: ApacheKafka, pipeline: PipelineProcess) -> None:
+    """Input partition ``in``-0 has two replicas, A (node 1, leader) and B (node 2), and allows unclean
+    leader election. The pipeline reads r0-r99 (offsets 0-99); B dies; r100-r199 are written to A
+    alone (in sync by itself, ``min.insync.replicas=1``) and the pipeline reads them too, then stops
+    cleanly at offset 200. A freezes (SIGSTOP) and B comes back without them; B is elected
+    uncleanly, which truncates the log to r0-r99 (end offset 100); A is killed and restarts as B's
+    follower. The KRaft quorum keeps two live voters throughout."""
+    import os
+    import signal
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    a, b = 1, 2
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    topic = NewTopic(
+        "in",
+        num_partitions=1,
+        replica_assignment=[[a, b]],
+        config={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
+    )
+    admin.create_topics([topic])["in"].result(timeout=30)
+    create_topic(kafka.bootstrap_servers, "out", partitions=1, replicas=3)
+    assert wait_until(lambda: _partition_state(kafka, "in") == (a, [a, b]), timeout_s=60)
+    pipeline.start()
+    try:
+        _send_to(kafka, range(0, 100))
+        committed_ids(kafka.bootstrap_servers, "out", expect=100, partitions=1)
+        kafka.kill(b)
+        assert wait_until(lambda: _partition_state(kafka, "in") == (a, [a]), timeout_s=60)
+        _send_to(kafka, range(100, 200))
+        committed_ids(kafka.bootstrap_servers, "out", expect=200, partitions=1)
+    finally:
+        assert pipeline.terminate() == 0
+    os.killpg(kafka.processes[a].pid, signal.SIGSTOP)
+    starting_b = threading.Thread(target=_start_quietly, args=(kafka, b), daemon=True)
+    starting_b.start()
+    assert wait_until(lambda: _elect_unclean(kafka, "in", b), timeout_s=120), "B was not elected"
+    kafka.kill(a)
+    kafka.start(a)
+    starting_b.join(timeout=130)
+    in_log = [m.value().decode().split("|")[0] for m in read_all(kafka.bootstrap_servers, "in", timeout_s=10)]
+    assert in_log == [f"r{i:05d}" for i in range(100)], "the unclean election should have left r0-r99"
+
+
+def _rerun(
+    kafka: ApacheKafka, pipeline: PipelineProcess, at_least: int, timeout_s: float = 180
+) -> tuple[Counter[str], str]:
+    """Start the pipeline again from its checkpoint; the ids in ``out`` once it wrote ``at_least``
+    records or exited, and what it printed."""
+    pipeline.start()
+    try:
+        process = pipeline.process
+        assert process is not None
+        wait_until(lambda: _out_count(kafka) >= at_least or process.poll() is not None, timeout_s=timeout_s)
+        time.sleep(5)
+        output = committed_ids(kafka.bootstrap_servers, "out", expect=0, partitions=1)
+    finally:
+        if pipeline.process is not None and pipeline.process.poll() is None:
+            pipeline.terminate()
+    return output, pipeline.output()
+
+
+def _one_partition_pipeline(kafka: ApacheKafka, tmp_path: Path, *source_options: str) -> PipelineProcess:
+    extra = tuple(item for option in source_options for item in ("--source-option", option))
+    args = run_arguments(
+        kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms",
+        extra=extra,
+    )  # fmt: skip
+    return PipelineProcess(tmp_path / "pipeline.log", args)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="the source keeps bare offsets (no leader epochs): after an unclean leader election "
@@ -271,77 +285,47 @@ def _elect_unclean(kafka: ApacheKafka, topic: str, node: int) -> bool:
     "offsets below that position are skipped with no data-loss report",
 )
 def test_input_log_truncated_by_an_unclean_election_and_refilled(tmp_path: Path) -> None:
-    """Input partition ``in``-0 has two replicas, A and B, and allows unclean leader election.
-    B dies; records r100-r199 are written to A alone (in sync by itself) and the pipeline reads them.
-    The pipeline stops cleanly. A stalls (SIGSTOP) and B comes back without them; the controller
-    elects B uncleanly, which truncates the log to r0-r99; A is killed and restarts as B's follower.
-    Producers go on: r200-r349 land at offsets 100-249. The pipeline restarts from its checkpoint,
-    whose position is offset 200. Kafka's own consumer would detect the truncation by leader epoch
-    (KIP-320); the source must either report data loss or read r200-r349, which the input now
-    holds. It does neither: r200-r299 (offsets 100-199) are silently never read."""
-    import os
-    import signal
-
+    """After :func:`_truncated_input`, producers go on: r200-r349 land at offsets 100-249. The
+    pipeline restarts from its checkpoint, whose position is offset 200. Kafka's own consumer would
+    detect the truncation by leader epoch (KIP-320); the source must either report data loss or read
+    r200-r349, which the input now holds. It does neither: r200-r299 (offsets 100-199) are silently
+    never read."""
     with ApacheKafka(tmp_path / "kafka", nodes=3) as kafka:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        a, b = 1, 2
-        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-        topic = NewTopic(
-            "in",
-            num_partitions=1,
-            replica_assignment=[[a, b]],
-            config={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
-        )
-        admin.create_topics([topic])["in"].result(timeout=30)
-        create_topic(kafka.bootstrap_servers, "out", partitions=1, replicas=3)
-        assert wait_until(lambda: _partition_state(kafka, "in") == (a, [a, b]), timeout_s=60)
-
-        args = run_arguments(
-            kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms"
-        )
-        pipeline = PipelineProcess(tmp_path / "pipeline.log", args).start()
-        try:
-            _send_to(kafka, range(0, 100))
-            committed_ids(kafka.bootstrap_servers, "out", expect=100, partitions=1)
-            kafka.kill(b)
-            assert wait_until(lambda: _partition_state(kafka, "in") == (a, [a]), timeout_s=60)
-            _send_to(kafka, range(100, 200))
-            committed_ids(kafka.bootstrap_servers, "out", expect=200, partitions=1)
-        finally:
-            assert pipeline.terminate() == 0
-
-        os.killpg(kafka.processes[a].pid, signal.SIGSTOP)
-        starting_b = threading.Thread(target=_start_quietly, args=(kafka, b), daemon=True)
-        starting_b.start()
-        assert wait_until(lambda: _elect_unclean(kafka, "in", b), timeout_s=120), "B was not elected"
-        kafka.kill(a)
-        kafka.start(a)
-        starting_b.join(timeout=130)
+        pipeline = _one_partition_pipeline(kafka, tmp_path)
+        _truncated_input(kafka, pipeline)
         input_now = _send_to(kafka, range(200, 350)) | {f"r{i:05d}" for i in range(0, 100)}
-        in_log = {
-            m.value().decode().split("|")[0] for m in read_all(kafka.bootstrap_servers, "in", timeout_s=10)
-        }
-        assert in_log == input_now, "the unclean election should have left r0-r99 and r200-r349"
-
-        pipeline.start()
-        try:
-            process = pipeline.process
-            assert process is not None
-            # 250 records when the skip happens, 350 when all is read; exiting is a loud failure.
-            wait_until(lambda: _out_count(kafka) >= 250 or process.poll() is not None, timeout_s=180)
-            time.sleep(5)
-            output = committed_ids(kafka.bootstrap_servers, "out", expect=0, partitions=1)
-        finally:
-            if pipeline.process is not None and pipeline.process.poll() is None:
-                pipeline.terminate()
-        log = pipeline.output()
+        # 250 records when the skip happens, 350 when all is read; exiting is a loud failure.
+        output, log = _rerun(kafka, pipeline, 250)
     reported = "failOnDataLoss" in log  # DataLossError and the failOnDataLoss=false warning name it
     missing = sorted(input_now - set(output))
     print(
         f"loss reported: {reported}; input records never written: {len(missing)} {missing[:1]}…{missing[-1:]}"
     )
     assert reported or not missing, f"{len(missing)} records of the input silently skipped"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with failOnDataLoss=false a partition whose end offset went back below the query's "
+    "position is read again from its earliest offset, as if the topic had been recreated: after a "
+    "truncation (unclean leader election) the records below the new end, already written, are "
+    "written a second time",
+)
+def test_input_log_truncated_by_an_unclean_election_with_fail_on_data_loss_off(tmp_path: Path) -> None:
+    """After :func:`_truncated_input` (the log ends at offset 100, the query's position is 200)
+    and new records r200-r249 at offsets 100-149, the pipeline restarts with ``failOnDataLoss=false``:
+    the source warns that the end went back, as documented, and may go on. Records r100-r199 are
+    gone from Kafka (they were written once). r0-r99, which survived the truncation and were written
+    before, must not be written again."""
+    with ApacheKafka(tmp_path / "kafka", nodes=3) as kafka:
+        pipeline = _one_partition_pipeline(kafka, tmp_path, "failOnDataLoss=false")
+        _truncated_input(kafka, pipeline)
+        _send_to(kafka, range(200, 250))  # offsets 100-149: the end is still below the position 200
+        # 250 records if each is written once; 350 once r0-r99 and r200-r249 are read from offset 0
+        output, _ = _rerun(kafka, pipeline, 350, timeout_s=90)
+    doubled = sorted(i for i, n in output.items() if n > 1)
+    print(f"doubled after the truncation: {len(doubled)} {doubled[:1]}…{doubled[-1:]}")
+    assert_exactly_once(output, {f"r{i:05d}" for i in range(250)})
 
 
 def _out_count(kafka: ApacheKafka) -> int:
