@@ -60,7 +60,7 @@ from benchmarks.compare.measure import Config, RunResult, Settings, measure
 from benchmarks.compare.report import rows, table, targets
 from benchmarks.compare.systems import SYSTEMS, System, prepare, select, versions
 
-from sparkafka.harness import Cluster
+from sparkafka.tools.harness import Cluster
 
 GUARANTEES = ("exactly-once", "at-least-once")
 WORKLOADS = ("map", "count")

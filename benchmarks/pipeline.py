@@ -37,9 +37,9 @@ from pathlib import Path
 
 from confluent_kafka import Message, Producer
 
-from sparkafka.harness import Cluster
-from sparkafka.options import parse_duration_ms
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.connector.options import parse_duration_ms
+from sparkafka.tools.harness import Cluster
+from sparkafka.tools.pipeline_process import PipelineProcess
 
 if not __package__:  # run as `python benchmarks/pipeline.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

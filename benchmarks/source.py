@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.source import PREFETCH_RECHECK_MS, PREFETCH_RECORDS
+from sparkafka.connector.source import PREFETCH_RECHECK_MS, PREFETCH_RECORDS
 
 if not __package__:  # run as `python benchmarks/source.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -165,7 +165,7 @@ def spark_readers(
     its children (Spark's JVM, the Python workers it forks), the broker excluded."""
     from benchmarks.compare.process_tree import ProcessTreeSampler
 
-    from sparkafka.session import spark_session
+    from sparkafka.runtime.session import spark_session
 
     spark = spark_session(
         "sparkafka-benchmark", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}

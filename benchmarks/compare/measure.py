@@ -20,7 +20,7 @@ from benchmarks.compare.watchers import CompletionWatcher, CountWatcher, MapWatc
 from benchmarks.compare.workload import InputProducer, expected_counts
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparkafka.harness import Cluster
+from sparkafka.tools.harness import Cluster
 
 # The runner contract asks for an exit within ~10 s of SIGTERM; past this the group gets SIGKILL.
 STOP_TIMEOUT_S = 20.0

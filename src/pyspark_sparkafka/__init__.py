@@ -7,6 +7,6 @@ lookup runs in the interpreter Spark starts for driver-side Python (``spark.pysp
 ``PYSPARK_DRIVER_PYTHON`` or ``PYSPARK_PYTHON``), so the format is found wherever sparkafka is
 installed there."""
 
-from sparkafka.datasource import KafkaDataSource as DefaultSource
+from sparkafka.connector.datasource import KafkaDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

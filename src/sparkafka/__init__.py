@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkafka import log_fallback
+from sparkafka.runtime import log_fallback
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,7 +28,7 @@ def register(spark: SparkSession) -> None:
 
     It also turns adaptive execution off for stateless streaming plans
     (:func:`pin_write_partitioning`), which the exactly-once sink needs."""
-    from sparkafka.datasource import KafkaDataSource
+    from sparkafka.connector.datasource import KafkaDataSource
 
     pin_write_partitioning(spark)
     if not format_known(spark, KafkaDataSource.name()):
@@ -42,7 +42,7 @@ def pin_write_partitioning(spark: SparkSession) -> None:
     data and the cores present when the batch runs, so a batch replayed after a crash can reach the
     sink split otherwise than when it was first written; the exactly-once sink refuses to write
     then. Stateful streaming plans never use adaptive execution, and batch queries keep it."""
-    from sparkafka.replay import ADAPTIVE_STATELESS_STREAMING
+    from sparkafka.connector.replay import ADAPTIVE_STATELESS_STREAMING
 
     spark.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
 

@@ -45,7 +45,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.jvm_order import java_hash_set
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.harness import wait_until
+from sparkafka.tools.harness import wait_until
 
 from .conftest import Kafka
 from .kafka_clients import create_topic, producer

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 from sparkafka.broker import jvm_order
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.harness import wait_until
+from sparkafka.tools.harness import wait_until
 
 from .conftest import Kafka
 from .kafka_clients import create_topic, producer, read_all, transactional_producer, values

@@ -21,8 +21,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.commands.console import Cluster, ConsoleError, _log_offsets
-from sparkafka.kafka_admin import KafkaAdmin, partition_watermarks
+from sparkafka.cli.console import Cluster, ConsoleError, _log_offsets
+from sparkafka.connector.kafka_admin import KafkaAdmin, partition_watermarks
 
 from .kafka_clients import create_topic, producer
 

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.harness import wait_until
+from sparkafka.tools.harness import wait_until
 
 from .conftest import Kafka
 from .kafka_clients import create_topic, open_transaction, producer, read_all, transactional_producer, values

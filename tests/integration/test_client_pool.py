@@ -1,5 +1,5 @@
-"""Pooled consumers (sparkafka.client_pool) against the real broker: a consumer handed from one read to
-the next must never leak records of the earlier assignment into the later one."""
+"""Pooled consumers (sparkafka.connector.client_pool) against the real broker: a consumer handed
+from one read to the next must never leak records of the earlier assignment into the later one."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import TopicPartition
 
-from sparkafka import client_pool
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.client_pool import ConsumerPool
-from sparkafka.source import OffsetRange, SourceOptions, read_offset_range
+from sparkafka.connector import client_pool
+from sparkafka.connector.client_pool import ConsumerPool
+from sparkafka.connector.source import OffsetRange, SourceOptions, read_offset_range
 from tests.integration.kafka_clients import create_topic, producer
 
 RECORDS_PER_PARTITION = 3_000

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.commands.console import ConsoleError, iso_timestamp, open_transactions, render_bytes
+from sparkafka.cli.console import ConsoleError, iso_timestamp, open_transactions, render_bytes
 
 from .conftest import Kafka
 from .kafka_clients import create_topic, read_all, transactional_producer, values

@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.eventtime import drop_heartbeats
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.connector.eventtime import drop_heartbeats
+from sparkafka.tools.pipeline_process import PipelineProcess
 
 from ..conftest import FAST_BROKER_ARGS
 from .kafka_clients import create_topic, producer, read_all

@@ -1,4 +1,4 @@
-"""sparkafka.functions on a real local SparkSession against a real broker and its Schema Registry:
+"""sparkafka.formats.functions on a real local SparkSession against a real broker and its Schema Registry:
 JSON with corrupt records under each on_error, Avro round trips, Confluent's wire format through the
 registry (checked against Confluent's own serializers), and a streaming exactly-once pipeline whose
 dead letters commit with its output."""
@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.functions import (
+from sparkafka.formats.functions import (
     dead_letter,
     from_avro,
     from_confluent_avro,

@@ -1,4 +1,4 @@
-"""The connector's admin queries (sparkafka.kafka_admin.KafkaAdmin) against a real broker: topics
+"""The connector's admin queries (sparkafka.connector.kafka_admin.KafkaAdmin) against a real broker: topics
 asked for by name, and consumer-group offsets a transaction holds uncommitted (KIP-447)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.kafka_admin import KafkaAdmin
 from sparkafka.errors import KafkaUnavailableError
-from sparkafka.kafka_admin import KafkaAdmin
 
 from .kafka_clients import create_topic, open_transaction
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from sparkafka.harness import wait_until
-from sparkafka.kafka_admin import KafkaAdmin, partition_watermarks
-from sparkafka.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.connector.kafka_admin import KafkaAdmin, partition_watermarks
+from sparkafka.tools.harness import wait_until
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 
 from .apache_kafka import ApacheKafka
 from .kafka_clients import assert_exactly_once, committed_ids, create_topic, producer, read_all

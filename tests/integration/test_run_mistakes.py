@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.pipeline_process import run_arguments
+from sparkafka.tools.pipeline_process import run_arguments
 
 pytestmark = pytest.mark.integration
 

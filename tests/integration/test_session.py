@@ -1,4 +1,4 @@
-"""sparkafka's own sessions (sparkafka.session): every Python process Spark starts (executor workers,
+"""sparkafka's own sessions (sparkafka.runtime.session): every Python process Spark starts (executor workers,
 the driver-side data source daemons, a query's streaming source runner) runs PySpark from its
 installed, compiled files instead of from pyspark.zip; on a machine of at most two cores a local
 driver JVM uses the serial collector unless one is chosen already."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from sparkafka.session import JAVA_OPTIONS_VARIABLES, SERIAL_GC_MAX_CORES, machine_cores
+from sparkafka.runtime.session import JAVA_OPTIONS_VARIABLES, SERIAL_GC_MAX_CORES, machine_cores
 
 from .spark_session import run_reporting_script
 
@@ -22,7 +22,7 @@ import json, sys, tempfile
 from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.functions import udf
-from sparkafka.session import spark_session
+from sparkafka.runtime.session import spark_session
 
 def pyspark_file():
     import pyspark

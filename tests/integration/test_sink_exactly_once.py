@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.harness import wait_until
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.tools.harness import wait_until
+from sparkafka.tools.pipeline_process import PipelineProcess
 
 from .apache_kafka import ApacheKafka
 from .conftest import APACHE_KAFKA, EMBEDDED, Kafka

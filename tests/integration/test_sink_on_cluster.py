@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkafka.harness import wait_until
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.tools.harness import wait_until
+from sparkafka.tools.pipeline_process import PipelineProcess
 
 from .conftest import APACHE_KAFKA, EMBEDDED, Kafka
 from .kafka_clients import (

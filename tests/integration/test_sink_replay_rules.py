@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sparkafka.datasource import KafkaDataSource
-from sparkafka.harness import wait_until
-from sparkafka.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
+from sparkafka.connector.datasource import KafkaDataSource
+from sparkafka.connector.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
+from sparkafka.tools.harness import wait_until
 
 from .conftest import Kafka
 from .kafka_clients import committed_markers, create_topic, producer, read_all, values

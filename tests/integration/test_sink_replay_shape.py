@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkafka.pipeline_process import PipelineProcess
+from sparkafka.tools.pipeline_process import PipelineProcess
 
 from .conftest import Kafka
 from .kafka_clients import (

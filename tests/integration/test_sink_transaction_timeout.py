@@ -12,8 +12,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.sink import MARKER_PARTITION, SinkOptions, ensure_marker_topic, read_marker_partition
 from sparkafka.errors import SparkafkaError
-from sparkafka.sink import MARKER_PARTITION, SinkOptions, ensure_marker_topic, read_marker_partition
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer
 from .spark_session import spark_fixture  # noqa: F401

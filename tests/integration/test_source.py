@@ -17,8 +17,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from sparkafka.errors import DataLossError
-from sparkafka.source import (
+from sparkafka.connector.source import (
     KafkaBatchReader,
     KafkaStreamReader,
     OffsetRange,
@@ -27,6 +26,7 @@ from sparkafka.source import (
     decode_offsets,
     kafka_schema,
 )
+from sparkafka.errors import DataLossError
 
 from .conftest import Kafka
 from .kafka_clients import create_topic, open_transaction, producer, transactional_producer

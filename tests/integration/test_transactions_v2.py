@@ -31,8 +31,8 @@ from confluent_kafka.admin import (
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.records import Record, encode_batch
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.harness import wait_until
-from sparkafka.sink import KafkaStreamWriter, SinkOptions, _kafka_exception_of
+from sparkafka.connector.sink import KafkaStreamWriter, SinkOptions, _kafka_exception_of
+from sparkafka.tools.harness import wait_until
 
 from ..conftest import FAST_BROKER_ARGS
 from .apache_kafka import ApacheKafka

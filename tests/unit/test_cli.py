@@ -1,7 +1,7 @@
 from typer.testing import CliRunner
 
 from sparkafka import __version__
-from sparkafka.cli import app
+from sparkafka.cli.app import app
 
 runner = CliRunner()
 

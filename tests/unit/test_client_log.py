@@ -9,9 +9,9 @@ import time
 import pytest
 from confluent_kafka import Consumer
 
-from sparkafka import client_log
-from sparkafka.client_log import RepeatedLines, line_kind
-from sparkafka.kafka_admin import LIBRDKAFKA_LOGGER
+from sparkafka.connector import client_log
+from sparkafka.connector.client_log import RepeatedLines, line_kind
+from sparkafka.connector.kafka_admin import LIBRDKAFKA_LOGGER
 
 REFUSED = (
     "[thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: "

@@ -1,5 +1,5 @@
-"""The pure Avro helpers of sparkafka.functions: schema -> Spark/Arrow types, decode/encode with corrupt
-inputs, schema resolution, and Confluent's wire-format header (no Spark session, no broker)."""
+"""The pure Avro helpers of sparkafka.formats.functions: schema -> Spark/Arrow types, decode/encode
+with corrupt inputs, schema resolution, and Confluent's wire-format header (no Spark session, no broker)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pyspark.sql.types import (
 )
 
 from sparkafka.errors import SparkafkaError
-from sparkafka.functions import (
+from sparkafka.formats.functions import (
     AvroCodec,
     AvroSchemaError,
     confluent_header,

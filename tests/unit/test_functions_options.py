@@ -1,4 +1,4 @@
-"""Argument checks of sparkafka.functions that fail before any Column is built (no Spark session)."""
+"""Argument checks of sparkafka.formats.functions that fail before any Column is built (no Spark session)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from sparkafka.errors import SparkafkaOptionError
-from sparkafka.functions import DeadLetter, dead_letter, from_confluent_avro, from_json
-from sparkafka.functions import _check_on_error as check_on_error
-from sparkafka.functions import _json_path as json_path
+from sparkafka.formats.functions import DeadLetter, dead_letter, from_confluent_avro, from_json
+from sparkafka.formats.functions import _check_on_error as check_on_error
+from sparkafka.formats.functions import _json_path as json_path
 
 SCHEMA = StructType([StructField("id", IntegerType(), nullable=False)])
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from sparkafka import harness
+from sparkafka.tools import harness
 
 
 def test_client_log_is_kept_off_stderr_and_its_last_failure_reported(

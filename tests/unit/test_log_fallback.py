@@ -1,4 +1,4 @@
-"""sparkafka's stand-in for Python's last-resort handler (sparkafka.log_fallback), in fresh processes:
+"""sparkafka's stand-in for Python's last-resort handler (sparkafka.runtime.log_fallback), in fresh processes:
 logging's state is per process, and pytest configures its own."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.errors import SparkafkaOptionError
-from sparkafka.pipeline import load_transform
+from sparkafka.tools.pipeline import load_transform
 
 
 @pytest.fixture

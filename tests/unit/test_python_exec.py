@@ -1,4 +1,4 @@
-"""The path rule of sparkafka.python_exec (drop only the zips that duplicate installed packages) and
+"""The path rule of sparkafka.runtime.python_exec (drop only the zips that duplicate installed packages) and
 the `sparkafka-python` launcher that applies it to the processes Spark starts."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyspark
 
-from sparkafka.python_exec import launcher_path, without_bundled_archives
+from sparkafka.runtime.python_exec import launcher_path, without_bundled_archives
 
 
 def _package(root: Path, name: str) -> None:

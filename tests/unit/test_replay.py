@@ -1,4 +1,4 @@
-"""The sink's replay rule (sparkafka.replay), branch by branch: write, skip or refuse."""
+"""The sink's replay rule (sparkafka.connector.replay), branch by branch: write, skip or refuse."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from sparkafka.replay import (
+from sparkafka.connector.replay import (
     ADAPTIVE_ENABLED,
     ADAPTIVE_STATELESS_STREAMING,
     Action,
@@ -17,7 +17,7 @@ from sparkafka.replay import (
     decide,
     partitions_beyond,
 )
-from sparkafka.sink import CommitMarker, _run_id
+from sparkafka.connector.sink import CommitMarker, _run_id
 
 QUERY = "q-1"
 OTHER_QUERY = "q-0"

@@ -3,7 +3,7 @@ pipeline."""
 
 from __future__ import annotations
 
-from sparkafka.pipeline import RestartBudget
+from sparkafka.tools.pipeline import RestartBudget
 
 
 def test_fixed_delay_counts_every_failure_of_the_pipelines_life() -> None:

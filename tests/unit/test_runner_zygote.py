@@ -34,7 +34,7 @@ if __name__ == "__main__":
 # the socket path and then runs the commands it reads, one per line, as a launcher would.
 DRIVER = """
 import json, os, sys, time
-from sparkafka.runner_zygote import run_through, start
+from sparkafka.runtime.runner_zygote import run_through, start
 start_dir = os.getcwd()
 sys.path[0] = start_dir
 socket_path = start([sys.argv[1]])
@@ -154,7 +154,7 @@ def _alive(pid: int) -> bool:
 
 def test_directories_of_killed_zygotes_are_removed_by_the_next_start(tmp_path: Path) -> None:
     """SIGKILL skips a zygote's own cleanup; the next start removes what it left."""
-    from sparkafka import runner_zygote
+    from sparkafka.runtime import runner_zygote
 
     finished = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkafka.session import driver_java_options, is_local_master
+from sparkafka.runtime.session import driver_java_options, is_local_master
 
 BASE = "-Dlog4j.configurationFile=x"
 

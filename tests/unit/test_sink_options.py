@@ -13,8 +13,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sparkafka.connector.sink import CommitMarker, SinkOptions, _producer_config, validate_input_schema
 from sparkafka.errors import SparkafkaOptionError
-from sparkafka.sink import CommitMarker, SinkOptions, _producer_config, validate_input_schema
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "topic": "out"}
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
+from sparkafka.connector.source import _Columns, kafka_arrow_schema
 from sparkafka.errors import KafkaReadError
-from sparkafka.source import _Columns, kafka_arrow_schema
 
 
 def filled(include_headers: bool, records: list[tuple]) -> _Columns:

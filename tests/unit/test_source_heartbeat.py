@@ -11,10 +11,9 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-import sparkafka.source as source_module
-from sparkafka.errors import SparkafkaOptionError
-from sparkafka.kafka_admin import PartitionOffsets, TopicPartitionKey
-from sparkafka.source import (
+import sparkafka.connector.source as source_module
+from sparkafka.connector.kafka_admin import PartitionOffsets, TopicPartitionKey
+from sparkafka.connector.source import (
     HEARTBEAT_OFFSET_KEY,
     SPLIT_KEY,
     HeartbeatPartition,
@@ -32,6 +31,7 @@ from sparkafka.source import (
     split_offset_ranges,
     with_split,
 )
+from sparkafka.errors import SparkafkaOptionError
 
 INTERVAL_MS = 1000
 T0, T1 = ("t", 0), ("t", 1)
@@ -43,7 +43,7 @@ def parse(**overrides: str) -> SourceOptions:
 
 
 class FakeClock:
-    """Stands in for the ``time`` module inside sparkafka.source: monotonic and wall clock."""
+    """Stands in for the ``time`` module inside sparkafka.connector.source: monotonic and wall clock."""
 
     def __init__(self) -> None:
         self.now_s = 1000.0

@@ -9,10 +9,9 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from sparkafka.errors import SparkafkaOptionError
-from sparkafka.kafka_admin import validate_consumer_config
-from sparkafka.options import parse_duration_ms
-from sparkafka.source import (
+from sparkafka.connector.kafka_admin import validate_consumer_config
+from sparkafka.connector.options import parse_duration_ms
+from sparkafka.connector.source import (
     ARROW_BATCH_ROWS,
     Assign,
     KafkaStreamReader,
@@ -28,6 +27,7 @@ from sparkafka.source import (
     rate_limit,
     split_offset_ranges,
 )
+from sparkafka.errors import SparkafkaOptionError
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "events"}
 

@@ -27,9 +27,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from sparkafka import client_log
+from sparkafka.connector import client_log
+from sparkafka.connector.options import java_only_property_hint
 from sparkafka.errors import KafkaUnavailableError, SparkafkaOptionError
-from sparkafka.options import java_only_property_hint
 
 TopicPartitionKey = tuple[str, int]
 """(topic, partition): hashable, sortable and picklable, unlike confluent-kafka's TopicPartition."""

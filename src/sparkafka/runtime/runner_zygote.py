@@ -43,11 +43,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sparkafka.python_exec import SERVED_MODULES, ZYGOTE_ENV, apply_path_rule
+from sparkafka.runtime.python_exec import SERVED_MODULES, ZYGOTE_ENV, apply_path_rule
 
 __all__ = ["SERVED_MODULES", "ZYGOTE_ENV", "run_through", "start"]
 # What the runner unpickles: sparkafka's reader and the client it uses.
-_ALSO_IMPORTED = ("sparkafka.source", "sparkafka.datasource")
+_ALSO_IMPORTED = ("sparkafka.connector.source", "sparkafka.connector.datasource")
 _CONNECT_TIMEOUT_S = 2.0
 _PARENT_CHECK_S = 0.5
 _DIRECTORY_PREFIX = "sparkafka-zygote-"
@@ -66,7 +66,8 @@ def start(modules: Sequence[str] = SERVED_MODULES) -> str | None:
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     # The hash seed Spark gives the Python processes it starts (PySpark's default, unless set).
     env.setdefault("PYTHONHASHSEED", "0")
-    command = [sys.executable, "-m", "sparkafka.runner_zygote", socket_path, str(os.getpid()), *modules]
+    zygote_module = "sparkafka.runtime.runner_zygote"
+    command = [sys.executable, "-m", zygote_module, socket_path, str(os.getpid()), *modules]
     try:
         # In the caller's process group, so that a signal to the group reaches it too. Its children's
         # output goes where a runner's would: not to stdout, which sparkafka's commands print on.
@@ -256,7 +257,7 @@ class _Zygote:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m sparkafka.runner_zygote SOCKET PARENT_PID [MODULE ...]`` (default: the modules
+    """``python -m sparkafka.runtime.runner_zygote SOCKET PARENT_PID [MODULE ...]`` (default: the modules
     ``sparkafka-python`` sends here)."""
     args = sys.argv[1:] if argv is None else argv
     socket_path, parent_pid, modules = args[0], int(args[1]), args[2:] or list(SERVED_MODULES)

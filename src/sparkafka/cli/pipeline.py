@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from sparkafka.commands.common import parse_key_values
+from sparkafka.cli.common import parse_key_values
 
 
 def run(
@@ -73,9 +73,10 @@ def run(
     Example: sparkafka run --source-topic in --sink-topic out --checkpoint ./ckpt
       --sql "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
     """
+    from sparkafka.connector.options import parse_duration_ms
     from sparkafka.errors import SparkafkaError
-    from sparkafka.options import parse_duration_ms
-    from sparkafka.pipeline import (
+    from sparkafka.runtime.session import spark_session
+    from sparkafka.tools.pipeline import (
         SEED_MAP_SQL,
         BatchProgress,
         Pipeline,
@@ -83,7 +84,6 @@ def run(
         load_transform,
         ship_transform_module,
     )
-    from sparkafka.session import spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # py4j logs every foreachBatch callback at INFO: a line per micro-batch that says nothing.
@@ -148,6 +148,6 @@ def run(
 
 def _spark_interval(value: str) -> str:
     """`1s` -> `1000 milliseconds` (Spark's processingTime accepts interval strings)."""
-    from sparkafka.options import parse_duration_ms
+    from sparkafka.connector.options import parse_duration_ms
 
     return f"{parse_duration_ms('--trigger', value)} milliseconds"

@@ -6,10 +6,10 @@ Why: Spark starts each Python process as ``<python> -m <module>`` with ``$SPARK_
 pyspark.zip`` (and py4j's zip) first on its PYTHONPATH. PySpark from PyPI ships those zips inside
 the installed package, and zipimport keeps no bytecode cache, so every such process compiles each
 PySpark module it imports from source: 1-2 s of CPU per process. Besides the executors' workers
-(their daemon can be replaced, :mod:`sparkafka.worker_daemon`), Spark starts driver-side daemons
+(their daemon can be replaced, :mod:`sparkafka.runtime.worker_daemon`), Spark starts driver-side daemons
 that look up, create and plan Python data sources, and a new streaming source runner for every
 streaming query reading a Python data source. sparkafka's local sessions make ``sparkafka-python``
-the PYSPARK_PYTHON of all of them (:mod:`sparkafka.session`).
+the PYSPARK_PYTHON of all of them (:mod:`sparkafka.runtime.session`).
 
 The path rule (:func:`without_bundled_archives`):
 
@@ -36,7 +36,7 @@ Steps of ``sparkafka-python -m MODULE ARG...``:
 1. apply the path rule to ``sys.path`` (:func:`apply_path_rule`);
 2. put the working directory first on ``sys.path``, where ``python -m`` has it, instead of this
    script's directory;
-3. a streaming source runner, when a zygote serves this session (:mod:`sparkafka.runner_zygote`),
+3. a streaming source runner, when a zygote serves this session (:mod:`sparkafka.runtime.runner_zygote`),
    runs in a child of the zygote, which has PySpark imported already; its exit status is ours;
 4. otherwise run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status
    is ours.
@@ -52,7 +52,7 @@ import shutil
 import sys
 
 LAUNCHER_NAME = "sparkafka-python"
-# A zygote's socket (sparkafka.runner_zygote), and the modules it runs: kept here, so that a launcher
+# A zygote's socket (sparkafka.runtime.runner_zygote), and the modules it runs: kept here, so that a launcher
 # imports the zygote's module only when it has something to ask of it.
 ZYGOTE_ENV = "SPARKAFKA_RUNNER_ZYGOTE"
 SERVED_MODULES = ("pyspark.sql.streaming.python_streaming_source_runner",)
@@ -126,7 +126,7 @@ def main() -> None:
         sys.path[0] = os.getcwd()
     zygote = os.environ.get(ZYGOTE_ENV)
     if zygote and module in SERVED_MODULES:
-        from sparkafka.runner_zygote import run_through
+        from sparkafka.runtime.runner_zygote import run_through
 
         status = run_through(zygote, module, args[2:])
         if status is not None:

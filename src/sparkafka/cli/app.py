@@ -5,10 +5,10 @@ from __future__ import annotations
 import typer
 
 from sparkafka import __version__
-from sparkafka.commands import broker as broker_commands
-from sparkafka.commands import console as console_commands
-from sparkafka.commands import demo as demo_commands
-from sparkafka.commands import pipeline as pipeline_commands
+from sparkafka.cli import broker as broker_commands
+from sparkafka.cli import console as console_commands
+from sparkafka.cli import demo as demo_commands
+from sparkafka.cli import pipeline as pipeline_commands
 
 EPILOG = """\
 Examples:

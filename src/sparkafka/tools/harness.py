@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sparkafka.connector.kafka_admin import quiet_librdkafka_logger
 from sparkafka.errors import KafkaUnavailableError
-from sparkafka.kafka_admin import quiet_librdkafka_logger
 
 if TYPE_CHECKING:
     from sparkafka.broker.runner import BrokerProcess
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # The proofs restart the broker on purpose and report trouble themselves (a reader's error, a
 # record not delivered, output that never arrived): their clients' retries stay off the screen,
 # and the last connection failure is kept for those reports.
-CLIENT_LOGGER, CLIENT_FAILURES = quiet_librdkafka_logger("sparkafka.harness.librdkafka")
+CLIENT_LOGGER, CLIENT_FAILURES = quiet_librdkafka_logger("sparkafka.tools.harness.librdkafka")
 
 
 def client_config(bootstrap_servers: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:

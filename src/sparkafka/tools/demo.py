@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from sparkafka.errors import SparkafkaError
-from sparkafka.harness import (
+from sparkafka.tools.harness import (
     Cluster,
     TopicReader,
     Verdict,
@@ -37,7 +37,7 @@ from sparkafka.harness import (
     readers,
     wait_until,
 )
-from sparkafka.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 
 FIRST_WAVE = [b"aa,bb", b"cc,dd"]
 SECOND_WAVE = [b"xx,yy", b"zz,aa", b"cc,dd", b"mm,nn"]

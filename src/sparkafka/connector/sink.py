@@ -16,7 +16,7 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
    and registration from the compacted commit-marker topic (key = transactional id), and for a
    streaming write the markers of the same query under other prefixes. It tracks its marker locally
    from then on.
-4. :func:`sparkafka.replay.decide` takes it from there: a marker of this query and batch ``b`` with
+4. :func:`sparkafka.connector.replay.decide` takes it from there: a marker of this query and batch ``b`` with
    the row count the task has now means ``b`` is a replay this id already committed, and the task
    writes nothing; an id registered to another query, a row count that differs, or ``b`` committed
    under another prefix fail the task (a replay of another shape would lose or double records).
@@ -61,9 +61,8 @@ from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from sparkafka.client_pool import CONSUMERS
-from sparkafka.errors import SparkafkaError, SparkafkaOptionError
-from sparkafka.kafka_admin import (
+from sparkafka.connector.client_pool import CONSUMERS
+from sparkafka.connector.kafka_admin import (
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
     error_code,
@@ -71,8 +70,8 @@ from sparkafka.kafka_admin import (
     unreachable_error,
     waits_until_refused,
 )
-from sparkafka.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
-from sparkafka.replay import (
+from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
+from sparkafka.connector.replay import (
     ADAPTIVE_ENABLED,
     ADAPTIVE_STATELESS_STREAMING,
     ADOPT_OPTION,
@@ -84,6 +83,7 @@ from sparkafka.replay import (
     decide,
     partitions_beyond,
 )
+from sparkafka.errors import SparkafkaError, SparkafkaOptionError
 
 log = logging.getLogger(__name__)
 
@@ -902,10 +902,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """One write task. Exactly-once steps (the protocol in the module docstring):
 
         1. Refuse while adaptive execution could split a replayed batch otherwise
-           (:func:`~sparkafka.replay.adaptive_execution_refusal`).
+           (:func:`~sparkafka.connector.replay.adaptive_execution_refusal`).
         2. The producer of ``{prefix}-{partition}`` and what the id committed, read at the id's first
            write of the query run (:func:`_transactional_producer`).
-        3. :func:`~sparkafka.replay.decide`: skip a replay whose output this id committed (same
+        3. :func:`~sparkafka.connector.replay.decide`: skip a replay whose output this id committed (same
            query, same batch, same row count), refuse where neither writing nor skipping is safe.
         4. Write the rows and the marker in one transaction; no rows, no transaction."""
         identity = _task_identity()
@@ -1169,7 +1169,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
            fewer partitions), aborting what they left open;
         2. fail the batch if any of them committed this very batch: the replay was split otherwise
            than the first run, and the tasks, which cannot know the batch's number of partitions,
-           could not tell (:func:`~sparkafka.replay.partitions_beyond`)."""
+           could not tell (:func:`~sparkafka.connector.replay.partitions_beyond`)."""
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
         query_id = next((r.query_id for r in reports if r.query_id), None)
         if prefix is None or query_id is None:
@@ -1222,7 +1222,7 @@ def _kafka_exception_of(error: BaseException) -> BaseException:
 
 def _flush_unless_refused(cached: _CachedProducer, timeout_s: float) -> int:
     """``flush()`` for at most ``timeout_s``, but no longer once the cluster refused the producer's
-    credentials (:func:`~sparkafka.kafka_admin.waits_until_refused`); the records still queued."""
+    credentials (:func:`~sparkafka.connector.kafka_admin.waits_until_refused`); the records still queued."""
     remaining = 0
     for wait_s in waits_until_refused(timeout_s, cached.client_errors):
         remaining = cached.producer.flush(wait_s)  # serves error_cb too

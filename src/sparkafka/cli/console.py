@@ -56,15 +56,15 @@ from confluent_kafka.admin import (
 )
 from typer.core import TyperCommand
 
-from sparkafka.commands.common import format_table, parse_key_values
-from sparkafka.errors import SparkafkaOptionError
-from sparkafka.kafka_admin import (
+from sparkafka.cli.common import format_table, parse_key_values
+from sparkafka.connector.kafka_admin import (
     UNANSWERED_OFFSET,
     LastConnectionFailure,
     is_login_failure,
     most_telling_reason,
     quiet_librdkafka_logger,
 )
+from sparkafka.errors import SparkafkaOptionError
 
 T = TypeVar("T")
 

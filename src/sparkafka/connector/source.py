@@ -86,7 +86,7 @@ Idle heartbeats (``idleHeartbeatIntervalMs``)
     turns an entry that grew between ``start`` and ``end`` into one :class:`HeartbeatPartition`,
     whose ``read()`` yields one row: key and value null, topic ``""``, partition -1, offset -1,
     timestamp = the heartbeat time (not shifted), timestampType -1 (not a Kafka timestamp). Queries
-    drop it after ``withWatermark`` with :func:`sparkafka.eventtime.drop_heartbeats`.
+    drop it after ``withWatermark`` with :func:`sparkafka.connector.eventtime.drop_heartbeats`.
 
     Invariants: a heartbeat is only planned when the micro-batch would otherwise not run (no
     partition has unread offsets, none was added, reset or lost), so heartbeat batches carry no
@@ -130,15 +130,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sparkafka.client_pool import CONSUMERS
-from sparkafka.errors import (
-    DataLossError,
-    KafkaReadError,
-    KafkaUnavailableError,
-    SparkafkaOptionError,
-    TopicNotFoundError,
-)
-from sparkafka.kafka_admin import (
+from sparkafka.connector.client_pool import CONSUMERS
+from sparkafka.connector.kafka_admin import (
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
     PartitionOffsets,
@@ -146,7 +139,7 @@ from sparkafka.kafka_admin import (
     partition_watermarks,
     validate_consumer_config,
 )
-from sparkafka.options import (
+from sparkafka.connector.options import (
     OptionReader,
     OptionSpec,
     parse_choice,
@@ -154,6 +147,13 @@ from sparkafka.options import (
     parse_partition_numbers,
     parse_topic_partitions,
     reject_forbidden_kafka_params,
+)
+from sparkafka.errors import (
+    DataLossError,
+    KafkaReadError,
+    KafkaUnavailableError,
+    SparkafkaOptionError,
+    TopicNotFoundError,
 )
 
 logger = logging.getLogger(__name__)
@@ -439,7 +439,7 @@ class SourceOptions:
 
         Connections to all brokers open right away: with librdkafka's sparse connections a fresh
         consumer's first offset query to the leader now and then waited for a 500 ms retry timer.
-        The consumers are pooled per Python process (:mod:`sparkafka.client_pool`), so the group id
+        The consumers are pooled per Python process (:mod:`sparkafka.connector.client_pool`), so the group id
         is the same for every read of this process.
 
         Prefetch is bounded to two Arrow batches: librdkafka's default keeps 100,000 records per

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import StructType
 
-from sparkafka.errors import SparkafkaOptionError
-from sparkafka.sink import (
+from sparkafka.connector.sink import (
     KafkaBatchWriter,
     KafkaStreamWriter,
     SinkOptions,
@@ -13,7 +12,8 @@ from sparkafka.sink import (
     require_batch_write_prefix,
     validate_input_schema,
 )
-from sparkafka.source import KafkaDataSource as _SourceDataSource
+from sparkafka.connector.source import KafkaDataSource as _SourceDataSource
+from sparkafka.errors import SparkafkaOptionError
 
 
 class KafkaDataSource(_SourceDataSource):

@@ -29,8 +29,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sparkafka.errors import SparkafkaError
-from sparkafka.harness import Cluster, Seen, Verdict, judge, last_connection_failure, readers, wait_until
-from sparkafka.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.tools.harness import (
+    Cluster,
+    Seen,
+    Verdict,
+    judge,
+    last_connection_failure,
+    readers,
+    wait_until,
+)
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 
 MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
 # An exactly-once pipeline under test holds each write task's transaction open this long before its

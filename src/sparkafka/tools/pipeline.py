@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkafka.errors import SparkafkaError, SparkafkaOptionError
-from sparkafka.sink import (
+from sparkafka.connector.sink import (
     EXACTLY_ONCE,
     SinkOptions,
     default_transactional_id_prefix,
     fence_query_transactions,
 )
-from sparkafka.source import SourceOptions
+from sparkafka.connector.source import SourceOptions
+from sparkafka.errors import SparkafkaError, SparkafkaOptionError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -442,7 +442,7 @@ class Pipeline:
         5. exactly-once: fence the query's transactional ids, which aborts what a cut-short batch
            left open, so read_committed readers are not held back;
         6. restore the log levels."""
-        from sparkafka.session import spark_log_level
+        from sparkafka.runtime.session import spark_log_level
 
         py4j_log = logging.getLogger("py4j")
         py4j_level = py4j_log.level

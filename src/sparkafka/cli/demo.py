@@ -20,8 +20,8 @@ def demo(
     """
     from rich.console import Console
 
-    from sparkafka.demo import run_demo
     from sparkafka.errors import SparkafkaError
+    from sparkafka.tools.demo import run_demo
 
     console = Console()
     try:
@@ -62,7 +62,7 @@ def verify(
     from rich.console import Console
 
     from sparkafka.errors import SparkafkaError
-    from sparkafka.verify import VerifySettings, run_verify
+    from sparkafka.tools.verify import VerifySettings, run_verify
 
     try:
         settings = VerifySettings(

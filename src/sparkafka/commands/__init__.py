@@ -1,1 +1,0 @@
-"""Sub-commands of the `sparkafka` command line, one module per group."""

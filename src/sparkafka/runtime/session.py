@@ -1,0 +1,146 @@
+"""A SparkSession for sparkafka's own commands, with Spark's console noise turned down."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_CHECKPOINT_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+# Where a JVM takes options besides its command line; a collector chosen there must not be contradicted.
+JAVA_OPTIONS_VARIABLES = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+_COLLECTOR_FLAG = re.compile(r"-XX:[+-]Use\w*GC\b")
+_LOCAL_MASTER = re.compile(r"local(?:\[(?:\*|\d+)(?:,\s*\d+)?\])?")
+SERIAL_GC_MAX_CORES = 2
+
+
+def spark_session(
+    app_name: str, *, master: str = "local[*]", conf: dict[str, str] | None = None
+) -> SparkSession:
+    """Create (or get) a session with the ``sparkafka`` format registered.
+
+    Spark's Python processes run the same Python interpreter as the caller (it has sparkafka
+    installed), unless PYSPARK_PYTHON names another; with a local master through
+    :mod:`sparkafka.runtime.python_exec` when it is installed, and executor workers start through
+    :mod:`sparkafka.runtime.worker_daemon`: both import PySpark from its compiled files, not from
+    pyspark.zip. log4j prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no
+    progress bars, no UI; the driver JVM's collector is chosen by :func:`driver_java_options`; with
+    a local master, checkpoints are written as described at :func:`_prefer_local_checkpoints`."""
+    from pyspark.sql import SparkSession
+
+    import sparkafka
+    from sparkafka.runtime.python_exec import launcher_path
+    from sparkafka.runtime.runner_zygote import ZYGOTE_ENV
+    from sparkafka.runtime.runner_zygote import start as start_zygote
+
+    # On a cluster the executors' interpreter path is the cluster's business; locally every Python
+    # process Spark starts is on this machine, where the launcher is installed beside this Python.
+    spark_python = (launcher_path() if is_local_master(master) else None) or sys.executable
+    # Every streaming query's source runner is then forked ready-made (sparkafka.runtime.runner_zygote); set
+    # before the JVM starts, which hands its environment to the runners.
+    if (
+        spark_python != sys.executable
+        and os.environ.get("PYSPARK_DRIVER_PYTHON", spark_python) == spark_python
+        and ZYGOTE_ENV not in os.environ
+        and (socket_path := start_zygote()) is not None
+    ):
+        os.environ[ZYGOTE_ENV] = socket_path
+    os.environ.setdefault("PYSPARK_PYTHON", spark_python)
+    # Spark also starts the driver-side lookup of Python data sources with this one.
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", spark_python)
+    level = spark_log_level()
+    log_config = resources.files("sparkafka").joinpath("resources/log4j2.properties")
+    java_options = driver_java_options(
+        master, f"-Dlog4j.configurationFile={log_config} -Dsparkafka.spark.log.level={level}"
+    )
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.daemon.module", "sparkafka.runtime.worker_daemon")
+        .config("spark.sql.shuffle.partitions", os.environ.get("SPARKAFKA_SHUFFLE_PARTITIONS", "4"))
+        # The exactly-once sink's df.write inside foreachBatch (update and complete mode) writes
+        # through a batch plan, which adaptive execution could split otherwise when a micro-batch is
+        # replayed; register() below turns it off for stateless streaming plans.
+        .config("spark.sql.adaptive.enabled", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(level.upper())
+    local = (spark.sparkContext.master or "").startswith("local")  # getOrCreate may return another session
+    if local and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
+        _prefer_local_checkpoints(spark)
+    sparkafka.register(spark)
+    return spark
+
+
+def spark_log_level() -> str:
+    """The level of Spark's own log: SPARKAFKA_SPARK_LOG_LEVEL, errors only by default."""
+    return os.environ.get("SPARKAFKA_SPARK_LOG_LEVEL", "error").lower()
+
+
+def is_local_master(master: str) -> bool:
+    """``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: the driver JVM runs the tasks itself."""
+    return _LOCAL_MASTER.fullmatch(master.strip()) is not None
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity mask, as the JVM counts them)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def driver_java_options(
+    master: str, base: str, *, cores: int | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """``base`` plus ``-XX:+UseSerialGC`` when a local master runs on a machine of at most two cores
+    and no collector is chosen elsewhere (the JVM refuses two).
+
+    With a local master the driver JVM runs every task. On two cores the JVM picks G1, whose
+    concurrent refinement and marking threads take CPU from the task threads: the map pipeline
+    over a 1 M-record backlog used about 4 s less JVM CPU and ran about 10 % faster with the serial
+    collector (docs/benchmarks.md). The driver's heap is small (spark.driver.memory, 1 GiB by
+    default), so its young collections stay short. On more cores, or with a cluster master, the
+    JVM's own choice stands."""
+    environ = os.environ if environ is None else environ
+    cores = machine_cores() if cores is None else cores
+    chosen = any(_COLLECTOR_FLAG.search(environ.get(name, "")) for name in JAVA_OPTIONS_VARIABLES)
+    if not is_local_master(master) or cores > SERIAL_GC_MAX_CORES or chosen or _COLLECTOR_FLAG.search(base):
+        return base
+    return f"{base} -XX:+UseSerialGC"
+
+
+def _prefer_local_checkpoints(spark: SparkSession) -> None:
+    """Write streaming checkpoints through Hadoop's FileSystem API instead of Spark's default,
+    FileContext.
+
+    Without Hadoop's native library (PySpark from PyPI has none) FileContext sets permissions and
+    resolves links of a local file by starting ``chmod`` and ``readlink`` processes: about a dozen
+    for the offset and commit log entries of every micro-batch, 100-200 ms of each batch. The
+    FileSystem API starts a third as many; each file still appears whole (a temporary file, then
+    rename(2)). What it gives up: it checks that a log entry does not exist before the rename
+    instead of failing the rename, so two processes running one query on one checkpoint at the
+    same time are no longer caught at that point (one query per checkpoint is a precondition
+    anyway, docs/guarantees.md). Only for local masters: on a cluster the checkpoint is on a
+    distributed file system, where FileContext's rename is the one to keep."""
+    jvm = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:
+        return
+    try:
+        jvm.java.lang.Class.forName(FILE_SYSTEM_CHECKPOINT_MANAGER)
+    except Exception:  # another Spark version keeps the class elsewhere: keep Spark's default
+        return
+    spark.conf.set(CHECKPOINT_MANAGER_KEY, FILE_SYSTEM_CHECKPOINT_MANAGER)
