@@ -12,7 +12,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink import MARKER_PARTITION, SinkOptions, ensure_marker_topic, read_marker_partition
+from sparkafka.connector.sink.markers import ensure_marker_topic, read_marker_partition
+from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
 from sparkafka.errors import SparkafkaError
 
 from .kafka_clients import create_topic, producer, read_all, transactional_producer

@@ -31,7 +31,9 @@ from confluent_kafka.admin import (
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.records import Record, encode_batch
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink import KafkaStreamWriter, SinkOptions, _kafka_exception_of
+from sparkafka.connector.sink.failures import kafka_exception_of
+from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.connector.sink.writer import KafkaStreamWriter
 from sparkafka.tools.harness import wait_until
 
 from ..conftest import FAST_BROKER_ARGS
@@ -268,7 +270,7 @@ def test_a_zombie_is_fenced_on_produce(any_kafka: Any, topic_name: str) -> None:
     assert [e.code() if e else None for e in delivered] == [None, KafkaError.INVALID_PRODUCER_EPOCH]
     # The sink tells the task's failure in its own words, whichever form the client raised.
     writer = KafkaStreamWriter(SinkOptions.parse({"kafka.bootstrap.servers": any_kafka.bootstrap_servers}))
-    explained = writer._explain(_kafka_exception_of(raised.value), transactional_id)
+    explained = writer._explain(kafka_exception_of(raised.value), transactional_id)
     assert "was fenced by a newer producer" in str(explained)
     with pytest.raises(KafkaException) as committed:
         zombie.commit_transaction(10)

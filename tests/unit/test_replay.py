@@ -17,7 +17,8 @@ from sparkafka.connector.replay import (
     decide,
     partitions_beyond,
 )
-from sparkafka.connector.sink import CommitMarker, _run_id
+from sparkafka.connector.sink.markers import CommitMarker
+from sparkafka.connector.sink.task import query_run_id
 
 QUERY = "q-1"
 OTHER_QUERY = "q-0"
@@ -172,4 +173,4 @@ def test_adaptive_execution_refusal(settings: dict, batch_write: bool, refused_f
 def test_the_run_id_comes_from_the_batch_description_first(
     description: str | None, job_group: str | None, expected: str | None
 ) -> None:
-    assert _run_id(description, job_group) == expected
+    assert query_run_id(description, job_group) == expected

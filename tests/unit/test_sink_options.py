@@ -13,7 +13,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sparkafka.connector.sink import CommitMarker, SinkOptions, _producer_config, validate_input_schema
+from sparkafka.connector.sink.markers import CommitMarker
+from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
+from sparkafka.connector.sink.producers import producer_config
 from sparkafka.errors import SparkafkaOptionError
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "topic": "out"}
@@ -141,6 +143,6 @@ def test_at_least_once_writes_with_the_java_producers_defaults_and_the_users_set
     settings: dict[str, str], expected: dict[str, object]
 ) -> None:
     """Spark's sink passes kafka.* through to a Java producer (acks=all, idempotence on by default)."""
-    config = _producer_config(SinkOptions.parse({**BASE, **settings}), None)
+    config = producer_config(SinkOptions.parse({**BASE, **settings}), None)
     assert {key: config[key] for key in expected} == expected
     assert config["partitioner"] == "murmur2_random"

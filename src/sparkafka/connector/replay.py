@@ -66,7 +66,7 @@ class Action(enum.Enum):
 
 
 class Marker(Protocol):
-    """What a commit marker tells (:class:`sparkafka.connector.sink.CommitMarker`)."""
+    """What a commit marker tells (:class:`sparkafka.connector.sink.markers.CommitMarker`)."""
 
     @property
     def transactional_id(self) -> str: ...

@@ -1,0 +1,215 @@
+"""The commit-marker topic: one compacted partition whose latest record per transactional id
+says which micro-batch that id committed last (and, under ``registration/<id>``, which query owns
+the id). Read with read_committed, so only committed markers count."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
+
+from sparkafka.connector.client_pool import CONSUMERS
+from sparkafka.connector.kafka_admin import (
+    LIBRDKAFKA_LOGGER,
+    KafkaAdmin,
+    error_code,
+    partition_watermarks,
+)
+from sparkafka.connector.sink.failures import sink_unreachable_error
+from sparkafka.connector.sink.options import MARKER_PARTITION, OPERATION_TIMEOUT, SinkOptions
+from sparkafka.errors import SparkafkaError, SparkafkaOptionError
+
+log = logging.getLogger(__name__)
+
+# -- commit markers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitMarker:
+    transactional_id: str
+    query_id: str
+    batch_id: int
+    partition: int
+    records: int
+    time_ms: int
+    # The write's 'topic' option ("" when every row names its topic); None in markers written before
+    # the field existed. Tells two writes of one micro-batch that share transactional ids apart.
+    topic: str | None = None
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "transactional_id": self.transactional_id,
+                "query_id": self.query_id,
+                "batch_id": self.batch_id,
+                "partition": self.partition,
+                "records": self.records,
+                "time_ms": self.time_ms,
+                "topic": self.topic,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CommitMarker:
+        data = json.loads(raw)
+        return cls(
+            data["transactional_id"],
+            data["query_id"],
+            int(data["batch_id"]),
+            int(data["partition"]),
+            int(data["records"]),
+            int(data["time_ms"]),
+            data.get("topic"),
+        )
+
+
+def ensure_marker_topic(options: SinkOptions) -> None:
+    """Create the compacted commit-marker topic unless it exists (racing creators are fine); refuse
+    one that exists with a cleanup policy that deletes markers (:func:`_require_compacted`)."""
+    admin = KafkaAdmin(
+        options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
+    )
+    if options.marker_topic in admin.topic_partitions([options.marker_topic]):
+        _require_compacted(options, admin)
+        return
+    topic = NewTopic(
+        options.marker_topic, 1, -1, config={"cleanup.policy": "compact", "segment.bytes": "16777216"}
+    )
+    try:
+        admin.client.create_topics([topic], operation_timeout=options.operation_timeout_s)[
+            options.marker_topic
+        ].result(options.operation_timeout_s)
+        log.info("created commit-marker topic %s", options.marker_topic)
+    except KafkaException as error:
+        if error_code(error) != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise SparkafkaError(
+                f"cannot create the commit-marker topic '{options.marker_topic}' on "
+                f"{options.bootstrap_servers}: {error.args[0]}. Create it yourself with "
+                "cleanup.policy=compact, "
+                "or name an existing one with option 'commitMarkerTopic'"
+            ) from None
+
+
+def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
+    """A marker is what makes a replayed batch skip output already committed: a marker topic whose
+    ``cleanup.policy`` deletes old records (``delete``, ``compact,delete``) would, after its
+    retention, let a replay write its batch a second time."""
+    resource = ConfigResource(ResourceType.TOPIC, options.marker_topic)
+    try:
+        described = admin.client.describe_configs([resource], request_timeout=options.operation_timeout_s)
+        entries = described[resource].result(options.operation_timeout_s)
+    except KafkaException as error:
+        what = f"describe the commit-marker topic '{options.marker_topic}'"
+        raise sink_unreachable_error(options, what, error) from None
+    entry = entries.get("cleanup.policy")
+    policy = (entry.value if entry is not None and entry.value is not None else "delete").replace(" ", "")
+    if policy != "compact":
+        raise SparkafkaOptionError(
+            f"the commit-marker topic '{options.marker_topic}' has cleanup.policy={policy}: the broker "
+            "deletes its records after retention.ms, and a micro-batch replayed after its marker is gone "
+            "would be written a second time. Set cleanup.policy=compact on it (kafka-configs --alter "
+            f"--entity-type topics --entity-name {options.marker_topic} --add-config "
+            "cleanup.policy=compact), or name a topic of the sink's own with option 'commitMarkerTopic' "
+            "(created compacted)"
+        )
+
+
+_MARKER_READ_CHUNK = 10_000
+
+
+def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None) -> dict[str, bytes]:
+    """Latest committed value per key of the marker partition (restricted to ``want`` when given).
+
+    Reads with read_committed up to the high watermark seen at the start. Until every transaction
+    open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
+    committed after it would be missed; so this waits — bounded by the transaction timeout, after
+    which the broker aborts a crashed writer's transaction — rather than answer from a partial view."""
+    partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
+    # The watermarks come first: a consumer assigned a while after it was created (here: after
+    # another client's round trips) waited up to a second for the partition's leader.
+    low, high = _watermarks_uncommitted(options, partition)
+    latest: dict[str, bytes] = {}
+    if high <= low:
+        return latest
+    config = _marker_consumer_config(
+        options,
+        {
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            # The position passes a trailing COMMIT marker only with the next fetch, which the
+            # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
+            "fetch.wait.max.ms": 10,
+        },
+    )
+    with CONSUMERS.borrow(config) as consumer:
+        consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
+        deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
+        while time.monotonic() < deadline:
+            # The partition holds a marker per committed batch per id until compaction runs, so it is
+            # read in chunks rather than with a poll() and a position() per record (100,000 markers:
+            # 0.2 s instead of 0.3-0.5 s). consume(n, timeout) would wait out the timeout for n
+            # records; poll() returns with the first, consume(n, 0) takes what is already fetched.
+            first = consumer.poll(0.5)
+            chunk = [] if first is None else [first, *consumer.consume(_MARKER_READ_CHUNK, 0)]
+            for message in chunk:
+                failure = message.error()
+                if failure is not None:
+                    if failure.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(failure)
+                    continue
+                key = (message.key() or b"").decode("utf-8", "replace")
+                if want is None or key in want:
+                    latest[key] = message.value() or b""
+            position = consumer.position([partition])[0].offset
+            if position >= high:
+                return latest
+        raise SparkafkaError(
+            f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
+            f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms "
+            "(this sink's kafka.transaction.timeout.ms plus operationTimeoutMs): an open transaction holds "
+            "read_committed readers of that partition back and was not aborted by the broker. Every "
+            "exactly-once sink writing markers to this topic shares the partition, so a crashed writer of "
+            "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
+            "'sparkafka transactions list' shows the open transactions; restarting that query, or "
+            "giving queries their own commitMarkerTopic, ends the wait"
+        )
+
+
+def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:
+    config = _marker_consumer_config(options, {"isolation.level": "read_uncommitted"})
+    with CONSUMERS.borrow(config) as probe:
+        try:
+            marks = partition_watermarks(
+                probe, partition.topic, partition.partition, options.operation_timeout_s
+            )
+        except KafkaException as error:
+            raise sink_unreachable_error(
+                options, f"read the offsets of {options.marker_topic}", error
+            ) from None
+    if marks is None:
+        raise SparkafkaError(
+            f"the commit-marker topic '{options.marker_topic}' has no partition {partition.partition} any "
+            "more (deleted while the query ran?). The markers are what makes a replayed batch skip "
+            "output it already committed: restore the topic from a backup, or start the query again "
+            "with a new checkpoint"
+        )
+    return marks
+
+
+def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A marker-partition consumer's configuration: assign-only, pooled, ``settings`` on top."""
+    return {
+        "enable.sparse.connections": False,  # see producer_config
+        **options.client_config,
+        "group.id": "sparkafka-marker-reader",
+        "logger": LIBRDKAFKA_LOGGER,
+        **settings,
+    }

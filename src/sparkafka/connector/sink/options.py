@@ -1,0 +1,210 @@
+"""The sink's options: what a user may set, parsed and checked once on the driver."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
+from sparkafka.connector.replay import (
+    ADOPT_OPTION,
+)
+from sparkafka.errors import SparkafkaOptionError
+
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+NONE = "none"
+DEFAULT_MARKER_TOPIC = "_sparkafka_commit_markers"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+MARKER_PARTITION = 0
+REGISTRATION_KEY_PREFIX = "registration/"
+OPERATION_TIMEOUT = "operationTimeoutMs"
+
+SINK_OPTIONS = (
+    OptionSpec("topic", "topic to write every row to (else each row's 'topic' column)"),
+    OptionSpec("deliveryGuarantee", "exactly-once, at-least-once (default) or none"),
+    OptionSpec(
+        "transactionalIdPrefix",
+        "prefix of the transactional ids (writeStream: default sparkafka-<query id>; an exactly-once "
+        "df.write in foreachBatch must set one of its own)",
+    ),
+    OptionSpec("commitMarkerTopic", f"compacted topic of commit markers (default {DEFAULT_MARKER_TOPIC})"),
+    OptionSpec(
+        ADOPT_OPTION,
+        "the query id whose transactional ids this query takes over (it replaces that query, whose "
+        "checkpoint is gone); without it ids registered by another query are refused",
+    ),
+    OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
+    OptionSpec("checkpointLocation"),
+    OptionSpec("path"),
+    OptionSpec(
+        "debug.pauseAt", "beforeProduce, beforeCommit or driverCommit: where to pause (demos, chaos tests)"
+    ),
+    OptionSpec("debug.pauseMs", "how long debug.pauseAt pauses (default 30s)"),
+    OptionSpec("debug.pausePartitions", "comma-separated write partitions that pause (default all)"),
+    OptionSpec("debug.pauseFromBatch", "only micro-batches with this id or a later one pause (default 0)"),
+    OptionSpec(
+        "debug.failFirstAttemptAt", "beforeCommit: fail each task's first attempt there (chaos tests)"
+    ),
+    OptionSpec(OPERATION_TIMEOUT, "bound on each Kafka call of the sink (default 60s)"),
+)
+
+# Producer properties the sink owns, with what to do instead (Spark's sink rejects the same keys).
+_FORBIDDEN_PRODUCER_PARAMS = {
+    "key.serializer": "Keys are written as binary; cast the 'key' column to string or binary.",
+    "value.serializer": "Values are written as binary; cast the 'value' column to string or binary.",
+    "transactional.id": "Use the sink option 'transactionalIdPrefix'; the sink appends the partition number.",
+}
+# What Kafka transactions need of a producer: its settings under exactly-once must not say otherwise.
+_EXACTLY_ONCE_NEEDS = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    client_config: dict[str, str]
+    topic: str | None
+    delivery_guarantee: str
+    transactional_id_prefix: str | None
+    marker_topic: str
+    transaction_timeout_ms: int
+    operation_timeout_s: float
+    adopted_query: str | None = None
+    pause_at: str | None = None
+    pause_s: float = 0.0
+    pause_partitions: frozenset[int] | None = None
+    pause_from_batch: int = 0
+    fail_first_attempt_at: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        reader = OptionReader(options, SINK_OPTIONS, component="sink")
+        params = reader.kafka_params()
+        if not params.get("bootstrap.servers"):
+            raise SparkafkaOptionError(
+                "option 'kafka.bootstrap.servers' is required, e.g. .option('kafka.bootstrap.servers', "
+                "'localhost:9092')"
+            )
+        reject_forbidden_kafka_params(params, _FORBIDDEN_PRODUCER_PARAMS)
+        guarantee = reader.choice("deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE, NONE), AT_LEAST_ONCE)
+        if guarantee == EXACTLY_ONCE:
+            for key, allowed in _EXACTLY_ONCE_NEEDS.items():
+                if key in params and str(params[key]).strip().lower() not in allowed:
+                    raise SparkafkaOptionError(
+                        f"option 'kafka.{key}={params[key]}' contradicts deliveryGuarantee 'exactly-once': "
+                        f"Kafka transactions need {key}={allowed[0]}; remove the option, or choose "
+                        "deliveryGuarantee 'at-least-once'"
+                    )
+        timeout_ms = int(params.pop("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+        if timeout_ms <= 0:
+            raise SparkafkaOptionError(
+                f"option 'kafka.transaction.timeout.ms' must be positive, got {timeout_ms}"
+            )
+        prefix = reader.string("transactionalIdPrefix")
+        if prefix is not None and not prefix:
+            raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
+        return cls(
+            client_config=params,
+            topic=reader.string("topic") or None,
+            delivery_guarantee=guarantee,
+            transactional_id_prefix=prefix,
+            marker_topic=reader.string("commitMarkerTopic", DEFAULT_MARKER_TOPIC) or DEFAULT_MARKER_TOPIC,
+            transaction_timeout_ms=timeout_ms,
+            operation_timeout_s=reader.duration_ms("operationTimeoutMs", "60s") / 1000,
+            adopted_query=reader.string(ADOPT_OPTION) or None,
+            pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
+            pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
+            pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
+            pause_from_batch=reader.integer("debug.pauseFromBatch", 0, minimum=0),
+            fail_first_attempt_at=reader.choice("debug.failFirstAttemptAt", ("beforecommit",), "") or None,
+        )
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.client_config["bootstrap.servers"]
+
+    def pause(self, point: str, *, partition: int | None, batch_id: int | None) -> None:
+        """Demo and chaos-test hook: hold still at a named point of the protocol so a kill lands there.
+        Announced on stderr, which Spark forwards from its Python workers to the pipeline's output."""
+        if self.pause_at != point.lower() or (batch_id is not None and batch_id < self.pause_from_batch):
+            return
+        if (
+            partition is not None
+            and self.pause_partitions is not None
+            and partition not in self.pause_partitions
+        ):
+            return
+        print(
+            f"sparkafka debug pause: {point} partition={partition} batch={batch_id} for {self.pause_s:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(self.pause_s)
+
+    def fail_first_attempt(self, point: str) -> None:
+        """Chaos-test hook: fail a task's first attempt at a named point, after it wrote its rows."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if (
+            self.fail_first_attempt_at == point.lower()
+            and context is not None
+            and context.attemptNumber() == 0
+        ):
+            raise RuntimeError(f"injected failure of the first attempt (debug.failFirstAttemptAt={point})")
+
+
+PAUSE_POINTS = ("beforeproduce", "beforecommit", "drivercommit")
+
+
+def _parse_partitions(value: str | None) -> frozenset[int] | None:
+    if value is None:
+        return None
+    try:
+        return frozenset(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise SparkafkaOptionError(
+            f"option 'debug.pausePartitions' must be comma-separated partition numbers, got '{value}'"
+        ) from None
+
+
+def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
+    """Spark's Kafka sink columns: value (required), key, topic, partition, headers; each with a clear
+    message naming the column and the cast that fixes it. As in Spark's KafkaWriter, columns are
+    found by their exact (lower-case) names, and with the 'topic' option a 'topic' column is not
+    looked at."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise SparkafkaOptionError(
+            f"the sink needs a 'value' column (string or binary); the input has {schema.simpleString()}. "
+            'Select or alias one, e.g. df.selectExpr("CAST(x AS STRING) AS value")'
+        )
+    for column in ("key", "value"):
+        if column in fields and not isinstance(fields[column], StringType | BinaryType):
+            raise SparkafkaOptionError(
+                f"column '{column}' must be string or binary, not {fields[column].simpleString()}; "
+                f"cast it, e.g. CAST({column} AS STRING)"
+            )
+    if options.topic is None and "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise SparkafkaOptionError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise SparkafkaOptionError(
+            f"column 'partition' must be an int, not {fields['partition'].simpleString()}; cast it with "
+            "CAST(partition AS INT)"
+        )
+    if "headers" in fields:
+        headers_type = fields["headers"].simpleString()
+        if headers_type not in (
+            "array<struct<key:string,value:binary>>",
+            "array<struct<key:string,value:string>>",
+        ):
+            raise SparkafkaOptionError(
+                f"column 'headers' must be array<struct<key:string,value:binary>>, not {headers_type}"
+            )
+    if options.topic is None and "topic" not in fields:
+        raise SparkafkaOptionError(
+            "no topic to write to: set .option('topic', ...) or provide a 'topic' column in each row"
+        )

@@ -1,0 +1,331 @@
+"""Producers cached per Python worker, one per transactional id, and what each id committed.
+
+Spark runs a task in any idle Python worker, so an id moves between workers; the cache keeps a
+producer only while this worker initialised its id last (see :func:`transactional_producer`)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from sparkafka.connector.kafka_admin import (
+    LIBRDKAFKA_LOGGER,
+    error_code,
+)
+from sparkafka.connector.replay import (
+    ADOPT_OPTION,
+)
+from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
+from sparkafka.connector.sink.markers import CommitMarker, read_marker_partition
+from sparkafka.connector.sink.options import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    MARKER_PARTITION,
+    REGISTRATION_KEY_PREFIX,
+    SinkOptions,
+)
+from sparkafka.connector.sink.task import TaskIdentity
+from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
+from sparkafka.errors import SparkafkaError
+
+log = logging.getLogger(__name__)
+
+# -- producers cached per Python worker --------------------------------------------------------------
+
+
+@dataclass
+class CachedProducer:
+    producer: Producer
+    transactional_id: str | None
+    marker: CommitMarker | None = None
+    delivery_errors: list[KafkaError] = field(default_factory=list)
+    # The client's latest error events: why it cannot reach the cluster (a refused login, a refused
+    # connection), which a timed-out call does not say. Bounded: a producer may live for days.
+    client_errors: deque[KafkaError] = field(default_factory=lambda: deque(maxlen=_CLIENT_ERRORS_KEPT))
+    # The query run whose first write of this id read the markers below (see transactional_producer).
+    query_id: str | None = None
+    run_id: str | None = None
+    # The micro-batch of that first write: every task of it, retries included, reports itself to the
+    # driver as the first batch of the run (SinkCommitMessage.fresh_producer).
+    run_first_batch: int | None = None
+    registered_query: str | None = None
+    # Markers of this query under other prefixes, as read at that first write (streaming writes only).
+    other_prefix_markers: tuple[CommitMarker, ...] = ()
+
+
+_CLIENT_ERRORS_KEPT = 16
+_producers: dict[tuple[str, str | None, str], CachedProducer] = {}
+_producers_lock = threading.Lock()
+_WORKER_STARTED_NS = time.time_ns()
+
+
+def producer_config(options: SinkOptions, transactional_id: str | None) -> dict[str, Any]:
+    config: dict[str, Any] = {**options.client_config, "logger": LIBRDKAFKA_LOGGER}
+    config.setdefault("linger.ms", 5)
+    # Spark's sink leaves the partition of a keyed row to the Java client's default partitioner,
+    # murmur2 of the key (BuiltInPartitioner.partitionForKey); librdkafka's default hashes with CRC32,
+    # which would put the same key on another partition than Spark or any Java producer does.
+    config.setdefault("partitioner", "murmur2_random")
+    # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
+    # successful record cost about a microsecond of the write task's time per row.
+    config.setdefault("delivery.report.only.error", True)
+    # With sparse connections librdkafka drops the bootstrap connection after the first metadata and
+    # retries the next lookup (transaction coordinator, producer id, partition leader) only on a
+    # 500 ms timer: 0.5 s for every new producer, and Spark runs a write task in whichever Python
+    # worker is idle, so an exactly-once task often needs a new producer (its transactional id moved
+    # to a worker whose producer for it is fenced). Connecting right away makes it milliseconds.
+    config.setdefault("enable.sparse.connections", False)
+    if options.delivery_guarantee == EXACTLY_ONCE:
+        config["transactional.id"] = transactional_id
+        config["transaction.timeout.ms"] = options.transaction_timeout_ms
+        config.setdefault("message.timeout.ms", min(options.transaction_timeout_ms, 300_000))
+    elif options.delivery_guarantee == AT_LEAST_ONCE:
+        # The Java producer's defaults, which Spark's sink writes with; a user's own settings win,
+        # as there. Like the Java producer, an explicit acks other than all turns idempotence off
+        # unless it was asked for (librdkafka would refuse the combination).
+        acks = str(config.setdefault("acks", "all")).strip().lower()
+        config.setdefault("enable.idempotence", acks in ("all", "-1"))
+    else:
+        config.setdefault("acks", 0)
+    return config
+
+
+def _cache_key(options: SinkOptions, transactional_id: str | None) -> tuple[str, str | None, str]:
+    return (options.bootstrap_servers, transactional_id, options.delivery_guarantee)
+
+
+def _new_cached_producer(options: SinkOptions, transactional_id: str | None) -> CachedProducer:
+    """A producer whose failed deliveries land in its ``delivery_errors`` (producer-wide callback,
+    so the per-row produce call carries no callback of its own)."""
+    errors: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            errors.append(error)
+
+    client_errors: deque[KafkaError] = deque(maxlen=_CLIENT_ERRORS_KEPT)
+    config = {
+        **producer_config(options, transactional_id),
+        "on_delivery": on_delivery,
+        "error_cb": client_errors.append,
+    }
+    return CachedProducer(
+        Producer(config), transactional_id, delivery_errors=errors, client_errors=client_errors
+    )
+
+
+def discard_producer(options: SinkOptions, transactional_id: str | None) -> None:
+    with _producers_lock:
+        cached = _producers.pop(_cache_key(options, transactional_id), None)
+    if cached is not None:
+        try:
+            cached.producer.flush(0)
+        except Exception:  # a broken producer may fail to flush; it is being thrown away anyway
+            log.debug("discarding producer %s", transactional_id, exc_info=True)
+
+
+def transactional_producer(
+    options: SinkOptions, identity: TaskIdentity, transactional_id: str, *, other_prefixes: bool
+) -> CachedProducer:
+    """The producer of ``transactional_id`` for this task, with what the id committed.
+
+    Steps:
+    1. A cached producer this worker initialised last is reused. Within one query run it is up to
+       date; at the id's first write of a run — a restart, possibly in the same application, where
+       the first batch may be a replay — its markers are read again (step 3).
+    2. Otherwise a new producer initialises the id, which aborts and fences whatever an earlier
+       attempt left open.
+    3. Read, with read_committed, the id's latest marker and registration, and (``other_prefixes``)
+       the markers of this query under other prefixes; register the id when it has no registration,
+       or when this write adopts it from the query its registration names."""
+    key = _cache_key(options, transactional_id)
+    with _producers_lock:
+        cached = _producers.get(key)
+    if cached is not None and _initialised_here_last(transactional_id):
+        if cached.run_id == identity.run_id and cached.query_id == identity.query_id:
+            return cached
+        _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
+        return cached
+    if cached is not None:
+        # Another Python worker of this machine initialised the id since: this producer is fenced.
+        discard_producer(options, transactional_id)
+    cached = _new_cached_producer(options, transactional_id)
+    producer = cached.producer
+    try:
+        producer.init_transactions(options.operation_timeout_s)
+        _claim(transactional_id)
+    except KafkaException as error:
+        if error_code(error) == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            raise transaction_timeout_error(options) from None
+        if error_code(error) in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+            producer.poll(0)  # error events reach client_errors on a poll
+            raise sink_unreachable_error(
+                options, f"initialise transactional id '{transactional_id}'", error, cached.client_errors
+            ) from None
+        raise SparkafkaError(
+            f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
+        ) from None
+    _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
+    with _producers_lock:
+        _producers[key] = cached
+    return cached
+
+
+def _read_committed_state(
+    options: SinkOptions, cached: CachedProducer, identity: TaskIdentity, *, other_prefixes: bool
+) -> None:
+    """Step 3 of :func:`transactional_producer`."""
+    transactional_id, query_id = cached.transactional_id, identity.query_id
+    assert transactional_id is not None and query_id is not None, "exactly-once writes only"
+    registration_key = f"{REGISTRATION_KEY_PREFIX}{transactional_id}"
+    if other_prefixes:
+        found = read_marker_partition(options)
+        own_prefix = prefix_of(transactional_id, identity.partition)
+        needle = f'"query_id":{json.dumps(query_id)}'.encode()
+        cached.other_prefix_markers = tuple(
+            marker
+            for key, value in found.items()
+            if not key.startswith((REGISTRATION_KEY_PREFIX, f"{own_prefix}-"))
+            and needle in value
+            and (marker := CommitMarker.decode(value)).query_id == query_id
+        )
+    else:
+        found = read_marker_partition(options, want={transactional_id, registration_key})
+        cached.other_prefix_markers = ()
+    cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
+    registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
+    if registered is None or (registered != query_id and registered == options.adopted_query):
+        if registered is not None:
+            log.warning(
+                "%s: adopting transactional id %s from query %s (option %s)",
+                query_id,
+                transactional_id,
+                registered,
+                ADOPT_OPTION,
+            )
+        _register(options, cached.producer, registration_key, query_id, identity.partition)
+        registered = query_id
+    cached.registered_query = registered
+    cached.query_id = query_id
+    cached.run_id = identity.run_id
+    cached.run_first_batch = identity.batch_id
+
+
+def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:
+    """Commit, in a transaction of its own and before any output, that this id exists: a restart with
+    fewer write partitions finds the ids it no longer uses through these records and fences them.
+    Committed first so that even an id whose very first output transaction was cut short is found."""
+    value = json.dumps(
+        {
+            "transactional_id": key[len(REGISTRATION_KEY_PREFIX) :],
+            "query_id": query_id,
+            "partition": partition,
+        }
+    )
+    try:
+        producer.begin_transaction()
+        producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+        producer.commit_transaction(options.operation_timeout_s)
+    except KafkaException as error:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(options.operation_timeout_s)
+        raise SparkafkaError(f"registering {key} in {options.marker_topic} failed: {error.args[0]}") from None
+
+
+def plain_producer(options: SinkOptions) -> CachedProducer:
+    key = _cache_key(options, None)
+    with _producers_lock:
+        cached = _producers.get(key)
+        if cached is None:
+            cached = _new_cached_producer(options, None)
+            _producers[key] = cached
+    return cached
+
+
+def registered_transactional_ids(
+    options: SinkOptions, prefix: str, markers: Mapping[str, bytes] | None = None
+) -> dict[int, str]:
+    """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration
+    (in ``markers``, the marker partition's latest values, read when not given)."""
+    found: dict[int, str] = {}
+    for key in read_marker_partition(options) if markers is None else markers:
+        if key.startswith(REGISTRATION_KEY_PREFIX):
+            registered = key[len(REGISTRATION_KEY_PREFIX) :]
+            partition = write_partition_of(registered, prefix)
+            if partition is not None:
+                found[partition] = registered
+    return found
+
+
+def fence_query_transactions(
+    options: SinkOptions,
+    prefix: str,
+    *,
+    from_partition: int = 0,
+    markers: Mapping[str, bytes] | None = None,
+) -> list[str]:
+    """Initialise every registered id ``{prefix}-{n}`` with n >= ``from_partition`` once, aborting any
+    transaction it left open. Returns the ids fenced."""
+    fenced = []
+    for partition, transactional_id in sorted(registered_transactional_ids(options, prefix, markers).items()):
+        if partition >= from_partition:
+            log.info("fencing %s (aborts a transaction it left open)", transactional_id)
+            fence_transactional_id(options, transactional_id)
+            fenced.append(transactional_id)
+    return fenced
+
+
+def fence_transactional_id(options: SinkOptions, transactional_id: str) -> None:
+    """Abort whatever transaction ``transactional_id`` has open by initialising it once."""
+    discard_producer(options, transactional_id)
+    producer = Producer(producer_config(options, transactional_id))
+    try:
+        producer.init_transactions(options.operation_timeout_s)
+        _claim(transactional_id)
+    finally:
+        producer.flush(0)
+
+
+# Spark runs a task in any idle Python worker of its executor, so one transactional id moves between
+# workers: whoever initialises it fences the others' cached producers. Each initialisation is
+# recorded in a small file per id, shared by the workers of one machine; a worker reuses its cached
+# producer only while the file still names it, and otherwise initialises the id again (which also
+# makes the locally tracked commit marker stale, so it is read again). An id moving to another
+# machine (a rescheduled task) is caught by the broker: the stale producer is fenced, its task
+# fails, and Spark's retry initialises the id afresh.
+def _ownership_file(transactional_id: str) -> Path:
+    directory = Path(tempfile.gettempdir()) / f"sparkafka-producers-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return directory / hashlib.sha256(transactional_id.encode()).hexdigest()
+
+
+def _worker_identity() -> str:
+    # The pid alone could be reused by a later worker; the start time makes the identity unique.
+    return f"{os.getpid()}:{_WORKER_STARTED_NS}"
+
+
+def _claim(transactional_id: str) -> None:
+    target = _ownership_file(transactional_id)
+    temporary = target.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(_worker_identity())
+    os.replace(temporary, target)
+
+
+def _initialised_here_last(transactional_id: str) -> bool:
+    try:
+        return _ownership_file(transactional_id).read_text() == _worker_identity()
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,53 @@
+"""Transactional ids: ``{prefix}-{write partition}``, built and parsed here only."""
+
+from __future__ import annotations
+
+from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
+from sparkafka.errors import SparkafkaOptionError
+
+
+def transactional_id(prefix: str, write_partition: int) -> str:
+    """The transactional id of a write partition: one id per partition, stable across restarts."""
+    return f"{prefix}-{write_partition}"
+
+
+def write_partition_of(transactional_id: str, prefix: str) -> int | None:
+    """The write partition ``transactional_id`` was built for with ``prefix``; None when it is not an
+    id of that prefix (another prefix that merely starts the same, or no partition number)."""
+    head, separator, partition = transactional_id.rpartition("-")
+    if head != prefix or not separator or not partition.isdigit():
+        return None
+    return int(partition)
+
+
+def prefix_of(transactional_id: str, write_partition: int) -> str:
+    """The prefix of ``transactional_id``, built for ``write_partition``."""
+    suffix = f"-{write_partition}"
+    if not transactional_id.endswith(suffix):
+        raise ValueError(
+            f"{transactional_id!r} is not the transactional id of write partition {write_partition}"
+        )
+    return transactional_id[: -len(suffix)]
+
+
+def default_transactional_id_prefix(query_id: str) -> str:
+    """The prefix of a streaming write's transactional ids when ``transactionalIdPrefix`` is not set."""
+    return f"sparkafka-{query_id}"
+
+
+def require_batch_write_prefix(options: SinkOptions) -> None:
+    """An exactly-once ``df.write`` needs ``transactionalIdPrefix``: with the streaming sink's default
+    (the query id) two writes of one ``foreachBatch`` call would share transactional ids, and the
+    second, finding the first one's commit marker for the micro-batch, would take itself for a
+    replay and write nothing."""
+    if options.delivery_guarantee == EXACTLY_ONCE and options.transactional_id_prefix is None:
+        raise SparkafkaOptionError(
+            "deliveryGuarantee=exactly-once in df.write (inside foreachBatch, the only place it works) needs "
+            "option 'transactionalIdPrefix', one of its own for every exactly-once write of the micro-batch, "
+            "kept the same across restarts, e.g. .option('transactionalIdPrefix', 'orders-to-shipments'): "
+            "writes sharing transactional ids cannot be told apart, and the second would skip its rows as a "
+            "replay of the first. A query whose one exactly-once write ran without it used "
+            "'sparkafka-<query id>' (StreamingQuery.id, the \"id\" in the checkpoint's metadata file): "
+            "set exactly that to keep its transactional ids, so that a batch it already committed is "
+            "not written again when replayed"
+        )

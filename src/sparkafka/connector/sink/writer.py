@@ -1,0 +1,504 @@
+"""The write tasks (executors) and the driver's commit: the exactly-once protocol, step by step,
+in :meth:`KafkaStreamWriter.write` and :meth:`KafkaStreamWriter.commit`."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from sparkafka.connector.kafka_admin import (
+    waits_until_refused,
+)
+from sparkafka.connector.replay import (
+    Action,
+    ReplayRefused,
+    TaskView,
+    adaptive_execution_refusal,
+    beyond_refusal,
+    decide,
+    partitions_beyond,
+)
+from sparkafka.connector.sink.failures import (
+    kafka_exception_of,
+    sink_unreachable_error,
+    transaction_timeout_error,
+)
+from sparkafka.connector.sink.markers import CommitMarker, read_marker_partition
+from sparkafka.connector.sink.options import AT_LEAST_ONCE, EXACTLY_ONCE, MARKER_PARTITION, SinkOptions
+from sparkafka.connector.sink.producers import (
+    CachedProducer,
+    discard_producer,
+    fence_query_transactions,
+    fence_transactional_id,
+    plain_producer,
+    transactional_producer,
+)
+from sparkafka.connector.sink.task import task_identity
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
+from sparkafka.errors import SparkafkaError
+
+log = logging.getLogger(__name__)
+
+# -- the writer --------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class SinkCommitMessage(WriterCommitMessage):
+    """What a write task reports to the driver's ``commit``."""
+
+    partition: int
+    records: int
+    query_id: str | None
+    batch_id: int | None
+    # Exactly-once writes only:
+    transactional_id: str | None = None
+    transactional_id_prefix: str | None = None
+    skipped_replay: bool = False
+    # The task belongs to the first batch its id wrote in this query run (a replay is only possible
+    # there): the driver checks that batch for partitions beyond the run's.
+    fresh_producer: bool = False
+
+
+class _RowEncoder:
+    """Turns Arrow batches of the input into produce() arguments without per-row Spark Row objects.
+
+    String columns are passed as ``str``: the client encodes them as UTF-8, as Spark's sink does."""
+
+    def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
+        names = {name: i for i, name in enumerate(batch.schema.names)}
+        self.length = batch.num_rows
+
+        def column(name: str) -> list[Any] | None:
+            return batch.column(names[name]).to_pylist() if name in names else None
+
+        self.values = column("value") or [None] * self.length
+        self.keys = column("key") or [None] * self.length
+        # Per-row topics only where the 'topic' option does not decide for every row.
+        self.topics = None if default_topic else column("topic")
+        self.partitions = column("partition")
+        self.headers = column("headers")
+        self.default_topic = default_topic
+
+    def topic_per_row(self) -> Iterator[str]:
+        if self.default_topic:
+            return itertools.repeat(self.default_topic, self.length)
+        if self.topics is None or None in self.topics or "" in self.topics:
+            raise SparkafkaError(
+                "a row has a null 'topic' and no 'topic' option is set; every row needs a topic"
+            )
+        return iter(self.topics)
+
+    def extra_arguments(self, row: int) -> dict[str, Any]:
+        """The produce() keyword arguments beyond topic, value and key that ``row`` needs, if any."""
+        extra: dict[str, Any] = {}
+        if self.partitions is not None and self.partitions[row] is not None:
+            extra["partition"] = self.partitions[row]
+        if self.headers is not None and self.headers[row]:
+            extra["headers"] = [(h["key"], h["value"]) for h in self.headers[row]]
+        return extra
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Runs ``write`` in the executors' Python workers, ``commit``/``abort`` on the driver side.
+
+    ``batch_write``: the write is a ``df.write`` inside ``foreachBatch``, one of possibly several
+    writes of the same micro-batch (see :class:`KafkaBatchWriter`)."""
+
+    def __init__(self, options: SinkOptions, *, batch_write: bool = False) -> None:
+        self.options = options
+        self.batch_write = batch_write
+
+    # -- executor side ----------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """One write task. Exactly-once steps (the protocol in :mod:`sparkafka.connector.sink`):
+
+        1. Refuse while adaptive execution could split a replayed batch otherwise
+           (:func:`~sparkafka.connector.replay.adaptive_execution_refusal`).
+        2. The producer of ``{prefix}-{partition}`` and what the id committed, read at the id's first
+           write of the query run (:func:`~.producers.transactional_producer`).
+        3. :func:`~sparkafka.connector.replay.decide`: skip a replay whose output this id committed
+           (same query, same batch, same row count), refuse where neither writing nor skipping is safe.
+        4. Write the rows and the marker in one transaction; no rows, no transaction."""
+        identity = task_identity()
+        partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
+        batches = (b for b in iterator if b.num_rows)
+        if self.options.delivery_guarantee != EXACTLY_ONCE:
+            first = next(batches, None)
+            records = 0 if first is None else self._write_without_transaction(first, batches)
+            return SinkCommitMessage(
+                partition=partition, records=records, query_id=query_id, batch_id=batch_id
+            )
+        if query_id is None or batch_id is None:
+            raise SparkafkaError(
+                "deliveryGuarantee=exactly-once needs a streaming query: writeStream, or df.write inside "
+                "foreachBatch; for a plain batch write use at-least-once"
+            )
+        # Step 1: the settings of the task's job decide whether a replay keeps this batch's shape.
+        refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
+        if refusal is not None:
+            raise ReplayRefused(refusal)
+        # Step 2. The producer comes first, before any row is awaited: Spark keeps computing and
+        # sending this task's rows while the producer initialises and reads the marker. Even a task
+        # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
+        # from a crash now, not at the broker's timeout. No transaction is open while rows are awaited.
+        prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+        own_id = transactional_id(prefix, partition)
+        cached = transactional_producer(self.options, identity, own_id, other_prefixes=not self.batch_write)
+        written = functools.partial(
+            SinkCommitMessage,
+            partition=partition,
+            transactional_id=own_id,
+            # Every task of the run's first batch of this id, a retry reusing the producer included.
+            fresh_producer=cached.run_first_batch == batch_id,
+            transactional_id_prefix=prefix,
+            query_id=query_id,
+            batch_id=batch_id,
+        )
+        # Step 3: write, skip, or refuse.
+        view = TaskView(
+            query_id=query_id,
+            batch_id=batch_id,
+            partition=partition,
+            transactional_id=own_id,
+            topic=self.options.topic or "",
+            batch_write=self.batch_write,
+            own_marker=cached.marker,
+            registered_query=cached.registered_query,
+            other_prefix_markers=cached.other_prefix_markers,
+        )
+        first = next(batches, None)
+        if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
+            marker = cached.marker
+            assert marker is not None
+            log.info(
+                "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
+                batch_id,
+                query_id,
+                own_id,
+                marker.batch_id,
+            )
+            return written(records=0, skipped_replay=True)
+        if first is None:  # no rows, no transaction
+            return written(records=0)
+        # Step 4: rows and marker in one transaction.
+        records = self._write_transaction(cached, own_id, query_id, batch_id, partition, first, batches)
+        return written(records=records)
+
+    def _write_transaction(
+        self,
+        cached: CachedProducer,
+        transactional_id: str,
+        query_id: str,
+        batch_id: int,
+        partition: int,
+        first: pa.RecordBatch,
+        rest: Iterator[pa.RecordBatch],
+    ) -> int:
+        producer = cached.producer
+        cached.delivery_errors.clear()
+        records = 0
+        began_at: float | None = None
+        try:
+            self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
+            producer.begin_transaction()
+            began_at = time.monotonic()
+            for batch in _chain(first, rest):
+                records += self._produce_batch(producer, batch)
+            if self.options.pause_at == "beforecommit" or self.options.fail_first_attempt_at:
+                producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
+                self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
+                self.options.fail_first_attempt("beforeCommit")
+            # The marker goes last, just before the commit: the marker partition is shared by every
+            # writer, and an open transaction there would hold back every reader of the markers.
+            marker = CommitMarker(
+                transactional_id,
+                query_id,
+                batch_id,
+                partition,
+                records,
+                int(time.time() * 1000),
+                self.options.topic or "",
+            )
+            producer.produce(
+                self.options.marker_topic,
+                key=transactional_id,
+                value=marker.encode(),
+                partition=MARKER_PARTITION,
+            )
+            producer.commit_transaction(self.options.operation_timeout_s)
+            self._raise_delivery_errors(cached.delivery_errors)
+        except BaseException as raised:
+            error = kafka_exception_of(raised)
+            # Measured before the abort, which may itself wait up to operationTimeoutMs.
+            open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
+            self._abort_after_failure(cached, transactional_id, error)
+            raise self._explain(error, transactional_id, open_ms=open_ms) from None
+        cached.marker = marker
+        return records
+
+    def _produce_batch(self, producer: Producer, batch: pa.RecordBatch) -> int:
+        """Queue every row of ``batch``; delivery failures reach the producer's ``delivery_errors``.
+
+        The loop for rows with only topic, value and key is separate because it runs once per output
+        record: it makes one produce() call per row and nothing else."""
+        encoder = _RowEncoder(batch, self.options.topic)
+        produce = producer.produce
+        topics = encoder.topic_per_row()
+        if encoder.partitions is None and encoder.headers is None:
+            for topic, value, key in zip(topics, encoder.values, encoder.keys, strict=True):
+                try:
+                    produce(topic, value, key)
+                except BufferError:
+                    _produce_when_queue_has_room(producer, topic, value, key, {})
+        else:
+            for row, (topic, value, key) in enumerate(zip(topics, encoder.values, encoder.keys, strict=True)):
+                extra = encoder.extra_arguments(row)
+                try:
+                    produce(topic, value, key, **extra)
+                except BufferError:
+                    _produce_when_queue_has_room(producer, topic, value, key, extra)
+        producer.poll(0)  # serve delivery reports now and then, not only at flush/commit
+        return encoder.length
+
+    def _raise_delivery_errors(self, errors: list[KafkaError]) -> None:
+        if errors:
+            raise KafkaException(errors[0])
+
+    def _abort_after_failure(
+        self, cached: CachedProducer, transactional_id: str, error: BaseException
+    ) -> None:
+        kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
+        abortable = isinstance(kafka_error, KafkaError) and kafka_error.txn_requires_abort()
+        if abortable or not isinstance(kafka_error, KafkaError) or not kafka_error.fatal():
+            try:
+                cached.producer.abort_transaction(self.options.operation_timeout_s)
+            except KafkaException:
+                log.warning(
+                    "could not abort the transaction of %s; discarding its producer", transactional_id
+                )
+        # A failed producer is never reused: the retry re-initialises the id, which aborts anything
+        # left open and re-reads the marker.
+        discard_producer(self.options, transactional_id)
+
+    def _explain(
+        self, error: BaseException, transactional_id: str | None, *, open_ms: float | None = None
+    ) -> BaseException:
+        """The error a failed write raises: Kafka's error told in terms of this sink's options.
+        ``open_ms``: how long the failed transaction had been open."""
+        if not isinstance(error, KafkaException) or not error.args:
+            return error
+        kafka_error = error.args[0]
+        code = kafka_error.code()
+        fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+        timeout_ms = self.options.transaction_timeout_ms
+        if code in fenced and open_ms is not None and open_ms >= timeout_ms:
+            # The coordinator aborts a transaction open longer than its timeout and bumps the epoch,
+            # which fences this producer: no other attempt is involved, and a retry that is as slow
+            # fails the same way.
+            return SparkafkaError(
+                f"the transaction of transactional id '{transactional_id}' was open for "
+                f"{open_ms / 1000:.1f} s, longer than kafka.transaction.timeout.ms={timeout_ms}, so the "
+                "broker aborted it "
+                f"({kafka_error.str()}). A write task's transaction stays open while Spark computes the "
+                "task's rows: raise the sink option kafka.transaction.timeout.ms (up to the brokers' "
+                "transaction.max.timeout.ms), or make micro-batches smaller (maxOffsetsPerTrigger)"
+            )
+        if code in fenced:
+            return SparkafkaError(
+                f"transactional id '{transactional_id}' was fenced by a newer producer with the same id (a "
+                "retried or duplicated task); this attempt's transaction was aborted and Spark retries "
+                "the task"
+            )
+        if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+            return SparkafkaError(
+                f"a record is larger than the broker accepts ({kafka_error.str()}); raise the topic's "
+                "max.message.bytes (and the sink option kafka.message.max.bytes) or write smaller values"
+            )
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return SparkafkaError(
+                f"the output topic does not exist on {self.options.bootstrap_servers} ({kafka_error.str()}); "
+                "create it first (sparkafka topics create ...) or enable auto.create.topics.enable on the "
+                "brokers"
+            )
+        if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            return transaction_timeout_error(self.options)
+        if transactional_id is None:
+            return SparkafkaError(f"writing to {self.options.bootstrap_servers} failed: {kafka_error.str()}")
+        return SparkafkaError(
+            f"writing with transactional id '{transactional_id}' failed: {kafka_error.str()}"
+        )
+
+    def _write_without_transaction(self, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> int:
+        cached = plain_producer(self.options)
+        cached.delivery_errors.clear()
+        try:
+            records = sum(self._produce_batch(cached.producer, batch) for batch in _chain(first, rest))
+        except KafkaException as refused:  # by the client before sending, e.g. a record too large
+            raise self._explain(refused, None) from None
+        remaining = _flush_unless_refused(cached, self.options.operation_timeout_s)
+        # With acks=0 (none) a record counts as delivered once sent: what is still queued was never
+        # sent, and a failed delivery failed in the client. Either fails the task, under both
+        # guarantees, as Flink's writer fails on an asynchronous send error even with NONE.
+        if remaining:
+            discard_producer(self.options, None)
+            acknowledged = self.options.delivery_guarantee == AT_LEAST_ONCE
+            what, state = ("acknowledge", "acknowledged") if acknowledged else ("send", "sent")
+            raise sink_unreachable_error(
+                self.options,
+                f"{what} {remaining} record(s) of this task, which fails so that Spark retries it",
+                f"{remaining} record(s) not {state}",
+                cached.client_errors,
+            )
+        if cached.delivery_errors:
+            error = cached.delivery_errors[0]
+            discard_producer(self.options, None)
+            raise self._explain(KafkaException(error), None)
+        return records
+
+    # -- driver side ------------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        reports = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        if len(reports) != len(messages):
+            raise SparkafkaError(
+                f"batch {batchId}: {len(messages) - len(reports)} of {len(messages)} write tasks reported no "
+                "result; refusing to mark the batch committed"
+            )
+        written = sum(r.records for r in reports)
+        skipped = sum(1 for r in reports if r.skipped_replay)
+        log.info(
+            "batch %d committed: %d task(s) wrote %d record(s) (%s); %d replayed task(s) skipped",
+            batchId,
+            len(reports),
+            written,
+            self.options.delivery_guarantee,
+            skipped,
+        )
+        if self.options.delivery_guarantee == EXACTLY_ONCE and any(r.fresh_producer for r in reports):
+            self._check_first_batch_of_run(reports, batchId)
+        self.options.pause("driverCommit", partition=None, batch_id=batchId)
+
+    def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
+        """At the first batch of a query run (a restart, when the batch may be a replay):
+
+        1. fence the registered ids of write partitions this batch does not have (a restart with
+           fewer partitions), aborting what they left open;
+        2. fail the batch if any of them committed this very batch: the replay was split otherwise
+           than the first run, and the tasks, which cannot know the batch's number of partitions,
+           could not tell (:func:`~sparkafka.connector.replay.partitions_beyond`)."""
+        prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
+        query_id = next((r.query_id for r in reports if r.query_id), None)
+        if prefix is None or query_id is None:
+            return
+        found = read_marker_partition(self.options)
+        fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
+        beyond = partitions_beyond(
+            (CommitMarker.decode(value) for key, value in found.items() if key.startswith(f"{prefix}-")),
+            query_id=query_id,
+            batch_id=batch_id,
+            prefix=prefix,
+            partitions=len(reports),
+        )
+        if beyond:
+            raise beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.options.delivery_guarantee != EXACTLY_ONCE:
+            return
+        prefix = self.options.transactional_id_prefix or next(
+            (m.transactional_id_prefix for m in messages if isinstance(m, SinkCommitMessage)), None
+        )
+        failed = [index for index, message in enumerate(messages) if message is None]
+        if prefix is None:
+            log.warning(
+                "batch %d aborted before any task reported its transactional id; open transactions are "
+                "aborted when the ids are initialised again or after kafka.transaction.timeout.ms",
+                batchId,
+            )
+            return
+        for index in failed:
+            failed_id = transactional_id(prefix, index)
+            try:
+                fence_transactional_id(self.options, failed_id)
+            except KafkaException as error:
+                log.warning("could not re-initialise %s after batch %d failed: %s", failed_id, batchId, error)
+
+
+def _flush_unless_refused(cached: CachedProducer, timeout_s: float) -> int:
+    """``flush()`` for at most ``timeout_s``, but no longer once the cluster refused the producer's
+    credentials (:func:`~sparkafka.connector.kafka_admin.waits_until_refused`); the records still queued."""
+    remaining = 0
+    for wait_s in waits_until_refused(timeout_s, cached.client_errors):
+        remaining = cached.producer.flush(wait_s)  # serves error_cb too
+        if not remaining:
+            break
+    return int(remaining)
+
+
+def _produce_when_queue_has_room(
+    producer: Producer, topic: str, value: Any, key: Any, extra: dict[str, Any]
+) -> None:
+    """produce() after BufferError: the client's local queue is full, so let it send (and serve
+    delivery reports) until the record fits. Nothing is dropped and nothing is queued twice: a
+    BufferError means the record was not queued."""
+    while True:
+        producer.poll(0.1)
+        try:
+            producer.produce(topic, value, key, **extra)
+            return
+        except BufferError:
+            continue
+
+
+def _count_rows(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> int:
+    """The task's rows, counted (and consumed) without writing them: a replay being checked."""
+    return 0 if first is None else first.num_rows + sum(batch.num_rows for batch in rest)
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("sparkafka")``: a bounded DataFrame, or one micro-batch inside
+    ``foreachBatch``.
+
+    Inside ``foreachBatch`` Spark gives the write tasks the query id and micro-batch id, so
+    exactly-once works as in the streaming sink (transactional ids, commit markers): this is how
+    update- and complete-mode queries, which Python streaming sinks cannot take directly, write
+    exactly once. One difference: a ``foreachBatch`` call may write several times, and nothing a
+    write task sees tells those writes apart, so each exactly-once write names its own
+    ``transactionalIdPrefix`` (:func:`require_batch_write_prefix`; Flink's KafkaSink likewise needs a
+    transactional id prefix per sink, Delta's idempotent writes a txnAppId per write). A plain
+    ``df.write`` outside a streaming query has no batch id a retry could be matched against; there
+    exactly-once fails with a clear message in the tasks."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self._writer = KafkaStreamWriter(options, batch_write=True)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return self._writer.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._writer.commit(messages, _reported_batch_id(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._writer.abort(messages, _reported_batch_id(messages))
+
+
+def _reported_batch_id(messages: list[WriterCommitMessage | None]) -> int:
+    return next(
+        (m.batch_id for m in messages if isinstance(m, SinkCommitMessage) and m.batch_id is not None), -1
+    )

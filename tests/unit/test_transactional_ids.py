@@ -1,0 +1,35 @@
+"""Transactional ids are built and read back by one module: ``{prefix}-{write partition}``."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkafka.connector.sink.transactional_ids import prefix_of, transactional_id, write_partition_of
+
+
+@pytest.mark.parametrize(
+    ("prefix", "partition"), [("sparkafka-q1", 0), ("orders-to-shipments", 17), ("a-1", 2)]
+)
+def test_an_id_reads_back_as_its_prefix_and_partition(prefix: str, partition: int) -> None:
+    built = transactional_id(prefix, partition)
+    assert write_partition_of(built, prefix) == partition
+    assert prefix_of(built, partition) == prefix
+
+
+@pytest.mark.parametrize(
+    ("candidate", "prefix"),
+    [
+        ("orders-extra-3", "orders"),  # another prefix that starts the same
+        ("orders-", "orders"),  # no partition
+        ("orders-x", "orders"),  # not a number
+        ("orders3", "orders"),  # no separator
+        ("other-3", "orders"),
+    ],
+)
+def test_an_id_of_another_prefix_has_no_partition(candidate: str, prefix: str) -> None:
+    assert write_partition_of(candidate, prefix) is None
+
+
+def test_the_prefix_of_an_id_built_for_another_partition_is_refused() -> None:
+    with pytest.raises(ValueError, match="not the transactional id of write partition 4"):
+        prefix_of(transactional_id("orders", 3), 4)
