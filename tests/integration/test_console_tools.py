@@ -30,6 +30,7 @@ def broker(kafka: Kafka) -> Kafka:
     """The module's cluster: the embedded broker, then Apache Kafka (``kafka`` in conftest)."""
     return kafka
 
+
 RECORD_LINE = re.compile(
     r"partition=(?P<partition>\d+) offset=(?P<offset>\d+) "
     r"timestamp=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \((?P<ms>\d+)\) key=(?P<key>\S*) value=(?P<value>.*)"
@@ -265,9 +266,7 @@ def test_topics_alter_sets_and_resets_configs(broker: Kafka, topic_name: str) ->
     )  # the dry run and the refusal changed nothing
 
 
-def test_groups_describe_shows_committed_offset_end_offset_and_lag(
-    broker: Kafka, topic_name: str
-) -> None:
+def test_groups_describe_shows_committed_offset_end_offset_and_lag(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     group = f"group-{topic_name}"
     create_topic(bootstrap, topic_name)
@@ -302,9 +301,7 @@ def test_groups_describe_shows_committed_offset_end_offset_and_lag(
     )
 
 
-def test_transactions_list_shows_an_open_transaction_until_it_commits(
-    broker: Kafka, topic_name: str
-) -> None:
+def test_transactions_list_shows_an_open_transaction_until_it_commits(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     transactional_id = f"tx-{topic_name}"
     create_topic(bootstrap, topic_name)

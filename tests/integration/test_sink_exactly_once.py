@@ -63,9 +63,7 @@ def _pipeline(broker: Kafka, tmp_path: Path, *extra: str) -> PipelineProcess:
     return PipelineProcess(tmp_path / "pipeline.log", args)
 
 
-def _wait_committed(
-    broker: Kafka, expected: int, partitions: int, timeout_s: float = 120
-) -> list[bytes]:
+def _wait_committed(broker: Kafka, expected: int, partitions: int, timeout_s: float = 120) -> list[bytes]:
     deadline = time.monotonic() + timeout_s
     got: list[bytes] = []
     while time.monotonic() < deadline:

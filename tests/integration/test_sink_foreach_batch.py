@@ -24,6 +24,7 @@ def broker(kafka: Kafka) -> Kafka:
     """The module's cluster: the embedded broker, then Apache Kafka (``kafka`` in conftest)."""
     return kafka
 
+
 ROWS = 10
 
 

@@ -54,15 +54,32 @@ def topics(fresh_kafka: Kafka) -> set[str]:
 
 
 def _pipeline(
-    broker: Kafka, cluster: StandaloneCluster, tmp_path: Path, executors: int, *conf: str,
+    broker: Kafka,
+    cluster: StandaloneCluster,
+    tmp_path: Path,
+    executors: int,
+    *conf: str,
     sink_options: tuple[str, ...] = (),
 ) -> PipelineProcess:
     settings = ("spark.executor.cores=1", f"spark.cores.max={executors}", "spark.executor.memory=1g", *conf)
     submit = " ".join(f"--conf {setting}" for setting in settings)
     args = [
-        "--bootstrap-servers", broker.bootstrap_servers, "--source-topic", "in", "--sink-topic", "out",
-        "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "500ms", "--master", cluster.master_url,
-        "--source-option", "startingOffsets=earliest", "--sql", SHUFFLED,
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--source-topic",
+        "in",
+        "--sink-topic",
+        "out",
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--trigger",
+        "500ms",
+        "--master",
+        cluster.master_url,
+        "--source-option",
+        "startingOffsets=earliest",
+        "--sql",
+        SHUFFLED,
         *(a for option in sink_options for a in ("--sink-option", option)),
     ]
     env = {
@@ -87,7 +104,9 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
     what is missing."""
     broker, ids = fresh_kafka, topics
     held = (
-        "debug.pauseAt=beforeCommit", "debug.pausePartitions=1,3", "debug.pauseMs=600s",
+        "debug.pauseAt=beforeCommit",
+        "debug.pausePartitions=1,3",
+        "debug.pauseMs=600s",
         "kafka.transaction.timeout.ms=600000",
     )
     first = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
@@ -149,8 +168,11 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
     initialisation fences the earlier, which can no longer commit; the output is written once."""
     broker, ids = fresh_kafka, topics
     speculation = (
-        "spark.speculation=true", "spark.speculation.interval=100ms", "spark.speculation.quantile=0.5",
-        "spark.speculation.multiplier=1.1", "spark.speculation.minTaskRuntime=1s",
+        "spark.speculation=true",
+        "spark.speculation.interval=100ms",
+        "spark.speculation.quantile=0.5",
+        "spark.speculation.multiplier=1.1",
+        "spark.speculation.minTaskRuntime=1s",
     )
     slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
     run = _pipeline(broker, cluster, tmp_path, 2, *speculation, sink_options=slow).start()

@@ -159,7 +159,12 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
     # Adopted deliberately (the first query's checkpoint is gone), the second query writes; it reads
     # its input from the start, as any new query with startingOffsets=earliest does.
     second_id = _run(
-        spark, bootstrap, source, sink, tmp_path / "second", transactionalIdPrefix=prefix,
+        spark,
+        bootstrap,
+        source,
+        sink,
+        tmp_path / "second",
+        transactionalIdPrefix=prefix,
         adoptTransactionalIdsFrom=first_id,
     )
     assert len(_everything_written(bootstrap, sink, expect=2 * ROWS)) == 2 * ROWS
@@ -179,9 +184,18 @@ def test_a_prefix_changed_in_the_middle_of_a_replay_refuses(
     bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     checkpoint = tmp_path / "checkpoint"
     held = _write_stream(
-        spark, bootstrap, source, sink, checkpoint, transactionalIdPrefix=f"old-{sink}",
-        **{"debug.pauseAt": "beforeCommit", "debug.pausePartitions": "1", "debug.pauseMs": "600s",
-           "kafka.transaction.timeout.ms": "600000"},
+        spark,
+        bootstrap,
+        source,
+        sink,
+        checkpoint,
+        transactionalIdPrefix=f"old-{sink}",
+        **{
+            "debug.pauseAt": "beforeCommit",
+            "debug.pausePartitions": "1",
+            "debug.pauseMs": "600s",
+            "kafka.transaction.timeout.ms": "600000",
+        },
     )
     try:
         assert wait_until(lambda: f"old-{sink}-0" in committed_markers(bootstrap, 0), timeout_s=120)

@@ -201,9 +201,7 @@ def test_log_append_time_topics_show_the_brokers_time_and_timestamp_type_1(
     assert before_ms <= row.ms <= after_ms
 
 
-def test_batch_offsets_json_and_timestamps(
-    spark: SparkSession, broker: Kafka, topic_name: str
-) -> None:
+def test_batch_offsets_json_and_timestamps(spark: SparkSession, broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
     base = 1_600_000_000_000
@@ -270,9 +268,7 @@ def read_range(options: SourceOptions, topic: str, start: int, end: int) -> list
     return list(KafkaBatchReader(options).read(OffsetRange(topic, 0, start, end)))
 
 
-def test_read_committed_ranges_skip_aborted_data_and_stop_at_the_end(
-    broker: Kafka, topic_name: str
-) -> None:
+def test_read_committed_ranges_skip_aborted_data_and_stop_at_the_end(broker: Kafka, topic_name: str) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic_name)
     produce(bootstrap, topic_name, ["plain0", "plain1"])  # offsets 0-1
@@ -721,9 +717,7 @@ def test_a_recreated_topic_is_data_loss_even_while_a_new_transaction_reaches_pas
         reader.stop()
 
 
-def test_a_range_past_the_end_of_its_partition_is_data_loss_at_once(
-    broker: Kafka, topic_name: str
-) -> None:
+def test_a_range_past_the_end_of_its_partition_is_data_loss_at_once(broker: Kafka, topic_name: str) -> None:
     """A replayed range the log no longer reaches (topic recreated, log truncated), wholly or from
     some offset on, fails or is cut short at once: there is nothing to wait for. What the log still
     has of the range is read."""
@@ -840,9 +834,7 @@ def test_streaming_starts_at_latest_by_default(
 # -- errors ----------------------------------------------------------------------------------------
 
 
-def test_option_mistakes_fail_when_the_dataframe_is_created(
-    spark: SparkSession, broker: Kafka
-) -> None:
+def test_option_mistakes_fail_when_the_dataframe_is_created(spark: SparkSession, broker: Kafka) -> None:
     bootstrap = broker.bootstrap_servers
     with pytest.raises(Exception, match=r"unknown option 'subscirbe'; did you mean 'subscribe'\?"):
         stream(spark, bootstrap, subscirbe="t")

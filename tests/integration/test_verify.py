@@ -83,9 +83,20 @@ def test_verify_on_apache_kafka_holds_exactly_once(tmp_path: Path) -> None:
     with ApacheKafka(tmp_path / "apache-kafka") as kafka:
         result = subprocess.run(
             [
-                sys.executable, "-m", "sparkafka", "verify",
-                "--bootstrap-servers", kafka.bootstrap_servers,
-                "--records", "300", "--kills", "2", "--send-seconds", "10", "--seed", "7",
+                sys.executable,
+                "-m",
+                "sparkafka",
+                "verify",
+                "--bootstrap-servers",
+                kafka.bootstrap_servers,
+                "--records",
+                "300",
+                "--kills",
+                "2",
+                "--send-seconds",
+                "10",
+                "--seed",
+                "7",
             ],
             capture_output=True,
             text=True,

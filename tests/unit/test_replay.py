@@ -26,7 +26,12 @@ BATCH = 7
 
 
 def marker(
-    *, query: str = QUERY, batch: int = BATCH, records: int = 10, partition: int = 2, prefix: str = "p",
+    *,
+    query: str = QUERY,
+    batch: int = BATCH,
+    records: int = 10,
+    partition: int = 2,
+    prefix: str = "p",
     topic: str | None = "out",
 ) -> CommitMarker:
     return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic)
@@ -65,28 +70,77 @@ CASES = [
     ("replay, more rows", {"own_marker": marker()}, 25, "the replay gives that partition 25", True),
     ("replay, no rows at all", {"own_marker": marker()}, 0, "another shape", True),
     ("marker of a later batch", {"own_marker": marker(batch=BATCH + 1)}, 3, Action.SKIP, False),
-    ("marker of another query", {"own_marker": marker(query=OTHER_QUERY, batch=BATCH + 5)}, 3,
-     Action.WRITE, False),
+    (
+        "marker of another query",
+        {"own_marker": marker(query=OTHER_QUERY, batch=BATCH + 5)},
+        3,
+        Action.WRITE,
+        False,
+    ),
     ("registered by another query", {"registered_query": OTHER_QUERY}, 10, "belongs to query q-0", False),
-    ("registered by another query, marker at this batch",
-     {"registered_query": OTHER_QUERY, "own_marker": marker(query=OTHER_QUERY)}, 10,
-     "adoptTransactionalIdsFrom", False),
-    ("registration not read (producer reused within a run)",
-     {"registered_query": None, "own_marker": marker()}, 10, Action.SKIP, True),
-    ("df.write replay to the same topic", {"batch_write": True, "own_marker": marker()}, 10, Action.SKIP,
-     True),
-    ("df.write, marker of another write's topic", {"batch_write": True, "own_marker": marker(topic="dlq")},
-     10, "need a transactionalIdPrefix each", False),
-    ("df.write, marker from before topics were recorded",
-     {"batch_write": True, "own_marker": marker(topic=None)}, 10, Action.SKIP, True),
-    ("df.write, rows name their topics", {"batch_write": True, "topic": "", "own_marker": marker(topic="")},
-     10, Action.SKIP, True),
-    ("streaming write, batch committed under another prefix",
-     {"other_prefix_markers": (marker(prefix="old", partition=0),)}, 10, "'old-0'", False),
-    ("streaming write, another prefix at an earlier batch",
-     {"other_prefix_markers": (marker(prefix="old", batch=BATCH - 1),)}, 10, Action.WRITE, False),
-    ("df.write, another write's prefix at this batch",
-     {"batch_write": True, "other_prefix_markers": (marker(prefix="dlq-writes"),)}, 10, Action.WRITE, False),
+    (
+        "registered by another query, marker at this batch",
+        {"registered_query": OTHER_QUERY, "own_marker": marker(query=OTHER_QUERY)},
+        10,
+        "adoptTransactionalIdsFrom",
+        False,
+    ),
+    (
+        "registration not read (producer reused within a run)",
+        {"registered_query": None, "own_marker": marker()},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "df.write replay to the same topic",
+        {"batch_write": True, "own_marker": marker()},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "df.write, marker of another write's topic",
+        {"batch_write": True, "own_marker": marker(topic="dlq")},
+        10,
+        "need a transactionalIdPrefix each",
+        False,
+    ),
+    (
+        "df.write, marker from before topics were recorded",
+        {"batch_write": True, "own_marker": marker(topic=None)},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "df.write, rows name their topics",
+        {"batch_write": True, "topic": "", "own_marker": marker(topic="")},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "streaming write, batch committed under another prefix",
+        {"other_prefix_markers": (marker(prefix="old", partition=0),)},
+        10,
+        "'old-0'",
+        False,
+    ),
+    (
+        "streaming write, another prefix at an earlier batch",
+        {"other_prefix_markers": (marker(prefix="old", batch=BATCH - 1),)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "df.write, another write's prefix at this batch",
+        {"batch_write": True, "other_prefix_markers": (marker(prefix="dlq-writes"),)},
+        10,
+        Action.WRITE,
+        False,
+    ),
 ]
 
 
@@ -106,8 +160,14 @@ def test_a_reshaped_replay_names_the_batch_the_partition_and_the_way_out() -> No
     with pytest.raises(ReplayRefused) as refused:
         decide(replace(VIEW, own_marker=marker(records=12)), Rows(3))
     message = str(refused.value)
-    for phrase in ("micro-batch 7", "write partition 2", "'p-2'", "REPARTITION", ADAPTIVE_STATELESS_STREAMING,
-                   "until micro-batch 7 is done"):
+    for phrase in (
+        "micro-batch 7",
+        "write partition 2",
+        "'p-2'",
+        "REPARTITION",
+        ADAPTIVE_STATELESS_STREAMING,
+        "until micro-batch 7 is done",
+    ):
         assert phrase in message
 
 
