@@ -14,6 +14,16 @@ from sparkafka.broker.runner import BrokerProcess
 from ..conftest import FAST_BROKER_ARGS
 from .apache_kafka import KAFKA_VERSIONS, NEWEST, ApacheKafka
 
+INTEGRATION_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration carries the ``integration`` marker, by its folder."""
+    for item in items:
+        if INTEGRATION_TESTS in item.path.resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
 EMBEDDED = "embedded"
 APACHE_KAFKA = f"apache-kafka-{NEWEST}"
 # Every pinned Apache Kafka: the newest 4.x and the newest 3.9.x.

@@ -6,7 +6,7 @@ than the broker's own work. Beyond the batch header, record batches are opaque b
 request's records are handed on as memoryviews into the request frame, and a Fetch response's records
 are written as the log's own bytes (or file regions sent with sendfile) between hand-encoded pieces.
 
-Contract with the general codec, checked by tests/unit/test_fastpath_codec.py:
+Contract with the general codec, checked by tests/unit/broker/test_fastpath_codec.py:
 
 - a decoder returns None for anything it does not take on itself (tagged fields, null arrays or names,
   lengths that overrun the frame, bytes left over, invalid UTF-8); the caller then uses the general

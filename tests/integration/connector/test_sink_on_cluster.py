@@ -1,0 +1,186 @@
+"""Exactly-once on a Spark standalone cluster (a master and two one-core workers on loopback
+addresses of their own): an executor that dies with a batch half committed, a replay with fewer
+executors, and speculative task copies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkafka.tools.harness import wait_until
+from sparkafka.tools.pipeline_process import PipelineProcess
+from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
+from tests.integration.kafka_clients import (
+    assert_exactly_once,
+    committed_ids,
+    committed_markers,
+    create_topic,
+    producer,
+    read_all,
+)
+from tests.integration.spark_cluster import StandaloneCluster
+
+PARTITIONS = 4
+RECORDS = 2000
+SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(tmp_path / "cluster", workers=2) as running:
+        yield running
+
+
+@pytest.fixture
+def topics(fresh_kafka: Kafka) -> set[str]:
+    """Input topic ``in`` with RECORDS records over PARTITIONS partitions, empty ``out``, on a Kafka of
+    the test's own (the embedded broker, then Apache Kafka); the ids."""
+    bootstrap = fresh_kafka.bootstrap_servers
+    create_topic(bootstrap, "in", partitions=PARTITIONS)
+    create_topic(bootstrap, "out", partitions=PARTITIONS)
+    sender = producer(bootstrap)
+    for i in range(RECORDS):
+        sender.produce("in", key=f"k{i % 53}", value=f"r{i:05d}|{'v' * 200}", partition=i % PARTITIONS)
+    assert sender.flush(60) == 0
+    return {f"r{i:05d}" for i in range(RECORDS)}
+
+
+def _pipeline(
+    broker: Kafka,
+    cluster: StandaloneCluster,
+    tmp_path: Path,
+    executors: int,
+    *conf: str,
+    sink_options: tuple[str, ...] = (),
+) -> PipelineProcess:
+    settings = ("spark.executor.cores=1", f"spark.cores.max={executors}", "spark.executor.memory=1g", *conf)
+    submit = " ".join(f"--conf {setting}" for setting in settings)
+    args = [
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--source-topic",
+        "in",
+        "--sink-topic",
+        "out",
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--trigger",
+        "500ms",
+        "--master",
+        cluster.master_url,
+        "--source-option",
+        "startingOffsets=earliest",
+        "--sql",
+        SHUFFLED,
+        *(a for option in sink_options for a in ("--sink-option", option)),
+    ]
+    env = {
+        **StandaloneCluster.environment(),
+        "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell",
+        "SPARKAFKA_SHUFFLE_PARTITIONS": str(PARTITIONS),
+    }
+    return PipelineProcess(tmp_path / "pipeline.log", args, env=env)
+
+
+def _everything(broker: Kafka) -> list[bytes]:
+    found = read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=PARTITIONS)
+    return [m.value() or b"" for m in found]
+
+
+def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_once(
+    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """Two executors of one core, one per worker; write partitions 1 and 3 of batch 0 hold their
+    transactions open while 0 and 2 commit; one executor and the driver are SIGKILLed; the replay
+    runs on a single executor, with the 4 write partitions the checkpoint pins, and writes exactly
+    what is missing."""
+    broker, ids = fresh_kafka, topics
+    held = (
+        "debug.pauseAt=beforeCommit",
+        "debug.pausePartitions=1,3",
+        "debug.pauseMs=600s",
+        "kafka.transaction.timeout.ms=600000",
+    )
+    first = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
+    try:
+        cluster.wait_for_executors(2)
+        # Held partitions flush their rows before pausing: every record is in the log, 0 and 2 committed.
+        assert wait_until(lambda: len(_everything(broker)) == RECORDS, timeout_s=180), first.output()[-3000:]
+        assert wait_until(lambda: len(committed_markers(broker.bootstrap_servers, 0)) == 2, timeout_s=60)
+        os.kill(cluster.executor_pids()[0], signal.SIGKILL)
+    finally:
+        first.kill_group()
+    prefix = f"sparkafka-{_query_id(tmp_path)}"
+    assert sorted(committed_markers(broker.bootstrap_servers, 0)) == [f"{prefix}-0", f"{prefix}-2"]
+
+    replay = _pipeline(broker, cluster, tmp_path, 1).start()
+    try:
+        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+    finally:
+        replay.terminate()
+    assert_exactly_once(output, ids)
+
+
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED, APACHE_KAFKA], indirect=True)
+def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exactly_once(
+    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """Write partition 1 of batch 0 holds its transaction open for 15 s; the executor running it is
+    SIGKILLed. The driver lives on: the worker launches a new executor, Spark runs the lost tasks
+    again, and the query writes every record once without a restart."""
+    broker, ids = fresh_kafka, topics
+    held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=15s")
+    run = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
+    pause = "sparkafka debug pause: beforeCommit partition=1 batch=0"
+    try:
+        first_executors = set(cluster.wait_for_executors(2))
+        assert wait_until(lambda: cluster.executor_pid_that_printed(pause) is not None, timeout_s=180), (
+            run.output()[-3000:]
+        )
+        victim = cluster.executor_pid_that_printed(pause)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        assert wait_until(lambda: bool(set(cluster.executor_pids()) - first_executors), timeout_s=120), (
+            "the worker launched no new executor"
+        )
+        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+        assert run.process is not None and run.process.poll() is None, run.output()[-3000:]
+    finally:
+        run.terminate()
+    assert_exactly_once(output, ids)
+    assert cluster.executor_stderr().count(pause) >= 2, "the lost write task did not run again"
+    assert "restarting from checkpoint" not in run.output()
+
+
+def test_speculative_copies_of_a_slow_write_task_write_it_once(
+    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """spark.speculation on: write partition 1 is slow (held 8 s before its commit), so Spark starts a
+    copy of it on the other executor. Both attempts use transactional id ...-1; the later one's
+    initialisation fences the earlier, which can no longer commit; the output is written once."""
+    broker, ids = fresh_kafka, topics
+    speculation = (
+        "spark.speculation=true",
+        "spark.speculation.interval=100ms",
+        "spark.speculation.quantile=0.5",
+        "spark.speculation.multiplier=1.1",
+        "spark.speculation.minTaskRuntime=1s",
+    )
+    slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
+    run = _pipeline(broker, cluster, tmp_path, 2, *speculation, sink_options=slow).start()
+    try:
+        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+    finally:
+        run.terminate()
+    assert_exactly_once(output, ids)
+    attempts = cluster.executor_stderr().count("sparkafka debug pause: beforeCommit partition=1 batch=0")
+    assert attempts >= 2, "no speculative copy of the slow task ran"
+
+
+def _query_id(tmp_path: Path) -> str:
+    return str(json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"])

@@ -1,0 +1,93 @@
+"""Transactions that outlive a timeout, and what the sink says: a write task whose transaction outlives
+kafka.transaction.timeout.ms (the broker aborts it and fences the producer) fails naming the option,
+not another attempt of the task; and another writer's transaction left open on the shared
+commit-marker partition is named as the cause of the wait (real broker, real local SparkSession)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.sink.markers import ensure_marker_topic, read_marker_partition
+from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
+from sparkafka.errors import SparkafkaError
+from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer
+from tests.integration.spark_session import spark_fixture  # noqa: F401
+
+
+@pytest.fixture
+def quick_aborting_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """Looks for timed-out transactions every 200 ms (Kafka's default: every 10 s)."""
+    args = ["--group-initial-rebalance-delay-ms", "0", "--transaction-abort-check-interval-ms", "200"]
+    with BrokerProcess(tmp_path / "data", extra_args=args) as process:
+        yield process
+
+
+def test_a_transaction_open_longer_than_its_timeout_fails_naming_the_timeout(
+    spark: SparkSession, quick_aborting_broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    bootstrap = quick_aborting_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    create_topic(bootstrap, f"{topic_name}-out")
+    sender = producer(bootstrap)
+    sender.produce(topic_name, value=b"v")
+    assert sender.flush(30) == 0
+    query = (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic_name)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("value")
+        .writeStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", f"{topic_name}-out")
+        .option("deliveryGuarantee", "exactly-once")
+        .option("kafka.transaction.timeout.ms", "1000")
+        # The transaction is open (its record produced) while the task pauses, as while Spark
+        # computes a slow task's rows.
+        .option("debug.pauseAt", "beforeCommit")
+        .option("debug.pauseMs", "3000")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    expected = r"was open for \d+\.\d s, longer than kafka\.transaction\.timeout\.ms=1000"
+    with pytest.raises(Exception, match=expected):
+        query.awaitTermination()
+    assert read_all(bootstrap, f"{topic_name}-out", timeout_s=3) == []
+
+
+def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    markers = f"{topic_name}-markers"
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": markers,
+            "kafka.transaction.timeout.ms": "2000",
+            "operationTimeoutMs": "1000",
+        }
+    )
+    ensure_marker_topic(options)
+    # Another query's writer, with a 15 min timeout, died after producing its marker.
+    other = transactional_producer(bootstrap, f"{topic_name}-other-0", transaction_timeout_ms=900_000)
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(markers, key=b"other", value=b"{}", partition=MARKER_PARTITION)
+    assert other.flush(30) == 0
+    try:
+        with pytest.raises(SparkafkaError, match="did not reach offset") as failure:
+            read_marker_partition(options, want={"mine-0"})
+        message = str(failure.value)
+        assert "longer kafka.transaction.timeout.ms" in message
+        assert "sparkafka transactions list" in message
+    finally:
+        other.abort_transaction(30)
