@@ -16,6 +16,12 @@ Once step 1 is journaled the outcome stands: EndTxn answers success even if step
 write or a journal append), and the periodic task retries steps 2-3 (:meth:`complete_prepared`), as
 Kafka's marker channel does. Until then the id answers CONCURRENT_TRANSACTIONS.
 
+State changes: a transaction's state moves only along Kafka's transitions (``_VALID_PREVIOUS_STATES``,
+as Kafka's TransactionState), and every change goes one way, :meth:`TransactionCoordinator._transition`:
+prepare the next metadata as a copy (the transition checked), journal it, and only then apply it to
+the metadata in memory. Memory never holds a state the journal lacks, so nothing needs undoing when
+the journal append fails.
+
 Fencing: InitProducerId and a timeout abort bump the epoch. Markers carry the bumped epoch, so the
 partitions reject later batches of the old producer (INVALID_PRODUCER_EPOCH) and the coordinator
 rejects its transactional requests (PRODUCER_FENCED).
@@ -31,10 +37,9 @@ the previous producer id with that epoch is a retry of the rotation.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -80,7 +85,24 @@ class TxnState(StrEnum):
     COMPLETE_ABORT = "CompleteAbort"
 
 
-_COMPLETED = {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
+_COMPLETED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+_PREPARED = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+
+# The states a transaction may move to each state from, as Kafka's TransactionState.validPreviousStates
+# (without PrepareEpochFence and Dead, which this coordinator does not use: a fence is journaled with
+# its PrepareAbort, and removed ids are forgotten by a tombstone).
+_VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
+    TxnState.EMPTY: _COMPLETED,
+    TxnState.ONGOING: _COMPLETED | {TxnState.ONGOING},
+    TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING}),
+    TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
+    TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
+}
+
+
+class IllegalStateTransition(Exception):
+    """A change the state machine does not allow: a bug of the coordinator, never a client's error."""
 
 
 @dataclass(slots=True)
@@ -118,6 +140,19 @@ class TransactionMetadata:
             "last_epoch": self.last_producer_epoch,
             "previous_pid": self.previous_producer_id,
         }
+
+    def prepare_transition(self, state: TxnState, **changes: Any) -> TransactionMetadata:
+        """The metadata after moving to ``state`` with ``changes``, as a copy: this one is left as it
+        is until the copy is journaled (:meth:`TransactionCoordinator._transition`). Raises
+        :class:`IllegalStateTransition` for a move Kafka's state machine does not allow."""
+        if self.state not in _VALID_PREVIOUS_STATES[state]:
+            raise IllegalStateTransition(
+                f"transactional id {self.transactional_id!r}: {self.state.value} -> {state.value} is not a "
+                "valid transition"
+            )
+        copied = {name: getattr(self, name) for name in _JOURNALED_FIELDS}
+        copied.update(partitions=set(self.partitions), groups=set(self.groups))
+        return TransactionMetadata(**{**copied, **changes, "state": state})
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> TransactionMetadata:
@@ -235,29 +270,24 @@ class TransactionCoordinator:
             )
         return len(expired)
 
-    @contextlib.contextmanager
-    def _journaled_change(self, txn: TransactionMetadata) -> Iterator[None]:
-        """Change ``txn`` in the block, then journal it; if that fails, the change is undone: a
-        retried request must find the transaction as the journal has it. (Left changed, a retried
-        AddPartitionsToTxn found its partitions added and answered success; after a restart the
-        coordinator did not know them, and their open transaction held read_committed readers
-        back for good.)"""
-        before = txn.to_entry()
-        try:
-            yield
-            self._persist(txn)
-        except BaseException:
-            if self._by_producer_id.get(txn.producer_id) is txn:
-                del self._by_producer_id[txn.producer_id]
-            restored = TransactionMetadata.from_entry(before)
-            for name in _JOURNALED_FIELDS:
-                setattr(txn, name, getattr(restored, name))
-            self._by_producer_id[txn.producer_id] = txn
-            raise
+    def _transition(self, txn: TransactionMetadata, prepared: TransactionMetadata) -> None:
+        """Make ``prepared`` (from :meth:`TransactionMetadata.prepare_transition`) the state of
+        ``txn``. Steps:
 
-    def _persist(self, txn: TransactionMetadata) -> None:
-        txn.last_update_ms = self._now_ms()
-        self._journal.append(txn.to_entry())
+        1. stamp the change's time;
+        2. journal it — if the append fails, ``txn`` is untouched and the error reaches the caller,
+           so a retried request finds the transaction as the journal has it (a change only memory
+           knew would, for example, answer a retried AddPartitionsToTxn with success and, after a
+           restart, leave an open transaction no coordinator knows, holding readers back for good);
+        3. apply it to ``txn`` in memory, re-indexing a new producer id.
+        """
+        prepared.last_update_ms = self._now_ms()
+        self._journal.append(prepared.to_entry())
+        if self._by_producer_id.get(txn.producer_id) is txn and prepared.producer_id != txn.producer_id:
+            del self._by_producer_id[txn.producer_id]
+        for name in _JOURNALED_FIELDS:
+            setattr(txn, name, getattr(prepared, name))
+        self._by_producer_id[txn.producer_id] = txn
         if self._journal.appended_since_rewrite > _JOURNAL_REWRITE_THRESHOLD:
             snapshot = [t.to_entry() for t in self.transactions.values()]
             snapshot.append({"type": "pid_block", "limit": self._producer_id_limit})
@@ -294,12 +324,9 @@ class TransactionCoordinator:
         txn = self.transactions.get(transactional_id)
         if txn is None:
             txn = TransactionMetadata(transactional_id, self.allocate_producer_id(), 0, timeout_ms)
+            txn.last_update_ms = self._now_ms()
+            self._journal.append(txn.to_entry())  # journaled before memory knows the id
             self._index(txn)
-            try:
-                self._persist(txn)
-            except BaseException:
-                self._forget(transactional_id)
-                raise
             return txn.producer_id, txn.producer_epoch
         bumping_own_epoch = producer_id >= 0
         if bumping_own_epoch and not (
@@ -307,7 +334,7 @@ class TransactionCoordinator:
             or (producer_id == txn.previous_producer_id and producer_epoch >= _MAX_EPOCH)
         ):
             raise self._fenced(txn, producer_id, producer_epoch)
-        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        if txn.state in _PREPARED:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if txn.state is TxnState.ONGOING:
             # As Kafka: fence the previous instance, abort its transaction, and have the new instance
@@ -317,30 +344,28 @@ class TransactionCoordinator:
                 ErrorCode.CONCURRENT_TRANSACTIONS,
                 f"aborting the open transaction of {transactional_id!r} before re-initialising it; retry",
             )
-        # Journaled before it is answered, else undone: a bump only memory knew would fence the
-        # previous instance until a restart brought it back.
-        with self._journaled_change(txn):
-            own_current_epoch = (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch)
-            if txn.producer_epoch >= _MAX_EPOCH and (not bumping_own_epoch or own_current_epoch):
-                self._by_producer_id.pop(txn.producer_id, None)
-                txn.previous_producer_id = txn.producer_id
-                txn.last_producer_epoch = txn.producer_epoch if bumping_own_epoch else -1
-                txn.producer_id, txn.producer_epoch = self.allocate_producer_id(), 0
-                self._by_producer_id[txn.producer_id] = txn
-            elif not bumping_own_epoch:
-                txn.producer_epoch += 1
-                txn.last_producer_epoch = -1
-            elif own_current_epoch:
-                txn.last_producer_epoch = txn.producer_epoch
-                txn.producer_epoch += 1
-            elif producer_epoch != txn.last_producer_epoch:
-                raise self._fenced(txn, producer_id, producer_epoch)
-            # else: the last bump again, its answer lost: the current epoch, not bumped twice.
-            txn.timeout_ms = timeout_ms
-            txn.state = TxnState.EMPTY
-            txn.partitions.clear()
-            txn.groups.clear()
-            txn.start_ms = -1
+        # Journaled before it is answered: a bump only memory knew would fence the previous
+        # instance until a restart brought it back.
+        own_current_epoch = (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch)
+        identity: dict[str, int] = {}
+        if txn.producer_epoch >= _MAX_EPOCH and (not bumping_own_epoch or own_current_epoch):
+            identity = {
+                "previous_producer_id": txn.producer_id,
+                "last_producer_epoch": txn.producer_epoch if bumping_own_epoch else -1,
+                "producer_id": self.allocate_producer_id(),
+                "producer_epoch": 0,
+            }
+        elif not bumping_own_epoch:
+            identity = {"producer_epoch": txn.producer_epoch + 1, "last_producer_epoch": -1}
+        elif own_current_epoch:
+            identity = {"producer_epoch": txn.producer_epoch + 1, "last_producer_epoch": txn.producer_epoch}
+        elif producer_epoch != txn.last_producer_epoch:
+            raise self._fenced(txn, producer_id, producer_epoch)
+        # else: the last bump again, its answer lost: the current epoch, not bumped twice.
+        prepared = txn.prepare_transition(
+            TxnState.EMPTY, **identity, timeout_ms=timeout_ms, partitions=set(), groups=set(), start_ms=-1
+        )
+        self._transition(txn, prepared)
         return txn.producer_id, txn.producer_epoch
 
     @staticmethod
@@ -375,16 +400,24 @@ class TransactionCoordinator:
                 f"producer {producer_id} epoch {producer_epoch} of transactional id {transactional_id!r} "
                 f"was fenced by epoch {txn.producer_epoch}",
             )
-        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and not ending:
+        if txn.state in _PREPARED and not ending:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         return txn
 
-    def _begin_if_needed(self, txn: TransactionMetadata) -> None:
-        if txn.state in _COMPLETED:
-            txn.state = TxnState.ONGOING
-            txn.partitions.clear()
-            txn.groups.clear()
-            txn.start_ms = self._now_ms()
+    def _add_to_ongoing(
+        self, txn: TransactionMetadata, partitions: Iterable[TopicPartition] = (), groups: Iterable[str] = ()
+    ) -> None:
+        """Add partitions and groups to the ongoing transaction, beginning one after a completed
+        transaction (or none), journaled first."""
+        if txn.state is TxnState.ONGOING:
+            prepared = txn.prepare_transition(
+                TxnState.ONGOING, partitions=txn.partitions | set(partitions), groups=txn.groups | set(groups)
+            )
+        else:
+            prepared = txn.prepare_transition(
+                TxnState.ONGOING, partitions=set(partitions), groups=set(groups), start_ms=self._now_ms()
+            )
+        self._transition(txn, prepared)
 
     def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
@@ -401,9 +434,7 @@ class TransactionCoordinator:
             }
         txn = self._owned(transactional_id, producer_id, producer_epoch)
         if not set(partitions) <= txn.partitions or txn.state is not TxnState.ONGOING:
-            with self._journaled_change(txn):
-                self._begin_if_needed(txn)
-                txn.partitions.update(partitions)
+            self._add_to_ongoing(txn, partitions=partitions)
         return dict.fromkeys(partitions, ErrorCode.NONE)
 
     def add_offsets(
@@ -411,9 +442,7 @@ class TransactionCoordinator:
     ) -> None:
         txn = self._owned(transactional_id, producer_id, producer_epoch)
         if group_id not in txn.groups or txn.state is not TxnState.ONGOING:
-            with self._journaled_change(txn):
-                self._begin_if_needed(txn)
-                txn.groups.add(group_id)
+            self._add_to_ongoing(txn, groups=[group_id])
 
     def verify_offset_commit(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
@@ -436,8 +465,7 @@ class TransactionCoordinator:
         """Make a verified TxnOffsetCommit's group part of the transaction, journaled first."""
         txn = self.transactions[transactional_id]
         if group_id not in txn.groups:
-            with self._journaled_change(txn):
-                txn.groups.add(group_id)
+            self._add_to_ongoing(txn, groups=[group_id])
 
     def verify_partition(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
@@ -469,7 +497,7 @@ class TransactionCoordinator:
                 f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
                 f"{txn.producer_epoch} of transactional id {transactional_id!r}",
             )
-        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        if txn.state in _PREPARED:
             text = (
                 "Unable to verify the partition has been added to the transaction. Underlying error: "
                 "CONCURRENT_TRANSACTIONS"
@@ -509,17 +537,13 @@ class TransactionCoordinator:
             f"in state {txn.state.value}",
         )
 
-    def _complete(self, txn: TransactionMetadata, commit: bool) -> None:
-        """Decide the outcome (journal PrepareCommit/PrepareAbort), then carry it out. A failure to
-        journal the decision leaves the transaction as it was and reaches the caller; a failure after
-        it is logged and left to :meth:`complete_prepared`, since the outcome stands."""
-        before = txn.state
-        txn.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        try:
-            self._persist(txn)
-        except BaseException:
-            txn.state = before
-            raise
+    def _complete(self, txn: TransactionMetadata, commit: bool, **changes: Any) -> None:
+        """Decide the outcome (journal PrepareCommit/PrepareAbort, with ``changes`` such as a fencing
+        epoch), then carry it out. A failure to journal the decision leaves the transaction as it
+        was and reaches the caller; a failure after it is logged and left to
+        :meth:`complete_prepared`, since the outcome stands."""
+        decided = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        self._transition(txn, txn.prepare_transition(decided, **changes))
         self._carry_out(txn, commit)
 
     def complete_prepared(self) -> int:
@@ -533,7 +557,7 @@ class TransactionCoordinator:
         prepared = [
             txn
             for txn in self.transactions.values()
-            if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            if txn.state in _PREPARED
         ]
         return sum(self._carry_out(txn, txn.state is TxnState.PREPARE_COMMIT) for txn in prepared)
 
@@ -571,12 +595,10 @@ class TransactionCoordinator:
             txn.outcome_written.add(part)
         if failure is not None:
             raise failure
-        txn.outcome_written.clear()
-        txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        completed = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         # A completed transaction lists no partitions (DescribeTransactions); its start time stays.
-        txn.partitions.clear()
-        txn.groups.clear()
-        self._persist(txn)
+        self._transition(txn, txn.prepare_transition(completed, partitions=set(), groups=set()))
+        txn.outcome_written.clear()
 
     def _fence_and_abort(self, txn: TransactionMetadata, *, reason: str) -> None:
         log.info(
@@ -586,14 +608,9 @@ class TransactionCoordinator:
             txn.producer_epoch,
             reason,
         )
-        unfenced = (txn.producer_epoch, txn.last_producer_epoch)
-        txn.producer_epoch += 1
-        txn.last_producer_epoch = -1  # the fenced producer's epoch is no retry of anything
-        try:
-            self._complete(txn, commit=False)
-        except BaseException:  # the fence was not journaled: as if it had not been tried
-            txn.producer_epoch, txn.last_producer_epoch = unfenced
-            raise
+        # The fence and the decision are one journal entry; the fenced producer's epoch is no retry
+        # of anything.
+        self._complete(txn, commit=False, producer_epoch=txn.producer_epoch + 1, last_producer_epoch=-1)
 
     def abort_timed_out(self) -> int:
         """Abort transactions open longer than their transaction.timeout.ms, bumping the epoch so the

@@ -13,7 +13,9 @@ import pytest
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.journal import Journal, JournalError
 from sparkafka.broker.transactions import (
+    IllegalStateTransition,
     TransactionCoordinator,
+    TransactionMetadata,
     TransactionVerificationError,
     TxnState,
     offsets_partition_for,
@@ -366,20 +368,20 @@ def test_a_timeout_abort_that_cannot_be_journaled_does_not_hold_up_the_others(
     for transactional_id in ("first", "second"):
         pid, epoch = coordinator.init_producer_id(transactional_id, TIMEOUT_MS)
         coordinator.add_partitions(transactional_id, pid, epoch, [(transactional_id, 0)])
-    journal_append = coordinator._persist
+    transition = coordinator._transition
 
-    def persist_failing_for_first(txn: Any) -> None:
+    def transition_failing_for_first(txn: Any, prepared: Any) -> None:
         if txn.transactional_id == "first":
             raise JournalError("disk full")
-        journal_append(txn)
+        transition(txn, prepared)
 
-    monkeypatch.setattr(coordinator, "_persist", persist_failing_for_first)
+    monkeypatch.setattr(coordinator, "_transition", transition_failing_for_first)
     clock.now += TIMEOUT_MS + 1
     assert coordinator.abort_timed_out() == 1
     assert coordinator.transactions["first"].state is TxnState.ONGOING  # tried again next round
     assert coordinator.transactions["second"].state is TxnState.COMPLETE_ABORT
 
-    monkeypatch.setattr(coordinator, "_persist", journal_append)
+    monkeypatch.setattr(coordinator, "_transition", transition)
     assert coordinator.abort_timed_out() == 1
     assert coordinator.transactions["first"].state is TxnState.COMPLETE_ABORT
 
@@ -480,3 +482,34 @@ def test_unknown_partitions_fail_before_the_producer_is_checked(journal_path: Pa
         assert _error(coordinator.add_partitions, "t", pid, epoch, [("out", 0)]) == ErrorCode.PRODUCER_FENCED
     finally:
         journal.close()
+
+
+_ALLOWED_TRANSITIONS = {
+    (TxnState.EMPTY, TxnState.EMPTY),
+    (TxnState.COMPLETE_COMMIT, TxnState.EMPTY),
+    (TxnState.COMPLETE_ABORT, TxnState.EMPTY),
+    (TxnState.EMPTY, TxnState.ONGOING),
+    (TxnState.ONGOING, TxnState.ONGOING),
+    (TxnState.COMPLETE_COMMIT, TxnState.ONGOING),
+    (TxnState.COMPLETE_ABORT, TxnState.ONGOING),
+    (TxnState.ONGOING, TxnState.PREPARE_COMMIT),
+    (TxnState.ONGOING, TxnState.PREPARE_ABORT),
+    (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT),
+    (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT),
+}
+
+
+@pytest.mark.parametrize("source", list(TxnState))
+@pytest.mark.parametrize("target", list(TxnState))
+def test_every_transition_outside_kafkas_state_machine_is_refused(source: TxnState, target: TxnState) -> None:
+    """Kafka's TransactionState transitions, and no other: a refused one leaves the metadata as it is."""
+    txn = TransactionMetadata("t", producer_id=7, producer_epoch=3, timeout_ms=60_000, state=source)
+    txn.partitions.add(("topic", 0))
+    if (source, target) in _ALLOWED_TRANSITIONS:
+        prepared = txn.prepare_transition(target, partitions=set())
+        assert (prepared.state, prepared.partitions) == (target, set())
+        assert (txn.state, txn.partitions) == (source, {("topic", 0)}), "a prepared transition changed memory"
+    else:
+        with pytest.raises(IllegalStateTransition, match=f"{source.value} -> {target.value}"):
+            txn.prepare_transition(target)
+        assert txn.state is source
