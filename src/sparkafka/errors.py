@@ -30,3 +30,29 @@ class DataLossError(SparkafkaError, RuntimeError):
 
 class KafkaReadError(SparkafkaError, RuntimeError):
     """Reading an offset range failed or made no progress within the poll timeout."""
+
+
+class SinkError(SparkafkaError, RuntimeError):
+    """A write to Kafka failed; the message says why in terms of the sink's options."""
+
+
+class ProducerFencedError(SinkError):
+    """A newer producer initialised the same transactional id (a retried or duplicated task): this
+    attempt's transaction is aborted, and Spark retries the task."""
+
+
+class TransactionTimeoutError(SinkError):
+    """The broker aborted a transaction open longer than ``kafka.transaction.timeout.ms``, or refused
+    a timeout above its ``transaction.max.timeout.ms``."""
+
+
+class CommitMarkerError(SinkError):
+    """The commit-marker topic cannot be created, read or written as exactly-once needs."""
+
+
+class RecordTooLargeError(SinkError):
+    """A record is larger than the broker or the topic accepts."""
+
+
+class OutputTopicNotFoundError(SinkError, LookupError):
+    """The topic a row is written to does not exist."""

@@ -554,11 +554,7 @@ class TransactionCoordinator:
         Each transaction on its own, as Kafka's marker channel sends each transaction's markers: one
         whose writes fail again is logged and stays prepared for the next round, and the others are
         completed all the same. So the broker also starts with such a transaction pending."""
-        prepared = [
-            txn
-            for txn in self.transactions.values()
-            if txn.state in _PREPARED
-        ]
+        prepared = [txn for txn in self.transactions.values() if txn.state in _PREPARED]
         return sum(self._carry_out(txn, txn.state is TxnState.PREPARE_COMMIT) for txn in prepared)
 
     def _carry_out(self, txn: TransactionMetadata, commit: bool) -> bool:

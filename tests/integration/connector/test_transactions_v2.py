@@ -34,6 +34,7 @@ from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.failures import kafka_exception_of
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.sink.writer import KafkaStreamWriter
+from sparkafka.errors import ProducerFencedError
 from sparkafka.tools.harness import wait_until
 from tests.conftest import FAST_BROKER_ARGS
 from tests.integration.apache_kafka import ApacheKafka
@@ -268,6 +269,7 @@ def test_a_zombie_is_fenced_on_produce(any_kafka: Any, topic_name: str) -> None:
     # The sink tells the task's failure in its own words, whichever form the client raised.
     writer = KafkaStreamWriter(SinkOptions.parse({"kafka.bootstrap.servers": any_kafka.bootstrap_servers}))
     explained = writer._explain(kafka_exception_of(raised.value), transactional_id)
+    assert isinstance(explained, ProducerFencedError)
     assert "was fenced by a newer producer" in str(explained)
     with pytest.raises(KafkaException) as committed:
         zombie.commit_transaction(10)

@@ -8,7 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sparkafka.connector.kafka_admin import unreachable_error
 from sparkafka.connector.sink.options import OPERATION_TIMEOUT, SinkOptions
-from sparkafka.errors import SparkafkaError
+from sparkafka.errors import SparkafkaError, TransactionTimeoutError
 
 
 def sink_unreachable_error(
@@ -30,8 +30,8 @@ def sink_unreachable_error(
     )
 
 
-def transaction_timeout_error(options: SinkOptions) -> SparkafkaError:
-    return SparkafkaError(
+def transaction_timeout_error(options: SinkOptions) -> TransactionTimeoutError:
+    return TransactionTimeoutError(
         f"the sink's transaction timeout kafka.transaction.timeout.ms={options.transaction_timeout_ms} is "
         "larger than the broker's transaction.max.timeout.ms, so the broker refused to start transactions "
         "(INVALID_TRANSACTION_TIMEOUT). Fix: lower the sink option kafka.transaction.timeout.ms below the "

@@ -23,7 +23,7 @@ from sparkafka.connector.kafka_admin import (
 )
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import MARKER_PARTITION, OPERATION_TIMEOUT, SinkOptions
-from sparkafka.errors import SparkafkaError, SparkafkaOptionError
+from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def ensure_marker_topic(options: SinkOptions) -> None:
         log.info("created commit-marker topic %s", options.marker_topic)
     except KafkaException as error:
         if error_code(error) != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise SparkafkaError(
+            raise CommitMarkerError(
                 f"cannot create the commit-marker topic '{options.marker_topic}' on "
                 f"{options.bootstrap_servers}: {error.args[0]}. Create it yourself with "
                 "cleanup.policy=compact, "
@@ -171,7 +171,7 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             position = consumer.position([partition])[0].offset
             if position >= high:
                 return latest
-        raise SparkafkaError(
+        raise CommitMarkerError(
             f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
             f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms "
             "(this sink's kafka.transaction.timeout.ms plus operationTimeoutMs): an open transaction holds "
@@ -195,7 +195,7 @@ def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> 
                 options, f"read the offsets of {options.marker_topic}", error
             ) from None
     if marks is None:
-        raise SparkafkaError(
+        raise CommitMarkerError(
             f"the commit-marker topic '{options.marker_topic}' has no partition {partition.partition} any "
             "more (deleted while the query ran?). The markers are what makes a replayed batch skip "
             "output it already committed: restore the topic from a backup, or start the query again "

@@ -39,7 +39,7 @@ from sparkafka.connector.sink.options import (
 )
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
-from sparkafka.errors import SparkafkaError
+from sparkafka.errors import CommitMarkerError, SparkafkaError
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,9 @@ def _register(options: SinkOptions, producer: Producer, key: str, query_id: str,
     except KafkaException as error:
         with contextlib.suppress(KafkaException):
             producer.abort_transaction(options.operation_timeout_s)
-        raise SparkafkaError(f"registering {key} in {options.marker_topic} failed: {error.args[0]}") from None
+        raise CommitMarkerError(
+            f"registering {key} in {options.marker_topic} failed: {error.args[0]}"
+        ) from None
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:

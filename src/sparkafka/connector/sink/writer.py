@@ -44,7 +44,14 @@ from sparkafka.connector.sink.producers import (
 )
 from sparkafka.connector.sink.task import task_identity
 from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
-from sparkafka.errors import SparkafkaError
+from sparkafka.errors import (
+    OutputTopicNotFoundError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    SinkError,
+    SparkafkaError,
+    TransactionTimeoutError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +312,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             # The coordinator aborts a transaction open longer than its timeout and bumps the epoch,
             # which fences this producer: no other attempt is involved, and a retry that is as slow
             # fails the same way.
-            return SparkafkaError(
+            return TransactionTimeoutError(
                 f"the transaction of transactional id '{transactional_id}' was open for "
                 f"{open_ms / 1000:.1f} s, longer than kafka.transaction.timeout.ms={timeout_ms}, so the "
                 "broker aborted it "
@@ -314,18 +321,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 "transaction.max.timeout.ms), or make micro-batches smaller (maxOffsetsPerTrigger)"
             )
         if code in fenced:
-            return SparkafkaError(
+            return ProducerFencedError(
                 f"transactional id '{transactional_id}' was fenced by a newer producer with the same id (a "
                 "retried or duplicated task); this attempt's transaction was aborted and Spark retries "
                 "the task"
             )
         if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
-            return SparkafkaError(
+            return RecordTooLargeError(
                 f"a record is larger than the broker accepts ({kafka_error.str()}); raise the topic's "
                 "max.message.bytes (and the sink option kafka.message.max.bytes) or write smaller values"
             )
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            return SparkafkaError(
+            return OutputTopicNotFoundError(
                 f"the output topic does not exist on {self.options.bootstrap_servers} ({kafka_error.str()}); "
                 "create it first (sparkafka topics create ...) or enable auto.create.topics.enable on the "
                 "brokers"
@@ -333,10 +340,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             return transaction_timeout_error(self.options)
         if transactional_id is None:
-            return SparkafkaError(f"writing to {self.options.bootstrap_servers} failed: {kafka_error.str()}")
-        return SparkafkaError(
-            f"writing with transactional id '{transactional_id}' failed: {kafka_error.str()}"
-        )
+            return SinkError(f"writing to {self.options.bootstrap_servers} failed: {kafka_error.str()}")
+        return SinkError(f"writing with transactional id '{transactional_id}' failed: {kafka_error.str()}")
 
     def _write_without_transaction(self, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> int:
         cached = plain_producer(self.options)
