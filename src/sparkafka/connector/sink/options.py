@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
@@ -15,9 +16,18 @@ from sparkafka.connector.replay import (
 )
 from sparkafka.errors import SparkafkaOptionError
 
-EXACTLY_ONCE = "exactly-once"
-AT_LEAST_ONCE = "at-least-once"
-NONE = "none"
+
+class DeliveryGuarantee(StrEnum):
+    """The sink option ``deliveryGuarantee``, as Flink's DeliveryGuarantee names it."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    NONE = "none"
+
+
+EXACTLY_ONCE = DeliveryGuarantee.EXACTLY_ONCE
+AT_LEAST_ONCE = DeliveryGuarantee.AT_LEAST_ONCE
+NONE = DeliveryGuarantee.NONE
 DEFAULT_MARKER_TOPIC = "_sparkafka_commit_markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 MARKER_PARTITION = 0
@@ -67,7 +77,7 @@ _EXACTLY_ONCE_NEEDS = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
 class SinkOptions:
     client_config: dict[str, str]
     topic: str | None
-    delivery_guarantee: str
+    delivery_guarantee: DeliveryGuarantee
     transactional_id_prefix: str | None
     marker_topic: str
     transaction_timeout_ms: int
@@ -89,7 +99,9 @@ class SinkOptions:
                 "'localhost:9092')"
             )
         reject_forbidden_kafka_params(params, _FORBIDDEN_PRODUCER_PARAMS)
-        guarantee = reader.choice("deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE, NONE), AT_LEAST_ONCE)
+        guarantee = DeliveryGuarantee(
+            reader.choice("deliveryGuarantee", tuple(DeliveryGuarantee), AT_LEAST_ONCE)
+        )
         if guarantee == EXACTLY_ONCE:
             for key, allowed in _EXACTLY_ONCE_NEEDS.items():
                 if key in params and str(params[key]).strip().lower() not in allowed:
