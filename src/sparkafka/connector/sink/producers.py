@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,71 @@ class CachedProducer:
 
 
 _CLIENT_ERRORS_KEPT = 16
-_producers: dict[tuple[str, str | None, str], CachedProducer] = {}
-_producers_lock = threading.Lock()
+# A producer idle this long (its query stopped, its id moved to another worker for good) is closed at
+# the next lookup. Longer than any transaction can stay open (Kafka's transaction.max.timeout.ms
+# defaults to 15 minutes), so a producer in use is never taken for idle.
+PRODUCER_IDLE_TIMEOUT_S = 30 * 60.0
+
+CacheKey = tuple[str, str | None, str]
+
+
+class ProducerCache:
+    """Producers kept per Python worker from one write task to the next, one per (cluster,
+    transactional id, delivery guarantee); thread-safe.
+
+    Invariants: a Python worker runs one task at a time, so the producer of an id is used by one task
+    at once; a cached producer is only reused while this worker initialised its id last
+    (:func:`transactional_producer` checks); a producer that failed is discarded, never reused."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._entries: dict[CacheKey, tuple[CachedProducer, float]] = {}
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def get(self, key: CacheKey) -> CachedProducer | None:
+        """The producer cached under ``key`` (now counted as used), after closing idle ones."""
+        now = self._clock()
+        with self._lock:
+            idle = [
+                other
+                for other, (_, used_at) in self._entries.items()
+                if now - used_at > PRODUCER_IDLE_TIMEOUT_S
+            ]
+            expired = [self._entries.pop(other)[0] for other in idle]
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries[key] = (found[0], now)
+        for entry in expired:
+            _close(entry)
+        return None if found is None else found[0]
+
+    def put(self, key: CacheKey, cached: CachedProducer) -> None:
+        with self._lock:
+            self._entries[key] = (cached, self._clock())
+
+    def get_or_create(self, key: CacheKey, create: Callable[[], CachedProducer]) -> CachedProducer:
+        with self._lock:
+            found = self._entries.get(key)
+            cached = create() if found is None else found[0]
+            self._entries[key] = (cached, self._clock())
+        return cached
+
+    def discard(self, key: CacheKey) -> None:
+        """Forget and close the producer under ``key``, if any."""
+        with self._lock:
+            found = self._entries.pop(key, None)
+        if found is not None:
+            _close(found[0])
+
+
+def _close(cached: CachedProducer) -> None:
+    try:
+        cached.producer.flush(0)
+    except Exception:  # a broken producer may fail to flush; it is being thrown away anyway
+        log.debug("discarding producer %s", cached.transactional_id, exc_info=True)
+
+
+PRODUCERS = ProducerCache()
 _WORKER_STARTED_NS = time.time_ns()
 
 
@@ -103,7 +166,7 @@ def producer_config(options: SinkOptions, transactional_id: str | None) -> dict[
     return config
 
 
-def _cache_key(options: SinkOptions, transactional_id: str | None) -> tuple[str, str | None, str]:
+def _cache_key(options: SinkOptions, transactional_id: str | None) -> CacheKey:
     return (options.bootstrap_servers, transactional_id, options.delivery_guarantee)
 
 
@@ -128,13 +191,7 @@ def _new_cached_producer(options: SinkOptions, transactional_id: str | None) -> 
 
 
 def discard_producer(options: SinkOptions, transactional_id: str | None) -> None:
-    with _producers_lock:
-        cached = _producers.pop(_cache_key(options, transactional_id), None)
-    if cached is not None:
-        try:
-            cached.producer.flush(0)
-        except Exception:  # a broken producer may fail to flush; it is being thrown away anyway
-            log.debug("discarding producer %s", transactional_id, exc_info=True)
+    PRODUCERS.discard(_cache_key(options, transactional_id))
 
 
 def transactional_producer(
@@ -152,8 +209,7 @@ def transactional_producer(
        the markers of this query under other prefixes; register the id when it has no registration,
        or when this write adopts it from the query its registration names."""
     key = _cache_key(options, transactional_id)
-    with _producers_lock:
-        cached = _producers.get(key)
+    cached = PRODUCERS.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
         if cached.run_id == identity.run_id and cached.query_id == identity.query_id:
             return cached
@@ -179,8 +235,7 @@ def transactional_producer(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
     _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
-    with _producers_lock:
-        _producers[key] = cached
+    PRODUCERS.put(key, cached)
     return cached
 
 
@@ -248,13 +303,7 @@ def _register(options: SinkOptions, producer: Producer, key: str, query_id: str,
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:
-    key = _cache_key(options, None)
-    with _producers_lock:
-        cached = _producers.get(key)
-        if cached is None:
-            cached = _new_cached_producer(options, None)
-            _producers[key] = cached
-    return cached
+    return PRODUCERS.get_or_create(_cache_key(options, None), lambda: _new_cached_producer(options, None))
 
 
 def registered_transactional_ids(
