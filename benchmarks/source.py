@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.source import PREFETCH_RECHECK_MS, PREFETCH_RECORDS
+from sparkafka.connector.source.options import PREFETCH_RECHECK_MS, PREFETCH_RECORDS
 
 if not __package__:  # run as `python benchmarks/source.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

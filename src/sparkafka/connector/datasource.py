@@ -8,7 +8,7 @@ from sparkafka.connector.sink.markers import ensure_marker_topic
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
 from sparkafka.connector.sink.transactional_ids import require_batch_write_prefix
 from sparkafka.connector.sink.writer import KafkaBatchWriter, KafkaStreamWriter
-from sparkafka.connector.source import KafkaDataSource as _SourceDataSource
+from sparkafka.connector.source.data_source import KafkaDataSource as _SourceDataSource
 from sparkafka.errors import SparkafkaOptionError
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkafka.connector.source import HEARTBEAT_PARTITION
+from sparkafka.connector.source.offsets import HEARTBEAT_PARTITION
 from sparkafka.errors import SparkafkaError
 
 if TYPE_CHECKING:

@@ -17,15 +17,13 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from sparkafka.connector.source import (
-    KafkaBatchReader,
-    KafkaStreamReader,
-    OffsetRange,
-    OffsetResolver,
-    SourceOptions,
-    decode_offsets,
-    kafka_schema,
-)
+from sparkafka.connector.source.offsets import decode_offsets
+from sparkafka.connector.source.options import SourceOptions
+from sparkafka.connector.source.ranges import OffsetRange
+from sparkafka.connector.source.reader import KafkaBatchReader
+from sparkafka.connector.source.resolver import OffsetResolver
+from sparkafka.connector.source.schema import kafka_schema
+from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import DataLossError
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import create_topic, open_transaction, producer, transactional_producer

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from sparkafka.connector.source import _Columns, kafka_arrow_schema
+from sparkafka.connector.source.reader import _Columns
+from sparkafka.connector.source.schema import kafka_arrow_schema
 from sparkafka.errors import KafkaReadError
 
 

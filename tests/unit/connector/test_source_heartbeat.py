@@ -11,26 +11,27 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-import sparkafka.connector.source as source_module
+import sparkafka.connector.source.stream as source_module
 from sparkafka.connector.kafka_admin import PartitionOffsets, TopicPartitionKey
-from sparkafka.connector.source import (
+from sparkafka.connector.source.heartbeat import (
+    HeartbeatPartition,
+    heartbeat_of,
+    heartbeat_partition,
+    next_heartbeat_ms,
+)
+from sparkafka.connector.source.offsets import (
     HEARTBEAT_OFFSET_KEY,
     SPLIT_KEY,
-    HeartbeatPartition,
-    KafkaStreamReader,
-    OffsetRange,
-    SourceOptions,
     Split,
     decode_offsets,
     encode_offsets,
-    heartbeat_of,
-    heartbeat_partition,
-    kafka_arrow_schema,
-    next_heartbeat_ms,
     recorded_split,
-    split_offset_ranges,
     with_split,
 )
+from sparkafka.connector.source.options import SourceOptions
+from sparkafka.connector.source.ranges import OffsetRange, split_offset_ranges
+from sparkafka.connector.source.schema import kafka_arrow_schema
+from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import SparkafkaOptionError
 
 INTERVAL_MS = 1000

@@ -11,22 +11,17 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 
 from sparkafka.connector.kafka_admin import validate_consumer_config
 from sparkafka.connector.options import parse_duration_ms
-from sparkafka.connector.source import (
+from sparkafka.connector.source.offsets import decode_offsets, encode_offsets
+from sparkafka.connector.source.options import (
     ARROW_BATCH_ROWS,
     Assign,
-    KafkaStreamReader,
-    OffsetRange,
     SourceOptions,
     Subscribe,
     SubscribePattern,
-    decode_offsets,
-    encode_offsets,
-    kafka_arrow_schema,
-    kafka_schema,
-    offset_ranges,
-    rate_limit,
-    split_offset_ranges,
 )
+from sparkafka.connector.source.ranges import OffsetRange, offset_ranges, rate_limit, split_offset_ranges
+from sparkafka.connector.source.schema import kafka_arrow_schema, kafka_schema
+from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import SparkafkaOptionError
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "events"}

@@ -1,0 +1,154 @@
+"""What a source offset holds in Spark's checkpoint: each partition's next offset, and the
+source's own entries (``sparkafka:`` keys, never a topic name) that a replay plans from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sparkafka.connector.kafka_admin import (
+    PartitionOffsets,
+    TopicPartitionKey,
+)
+
+# -- offsets ----------------------------------------------------------------------------------------
+
+
+# The idle heartbeat's entry in a source offset: {HEARTBEAT_OFFSET_KEY: {HEARTBEAT_SLOT: time in ms}}.
+# ':' is not allowed in Kafka topic names, so no topic can ever be mistaken for it (or vice versa).
+HEARTBEAT_OFFSET_KEY = "sparkafka:idleHeartbeat"
+HEARTBEAT_SLOT = "0"
+# A new query's initial offset: "the starting offsets, not resolved yet" (see "Starting offsets" in
+# the module docstring). The same constant whenever and however often the engine asks.
+UNRESOLVED_START_KEY = "sparkafka:startingOffsets"
+UNRESOLVED_START: dict[str, dict[str, int]] = {UNRESOLVED_START_KEY: {"0": 0}}
+# A resolved initial offset (earliest, numbers, -2) carries this entry, so that latestOffset knows it
+# plans the first micro-batch ...
+INITIAL_OFFSET_KEY = "sparkafka:initialOffset"
+# ... whose end offset then carries that batch's start, {FIRST_BATCH_START_PREFIX + topic:
+# {partition: offset}}, checkpointed with it (see "Starting offsets" in the module docstring).
+FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
+# Starting offsets an open transaction still holds back when a micro-batch runs for other partitions:
+# {HELD_START_PREFIX + topic: {partition: offset}} in its end offset.
+HELD_START_PREFIX = "sparkafka:heldStart:"
+# How a micro-batch's offset ranges are split into input partitions, recorded in its end offset so
+# that a replay splits them as the first run did: {SPLIT_KEY: {"minPartitions": n,
+# "maxRecordsPerPartition": n}}, 0 where the option is not set.
+SPLIT_KEY = "sparkafka:split"
+# Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
+_OWN_ENTRY_PREFIX = "sparkafka:"
+# What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
+# (-1 is Kafka's "no partition" / "no offset" / NoTimestampType), so that no real record can look
+# like one. Only its timestamp is meaningful.
+HEARTBEAT_TOPIC = ""
+HEARTBEAT_PARTITION = -1
+HEARTBEAT_OFFSET = -1
+HEARTBEAT_TIMESTAMP_TYPE = -1
+
+
+def encode_offsets(
+    offsets: Mapping[TopicPartitionKey, int], *, heartbeat_ms: int | None = None
+) -> dict[str, dict[str, int]]:
+    """``{(topic, partition): offset}`` -> Spark's ``{"topic": {"partition": offset}}``, sorted, plus
+    the idle heartbeat entry when ``heartbeat_ms`` is given (sorted in among the topics)."""
+    encoded: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(offsets):
+        encoded.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    if heartbeat_ms is not None:
+        encoded[HEARTBEAT_OFFSET_KEY] = {HEARTBEAT_SLOT: int(heartbeat_ms)}
+        encoded = dict(sorted(encoded.items()))
+    return encoded
+
+
+def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """Spark's offset JSON -> ``{(topic, partition): offset}``: real topic partitions only, the idle
+    heartbeat entry (read it with :func:`heartbeat_of`) and the unresolved start are left out."""
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, by_partition in encoded.items()
+        if not topic.startswith(_OWN_ENTRY_PREFIX)
+        for partition, offset in by_partition.items()
+    }
+
+
+def with_first_batch_start(
+    end: Mapping[str, Mapping[str, int]], start: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
+    """``end`` plus the first micro-batch's ``start`` in entries of its own, sorted in."""
+    return _with_entries(end, FIRST_BATCH_START_PREFIX, start)
+
+
+def with_held_starts(
+    end: Mapping[str, Mapping[str, int]], held: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
+    """``end`` plus the starting offsets an open transaction still holds back, in entries of their
+    own, so that the next micro-batch keeps holding them rather than take them for data loss."""
+    return _with_entries(end, HELD_START_PREFIX, held)
+
+
+def held_starts(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """The held starting offsets an offset carries (:func:`with_held_starts`)."""
+    return _entries(encoded, HELD_START_PREFIX)
+
+
+def _with_entries(
+    end: Mapping[str, Mapping[str, int]], prefix: str, offsets: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
+    merged = {key: dict(value) for key, value in end.items()}
+    for (topic, partition), offset in sorted(offsets.items()):
+        merged.setdefault(prefix + topic, {})[str(partition)] = int(offset)
+    return dict(sorted(merged.items()))
+
+
+def _entries(encoded: Mapping[str, Mapping[str, int]], prefix: str) -> PartitionOffsets:
+    return {
+        (key[len(prefix) :], int(partition)): int(offset)
+        for key, by_partition in encoded.items()
+        if key.startswith(prefix)
+        for partition, offset in by_partition.items()
+    }
+
+
+def _marked_initial(offsets: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Resolved starting offsets, marked as such for :meth:`KafkaStreamReader.latestOffset`."""
+    return dict(sorted({**offsets, INITIAL_OFFSET_KEY: {"0": 0}}.items()))
+
+
+@dataclass(frozen=True)
+class Split:
+    """The source options that split a micro-batch's offset ranges into Spark input partitions."""
+
+    min_partitions: int | None
+    max_records_per_partition: int | None
+
+    def encode(self) -> dict[str, int]:
+        return {
+            "maxRecordsPerPartition": self.max_records_per_partition or 0,
+            "minPartitions": self.min_partitions or 0,
+        }
+
+    @classmethod
+    def decode(cls, entry: Mapping[str, int]) -> Split:
+        return cls(
+            min_partitions=int(entry.get("minPartitions", 0)) or None,
+            max_records_per_partition=int(entry.get("maxRecordsPerPartition", 0)) or None,
+        )
+
+
+def with_split(end: Mapping[str, Mapping[str, int]], split: Split) -> dict[str, dict[str, int]]:
+    """``end`` plus how its micro-batch is split (:data:`SPLIT_KEY`), sorted in."""
+    merged = {key: dict(value) for key, value in end.items()}
+    merged[SPLIT_KEY] = split.encode()
+    return dict(sorted(merged.items()))
+
+
+def recorded_split(end: Mapping[str, Mapping[str, int]]) -> Split | None:
+    """The split an end offset recorded (:func:`with_split`); None in offsets checkpointed before
+    sparkafka recorded it."""
+    entry = end.get(SPLIT_KEY)
+    return None if entry is None else Split.decode(entry)
+
+
+def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
+    """The start a first micro-batch's end offset carries (:func:`with_first_batch_start`), or None."""
+    return _entries(end, FIRST_BATCH_START_PREFIX) or None
