@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
 
 from ..conftest import FAST_BROKER_ARGS
 from .apache_kafka import KAFKA_VERSIONS, NEWEST, ApacheKafka
+from .spark_session import local_spark_session
 
 INTEGRATION_TESTS = Path(__file__).resolve().parent
 
@@ -55,3 +57,12 @@ def kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     """One Kafka shared by a test module: the embedded broker, then the newest Apache Kafka."""
     with _started(request.param, tmp_path_factory.mktemp(request.param)) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole test session (:func:`.spark_session.local_spark_session`),
+    started by the first test that asks for it."""
+    session = local_spark_session()
+    yield session
+    session.stop()

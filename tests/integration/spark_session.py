@@ -1,7 +1,6 @@
-"""One local SparkSession for the whole test session, shared by the tests that need Spark.
-
-Import the fixture into a test module with ``from .spark_session import spark_fixture  # noqa: F401``;
-tests then ask for ``spark``. The session has the ``sparkafka`` format registered."""
+"""One local SparkSession for the whole test session, shared by the tests that need Spark: tests
+ask for the ``spark`` fixture (tests/integration/conftest.py). The session has the ``sparkafka``
+format registered."""
 
 from __future__ import annotations
 
@@ -9,10 +8,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
 
 import sparkafka
@@ -41,13 +39,6 @@ def local_spark_session(app_name: str = "sparkafka-tests") -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     sparkafka.register(spark)
     return spark
-
-
-@pytest.fixture(scope="session", name="spark")
-def spark_fixture() -> Iterator[SparkSession]:
-    spark = local_spark_session()
-    yield spark
-    spark.stop()
 
 
 def run_reporting_script(script: str, *args: str, env: Mapping[str, str]) -> tuple[dict[str, Any], str]:

@@ -17,7 +17,6 @@ from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
 from tests.conftest import FAST_BROKER_ARGS
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 USER, PASSWORD = "pipeline", "s3cret"
 

@@ -28,7 +28,6 @@ from sparkafka.connector.eventtime import drop_heartbeats
 from sparkafka.tools.pipeline_process import PipelineProcess
 from tests.conftest import FAST_BROKER_ARGS
 from tests.integration.kafka_clients import create_topic, producer, read_all
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 WINDOW_S = 10

@@ -20,7 +20,6 @@ from pyspark.sql.types import (
 
 from sparkafka.broker.runner import BrokerProcess
 from tests.integration.kafka_clients import create_topic, read_all
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 ROWS_PER_TOPIC = 300  # per topic, spread over both write tasks and every output partition

@@ -14,7 +14,6 @@ from pyspark.sql.functions import udf
 
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import create_topic, producer, read_all, values
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from sparkafka.connector.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STRE
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import committed_markers, create_topic, producer, read_all, values
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 ROWS = 20
 

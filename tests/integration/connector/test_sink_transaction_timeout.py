@@ -16,7 +16,6 @@ from sparkafka.connector.sink.markers import ensure_marker_topic, read_marker_pa
 from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
 from sparkafka.errors import SparkafkaError
 from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 
 @pytest.fixture

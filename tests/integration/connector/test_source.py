@@ -27,7 +27,6 @@ from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import DataLossError
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import create_topic, open_transaction, producer, transactional_producer
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 FORMAT = "sparkafka"
 

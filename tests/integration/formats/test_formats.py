@@ -35,7 +35,6 @@ from sparkafka.formats.functions import (
     to_json,
 )
 from tests.integration.kafka_clients import create_topic, producer, read_all
-from tests.integration.spark_session import spark_fixture  # noqa: F401
 
 ORDER_DDL = "id INT NOT NULL, item STRING, amount DOUBLE"
 GOOD = b'{"id": 1, "item": "tea", "amount": 2.5}'
