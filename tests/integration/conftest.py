@@ -14,6 +14,8 @@ from sparkafka.broker.runner import BrokerProcess
 
 from ..conftest import FAST_BROKER_ARGS
 from .apache_kafka import KAFKA_VERSIONS, NEWEST, ApacheKafka
+from .kafka_clients import create_topic
+from .kafka_cluster import PARTITIONS as CLUSTER_PARTITIONS
 from .spark_session import local_spark_session
 
 INTEGRATION_TESTS = Path(__file__).resolve().parent
@@ -66,3 +68,12 @@ def spark() -> Iterator[SparkSession]:
     session = local_spark_session()
     yield session
     session.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ApacheKafka]:
+    """A 3-node Apache Kafka of the test's own, with ``in`` and ``out`` on every node."""
+    with ApacheKafka(tmp_path / "kafka", nodes=3) as running:
+        for topic in ("in", "out"):
+            create_topic(running.bootstrap_servers, topic, partitions=CLUSTER_PARTITIONS, replicas=3)
+        yield running

@@ -9,11 +9,9 @@ from its checkpoint."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,59 +26,14 @@ from tests.integration.kafka_clients import (
     producer,
     read_all,
 )
-
-PARTITIONS = 2
-SAME_PARTITION = "SELECT value, partition FROM input"
-
-
-class Feeder(threading.Thread):
-    """Produces ``records`` records (ids ``r00000|…``) to ``in`` over ``steps`` half seconds; the
-    idempotent producer retries through outages of up to two minutes."""
-
-    def __init__(self, bootstrap: str, records: int, steps: int = 60) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.steps = bootstrap, steps
-        self.records = records // steps * steps  # what run() sends
-        self.undelivered = -1
-
-    def run(self) -> None:
-        sender = producer(self.bootstrap, acks="all", message_timeout_ms=240000)
-        per_step = self.records // self.steps
-        for step in range(self.steps):
-            for i in range(step * per_step, (step + 1) * per_step):
-                sender.produce("in", value=f"r{i:05d}|{'v' * 100}", partition=i % PARTITIONS)
-            sender.poll(0)
-            time.sleep(0.5)
-        self.undelivered = sender.flush(240)
-
-    @property
-    def ids(self) -> set[str]:
-        return {f"r{i:05d}" for i in range(self.records)}
-
-
-def _pipeline(kafka: ApacheKafka, tmp_path: Path, sink_options: tuple[str, ...] = ()) -> PipelineProcess:
-    args = run_arguments(
-        kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms",
-        sink_options=sink_options, extra=("--restart-attempts", "5", "--restart-delay", "2s"),
-    )  # fmt: skip
-    return PipelineProcess(tmp_path / "pipeline.log", args)
-
-
-def _committed(kafka: ApacheKafka) -> int:
-    return len(read_all(kafka.bootstrap_servers, "out", timeout_s=4, partitions=PARTITIONS))
-
-
-def _transactional_id(tmp_path: Path, write_partition: int) -> str:
-    query_id = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
-    return f"sparkafka-{query_id}-{write_partition}"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ApacheKafka]:
-    with ApacheKafka(tmp_path / "kafka", nodes=3) as running:
-        for topic in ("in", "out"):
-            create_topic(running.bootstrap_servers, topic, partitions=PARTITIONS, replicas=3)
-        yield running
+from tests.integration.kafka_cluster import (
+    PARTITIONS,
+    SAME_PARTITION,
+    Feeder,
+    cluster_pipeline,
+    committed_count,
+    transactional_id_of,
+)
 
 
 def _finish(kafka: ApacheKafka, pipeline: PipelineProcess, feeder: Feeder) -> tuple[object, str]:
@@ -104,9 +57,9 @@ def test_two_of_three_nodes_killed_then_restarted(cluster: ApacheKafka, tmp_path
     record comes out once."""
     feeder = Feeder(cluster.bootstrap_servers, 3000)
     feeder.start()
-    pipeline = _pipeline(cluster, tmp_path).start()
+    pipeline = cluster_pipeline(cluster, tmp_path).start()
     try:
-        assert wait_until(lambda: _committed(cluster) > 0, timeout_s=180), pipeline.output()[-3000:]
+        assert wait_until(lambda: committed_count(cluster) > 0, timeout_s=180), pipeline.output()[-3000:]
         survivor = cluster.leader("out", 0)
         killed = [node for node in cluster.node_ids if node != survivor]
         for node in killed:
@@ -139,12 +92,12 @@ def test_replay_reads_its_markers_from_a_new_leader(cluster: ApacheKafka, tmp_pa
     node comes back. Every record once."""
     ids = _send(cluster, range(0, 400))
     paused = ("debug.pauseAt=driverCommit", "debug.pauseMs=120s")
-    pipeline = _pipeline(cluster, tmp_path, sink_options=paused).start()
+    pipeline = cluster_pipeline(cluster, tmp_path, sink_options=paused).start()
     pipeline.wait_for("sparkafka debug pause: driverCommit partition=None batch=0", timeout_s=240)
     marker_leader = cluster.leader("_sparkafka_commit_markers", 0)
     cluster.kill(marker_leader)
     pipeline.kill_group()
-    replay = _pipeline(cluster, tmp_path).start()
+    replay = cluster_pipeline(cluster, tmp_path).start()
     try:
         ids |= _send(cluster, range(400, 800))
         output = committed_ids(cluster.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
@@ -169,12 +122,12 @@ def test_crashed_pipeline_restarts_while_its_open_transaction_coordinator_is_dow
     comes back and more input arrives. Every record once."""
     ids = _send(cluster, range(0, 400))
     held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=120s")
-    pipeline = _pipeline(cluster, tmp_path, sink_options=held).start()
+    pipeline = cluster_pipeline(cluster, tmp_path, sink_options=held).start()
     pipeline.wait_for("sparkafka debug pause: beforeCommit partition=1 batch=0", timeout_s=240)
-    coordinator = cluster.transaction_coordinator(_transactional_id(tmp_path, 1))
+    coordinator = cluster.transaction_coordinator(transactional_id_of(tmp_path, 1))
     cluster.kill(coordinator)
     pipeline.kill_group()
-    replay = _pipeline(cluster, tmp_path).start()
+    replay = cluster_pipeline(cluster, tmp_path).start()
     try:
         ids |= _send(cluster, range(400, 800))
         output = committed_ids(cluster.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)

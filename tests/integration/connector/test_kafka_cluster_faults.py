@@ -5,92 +5,44 @@ exactly-once pipeline writes every record once."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer
 
 from sparkafka.connector.kafka_admin import KafkaAdmin, partition_watermarks
 from sparkafka.tools.harness import wait_until
-from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.tools.pipeline_process import PipelineProcess
 from tests.integration.apache_kafka import ApacheKafka
 from tests.integration.kafka_clients import (
     assert_exactly_once,
     committed_ids,
     create_topic,
     producer,
-    read_all,
+)
+from tests.integration.kafka_cluster import (
+    PARTITIONS,
+    Feeder,
+    cluster_pipeline,
+    committed_count,
+    transactional_id_of,
 )
 
-PARTITIONS = 2
 RECORDS = 3000
-# Each write task writes the rows of its input partition to the same output partition.
-SAME_PARTITION = "SELECT value, partition FROM input"
-
-
-class Feeder(threading.Thread):
-    """Produces RECORDS records (ids ``r00000|…``) to ``in`` in small steps, so input keeps arriving
-    while brokers die; the idempotent producer retries through leader changes."""
-
-    def __init__(self, bootstrap: str, steps: int = 120) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.steps = bootstrap, steps
-        self.undelivered = -1
-
-    def run(self) -> None:
-        sender = producer(self.bootstrap, acks="all", message_timeout_ms=120000)
-        per_step = RECORDS // self.steps
-        for step in range(self.steps):
-            for i in range(step * per_step, (step + 1) * per_step):
-                sender.produce("in", value=f"r{i:05d}|{'v' * 100}", partition=i % PARTITIONS)
-            sender.poll(0)
-            time.sleep(0.5)
-        self.undelivered = sender.flush(180)
-
-
-def _pipeline(kafka: ApacheKafka, tmp_path: Path, sink_options: tuple[str, ...] = ()) -> PipelineProcess:
-    args = run_arguments(
-        kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms",
-        sink_options=sink_options, extra=("--restart-attempts", "5", "--restart-delay", "2s"),
-    )  # fmt: skip
-    return PipelineProcess(tmp_path / "pipeline.log", args)
-
-
-def _committed(kafka: ApacheKafka, partition: int | None = None) -> int:
-    """Records read_committed readers see in ``out`` (in one partition, or in all)."""
-    if partition is None:
-        return len(read_all(kafka.bootstrap_servers, "out", timeout_s=4, partitions=PARTITIONS))
-    messages = read_all(kafka.bootstrap_servers, "out", timeout_s=4, partitions=PARTITIONS)
-    return sum(1 for message in messages if message.partition() == partition)
-
-
-def _transactional_id(tmp_path: Path, write_partition: int) -> str:
-    query_id = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
-    return f"sparkafka-{query_id}-{write_partition}"
 
 
 def _seconds_until_output_grows(kafka: ApacheKafka, pipeline: PipelineProcess, more: int) -> float:
     """Seconds until read_committed readers see ``more`` records in output partition 0 than now:
     input keeps arriving, so the pipeline must have committed transactions written after now."""
     started = time.monotonic()
-    target = _committed(kafka, 0) + more
+    target = committed_count(kafka, 0) + more
     process = pipeline.process
     assert process is not None
-    grew = wait_until(lambda: _committed(kafka, 0) >= target or process.poll() is not None, timeout_s=120)
+    grew = wait_until(
+        lambda: committed_count(kafka, 0) >= target or process.poll() is not None, timeout_s=120
+    )
     assert grew and process.poll() is None, f"no more output in 120 s:\n{pipeline.output()[-3000:]}"
     return time.monotonic() - started
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ApacheKafka]:
-    with ApacheKafka(tmp_path / "kafka", nodes=3) as running:
-        for topic in ("in", "out"):
-            create_topic(running.bootstrap_servers, topic, partitions=PARTITIONS, replicas=3)
-        yield running
 
 
 def test_offsets_of_a_partition_whose_leader_died_are_asked_of_the_new_leader(cluster: ApacheKafka) -> None:
@@ -147,17 +99,17 @@ def test_output_leader_and_transaction_coordinator_killed_under_a_running_pipeli
     partition 0 is SIGKILLed, then restarted once the pipeline commits again without it; then the
     node coordinating write partition 0's transactional id, likewise. Every input record comes out
     once for read_committed readers."""
-    feeder = Feeder(cluster.bootstrap_servers)
+    feeder = Feeder(cluster.bootstrap_servers, 3000, steps=120)
     feeder.start()
-    pipeline = _pipeline(cluster, tmp_path).start()
+    pipeline = cluster_pipeline(cluster, tmp_path).start()
     try:
-        assert wait_until(lambda: _committed(cluster) > 0, timeout_s=180), pipeline.output()[-3000:]
+        assert wait_until(lambda: committed_count(cluster) > 0, timeout_s=180), pipeline.output()[-3000:]
         leader = cluster.leader("out", 0)
         cluster.kill(leader)
         without_leader_s = _seconds_until_output_grows(cluster, pipeline, more=100)
         cluster.start(leader)
 
-        coordinator = cluster.transaction_coordinator(_transactional_id(tmp_path, 0))
+        coordinator = cluster.transaction_coordinator(transactional_id_of(tmp_path, 0))
         cluster.kill(coordinator)
         without_coordinator_s = _seconds_until_output_grows(cluster, pipeline, more=100)
         cluster.start(coordinator)
@@ -185,7 +137,7 @@ def test_a_single_broker_killed_with_a_transaction_open_and_restarted(tmp_path: 
             create_topic(kafka.bootstrap_servers, topic, partitions=PARTITIONS)
         ids = _send(kafka, range(0, 200))
         held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=15s")
-        pipeline = _pipeline(kafka, tmp_path, sink_options=held).start()
+        pipeline = cluster_pipeline(kafka, tmp_path, sink_options=held).start()
         try:
             pipeline.wait_for("sparkafka debug pause: beforeCommit partition=1 batch=0", timeout_s=180)
             kafka.kill()

@@ -1,0 +1,67 @@
+"""What the tests of sparkafka on a 3-node Apache Kafka cluster (the ``cluster`` fixture, topics
+``in`` and ``out`` replicated three times) share: input that keeps arriving while nodes die, and a
+``sparkafka run`` pipeline from ``in`` to ``out`` that restarts from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
+from tests.integration.apache_kafka import ApacheKafka
+from tests.integration.kafka_clients import producer, read_all
+
+PARTITIONS = 2
+# Each write task writes the rows of its input partition to the same output partition.
+SAME_PARTITION = "SELECT value, partition FROM input"
+
+
+class Feeder(threading.Thread):
+    """Produces ``records`` records (ids ``r00000|…``) to ``in`` over ``steps`` half seconds, so input
+    keeps arriving while nodes die; the idempotent producer retries through outages of up to four
+    minutes."""
+
+    def __init__(self, bootstrap: str, records: int, steps: int = 60) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.steps = bootstrap, steps
+        self.records = records // steps * steps  # what run() sends
+        self.undelivered = -1
+
+    def run(self) -> None:
+        sender = producer(self.bootstrap, acks="all", message_timeout_ms=240000)
+        per_step = self.records // self.steps
+        for step in range(self.steps):
+            for i in range(step * per_step, (step + 1) * per_step):
+                sender.produce("in", value=f"r{i:05d}|{'v' * 100}", partition=i % PARTITIONS)
+            sender.poll(0)
+            time.sleep(0.5)
+        self.undelivered = sender.flush(240)
+
+    @property
+    def ids(self) -> set[str]:
+        return {f"r{i:05d}" for i in range(self.records)}
+
+
+def cluster_pipeline(
+    kafka: ApacheKafka, tmp_path: Path, sink_options: tuple[str, ...] = ()
+) -> PipelineProcess:
+    """``in`` → ``out`` exactly-once, partition to partition, restarting up to five times."""
+    args = run_arguments(
+        kafka.bootstrap_servers, "in", "out", tmp_path / "checkpoint", sql=SAME_PARTITION, trigger="500ms",
+        sink_options=sink_options, extra=("--restart-attempts", "5", "--restart-delay", "2s"),
+    )  # fmt: skip
+    return PipelineProcess(tmp_path / "pipeline.log", args)
+
+
+def committed_count(kafka: ApacheKafka, partition: int | None = None) -> int:
+    """Records read_committed readers see in ``out`` (in one partition, or in all)."""
+    messages = read_all(kafka.bootstrap_servers, "out", timeout_s=4, partitions=PARTITIONS)
+    return len(messages) if partition is None else sum(1 for m in messages if m.partition() == partition)
+
+
+def transactional_id_of(tmp_path: Path, write_partition: int) -> str:
+    """The pipeline's transactional id of a write partition (its query id is in the checkpoint)."""
+    query_id = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
+    return f"sparkafka-{query_id}-{write_partition}"
