@@ -300,7 +300,7 @@ def test_a_planned_batch_records_its_split_and_a_replay_plans_with_it(clock: Fak
     start = first_run.latestOffset(first_run.initialOffset(), ReadAllAvailable())
     admin.stable = {T0: 300, T1: 20}
     end = first_run.latestOffset(start, ReadAllAvailable())
-    assert end[SPLIT_KEY] == {"maxRecordsPerPartition": 100, "minPartitions": 4}
+    assert end[SPLIT_KEY] == {"calculator": 2, "maxRecordsPerPartition": 100, "minPartitions": 4}
     assert decode_offsets(end) == {T0: 300, T1: 20}
     planned = first_run.partitions(start, end)
 
@@ -324,9 +324,32 @@ def test_offsets_checkpointed_before_the_split_was_recorded_plan_with_the_curren
     assert len(reader.partitions(encode_offsets({T0: 0, T1: 0}), old_format)) == 3
 
 
+def test_a_batch_recorded_without_a_calculator_replays_with_the_first_one() -> None:
+    """Such batches were planned by the calculator that halves ranges until there are minPartitions;
+    Spark's own rounds 15 offsets in 3 partitions to 6 ranges for minPartitions 7."""
+    T2 = ("t", 2)
+    start = encode_offsets({T0: 0, T1: 0, T2: 0})
+    ends = {T0: 5, T1: 5, T2: 5}
+    recorded_by_first_version = {
+        **encode_offsets(ends),
+        SPLIT_KEY: {"maxRecordsPerPartition": 0, "minPartitions": 7},
+    }
+    assert len(reader_with(FakeAdmin(), minPartitions="7").partitions(start, recorded_by_first_version)) == 7
+    unrecorded = encode_offsets(ends)
+    assert len(reader_with(FakeAdmin(), minPartitions="7").partitions(start, unrecorded)) == 7
+    planned_now = with_split(encode_offsets(ends), Split(7, None))
+    assert len(reader_with(FakeAdmin(), minPartitions="7").partitions(start, planned_now)) == 6
+
+
+def test_a_batch_planned_by_an_unknown_calculator_is_refused_not_split_some_other_way() -> None:
+    end = {**encode_offsets({T0: 5, T1: 5}), SPLIT_KEY: {"calculator": 3, "minPartitions": 7}}
+    with pytest.raises(ValueError, match=r"calculator 3.*sparkafka version that checkpointed it"):
+        reader_with(FakeAdmin()).partitions(encode_offsets({T0: 0, T1: 0}), end)
+
+
 def test_an_unset_option_is_recorded_as_zero_and_read_back_as_unset() -> None:
     end = with_split(encode_offsets({T0: 5, T1: 5}), Split(None, None))
-    assert end[SPLIT_KEY] == {"maxRecordsPerPartition": 0, "minPartitions": 0}
+    assert end[SPLIT_KEY] == {"calculator": 2, "maxRecordsPerPartition": 0, "minPartitions": 0}
     assert recorded_split(end) == Split(None, None)
     assert list(end) == sorted(end), "offset entries stay sorted: equal offsets serialise equally"
     assert decode_offsets(end) == {T0: 5, T1: 5}

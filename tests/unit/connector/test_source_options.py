@@ -19,7 +19,13 @@ from sparkafka.connector.source.options import (
     Subscribe,
     SubscribePattern,
 )
-from sparkafka.connector.source.ranges import OffsetRange, offset_ranges, rate_limit, split_offset_ranges
+from sparkafka.connector.source.ranges import (
+    LEGACY_CALCULATOR,
+    OffsetRange,
+    offset_ranges,
+    rate_limit,
+    split_offset_ranges,
+)
 from sparkafka.connector.source.schema import kafka_arrow_schema, kafka_schema
 from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import SparkafkaOptionError
@@ -293,9 +299,20 @@ def test_split_proportionally_to_at_least_min_partitions() -> None:
     assert all(a.end == b.start for a, b in itertools.pairwise(big))
     # Deterministic: the same input always gives the same split.
     assert split == split_offset_ranges(ranges, min_partitions=4, max_records_per_partition=None)
-    # Rounding never leaves fewer ranges than asked for.
-    even = [OffsetRange("t", p, 0, 10) for p in range(3)]
-    assert len(split_offset_ranges(even, min_partitions=4, max_records_per_partition=None)) == 4
+
+
+def test_split_rounds_as_sparks_calculator_and_the_first_calculator_fills_up() -> None:
+    """Spark's KafkaOffsetRangeCalculator keeps what rounding gives (here fewer than asked for);
+    batches recorded by the first calculator, which halved the largest range until there were
+    minPartitions, are replayed with it."""
+    even = [OffsetRange("t", p, 0, 5) for p in range(3)]
+    assert len(split_offset_ranges(even, min_partitions=7, max_records_per_partition=None)) == 6
+    assert len(split_offset_ranges(even, min_partitions=4, max_records_per_partition=None)) == 3
+    first = split_offset_ranges(
+        even, min_partitions=7, max_records_per_partition=None, calculator=LEGACY_CALCULATOR
+    )
+    assert len(first) == 7
+    assert sum(r.size for r in first) == 15
 
 
 def test_split_caps_records_per_partition() -> None:

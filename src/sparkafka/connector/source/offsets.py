@@ -10,6 +10,7 @@ from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
     TopicPartitionKey,
 )
+from sparkafka.connector.source.ranges import LEGACY_CALCULATOR, SPARK_CALCULATOR
 
 # -- offsets ----------------------------------------------------------------------------------------
 
@@ -32,8 +33,8 @@ FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
 # {HELD_START_PREFIX + topic: {partition: offset}} in its end offset.
 HELD_START_PREFIX = "sparkafka:heldStart:"
 # How a micro-batch's offset ranges are split into input partitions, recorded in its end offset so
-# that a replay splits them as the first run did: {SPLIT_KEY: {"minPartitions": n,
-# "maxRecordsPerPartition": n}}, 0 where the option is not set.
+# that a replay splits them as the first run did: {SPLIT_KEY: {"calculator": n, "minPartitions": n,
+# "maxRecordsPerPartition": n}}, 0 where the option is not set (ranges.SPARK_CALCULATOR et al.).
 SPLIT_KEY = "sparkafka:split"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
 _OWN_ENTRY_PREFIX = "sparkafka:"
@@ -120,9 +121,12 @@ class Split:
 
     min_partitions: int | None
     max_records_per_partition: int | None
+    # Batches checkpointed before the calculator was recorded were split by the first one.
+    calculator: int = SPARK_CALCULATOR
 
     def encode(self) -> dict[str, int]:
         return {
+            "calculator": self.calculator,
             "maxRecordsPerPartition": self.max_records_per_partition or 0,
             "minPartitions": self.min_partitions or 0,
         }
@@ -132,6 +136,7 @@ class Split:
         return cls(
             min_partitions=int(entry.get("minPartitions", 0)) or None,
             max_records_per_partition=int(entry.get("maxRecordsPerPartition", 0)) or None,
+            calculator=int(entry.get("calculator", LEGACY_CALCULATOR)),
         )
 
 

@@ -45,14 +45,35 @@ def offset_ranges(
     ]
 
 
-def split_offset_ranges(
-    ranges: Sequence[OffsetRange], *, min_partitions: int | None, max_records_per_partition: int | None
-) -> list[OffsetRange]:
-    """Split large ranges so that no range exceeds ``max_records_per_partition`` and there are at
-    least ``min_partitions`` ranges (when the offsets allow it).
+# How ranges are split to reach minPartitions. A micro-batch records the calculator it was planned
+# with (offsets.Split), so a replay splits it as the first run did whatever version replays it.
+# 1: sparkafka's first calculator, Spark's rounding followed by halving the largest range until there
+#    are minPartitions ranges (used for batches checkpointed without a recorded calculator);
+# 2: Spark's KafkaOffsetRangeCalculator exactly: rounding alone, so the count is only approximately
+#    minPartitions (15 offsets in 3 partitions with minPartitions 7 give 6 ranges).
+LEGACY_CALCULATOR = 1
+SPARK_CALCULATOR = 2
 
-    Like Spark's KafkaOffsetRangeCalculator, ranges are split in proportion to their size, small
-    ranges stay whole, and the result depends only on the input (deterministic replay)."""
+
+def split_offset_ranges(
+    ranges: Sequence[OffsetRange],
+    *,
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+    calculator: int = SPARK_CALCULATOR,
+) -> list[OffsetRange]:
+    """Split large ranges so that no range exceeds ``max_records_per_partition`` and there are
+    about ``min_partitions`` ranges (at least that many with :data:`LEGACY_CALCULATOR`).
+
+    As Spark's KafkaOffsetRangeCalculator: ranges are first cut to ``max_records_per_partition``;
+    then, when there are fewer than ``min_partitions``, each range whose share of the offsets
+    rounds to one part stays whole and the others are split in proportion to their size. The result
+    depends only on the input (deterministic replay)."""
+    if calculator not in (LEGACY_CALCULATOR, SPARK_CALCULATOR):
+        raise ValueError(
+            f"a micro-batch was planned with offset-range calculator {calculator}, which this version "
+            "of sparkafka does not know: replay it with the sparkafka version that checkpointed it"
+        )
     result = [r for r in ranges if r.size > 0]
     if max_records_per_partition is not None:
         result = [
@@ -74,8 +95,9 @@ def split_offset_ranges(
         for r in result
         for piece in _split_evenly(r, 1 if r in unsplit else part_count(r.size, split_total, split_parts))
     ]
-    # Rounding can leave fewer ranges than asked for: halve the largest until there are enough.
-    while len(proportional) < min_partitions:
+    # Rounding can leave fewer ranges than asked for: the first calculator halved the largest until
+    # there were enough, Spark's keeps what rounding gives.
+    while calculator == LEGACY_CALCULATOR and len(proportional) < min_partitions:
         largest = max(proportional, key=lambda r: r.size)
         if largest.size < 2:
             break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -52,6 +53,7 @@ from sparkafka.connector.source.options import (
     _format_partitions,
 )
 from sparkafka.connector.source.ranges import (
+    LEGACY_CALCULATOR,
     count_new_offsets,
     offset_ranges,
     rate_limit,
@@ -400,7 +402,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A first micro-batch replayed after a crash gets a start resolved anew, which may differ
         # (retention moved the earliest offset); its checkpointed end knows the start it had.
         begin = first_batch_start(end)
-        split = recorded_split(end) or self.options.split
+        # Offsets checkpointed before the split was recorded were split by the first calculator.
+        split = recorded_split(end) or dataclasses.replace(self.options.split, calculator=LEGACY_CALCULATOR)
         if split != self.options.split:
             logger.info(
                 "planning the micro-batch ending at %s with the split it was first planned with (%s); "
@@ -414,6 +417,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offset_ranges(decode_offsets(start) if begin is None else begin, decode_offsets(end)),
                 min_partitions=split.min_partitions,
                 max_records_per_partition=split.max_records_per_partition,
+                calculator=split.calculator,
             )
         )
         heartbeat = heartbeat_partition(start, end)
