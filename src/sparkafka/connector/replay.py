@@ -17,22 +17,30 @@ Steps of :func:`decide` for one write task (the first that applies wins):
 1. The id's registration names another query, and this write did not adopt that query's ids
    (``adoptTransactionalIdsFrom``): refuse. Two queries sharing ids overwrite each other's markers,
    and either could then write a batch twice.
-2. The id's latest marker belongs to another query (ids adopted deliberately, or markers older
-   than registrations): write. Another query's batch numbers say nothing about this query.
-3. The marker holds a later batch than ``b``: skip. This id committed past ``b`` already (the
-   checkpoint is behind its output).
-4. The marker holds ``b`` itself — a replay of output this id already committed:
-   a. a ``df.write`` to another topic than the marker's: refuse (two writes of one ``foreachBatch``
-      call sharing a prefix, or a topic changed in the middle of a replay);
+2. The marker holds a later batch of this query than ``b``: skip. This id committed past ``b``
+   already (the checkpoint is behind its output).
+3. The marker holds ``b`` of this query itself — a replay of output this id already committed:
+   a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
+      sharing a prefix, or a topic changed in the middle of a replay);
    b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
-      first run's, and skipping would lose or double records;
+      first run's, and skipping would lose or double records — unless the user accepted this
+      batch as written (``acceptReshapedBatch``): skip;
    c. otherwise skip.
-5. No marker of ``b`` for this id. A streaming write (one sink per query) that finds ``b`` committed
-   by the same query under another prefix: refuse (the prefix changed in the middle of a replay, and
-   writing would double what the old ids committed). Otherwise write.
+4. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
+   marker on ids adopted deliberately). A streaming write (one sink per query) that finds ``b``
+   committed by the same query under another prefix: refuse (the prefix changed in the middle of a
+   replay, and writing would double what the old ids committed). Otherwise write.
 
 The driver adds one check per run, in :func:`partitions_beyond`: after a replay's tasks reported,
-no marker of ``b`` may exist for a write partition the replay does not have.
+no marker of ``b`` may exist for a write partition the replay does not have (unless the user
+accepted the batch as written).
+
+What the markers cannot give: the number of write partitions of the run that committed them.
+PySpark tells a task its partition index, not how many partitions its stage has, and a crashed run
+never reaches the driver's commit. So a replay split into fewer partitions is seen only after its
+tasks wrote (the driver's check), and the tasks of a replay decide one by one: one may commit while
+another refuses. Either refusal says so and names the way on (``acceptReshapedBatch``), because the
+first run's query cannot finish such a batch any more.
 
 Invariants: a task never skips unless a marker of its own id, of this query and batch, holds the
 row count the task has now; a task whose view is incomplete (no registration read) never refuses
@@ -54,6 +62,7 @@ from sparkafka.errors import SparkafkaError
 ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
 ADAPTIVE_STATELESS_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
 ADOPT_OPTION = "adoptTransactionalIdsFrom"
+ACCEPT_RESHAPED_OPTION = "acceptReshapedBatch"
 
 
 class ReplayRefused(SparkafkaError):
@@ -100,6 +109,7 @@ class TaskView:
     own_marker: Marker | None
     registered_query: str | None = None
     other_prefix_markers: Sequence[Marker] = field(default_factory=tuple)
+    accepted_reshaped_batch: int | None = None
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -108,16 +118,15 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
     if view.registered_query is not None and view.registered_query != view.query_id:
         raise ReplayRefused(_owned_by_another_query(view))
     marker = view.own_marker
-    if marker is not None and marker.query_id != view.query_id:
-        return Action.WRITE
-    if marker is not None and marker.batch_id > view.batch_id:
+    ours = marker if marker is not None and marker.query_id == view.query_id else None
+    if ours is not None and ours.batch_id > view.batch_id:
         return Action.SKIP
-    if marker is not None and marker.batch_id == view.batch_id:
-        if view.batch_write and marker.topic not in (None, view.topic):
-            raise ReplayRefused(_written_to_another_topic(view, marker))
+    if ours is not None and ours.batch_id == view.batch_id:
+        if ours.topic not in (None, view.topic):
+            raise ReplayRefused(_written_to_another_topic(view, ours))
         found = rows()
-        if found != marker.records:
-            raise ReplayRefused(_reshaped(view, marker, found))
+        if found != ours.records and view.accepted_reshaped_batch != view.batch_id:
+            raise ReplayRefused(_reshaped(view, ours, found))
         return Action.SKIP
     if not view.batch_write:
         earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
@@ -150,12 +159,14 @@ def beyond_refusal(beyond: Sequence[Marker], *, batch_id: int, partitions: int) 
     return ReplayRefused(
         f"micro-batch {batch_id} was first written by more write partitions than the {partitions} of "
         f"this replay: partition(s) {listed} committed their part of it before the query stopped, and "
-        "this replay's tasks wrote the rest of the batch in another split, so records of those "
-        "partitions may now be in the output twice. The query stops so that no further batch builds on "
-        "it. Likely cause: the query's partitioning changed between the crash and the restart (a "
-        "REPARTITION or coalesce count, the query itself, spark.sql.shuffle.partitions through a new "
-        "checkpoint). Restart it as it was first run until this batch is done; read_committed "
-        "consumers of the output may need to drop the duplicates of this batch"
+        "this replay's tasks have committed the whole batch split otherwise, so the records of those "
+        "partitions are now in the output twice. The query stops so that no further batch builds on it "
+        "unnoticed. Likely cause: the query's partitioning changed between the crash and the restart (a "
+        "REPARTITION or coalesce count, the query itself). The query of the first run cannot finish "
+        "this batch any more (this replay's commit markers replaced its own). To go on, accept the "
+        f"batch as written: restart with .option('{ACCEPT_RESHAPED_OPTION}', '{batch_id}') on this sink "
+        "and remove the option once the batch is done; read_committed consumers of the output may need "
+        "to drop the duplicates of this batch"
     )
 
 
@@ -219,13 +230,18 @@ def _written_to_another_topic(view: TaskView, marker: Marker) -> str:
         return f"topic '{topic}'" if topic else "the topics its rows name"
 
     written_to = described(marker.topic or "")
+    shared_prefix = (
+        "Two exactly-once writes in one foreachBatch call need a transactionalIdPrefix each: with a "
+        "shared one the second looks like a replay of the first and would write nothing. If instead "
+        "the query was restarted with another output topic while this batch was replayed, "
+        if view.batch_write
+        else "The query was restarted with another output topic while this batch was replayed: "
+    )
     return (
         f"transactional id '{view.transactional_id}' already committed micro-batch {view.batch_id} of this "
-        f"query for a write to {written_to}; this write goes to {described(view.topic)}. Two exactly-once "
-        "writes in one foreachBatch call need a transactionalIdPrefix each: with a shared one the second "
-        "looks like a replay of the first and would write nothing. If instead the query was restarted "
-        "with another output topic while this batch was replayed, the batch's output is already in "
-        f"{written_to}: run it once more with that topic until this batch is done, then change the topic"
+        f"query for a write to {written_to}; this write goes to {described(view.topic)}. {shared_prefix}"
+        f"the batch's output is already in {written_to}, and skipping would leave it out of the new one: "
+        "run the query once more with that topic until this batch is done, then change the topic"
     )
 
 
@@ -234,14 +250,18 @@ def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
         f"micro-batch {view.batch_id} of query {view.query_id} is replayed in another shape than it was "
         f"first written: write partition {view.partition} (transactional id '{view.transactional_id}') "
         f"committed {marker.records} record(s) of it, and the replay gives that partition {found}. Skipping "
-        "or writing would lose or double records, so nothing is written and the query stops. Likely "
+        "or writing would lose or double records, so this task writes nothing and the query stops. Likely "
         "causes: the query changed between the crash and the restart (a REPARTITION or coalesce count, a "
-        "filter, the transform), a source option that splits the input changed on a source that does not "
-        f"pin it, or adaptive query execution was turned on ({ADAPTIVE_STATELESS_STREAMING}, "
-        f"{ADAPTIVE_ENABLED}). Restart with the query and settings of the first run until micro-batch "
-        f"{view.batch_id} is done, then make the change. If instead input records of the batch are gone "
-        "(retention or DeleteRecords, read past with failOnDataLoss=false) or a joined table changed, the "
-        "batch cannot be replayed as it was: only a new checkpoint goes on"
+        "filter, the transform), or adaptive query execution was turned on "
+        f"({ADAPTIVE_STATELESS_STREAMING}, {ADAPTIVE_ENABLED}). Restart with the query and settings of the "
+        f"first run until micro-batch {view.batch_id} is done, then make the change. Other tasks of this "
+        "replay decide on their own and may have committed their part already; if so, the first run's "
+        f"query now meets their markers and refuses too: accept the batch as written with "
+        f".option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') (partitions that committed keep what they "
+        "committed; records may then be missing or doubled in this batch) and remove the option once "
+        "the batch is done. If instead input records of the batch are gone (retention or DeleteRecords, "
+        "read past with failOnDataLoss=false) or a joined table changed, the batch cannot be replayed as "
+        f"it was: accept it the same way, or start a new checkpoint"
     )
 
 

@@ -5,6 +5,8 @@ embedded broker and Apache Kafka), real local SparkSession."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,11 +14,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+import sparkafka
 from sparkafka.connector.datasource import KafkaDataSource
 from sparkafka.connector.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import committed_markers, create_topic, producer, read_all, values
+from tests.integration.spark_session import run_reporting_script
 
 ROWS = 20
 
@@ -106,6 +110,65 @@ def test_write_stream_refuses_while_adaptive_execution_could_resplit_a_replay(
     unpinned_session.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
     _run(unpinned_session, bootstrap, source, sink, checkpoint)
     committed = values(read_all(bootstrap, sink, partitions=2, expect=ROWS))
+    assert sorted(committed) == sorted(f"r{i}".encode() for i in range(ROWS))
+
+
+def test_register_turns_adaptive_execution_off_for_stateless_streaming_plans(spark: SparkSession) -> None:
+    session = spark.newSession()
+    session.conf.unset(ADAPTIVE_STATELESS_STREAMING)
+    sparkafka.register(session)
+    assert session.conf.get(ADAPTIVE_STATELESS_STREAMING) == "false"
+
+
+FOUND_BY_LOOKUP = """
+import json, os, sys
+from pyspark.sql import SparkSession
+
+bootstrap, source, sink, checkpoint = sys.argv[1:5]
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+
+def run():
+    query = (
+        spark.readStream.format("sparkafka").option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source).option("startingOffsets", "earliest").load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("sparkafka").option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", sink).option("deliveryGuarantee", "exactly-once")
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+
+report = {"sparkafka imported here": "sparkafka" in sys.modules}
+try:
+    run()
+    report["refusal"] = None
+except Exception as error:
+    report["refusal"] = str(error)
+import sparkafka
+sparkafka.register(spark)
+report["after register"] = spark.conf.get("spark.sql.adaptive.streaming.stateless.enabled")
+run()
+print("REPORT " + json.dumps(report))
+"""
+
+
+def test_the_format_found_by_sparks_lookup_refuses_until_register_is_called(
+    kafka: Kafka, topics: tuple[str, str], tmp_path: Path
+) -> None:
+    """A new user's session: no sparkafka.register, Spark finds the format through the installed
+    pyspark_sparkafka module. The exactly-once write refuses, naming the fix; after
+    sparkafka.register(spark) the same query from the same checkpoint writes everything once."""
+    bootstrap, (source, sink) = kafka.bootstrap_servers, topics
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    report, _ = run_reporting_script(
+        FOUND_BY_LOOKUP, bootstrap, source, sink, str(tmp_path / "checkpoint"), env=env
+    )
+    assert report["sparkafka imported here"] is False, "the format must come from Spark's lookup"
+    assert f"{ADAPTIVE_STATELESS_STREAMING}=unset" in report["refusal"]
+    assert "sparkafka.register(spark)" in report["refusal"]
+    assert report["after register"] == "false"
+    committed = values(read_all(bootstrap, sink, partitions=2, expect=ROWS + 1, timeout_s=15))
     assert sorted(committed) == sorted(f"r{i}".encode() for i in range(ROWS))
 
 

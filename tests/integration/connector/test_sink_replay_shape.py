@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.tools.pipeline_process import PipelineProcess
-from tests.integration.conftest import Kafka
+from tests.integration.conftest import EMBEDDED, Kafka
 from tests.integration.kafka_clients import (
     assert_exactly_once,
     committed_ids,
@@ -30,9 +30,14 @@ PAYLOAD_BYTES = 1000  # ~1 KB records, as in the report that found the hole
 
 
 def _send(bootstrap: str, records: int) -> set[str]:
+    return _send_more(bootstrap, start=0, records=records)
+
+
+def _send_more(bootstrap: str, *, start: int, records: int) -> set[str]:
+    """Records ``r{start:06d}`` on, spread over the input partitions; returns their ids."""
     sender = producer(bootstrap)
     ids = set()
-    for i in range(records):
+    for i in range(start, start + records):
         record_id = f"r{i:06d}"
         ids.add(record_id)
         # Random, so that the shuffle's compressed size is what adaptive execution would have seen.
@@ -209,6 +214,48 @@ def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_no
     finally:
         again.terminate()
     assert_exactly_once(output, ids)
+
+
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED], indirect=True)
+def test_a_narrower_replay_is_refused_by_the_driver_and_goes_on_only_when_accepted(
+    topics: Kafka, tmp_path: Path
+) -> None:
+    """REPARTITION(3) -> REPARTITION(2) after only write partition 2 committed. A task cannot know
+    how many write partitions its batch has, so the replay's two tasks, without markers of their
+    own, write the whole batch; the driver then finds partition 2's marker beyond them and fails the
+    query naming the duplicates and the way on. Restarts keep failing until the batch is accepted
+    with acceptReshapedBatch; then the query goes on, the next records exactly once."""
+    broker = topics
+    ids = _send(broker.bootstrap_servers, 600)
+    wide = "SELECT /*+ REPARTITION(3) */ key, value FROM input"
+    first = _pipeline(broker, tmp_path, wide, *_paused_at("0,1"), master="local[3]").start()
+    committed = _kill_after_commits(first, broker, held=[0, 1])
+    assert sorted(committed) == [2]
+
+    narrow = "SELECT /*+ REPARTITION(2) */ key, value FROM input"
+    refused = _pipeline(broker, tmp_path, narrow, master="local[2]").start()
+    try:
+        refused.wait_for(
+            "was first written by more write partitions than the 2 of this replay", timeout_s=180
+        )
+    finally:
+        refused.kill_group()
+    assert ".option('acceptReshapedBatch', '0')" in refused.output()
+    output = _committed_ids(broker, len(ids) + committed[2])
+    assert set(output) == ids, "nothing of the batch is lost"
+    assert sum(1 for n in output.values() if n == 2) == committed[2], "partition 2's records, twice"
+    assert max(output.values()) == 2
+
+    later = _send_more(broker.bootstrap_servers, start=len(ids), records=300)
+    accepted = _pipeline(
+        broker, tmp_path, narrow, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
+    ).start()
+    try:
+        output = _committed_ids(broker, len(ids) + committed[2] + len(later))
+    finally:
+        accepted.terminate()
+    assert all(output[record_id] == 1 for record_id in later), "the batches after it, exactly once"
+    assert "taken as written (acceptReshapedBatch)" in accepted.output()
 
 
 def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_path: Path) -> None:

@@ -135,6 +135,37 @@ CASES = [
         False,
     ),
     (
+        "streaming write, marker of this batch for another topic",
+        {"own_marker": marker(topic="old-out")},
+        10,
+        "restarted with another output topic",
+        False,
+    ),
+    (
+        "replay, another row count, this batch accepted as written",
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH},
+        4,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "replay, another row count, another batch accepted",
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH - 1},
+        4,
+        "acceptReshapedBatch', '7'",
+        True,
+    ),
+    (
+        "adopted ids, other query's marker, this batch committed under another prefix",
+        {
+            "own_marker": marker(query=OTHER_QUERY, batch=BATCH + 5),
+            "other_prefix_markers": (marker(prefix="old", partition=0),),
+        },
+        10,
+        "'old-0'",
+        False,
+    ),
+    (
         "df.write, another write's prefix at this batch",
         {"batch_write": True, "other_prefix_markers": (marker(prefix="dlq-writes"),)},
         10,
@@ -186,6 +217,7 @@ def test_partitions_beyond_lists_only_this_batch_of_this_query_and_prefix() -> N
     message = str(beyond_refusal(beyond, batch_id=BATCH, partitions=2))
     assert "partition(s) 2 (4 records), 3 (10 records)" in message
     assert "the 2 of this replay" in message
+    assert ".option('acceptReshapedBatch', '7')" in message
 
 
 def test_partitions_beyond_is_empty_for_a_replay_as_wide_as_the_first_run() -> None:

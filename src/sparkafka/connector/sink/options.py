@@ -12,6 +12,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
 from sparkafka.connector.replay import (
+    ACCEPT_RESHAPED_OPTION,
     ADOPT_OPTION,
 )
 from sparkafka.errors import SparkafkaOptionError
@@ -48,6 +49,11 @@ SINK_OPTIONS = (
         "the query id whose transactional ids this query takes over (it replaces that query, whose "
         "checkpoint is gone); without it ids registered by another query are refused",
     ),
+    OptionSpec(
+        ACCEPT_RESHAPED_OPTION,
+        "a micro-batch id whose replay was refused as reshaped: take that batch as it was written and "
+        "go on (remove the option afterwards)",
+    ),
     OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
     OptionSpec("checkpointLocation"),
     OptionSpec("path"),
@@ -83,6 +89,7 @@ class SinkOptions:
     transaction_timeout_ms: int
     operation_timeout_s: float
     adopted_query: str | None = None
+    accepted_reshaped_batch: int | None = None
     pause_at: str | None = None
     pause_s: float = 0.0
     pause_partitions: frozenset[int] | None = None
@@ -127,6 +134,7 @@ class SinkOptions:
             transaction_timeout_ms=timeout_ms,
             operation_timeout_s=reader.duration_ms("operationTimeoutMs", "60s") / 1000,
             adopted_query=reader.string(ADOPT_OPTION) or None,
+            accepted_reshaped_batch=reader.optional_integer(ACCEPT_RESHAPED_OPTION, minimum=0),
             pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
             pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
             pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),

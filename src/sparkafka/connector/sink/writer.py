@@ -182,6 +182,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             own_marker=cached.marker,
             registered_query=cached.registered_query,
             other_prefix_markers=cached.other_prefix_markers,
+            accepted_reshaped_batch=self.options.accepted_reshaped_batch,
         )
         first = next(batches, None)
         if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
@@ -414,7 +415,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             prefix=prefix,
             partitions=len(reports),
         )
-        if beyond:
+        if beyond and self.options.accepted_reshaped_batch == batch_id:
+            log.warning(
+                "micro-batch %d taken as written (acceptReshapedBatch): %s",
+                batch_id,
+                beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports)),
+            )
+        elif beyond:
             raise beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
