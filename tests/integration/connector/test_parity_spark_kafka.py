@@ -1,26 +1,35 @@
-"""The same batch reads through Spark's own Kafka connector (``format("kafka")``) and through
-sparkafka (``format("sparkafka")``), against the same topics: the rows must agree field by field,
-and the schemas type by type. One Spark process (with the connector's jars) runs every read."""
+"""The same queries through Spark's own Kafka connector (``format("kafka")``) and through sparkafka
+(``format("sparkafka")``), against the same topics of the embedded broker: batch reads compared row
+by row and schema type by type, micro-batch boundaries of a rate-limited stream, and writes compared
+record by record as read back from Kafka. Queries both refuse are compared by what their messages
+name. The differences sparkafka keeps on purpose are tested as such (and listed in the README).
+One Spark process with the connector's jars runs every query (``parity_runner.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from sparkafka.broker.runner import BrokerProcess
-from tests.integration.kafka_clients import create_topic, producer
+from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer
 from tests.integration.spark_kafka_connector import spark_kafka_jars
 from tests.integration.spark_session import run_reporting_script
 
+# Topics read by the pattern case start with "parity-"; the others must not.
 TOPIC, OTHER = "parity-a", "parity-b"
+TRANSACTIONAL, DELETED, STREAMED = "pt-transactional", "pt-deleted", "pt-streamed"
+DELETED_BELOW = 4
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 
-# name -> the read options both formats get (besides the bootstrap servers).
-CASES: dict[str, dict[str, str]] = {
+# name -> the read options both formats get (besides the bootstrap servers); both must agree.
+READS: dict[str, dict[str, str]] = {
     "subscribe, earliest to latest": {"subscribe": TOPIC},
     "subscribe to a list": {"subscribe": f"{TOPIC},{OTHER}"},
     "subscribePattern": {"subscribePattern": "parity-.*"},
@@ -39,58 +48,137 @@ CASES: dict[str, dict[str, str]] = {
     },
     "startingTimestamp": {"subscribe": TOPIC, "startingTimestamp": str(BASE_TIMESTAMP_MS + 9_000)},
     "minPartitions": {"subscribe": TOPIC, "minPartitions": "7"},
+    "read_committed over aborted transactions": {
+        "subscribe": TRANSACTIONAL,
+        "kafka.isolation.level": "read_committed",
+    },
+    "read_uncommitted over aborted transactions": {
+        "subscribe": TRANSACTIONAL,
+        "kafka.isolation.level": "read_uncommitted",
+    },
+    "failOnDataLoss=false after records were deleted": {
+        "subscribe": DELETED,
+        "startingOffsets": json.dumps({DELETED: {"0": 0}}),
+        "failOnDataLoss": "false",
+    },
 }
 
-READER = """
-import json, sys
-from pyspark.sql import SparkSession
-import sparkafka
+# name -> (read options, what both formats' refusals name): both must fail.
+REFUSED_READS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    "startingOffsets=latest on a batch read": (
+        {"subscribe": TOPIC, "startingOffsets": "latest"},
+        ("latest",),
+    ),
+    "endingOffsets=earliest on a batch read": (
+        {"subscribe": TOPIC, "endingOffsets": "earliest"},
+        ("earliest",),
+    ),
+    "no subscription": ({}, ("subscribe", "assign")),
+    "subscribe and assign together": (
+        {"subscribe": TOPIC, "assign": json.dumps({TOPIC: [0]})},
+        ("subscribe", "assign"),
+    ),
+    "failOnDataLoss=true after records were deleted": (
+        {"subscribe": DELETED, "startingOffsets": json.dumps({DELETED: {"0": 0}})},
+        ("lost",),
+    ),
+}
 
-jars, bootstrap, cases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-spark = (
-    SparkSession.builder.master("local[2]").config("spark.jars", jars)
-    .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
-sparkafka.register(spark)
+# Deliberate difference: sparkafka reads read_committed unless told otherwise, Spark's connector
+# read_uncommitted (the Kafka client's default), which shows aborted output to a pipeline.
+DEFAULT_ISOLATION = "the default isolation level over aborted transactions"
 
-def plain(value):
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if hasattr(value, "asDict"):
-        return {k: plain(v) for k, v in value.asDict().items()}
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
+# name -> streaming read options run with trigger(availableNow=True): the micro-batches must agree.
+STREAMS: dict[str, dict[str, str]] = {
+    "maxOffsetsPerTrigger over uneven partitions": {
+        "subscribe": STREAMED,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "5",
+    },
+}
+STREAMED_RECORDS = (10, 4, 1)  # per partition: shares of the limit are rounded per partition
 
-report = {}
-for name, options in cases.items():
-    report[name] = {}
-    for source in ("kafka", "sparkafka"):
-        reader = spark.read.format(source).option("kafka.bootstrap.servers", bootstrap)
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        frame = reader.load()
-        rows = sorted((plain(row.asDict()) for row in frame.collect()),
-                      key=lambda r: (r["topic"], r["partition"], r["offset"]))
-        report[name][source] = {
-            "schema": [(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields],
-            "rows": rows,
-            "input_partitions": frame.rdd.getNumPartitions(),
-        }
-print("REPORT " + json.dumps(report))
-spark.stop()
-"""
+KEY_VALUE = ["CAST(id AS STRING) AS key", "CONCAT('v', id) AS value"]
+TO_TOPIC = {"topic": "{topic}"}
+
+# name -> a df.write of spark.range(rows) both formats run, each to "<topic>-<format>"; the records
+# read back must agree partition by partition. "partitions": of the output topics.
+WRITES: dict[str, dict[str, Any]] = {
+    "topic option": {"columns": KEY_VALUE, "options": TO_TOPIC, "partitions": 3},
+    "per-row topic column": {"columns": [*KEY_VALUE, "'{topic}' AS topic"], "partitions": 3},
+    "topic option over the topic column": {
+        "columns": [*KEY_VALUE, "'{topic}-elsewhere' AS topic"],
+        "options": TO_TOPIC,
+        "partitions": 3,
+    },
+    "partition column": {
+        "columns": [*KEY_VALUE, "CAST(id % 3 AS INT) AS partition"],
+        "options": TO_TOPIC,
+        "partitions": 3,
+    },
+    "keys placed by murmur2": {"columns": KEY_VALUE, "options": TO_TOPIC, "partitions": 5, "rows": 60},
+    "headers": {
+        "columns": [
+            "CONCAT('v', id) AS value",
+            "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY)), "
+            "named_struct('key', 'none', 'value', CAST(NULL AS BINARY))) AS headers",
+        ],
+        "options": TO_TOPIC,
+        "partitions": 1,
+    },
+    "null keys and values": {
+        "columns": [
+            "IF(id % 2 = 0, NULL, CAST(id AS STRING)) AS key",
+            "IF(id % 3 = 0, NULL, CONCAT('v', id)) AS value",
+        ],
+        "options": TO_TOPIC,
+        "partitions": 1,
+    },
+    "binary key and value": {
+        "columns": ["CAST(CAST(id AS STRING) AS BINARY) AS key", "CAST(CONCAT('v', id) AS BINARY) AS value"],
+        "options": TO_TOPIC,
+        "partitions": 2,
+    },
+}
+
+# name -> (a df.write both formats refuse, what both refusals name).
+REFUSED_WRITES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "no value column": ({"columns": ["CAST(id AS STRING) AS key"], "options": TO_TOPIC}, ("value",)),
+    "value of type bigint": ({"columns": ["id AS value"], "options": TO_TOPIC}, ("value", "binary")),
+    "key of type bigint": (
+        {"columns": ["id AS key", "CONCAT('v', id) AS value"], "options": TO_TOPIC},
+        ("key",),
+    ),
+    "partition of type string": (
+        {"columns": ["CONCAT('v', id) AS value", "'0' AS partition"], "options": TO_TOPIC},
+        ("partition",),
+    ),
+    "no topic": ({"columns": ["CONCAT('v', id) AS value"]}, ("topic",)),
+    "save mode overwrite": ({"columns": KEY_VALUE, "options": TO_TOPIC, "mode": "overwrite"}, ("overwrite",)),
+}
+
+# Unavoidable difference: df.write's default save mode, ErrorIfExists, which Spark's sink takes as
+# append. PySpark's Python data sources can be written in Append and Overwrite mode only (Spark
+# refuses before sparkafka is asked), so sparkafka needs .mode("append").
+ERROR_IF_EXISTS = "save mode errorifexists (df.write's default)"
+
+# Deliberate difference: sparkafka refuses an option it does not know (naming the closest one),
+# Spark's connector ignores it, so a misspelt option silently does nothing.
+UNKNOWN_OPTION = "an unknown option"
 
 
-@pytest.fixture(scope="module")
-def report(broker: BrokerProcess) -> dict[str, Any]:
-    """Both formats' answers to every case, from one Spark process."""
-    bootstrap = broker.bootstrap_servers
+def _plan() -> dict[str, Any]:
+    reads = {**READS, **{name: options for name, (options, _) in REFUSED_READS.items()}}
+    reads[DEFAULT_ISOLATION] = {"subscribe": TRANSACTIONAL}
+    writes = {**WRITES, **{name: case for name, (case, _) in REFUSED_WRITES.items()}}
+    writes[UNKNOWN_OPTION] = {"columns": KEY_VALUE, "options": {**TO_TOPIC, "maxOffsetPerTrigger": "5"}}
+    writes[ERROR_IF_EXISTS] = {"columns": KEY_VALUE, "options": TO_TOPIC, "mode": "errorifexists"}
+    for number, case in enumerate(writes.values()):
+        case["topic"] = f"pw-{number}"
+    return {"reads": reads, "streams": STREAMS, "writes": writes}
+
+
+def _fill_topics(bootstrap: str, plan: dict[str, Any]) -> None:
     create_topic(bootstrap, TOPIC, partitions=3)
     create_topic(bootstrap, OTHER, partitions=1)
     sender = producer(bootstrap)
@@ -105,16 +193,72 @@ def report(broker: BrokerProcess) -> dict[str, Any]:
             headers=headers,
         )
     sender.produce(OTHER, key="only", value="other", partition=0, timestamp=BASE_TIMESTAMP_MS)
+
+    create_topic(bootstrap, DELETED, partitions=1)
+    for i in range(10):
+        sender.produce(DELETED, value=f"d{i}", partition=0)
+    create_topic(bootstrap, STREAMED, partitions=len(STREAMED_RECORDS))
+    for partition, records in enumerate(STREAMED_RECORDS):
+        for i in range(records):
+            sender.produce(STREAMED, value=f"s{partition}-{i}", partition=partition)
     assert sender.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deleted = admin.delete_records([TopicPartition(DELETED, 0, DELETED_BELOW)], operation_timeout=10)
+    for future in deleted.values():
+        assert future.result(timeout=30).low_watermark == DELETED_BELOW
+
+    # Committed, aborted, committed: the aborted records sit between committed ones.
+    create_topic(bootstrap, TRANSACTIONAL, partitions=1)
+    writer = transactional_producer(bootstrap, "parity-transactions")
+    writer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        writer.begin_transaction()
+        for i in range(3):
+            writer.produce(TRANSACTIONAL, value=f"{outcome}-{i}", partition=0)
+        writer.flush(30)
+        (writer.commit_transaction if outcome == "commit" else writer.abort_transaction)(30)
+
+    for case in plan["writes"].values():
+        for sink in ("kafka", "sparkafka"):
+            create_topic(bootstrap, f"{case['topic']}-{sink}", partitions=case.get("partitions", 1))
+
+
+@pytest.fixture(scope="module")
+def report(broker: BrokerProcess) -> dict[str, Any]:
+    """What both formats did for every case, from one Spark process."""
+    bootstrap = broker.bootstrap_servers
+    plan = _plan()
+    _fill_topics(bootstrap, plan)
     jars = ",".join(str(path) for path in spark_kafka_jars())
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    found, _ = run_reporting_script(READER, jars, bootstrap, json.dumps(CASES), env=env)
+    runner = (Path(__file__).parent / "parity_runner.py").read_text()
+    found, _ = run_reporting_script(runner, jars, bootstrap, json.dumps(plan), env=env)
+    found["plan"] = plan
+    found["bootstrap"] = bootstrap
     return found
 
 
-@pytest.mark.parametrize("case", list(CASES))
+def _written(report: dict[str, Any], case: str, sink: str, *, suffix: str = "") -> dict[int, list[Any]]:
+    """The records a write case left in its topic for ``sink``: partition -> sorted records."""
+    spec = report["plan"]["writes"][case]
+    partitions = spec.get("partitions", 1)
+    topic = f"{spec['topic']}-{sink}{suffix}"
+    messages = read_all(report["bootstrap"], topic, partitions=partitions, timeout_s=15)
+    by_partition: dict[int, list[Any]] = {p: [] for p in range(partitions)}
+    for message in messages:
+        headers = [(key, value) for key, value in message.headers() or []] or None
+        by_partition[message.partition()].append((message.key(), message.value(), headers))
+    return {p: sorted(records, key=repr) for p, records in by_partition.items()}
+
+
+def _names_all(message: str, phrases: tuple[str, ...]) -> bool:
+    return all(phrase.lower() in message.lower() for phrase in phrases)
+
+
+@pytest.mark.parametrize("case", list(READS))
 def test_a_batch_read_gives_what_sparks_kafka_source_gives(report: dict[str, Any], case: str) -> None:
-    spark_kafka, ours = report[case]["kafka"], report[case]["sparkafka"]
+    spark_kafka, ours = report["reads"][case]["kafka"], report["reads"][case]["sparkafka"]
+    assert "error" not in spark_kafka and "error" not in ours, (spark_kafka, ours)
     assert ours["schema"] == spark_kafka["schema"]
     assert ours["rows"] == spark_kafka["rows"]
     assert ours["rows"], "a case that reads nothing compares nothing"
@@ -123,13 +267,100 @@ def test_a_batch_read_gives_what_sparks_kafka_source_gives(report: dict[str, Any
 def test_min_partitions_splits_the_ranges_as_sparks_source_does(report: dict[str, Any]) -> None:
     """Spark's KafkaOffsetRangeCalculator: more input partitions than Kafka partitions, each range
     split in proportion to its size, rounded (15 records in 3 partitions, minPartitions 7: 6)."""
-    spark_kafka, ours = report["minPartitions"]["kafka"], report["minPartitions"]["sparkafka"]
+    spark_kafka, ours = (
+        report["reads"]["minPartitions"]["kafka"],
+        report["reads"]["minPartitions"]["sparkafka"],
+    )
     assert spark_kafka["input_partitions"] > 3
     assert ours["input_partitions"] == spark_kafka["input_partitions"]
 
 
+@pytest.mark.parametrize("case", list(REFUSED_READS))
+def test_a_batch_read_spark_refuses_is_refused_naming_the_same_thing(
+    report: dict[str, Any], case: str
+) -> None:
+    phrases = REFUSED_READS[case][1]
+    spark_kafka, ours = report["reads"][case]["kafka"], report["reads"][case]["sparkafka"]
+    assert "error" in spark_kafka and "error" in ours, (spark_kafka, ours)
+    assert _names_all(spark_kafka["message"], phrases), spark_kafka["message"]
+    assert _names_all(ours["message"], phrases), ours["message"]
+
+
+def test_by_default_sparkafka_reads_committed_records_only_where_spark_reads_aborted_ones(
+    report: dict[str, Any],
+) -> None:
+    default = report["reads"][DEFAULT_ISOLATION]
+    committed = report["reads"]["read_committed over aborted transactions"]["kafka"]["rows"]
+    uncommitted = report["reads"]["read_uncommitted over aborted transactions"]["kafka"]["rows"]
+    assert default["sparkafka"]["rows"] == committed
+    assert default["kafka"]["rows"] == uncommitted
+    assert len(committed) == 6 and len(uncommitted) == 9
+
+
+@pytest.mark.parametrize("case", list(STREAMS))
+def test_a_rate_limited_stream_has_sparks_micro_batches(report: dict[str, Any], case: str) -> None:
+    spark_kafka, ours = report["streams"][case]["kafka"], report["streams"][case]["sparkafka"]
+    assert "error" not in spark_kafka and "error" not in ours, (spark_kafka, ours)
+    assert ours["batches"] == spark_kafka["batches"]
+    assert len(ours["batches"]) >= 3, "the limit must split the backlog"
+    assert sum(len(batch) for batch in ours["batches"]) == sum(STREAMED_RECORDS)
+
+
+@pytest.mark.parametrize("case", list(WRITES))
+def test_a_write_leaves_what_sparks_kafka_sink_leaves(report: dict[str, Any], case: str) -> None:
+    spark_kafka, ours = report["writes"][case]["kafka"], report["writes"][case]["sparkafka"]
+    assert spark_kafka == ours == {"result": "ok"}, (spark_kafka, ours)
+    written = _written(report, case, "sparkafka")
+    assert written == _written(report, case, "kafka")
+    rows = WRITES[case].get("rows", 20)
+    assert sum(len(records) for records in written.values()) == rows
+
+
+def test_the_topic_option_wins_over_the_topic_column_for_both(report: dict[str, Any]) -> None:
+    case = "topic option over the topic column"
+    for sink in ("kafka", "sparkafka"):
+        assert _written(report, case, sink, suffix="-elsewhere") == {0: [], 1: [], 2: []}
+
+
+def test_keys_are_spread_over_partitions_as_javas_default_partitioner_does(report: dict[str, Any]) -> None:
+    written = _written(report, "keys placed by murmur2", "sparkafka")
+    assert sum(1 for records in written.values() if records) >= 4, "60 keys over 5 partitions"
+
+
+@pytest.mark.parametrize("case", list(REFUSED_WRITES))
+def test_a_write_spark_refuses_is_refused_naming_the_same_thing(report: dict[str, Any], case: str) -> None:
+    phrases = REFUSED_WRITES[case][1]
+    spark_kafka, ours = report["writes"][case]["kafka"], report["writes"][case]["sparkafka"]
+    assert "error" in spark_kafka and "error" in ours, (spark_kafka, ours)
+    assert _names_all(spark_kafka["message"], phrases), spark_kafka["message"]
+    assert _names_all(ours["message"], phrases), ours["message"]
+    assert _written(report, case, "sparkafka") == _written(report, case, "kafka")
+
+
+def test_an_unknown_option_is_refused_by_sparkafka_where_spark_ignores_it(report: dict[str, Any]) -> None:
+    spark_kafka, ours = (
+        report["writes"][UNKNOWN_OPTION]["kafka"],
+        report["writes"][UNKNOWN_OPTION]["sparkafka"],
+    )
+    assert spark_kafka == {"result": "ok"}
+    assert "error" in ours and "maxOffsetPerTrigger" in ours["message"].replace(
+        "maxoffsetpertrigger", "maxOffsetPerTrigger"
+    )
+
+
+def test_the_default_save_mode_is_taken_as_append_by_spark_and_refused_by_pyspark(
+    report: dict[str, Any],
+) -> None:
+    case = report["writes"][ERROR_IF_EXISTS]
+    assert case["kafka"] == {"result": "ok"}
+    assert "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in case["sparkafka"]["message"]
+    assert len(_written(report, ERROR_IF_EXISTS, "kafka")[0]) == 20
+
+
 def test_the_data_is_what_the_cases_need(report: dict[str, Any]) -> None:
     """Nulls, headers and per-partition ranges are really in the data the cases compare."""
-    rows = report["includeHeaders"]["kafka"]["rows"]
+    rows = report["reads"]["includeHeaders"]["kafka"]["rows"]
     assert any(row["key"] is None for row in rows) and any(row["value"] is None for row in rows)
     assert any(row["headers"] for row in rows) and any(row["headers"] is None for row in rows)
+    deleted = report["reads"]["failOnDataLoss=false after records were deleted"]["kafka"]["rows"]
+    assert [row["offset"] for row in deleted] == list(range(DELETED_BELOW, 10))
