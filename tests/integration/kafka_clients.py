@@ -99,6 +99,18 @@ def read_all(
     return messages
 
 
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """Each partition's high watermark, as the broker answers it: 0 everywhere means nothing was
+    ever written, committed or not (a read that finds nothing may only have been too early)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{time.monotonic_ns()}"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
 def values(messages: list[Message]) -> list[bytes]:
     return [m.value() for m in messages]
 

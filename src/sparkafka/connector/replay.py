@@ -18,10 +18,12 @@ Steps of :func:`decide` for one write task (the first that applies wins):
    (``adoptTransactionalIdsFrom``): refuse. Two queries sharing ids overwrite each other's markers,
    and either could then write a batch twice.
 2. The marker holds a later batch of this query than ``b``: skip. This id committed past ``b``
-   already (the checkpoint is behind its output).
+   already (the checkpoint is behind its output, as after restoring an older copy of it; no row
+   count is compared here).
 3. The marker holds ``b`` of this query itself — a replay of output this id already committed:
    a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
-      sharing a prefix, or a topic changed in the middle of a replay);
+      sharing a prefix, or a topic changed in the middle of a replay) — unless the user accepted
+      this batch as written (``acceptReshapedBatch``);
    b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
       first run's, and skipping would lose or double records — unless the user accepted this
       batch as written (``acceptReshapedBatch``): skip;
@@ -29,7 +31,14 @@ Steps of :func:`decide` for one write task (the first that applies wins):
 4. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
    marker on ids adopted deliberately). A streaming write (one sink per query) that finds ``b``
    committed by the same query under another prefix: refuse (the prefix changed in the middle of a
-   replay, and writing would double what the old ids committed). Otherwise write.
+   replay, and writing would double what the old ids committed); one that finds ``b`` committed by
+   another id of its prefix for another topic: refuse, unless accepted as written (the output topic
+   changed mid-replay: every task refuses, so the batch is never split over two topics). Otherwise
+   write.
+
+Before all of these, an ``acceptReshapedBatch`` naming a batch beyond the run's first is refused: a
+replay is always the first batch of a run, so such an id is a mistake that would otherwise wait to
+take a later batch as written.
 
 The driver adds one check per run, in :func:`partitions_beyond`: after a replay's tasks reported,
 no marker of ``b`` may exist for a write partition the replay does not have (unless the user
@@ -98,7 +107,9 @@ class TaskView:
     ``topic``: the write's ``topic`` option, "" when every row names its topic. ``registered_query``:
     the query the id's registration names, None when it was not read (a producer reused within a
     run). ``other_prefix_markers``: markers of micro-batch ``batch_id`` of this query under other
-    prefixes, read at the first write of the id in this run (empty otherwise)."""
+    prefixes, and ``sibling_markers`` those of the other ids under this id's prefix, both read at the
+    first write of the id in this run by a streaming write (empty otherwise). ``run_first_batch``:
+    the micro-batch of that first write, the only one of the run that can be a replay."""
 
     query_id: str
     batch_id: int
@@ -109,7 +120,9 @@ class TaskView:
     own_marker: Marker | None
     registered_query: str | None = None
     other_prefix_markers: Sequence[Marker] = field(default_factory=tuple)
+    sibling_markers: Sequence[Marker] = field(default_factory=tuple)
     accepted_reshaped_batch: int | None = None
+    run_first_batch: int | None = None
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -117,21 +130,33 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
     safe. ``rows`` counts the task's input rows; it is called only when a skip has to be checked."""
     if view.registered_query is not None and view.registered_query != view.query_id:
         raise ReplayRefused(_owned_by_another_query(view))
+    accepted = view.accepted_reshaped_batch
+    if accepted is not None and view.run_first_batch is not None and accepted > view.run_first_batch:
+        raise ReplayRefused(_accepted_too_early(view, accepted))
+    taken_as_written = accepted == view.batch_id
     marker = view.own_marker
     ours = marker if marker is not None and marker.query_id == view.query_id else None
     if ours is not None and ours.batch_id > view.batch_id:
         return Action.SKIP
     if ours is not None and ours.batch_id == view.batch_id:
-        if ours.topic not in (None, view.topic):
+        if ours.topic not in (None, view.topic) and not taken_as_written:
             raise ReplayRefused(_written_to_another_topic(view, ours))
         found = rows()
-        if found != ours.records and view.accepted_reshaped_batch != view.batch_id:
+        if found != ours.records and not taken_as_written:
             raise ReplayRefused(_reshaped(view, ours, found))
         return Action.SKIP
     if not view.batch_write:
         earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
         if earlier:
             raise ReplayRefused(_prefix_changed(view, earlier))
+        # Every task refuses together, before any writes to the new topic: the batch is not split.
+        elsewhere = [
+            m
+            for m in view.sibling_markers
+            if m.batch_id == view.batch_id and m.topic not in (None, view.topic)
+        ]
+        if elsewhere and not taken_as_written:
+            raise ReplayRefused(_written_to_another_topic(view, elsewhere[0]))
     return Action.WRITE
 
 
@@ -242,6 +267,15 @@ def _written_to_another_topic(view: TaskView, marker: Marker) -> str:
         f"query for a write to {written_to}; this write goes to {described(view.topic)}. {shared_prefix}"
         f"the batch's output is already in {written_to}, and skipping would leave it out of the new one: "
         "run the query once more with that topic until this batch is done, then change the topic"
+    )
+
+
+def _accepted_too_early(view: TaskView, accepted: int) -> str:
+    return (
+        f"option {ACCEPT_RESHAPED_OPTION}={accepted} names a micro-batch this run of query {view.query_id} "
+        f"has not reached: it starts at micro-batch {view.run_first_batch}, the only one a restart can "
+        "replay. The option takes a refused replay as written; give it the batch id the refusal named, "
+        "or remove it"
     )
 
 

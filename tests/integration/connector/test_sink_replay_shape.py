@@ -58,7 +58,13 @@ def topics(fresh_kafka: Kafka) -> Kafka:
 
 
 def _pipeline(
-    broker: Kafka, tmp_path: Path, sql: str, *extra: str, master: str, shuffle_partitions: int = 8
+    broker: Kafka,
+    tmp_path: Path,
+    sql: str,
+    *extra: str,
+    master: str,
+    shuffle_partitions: int = 8,
+    sink_topic: str = "out",
 ) -> PipelineProcess:
     args = [
         "--bootstrap-servers",
@@ -66,7 +72,7 @@ def _pipeline(
         "--source-topic",
         "in",
         "--sink-topic",
-        "out",
+        sink_topic,
         "--checkpoint",
         str(tmp_path / "checkpoint"),
         "--trigger",
@@ -256,6 +262,37 @@ def test_a_narrower_replay_is_refused_by_the_driver_and_goes_on_only_when_accept
         accepted.terminate()
     assert all(output[record_id] == 1 for record_id in later), "the batches after it, exactly once"
     assert "taken as written (acceptReshapedBatch)" in accepted.output()
+
+
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED], indirect=True)
+def test_an_output_topic_changed_mid_replay_is_refused_by_every_task(topics: Kafka, tmp_path: Path) -> None:
+    """Batch 0 partly committed to 'out', the query restarted writing to 'out2': the tasks without
+    markers of their own see their siblings' markers for 'out' and refuse with the task that has
+    one, so nothing reaches 'out2' and the batch is not split over two topics; restarted with
+    'out', the batch is finished exactly once."""
+    broker = topics
+    create_topic(broker.bootstrap_servers, "out2", partitions=OUTPUT_PARTITIONS)
+    ids = _send(broker.bootstrap_servers, 600)
+    wide = "SELECT /*+ REPARTITION(3) */ key, value FROM input"
+    first = _pipeline(broker, tmp_path, wide, *_paused_at("0,1"), master="local[3]").start()
+    assert sorted(_kill_after_commits(first, broker, held=[0, 1])) == [2]
+
+    moved = _pipeline(broker, tmp_path, wide, master="local[2]", sink_topic="out2").start()
+    try:
+        moved.wait_for("restarted with another output topic", timeout_s=180)
+    finally:
+        moved.kill_group()
+    assert (
+        read_all(broker.bootstrap_servers, "out2", partitions=OUTPUT_PARTITIONS, isolation="read_uncommitted")
+        == []
+    )
+
+    back = _pipeline(broker, tmp_path, wide, master="local[2]").start()
+    try:
+        output = _committed_ids(broker, len(ids))
+    finally:
+        back.terminate()
+    assert_exactly_once(output, ids)
 
 
 def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_path: Path) -> None:

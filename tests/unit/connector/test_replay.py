@@ -156,6 +156,48 @@ CASES = [
         True,
     ),
     (
+        "streaming write, another id of the prefix committed this batch for another topic",
+        {"sibling_markers": (marker(partition=0, topic="old-out"),)},
+        10,
+        "restarted with another output topic",
+        False,
+    ),
+    (
+        "streaming write, another id of the prefix committed this batch for this topic",
+        {"sibling_markers": (marker(partition=0), marker(partition=1, batch=BATCH - 1, topic="x"))},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "streaming write, batch split over two topics, accepted as written",
+        {"sibling_markers": (marker(partition=0, topic="old-out"),), "accepted_reshaped_batch": BATCH},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "marker for another topic, accepted as written",
+        {"own_marker": marker(topic="old-out"), "accepted_reshaped_batch": BATCH},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "acceptReshapedBatch beyond the run's first batch",
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH + 1, "run_first_batch": BATCH},
+        10,
+        "names a micro-batch this run of query q-1 has not reached",
+        False,
+    ),
+    (
+        "acceptReshapedBatch of a batch done before this run",
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH - 3, "run_first_batch": BATCH},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
         "adopted ids, other query's marker, this batch committed under another prefix",
         {
             "own_marker": marker(query=OTHER_QUERY, batch=BATCH + 5),

@@ -62,8 +62,10 @@ class CachedProducer:
     # driver as the first batch of the run (SinkCommitMessage.fresh_producer).
     run_first_batch: int | None = None
     registered_query: str | None = None
-    # Markers of this query under other prefixes, as read at that first write (streaming writes only).
+    # Markers of this query under other prefixes, and under this id's prefix for the other write
+    # partitions, as read at that first write (streaming writes only).
     other_prefix_markers: tuple[CommitMarker, ...] = ()
+    sibling_markers: tuple[CommitMarker, ...] = ()
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -250,16 +252,21 @@ def _read_committed_state(
         found = read_marker_partition(options)
         own_prefix = prefix_of(transactional_id, identity.partition)
         needle = f'"query_id":{json.dumps(query_id)}'.encode()
-        cached.other_prefix_markers = tuple(
-            marker
+        of_this_query = [
+            (key, marker)
             for key, value in found.items()
-            if not key.startswith((REGISTRATION_KEY_PREFIX, f"{own_prefix}-"))
+            if not key.startswith(REGISTRATION_KEY_PREFIX)
+            and key != transactional_id
             and needle in value
             and (marker := CommitMarker.decode(value)).query_id == query_id
+        ]
+        cached.other_prefix_markers = tuple(
+            m for key, m in of_this_query if not key.startswith(f"{own_prefix}-")
         )
+        cached.sibling_markers = tuple(m for key, m in of_this_query if key.startswith(f"{own_prefix}-"))
     else:
         found = read_marker_partition(options, want={transactional_id, registration_key})
-        cached.other_prefix_markers = ()
+        cached.other_prefix_markers = cached.sibling_markers = ()
     cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
     registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
     if registered is None or (registered != query_id and registered == options.adopted_query):

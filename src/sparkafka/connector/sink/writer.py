@@ -182,7 +182,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             own_marker=cached.marker,
             registered_query=cached.registered_query,
             other_prefix_markers=cached.other_prefix_markers,
+            sibling_markers=cached.sibling_markers,
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
+            run_first_batch=cached.run_first_batch,
         )
         first = next(batches, None)
         if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
