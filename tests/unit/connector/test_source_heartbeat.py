@@ -22,6 +22,7 @@ from sparkafka.connector.source.heartbeat import (
 from sparkafka.connector.source.offsets import (
     HEARTBEAT_OFFSET_KEY,
     SPLIT_KEY,
+    UNRESOLVED_START_KEY,
     Split,
     decode_offsets,
     encode_offsets,
@@ -32,7 +33,7 @@ from sparkafka.connector.source.options import SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange, split_offset_ranges
 from sparkafka.connector.source.schema import kafka_arrow_schema
 from sparkafka.connector.source.stream import KafkaStreamReader
-from sparkafka.errors import SparkafkaOptionError
+from sparkafka.errors import SparkafkaError, SparkafkaOptionError
 
 INTERVAL_MS = 1000
 T0, T1 = ("t", 0), ("t", 1)
@@ -322,6 +323,27 @@ def test_offsets_checkpointed_before_the_split_was_recorded_plan_with_the_curren
     old_format = encode_offsets({T0: 30, T1: 0})
     assert recorded_split(old_format) is None
     assert len(reader.partitions(encode_offsets({T0: 0, T1: 0}), old_format)) == 3
+
+
+@pytest.mark.parametrize(
+    "starting", [{}, {"startingOffsets": "latest"}, {"startingTimestamp": "1700000000000"}]
+)
+def test_a_first_batch_planned_by_sparks_source_is_refused_when_its_start_is_unknown(
+    starting: dict[str, str],
+) -> None:
+    """After a switch from format("kafka"): Spark planned micro-batch 0 (its end offset is bare) and
+    never committed it; the start of a latest, timestamp or group query cannot be found again."""
+    reader = reader_with(FakeAdmin(), **starting)
+    start = reader.initialOffset()
+    assert UNRESOLVED_START_KEY in start
+    with pytest.raises(SparkafkaError, match=r"planned by another source.*sources/0/0"):
+        reader.partitions(start, encode_offsets({T0: 50, T1: 50}))
+
+
+def test_sparkafkas_own_first_batch_from_an_unresolved_start_reads_nothing_and_is_not_refused() -> None:
+    reader = reader_with(FakeAdmin())
+    start = reader.initialOffset()
+    assert reader.partitions(start, reader.latestOffset(start, ReadAllAvailable())) == []
 
 
 def test_a_batch_recorded_without_a_calculator_replays_with_the_first_one() -> None:

@@ -61,6 +61,7 @@ from sparkafka.connector.source.ranges import (
 )
 from sparkafka.connector.source.reader import read_offset_range
 from sparkafka.connector.source.resolver import OffsetResolver, report_data_loss
+from sparkafka.errors import SparkafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,21 @@ def _resolves_the_same_later(boundary: OffsetBoundary) -> bool:
     if boundary.kind == "earliest":
         return True
     return boundary.kind == "offsets" and LATEST_SENTINEL not in boundary.offsets.values()
+
+
+def _first_batch_planned_elsewhere(end: dict[str, dict[str, int]], starting: OffsetBoundary) -> str:
+    """Why a first micro-batch that another source planned cannot be replayed (see partitions)."""
+    return (
+        f"the first micro-batch of this checkpoint, ending at {encode_offsets(decode_offsets(end))}, was "
+        "planned by another source, most likely Spark's kafka format before the query switched to "
+        "sparkafka, and was never committed; its start is not in the offsets log (Spark's source keeps "
+        "it in <checkpoint>/sources/0/0, which a Python data source cannot read), and "
+        f"{starting.option} cannot be resolved again to the same offsets, so sparkafka cannot tell "
+        "which records the batch holds and refuses rather than read nothing. Either finish this batch "
+        "with format('kafka') first (run the query with Spark's connector until a micro-batch is "
+        "committed, then switch), or give sparkafka that start: option startingOffsets set to the "
+        "JSON on the last line of <checkpoint>/sources/0/0"
+    )
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -402,6 +418,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A first micro-batch replayed after a crash gets a start resolved anew, which may differ
         # (retention moved the earliest offset); its checkpointed end knows the start it had.
         begin = first_batch_start(end)
+        if begin is None and UNRESOLVED_START_KEY in start and INITIAL_OFFSET_KEY not in end:
+            raise SparkafkaError(_first_batch_planned_elsewhere(end, self.options.starting or LATEST))
         # Offsets checkpointed before the split was recorded were split by the first calculator.
         split = recorded_split(end) or dataclasses.replace(self.options.split, calculator=LEGACY_CALCULATOR)
         if split != self.options.split:
