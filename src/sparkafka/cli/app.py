@@ -6,6 +6,7 @@ import typer
 
 from sparkafka import __version__
 from sparkafka.cli import broker as broker_commands
+from sparkafka.cli import checkpoint as checkpoint_commands
 from sparkafka.cli import console as console_commands
 from sparkafka.cli import demo as demo_commands
 from sparkafka.cli import pipeline as pipeline_commands
@@ -54,6 +55,7 @@ app.command("consume", cls=console_commands.ConsumeCommand)(console_commands.con
 app.add_typer(console_commands.topics_app, name="topics")
 app.add_typer(console_commands.groups_app, name="groups")
 app.add_typer(console_commands.transactions_app, name="transactions")
+app.add_typer(checkpoint_commands.checkpoint_app, name="checkpoint")
 
 
 def main() -> None:
