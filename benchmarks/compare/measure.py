@@ -22,6 +22,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.tools.harness import Cluster
 
+# How the Spark-based runners size micro-batches (maxOffsetsPerTrigger), from the driver.
+MAX_OFFSETS_VARIABLE = "BENCH_MAX_OFFSETS_PER_TRIGGER"
+
+
+def max_offsets_per_trigger(records: int) -> int:
+    """At least five micro-batches per backlog, and never fewer than 200,000 records each: Spark
+    starts at most one micro-batch per trigger, so a fixed size would cap a larger run's rate."""
+    return max(200_000, records // 5)
+
+
 # The runner contract asks for an exit within ~10 s of SIGTERM; past this the group gets SIGKILL.
 STOP_TIMEOUT_S = 20.0
 LATENCY_CDF_POINTS = 1000
@@ -67,6 +77,7 @@ class RunResult:
     throughput: float | None = None  # inputs/s from 10 % to 90 % of the inputs accounted for
     total_s: float | None = None  # runner start -> complete
     cpu_s: float | None = None  # process tree, runner start -> complete
+    cpu_s_per_million: float | None = None  # process tree, first output -> complete, per 1 M inputs
     peak_rss_mib: float | None = None  # process tree, whole run
     broker_cpu_s: float | None = None  # broker process, runner start -> complete
     latency_p50_ms: float | None = None
@@ -115,7 +126,7 @@ class Runner:
     """The system's runner as its own process group, with its process tree sampled."""
 
     def __init__(self, python: Path, config: Config, bootstrap: str, topics: tuple[str, str], work: Path,
-                 commit_interval_ms: int) -> None:  # fmt: skip
+                 commit_interval_ms: int, records: int) -> None:  # fmt: skip
         self.log = work / "runner.log"
         self.command = [
             str(python), str(config.system.runner_path),
@@ -129,6 +140,7 @@ class Runner:
             *config.system.runner_args,
         ]  # fmt: skip
         self.work = work
+        self.environment = {**os.environ, MAX_OFFSETS_VARIABLE: str(max_offsets_per_trigger(records))}
         self.process: subprocess.Popen[bytes] | None = None
         self.sampler: ProcessTreeSampler | None = None
 
@@ -136,7 +148,12 @@ class Runner:
         with open(self.log, "wb") as log:
             started = time.time()
             self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.work, start_new_session=True
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.work,
+                start_new_session=True,
+                env=self.environment,
             )
         self.sampler = ProcessTreeSampler(self.process.pid).start()
         return started
@@ -227,7 +244,7 @@ def measure(
     producer = InputProducer(bootstrap)
     producer.produce(topics[0], 0, records)
 
-    runner = Runner(python, config, bootstrap, topics, work, settings.commit_interval_ms)
+    runner = Runner(python, config, bootstrap, topics, work, settings.commit_interval_ms, records)
     result = RunResult(config, repeat, runner.log)
     watcher: MapWatcher | CountWatcher
     complete: Callable[[], float | None]
@@ -244,12 +261,19 @@ def measure(
     broker_cpu_before = _cpu_seconds(broker_pid)
     started = runner.start()
     try:
+        _wait_until(lambda: watcher.first_visible, "the first output", settings.timeout_s, runner, watcher)
+        assert runner.sampler is not None
+        runner.sampler.sample()
+        cpu_at_first_output, accounted_at_first_output = runner.sampler.cpu_seconds(), watcher.accounted_for()
         done = _wait_until(
             complete, f"all {records:,} records processed", settings.timeout_s, runner, watcher
         )
-        assert runner.sampler is not None and watcher.first_visible is not None
+        assert watcher.first_visible is not None
         runner.sampler.sample()
         result.cpu_s = runner.sampler.cpu_seconds()
+        if records > accounted_at_first_output:
+            million = (records - accounted_at_first_output) / 1e6
+            result.cpu_s_per_million = (result.cpu_s - cpu_at_first_output) / million
         broker_cpu_after = _cpu_seconds(broker_pid)
         if broker_cpu_before is not None and broker_cpu_after is not None:
             result.broker_cpu_s = broker_cpu_after - broker_cpu_before

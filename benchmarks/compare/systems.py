@@ -30,6 +30,7 @@ class System:
     distributions: tuple[str, ...]  # whose versions the report lists
     runner_args: tuple[str, ...] = ()
     workloads: tuple[str, ...] = ("map", "count")
+    guarantees: tuple[str, ...] = ("exactly-once", "at-least-once")
 
     @property
     def runner_path(self) -> Path:
@@ -38,6 +39,14 @@ class System:
 
 SYSTEMS: tuple[System, ...] = (
     System("sparkafka", "sparkafka", "sparkafka_run.py", None, ("sparkafka", "pyspark", "confluent-kafka")),
+    System(
+        "spark-kafka",
+        "Spark's kafka connector",
+        "spark_kafka.py",
+        None,
+        ("pyspark",),
+        guarantees=("at-least-once",),  # Spark's Kafka sink has no transactions
+    ),
     System("handwritten", "confluent-kafka loop", "handwritten.py", None, ("confluent-kafka",)),
     System("quix", "Quix Streams", "quix.py", "quix_env.py", ("quixstreams", "confluent-kafka")),
     System(

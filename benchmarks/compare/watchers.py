@@ -46,6 +46,10 @@ class CompletionWatcher(OutputWatcher):
     def observe(self, visible_at: float, message: Message) -> None:
         raise NotImplementedError
 
+    def accounted_for(self) -> int:
+        """How many inputs the output seen so far accounts for."""
+        raise NotImplementedError
+
     def problems(self) -> list[str]:
         """What is wrong with the output seen so far (empty when it is correct)."""
         raise NotImplementedError
@@ -83,6 +87,9 @@ class MapWatcher(CompletionWatcher):
             self.latencies_ms.append(visible_at * 1000 - produced_ms)
         if self.reached.get(self.distinct, 0.0) is None:
             self.reached[self.distinct] = visible_at
+
+    def accounted_for(self) -> int:
+        return self.distinct
 
     def problems(self) -> list[str]:
         found = []
@@ -142,6 +149,9 @@ class CountWatcher(CompletionWatcher):
         self.keys_at_total += (count == total) - (previous == total)
         if self.keys_at_total == len(self.expected) and self.complete_at is None:
             self.complete_at = visible_at
+
+    def accounted_for(self) -> int:
+        return self.accounted
 
     def problems(self) -> list[str]:
         found = []

@@ -5,10 +5,11 @@ The commit interval is the trigger: each micro-batch is one checkpointed (exactl
 write. map is seed 001's EVENT(a,b) in append mode; count is a running count per key in update mode,
 one update per key per micro-batch. Spark runs local[2].
 
-A backlog is read in micro-batches of at most MAX_OFFSETS_PER_TRIGGER records (the source's
-maxOffsetsPerTrigger, as a user sizing batches would set it): output then becomes visible batch by
-batch, as it does with the other systems' commits every commit interval, instead of all at once after
-one micro-batch that holds the whole backlog.
+A backlog is read in micro-batches of at most BENCH_MAX_OFFSETS_PER_TRIGGER records (the source's
+maxOffsetsPerTrigger, as a user sizing batches would set it; the driver sets it from the run's size,
+default 200,000): output then becomes visible batch by batch, as it does with the other systems'
+commits every commit interval, instead of all at once after one micro-batch that holds the whole
+backlog.
 
 Stdlib only; started with the project venv's python, which has sparkafka installed.
 """
@@ -22,7 +23,6 @@ from pathlib import Path
 from runner_args import runner_parser
 
 MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
-MAX_OFFSETS_PER_TRIGGER = 200_000
 COUNT_SQL = "SELECT key, CAST(count(*) AS STRING) AS value FROM input GROUP BY key"
 
 
@@ -36,7 +36,8 @@ def main() -> None:
         "--bootstrap-servers", args.bootstrap_servers,
         "--source-topic", args.input_topic,
         "--source-option", "startingOffsets=earliest",
-        "--source-option", f"maxOffsetsPerTrigger={MAX_OFFSETS_PER_TRIGGER}",
+        "--source-option",
+        f"maxOffsetsPerTrigger={os.environ.get('BENCH_MAX_OFFSETS_PER_TRIGGER', '200000')}",
         "--sink-topic", args.output_topic,
         "--checkpoint", str(Path(args.work_dir) / "checkpoint"),
         "--trigger", f"{args.commit_interval_ms}ms",
