@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.tools.harness import wait_until
-from sparkafka.tools.pipeline_process import PipelineProcess
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
 from tests.integration.kafka_clients import (
     assert_exactly_once,
@@ -31,7 +31,7 @@ SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+def standalone(tmp_path: Path) -> Iterator[StandaloneCluster]:
     with StandaloneCluster(tmp_path / "cluster", workers=2) as running:
         yield running
 
@@ -52,7 +52,7 @@ def topics(fresh_kafka: Kafka) -> set[str]:
 
 def _pipeline(
     broker: Kafka,
-    cluster: StandaloneCluster,
+    standalone: StandaloneCluster,
     tmp_path: Path,
     executors: int,
     *conf: str,
@@ -60,25 +60,16 @@ def _pipeline(
 ) -> PipelineProcess:
     settings = ("spark.executor.cores=1", f"spark.cores.max={executors}", "spark.executor.memory=1g", *conf)
     submit = " ".join(f"--conf {setting}" for setting in settings)
-    args = [
-        "--bootstrap-servers",
+    args = run_arguments(
         broker.bootstrap_servers,
-        "--source-topic",
         "in",
-        "--sink-topic",
         "out",
-        "--checkpoint",
-        str(tmp_path / "checkpoint"),
-        "--trigger",
-        "500ms",
-        "--master",
-        cluster.master_url,
-        "--source-option",
-        "startingOffsets=earliest",
-        "--sql",
-        SHUFFLED,
-        *(a for option in sink_options for a in ("--sink-option", option)),
-    ]
+        tmp_path / "checkpoint",
+        sql=SHUFFLED,
+        trigger="500ms",
+        master=standalone.master_url,
+        sink_options=sink_options,
+    )
     env = {
         **StandaloneCluster.environment(),
         "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell",
@@ -93,7 +84,7 @@ def _everything(broker: Kafka) -> list[bytes]:
 
 
 def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_once(
-    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+    fresh_kafka: Kafka, topics: set[str], standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
     """Two executors of one core, one per worker; write partitions 1 and 3 of batch 0 hold their
     transactions open while 0 and 2 commit; one executor and the driver are SIGKILLed; the replay
@@ -106,19 +97,19 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
         "debug.pauseMs=600s",
         "kafka.transaction.timeout.ms=600000",
     )
-    first = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
+    first = _pipeline(broker, standalone, tmp_path, 2, sink_options=held).start()
     try:
-        cluster.wait_for_executors(2)
+        standalone.wait_for_executors(2)
         # Held partitions flush their rows before pausing: every record is in the log, 0 and 2 committed.
         assert wait_until(lambda: len(_everything(broker)) == RECORDS, timeout_s=180), first.output()[-3000:]
         assert wait_until(lambda: len(committed_markers(broker.bootstrap_servers, 0)) == 2, timeout_s=60)
-        os.kill(cluster.executor_pids()[0], signal.SIGKILL)
+        os.kill(standalone.executor_pids()[0], signal.SIGKILL)
     finally:
         first.kill_group()
     prefix = f"sparkafka-{_query_id(tmp_path)}"
     assert sorted(committed_markers(broker.bootstrap_servers, 0)) == [f"{prefix}-0", f"{prefix}-2"]
 
-    replay = _pipeline(broker, cluster, tmp_path, 1).start()
+    replay = _pipeline(broker, standalone, tmp_path, 1).start()
     try:
         output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
     finally:
@@ -128,24 +119,24 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
 
 @pytest.mark.parametrize("fresh_kafka", [EMBEDDED, APACHE_KAFKA], indirect=True)
 def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exactly_once(
-    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+    fresh_kafka: Kafka, topics: set[str], standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
     """Write partition 1 of batch 0 holds its transaction open for 15 s; the executor running it is
     SIGKILLed. The driver lives on: the worker launches a new executor, Spark runs the lost tasks
     again, and the query writes every record once without a restart."""
     broker, ids = fresh_kafka, topics
     held = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=15s")
-    run = _pipeline(broker, cluster, tmp_path, 2, sink_options=held).start()
+    run = _pipeline(broker, standalone, tmp_path, 2, sink_options=held).start()
     pause = "sparkafka debug pause: beforeCommit partition=1 batch=0"
     try:
-        first_executors = set(cluster.wait_for_executors(2))
-        assert wait_until(lambda: cluster.executor_pid_that_printed(pause) is not None, timeout_s=180), (
+        first_executors = set(standalone.wait_for_executors(2))
+        assert wait_until(lambda: standalone.executor_pid_that_printed(pause) is not None, timeout_s=180), (
             run.output()[-3000:]
         )
-        victim = cluster.executor_pid_that_printed(pause)
+        victim = standalone.executor_pid_that_printed(pause)
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
-        assert wait_until(lambda: bool(set(cluster.executor_pids()) - first_executors), timeout_s=120), (
+        assert wait_until(lambda: bool(set(standalone.executor_pids()) - first_executors), timeout_s=120), (
             "the worker launched no new executor"
         )
         output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
@@ -153,12 +144,12 @@ def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exa
     finally:
         run.terminate()
     assert_exactly_once(output, ids)
-    assert cluster.executor_stderr().count(pause) >= 2, "the lost write task did not run again"
+    assert standalone.executor_stderr().count(pause) >= 2, "the lost write task did not run again"
     assert "restarting from checkpoint" not in run.output()
 
 
 def test_speculative_copies_of_a_slow_write_task_write_it_once(
-    fresh_kafka: Kafka, topics: set[str], cluster: StandaloneCluster, tmp_path: Path
+    fresh_kafka: Kafka, topics: set[str], standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
     """spark.speculation on: write partition 1 is slow (held 8 s before its commit), so Spark starts a
     copy of it on the other executor. Both attempts use transactional id ...-1; the later one's
@@ -172,13 +163,13 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
         "spark.speculation.minTaskRuntime=1s",
     )
     slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
-    run = _pipeline(broker, cluster, tmp_path, 2, *speculation, sink_options=slow).start()
+    run = _pipeline(broker, standalone, tmp_path, 2, *speculation, sink_options=slow).start()
     try:
         output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
     finally:
         run.terminate()
     assert_exactly_once(output, ids)
-    attempts = cluster.executor_stderr().count("sparkafka debug pause: beforeCommit partition=1 batch=0")
+    attempts = standalone.executor_stderr().count("sparkafka debug pause: beforeCommit partition=1 batch=0")
     assert attempts >= 2, "no speculative copy of the slow task ran"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkafka.tools.pipeline_process import PipelineProcess
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import EMBEDDED, Kafka
 from tests.integration.kafka_clients import (
     assert_exactly_once,
@@ -66,25 +66,17 @@ def _pipeline(
     shuffle_partitions: int = 8,
     sink_topic: str = "out",
 ) -> PipelineProcess:
-    args = [
-        "--bootstrap-servers",
+    checkpoint = tmp_path / "checkpoint"
+    args = run_arguments(
         broker.bootstrap_servers,
-        "--source-topic",
         "in",
-        "--sink-topic",
         sink_topic,
-        "--checkpoint",
-        str(tmp_path / "checkpoint"),
-        "--trigger",
-        "500ms",
-        "--master",
-        master,
-        "--source-option",
-        "startingOffsets=earliest",
-        "--sql",
-        sql,
-        *extra,
-    ]
+        checkpoint,
+        sql=sql,
+        trigger="500ms",
+        master=master,
+        extra=extra,
+    )
     env = {"SPARKAFKA_SHUFFLE_PARTITIONS": str(shuffle_partitions)}
     return PipelineProcess(tmp_path / "pipeline.log", args, env=env)
 
