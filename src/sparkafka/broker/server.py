@@ -90,6 +90,7 @@ class Broker:
         for topic in self.topics.topics.values():
             for index in range(topic.partitions):
                 self._open_partition(topic, index)
+        self._report_orphans()
         self.groups = GroupCoordinator(
             Journal(config.data_dir / "__consumer_offsets.journal", fsync=config.flush_messages == 1),
             GroupConfig(initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms),
@@ -126,6 +127,32 @@ class Broker:
 
     def _partition_dir(self, topic: str, index: int) -> Path:
         return self.config.data_dir / f"{topic}-{index}"
+
+    def _remove_stray(self, topic: str, index: int) -> None:
+        """A new partition never opens a directory left by an earlier topic of that name (a deletion
+        cut short, a registry restored from a backup): Kafka calls such a log stray and removes it."""
+        directory = self._partition_dir(topic, index)
+        if directory.exists():
+            doomed = self.config.data_dir / deleted_dir_name(topic, index)
+            directory.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+            log.warning(
+                "removed %s, left by an earlier topic %s: the new topic starts empty", directory, topic
+            )
+
+    def _report_orphans(self) -> None:
+        """Directories of the data dir that look like a partition's (``<topic>-<n>``) but belong to
+        no topic of the registry: left alone (they may be all that is left of a topic whose registry
+        entry was lost), and named, with what to do."""
+        known = {self._partition_dir(topic, index).name for topic, index in self.partitions}
+        for entry in sorted(self.config.data_dir.iterdir()):
+            name, _, number = entry.name.rpartition("-")
+            if entry.is_dir() and name and number.isdigit() and entry.name not in known:
+                log.warning(
+                    "orphan directory %s: no topic in topics.json has this partition. A topic created "
+                    "under that name replaces it; remove it yourself if its records are not needed",
+                    entry,
+                )
 
     def _open_partition(self, topic: Topic, index: int) -> Partition:
         partition = Partition(
@@ -189,6 +216,7 @@ class Broker:
             return topic
         self.topics.topics[name] = topic
         for index in range(partitions):
+            self._remove_stray(name, index)
             self._open_partition(topic, index)
         self.topics.save()
         log.info("created topic %s with %d partition(s) %s", name, partitions, valid_configs or "")
@@ -292,22 +320,45 @@ class Broker:
             )
 
     def delete_topic(self, name: str) -> None:
-        topic = self.topics.topics.pop(name, None)
+        """DeleteTopics for one topic, as Kafka's LogManager.asyncDelete: each partition's directory
+        is renamed out of the way first (:func:`deleted_dir_name`), so that a topic created again
+        under the name never opens what a crash or a failed removal left of the old one, then removed.
+
+        Steps: close the partitions; rename every directory; only when all are renamed, drop the topic
+        from the registry and remove the renamed directories. A rename that fails puts the renamed
+        ones back and reopens the partitions: the topic is left whole, and the error says why."""
+        topic = self.topics.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        indexes = range(topic.partitions)
+        for index in indexes:
+            self.partitions[(name, index)].close(keep_state=False)
+        renamed: list[tuple[Path, Path]] = []
+        try:
+            for index in indexes:
+                directory = self._partition_dir(name, index)
+                doomed = self.config.data_dir / deleted_dir_name(name, index)
+                with contextlib.suppress(FileNotFoundError):
+                    directory.rename(doomed)
+                    renamed.append((directory, doomed))
+        except OSError as error:
+            for directory, doomed in reversed(renamed):
+                doomed.rename(directory)
+            for index in indexes:
+                self._open_partition(topic, index)
+            raise BrokerError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"topic {name!r} could not be deleted, and is left as it was: renaming its partition "
+                f"directories failed ({error})",
+            ) from None
+        del self.topics.topics[name]
         self.topics.save()
-        for index in range(topic.partitions):
-            partition = self.partitions.pop((name, index))
-            partition.close(keep_state=False)
+        for index in indexes:
+            del self.partitions[(name, index)]
             self._uncleanable.discard((name, index))  # a topic created again gets a clean slate
-            # Renamed first, as Kafka's LogManager.asyncDelete does: a topic created again under this
-            # name never opens what a crash or a failed removal left of the old one.
-            directory = self._partition_dir(name, index)
-            doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETED_SUFFIX}")
-            with contextlib.suppress(FileNotFoundError):
-                directory.rename(doomed)
-                shutil.rmtree(doomed, ignore_errors=True)
-        self.groups.on_partitions_deleted((name, index) for index in range(topic.partitions))
+        for _, doomed in renamed:
+            shutil.rmtree(doomed, ignore_errors=True)
+        self.groups.on_partitions_deleted((name, index) for index in indexes)
         log.info("deleted topic %s", name)
 
     def add_partitions(
@@ -344,6 +395,7 @@ class Broker:
         if validate_only:
             return
         for index in range(topic.partitions, count):
+            self._remove_stray(name, index)
             self._open_partition(topic, index)
         topic.partitions = count
         self.topics.save()
@@ -530,6 +582,18 @@ def _lock_data_dir(data_dir: Path) -> Any:
 _RECEIVE_BUFFER_BYTES = 64 * 1024
 # A deleted topic's partition directories are renamed {topic}-{n}.{uuid}-delete, then removed.
 _DELETED_SUFFIX = "-delete"
+# Longest file name of the usual file systems (ext4, xfs, tmpfs).
+_MAX_FILE_NAME = 255
+
+
+def deleted_dir_name(topic: str, index: int) -> str:
+    """``{topic}-{index}.{uuid}-delete``, with the topic cut so the name fits in 255 bytes, as Kafka's
+    LocalLog.logDeleteDirName does: a topic name may have 249 characters, and the suffix adds 42
+    and more."""
+    suffix = f"-{index}.{uuid.uuid4().hex}{_DELETED_SUFFIX}"
+    return topic[: _MAX_FILE_NAME - len(suffix)] + suffix
+
+
 # Read-ahead: stop reading from a client once this many bytes of requests wait to be handled, resume
 # below half of it. Requests are still handled one at a time and answered in order.
 _MAX_QUEUED_BYTES = 8 * 1024 * 1024

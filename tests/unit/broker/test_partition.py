@@ -450,6 +450,73 @@ def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name
     assert not leftover.exists()
 
 
+def _broker(tmp_path: Path) -> Any:
+    from sparkafka.broker import server
+    from sparkafka.broker.config import BrokerConfig
+
+    return server.Broker(BrokerConfig(port=0, data_dir=tmp_path / "data"))
+
+
+def test_a_topic_with_the_longest_legal_name_is_deleted_and_created_again_empty(tmp_path: Path) -> None:
+    """249 characters, Kafka's limit: the renamed directory would exceed 255 bytes uncut."""
+    broker = _broker(tmp_path)
+    name = "n" * 249
+    broker.create_topic(name, 2, {})
+    _append(broker.partitions[(name, 1)], _batch(epoch=0, sequence=0))
+    broker.delete_topic(name)
+    assert name not in broker.topics.topics
+    assert [path for path in broker.config.data_dir.iterdir() if path.name.startswith("nnn")] == []
+    broker.create_topic(name, 2, {})
+    assert broker.partitions[(name, 1)].log.log_end_offset == 0
+
+
+def test_a_deletion_whose_rename_fails_leaves_the_topic_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = _broker(tmp_path)
+    broker.create_topic("t", 2, {})
+    _append(broker.partitions[("t", 1)], _batch(epoch=0, sequence=0))
+    real_rename = Path.rename
+
+    def rename(self: Path, target: Any) -> Any:
+        if self.name == "t-1":
+            raise OSError(28, "No space left on device")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(BrokerError, match="could not be deleted, and is left as it was") as failed:
+        broker.delete_topic("t")
+    monkeypatch.undo()
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "t" in broker.topics.topics
+    assert sorted(path.name for path in broker.config.data_dir.iterdir() if path.name.startswith("t-")) == [
+        "t-0",
+        "t-1",
+    ]
+    assert broker.partitions[("t", 1)].log.log_end_offset == 2, "the records are still there"
+    _append(broker.partitions[("t", 0)], _batch(epoch=0, sequence=0))  # and it takes writes
+
+
+def test_a_directory_left_by_an_earlier_topic_is_never_opened_by_a_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = _broker(tmp_path)
+    broker.create_topic("t", 1, {})
+    _append(broker.partitions[("t", 0)], _batch(epoch=0, sequence=0))
+    broker.partitions[("t", 0)].close()
+    # The registry lost the topic (restored from a backup, say), its directory stayed.
+    del broker.topics.topics["t"]
+    broker.topics.save()
+    broker._lock_file.close()
+    with caplog.at_level("WARNING"):
+        restarted = _broker(tmp_path)
+    assert "orphan directory" in caplog.text and "t-0" in caplog.text
+    assert (restarted.config.data_dir / "t-0").exists(), "an orphan is reported, not removed"
+    restarted.create_topic("t", 1, {})
+    assert restarted.partitions[("t", 0)].log.log_end_offset == 0
+    assert "left by an earlier topic t" in caplog.text
+
+
 def test_a_batch_written_whose_fsync_failed_is_recorded_so_its_retry_is_a_duplicate(
     open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
 ) -> None:
