@@ -53,11 +53,26 @@ class JournalError(Exception):
     """The journal cannot be used (closed, failed write, or an entry that cannot be stored)."""
 
 
+# What each journal of a broker holds, for the advice on a damaged one.
+_HOLDS = {
+    "__consumer_offsets.journal": "the consumer groups' committed offsets: consumers then start from "
+    "their auto.offset.reset",
+    "__transaction_state.journal": "the transactional ids' state: producers then start anew, and a "
+    "transaction left open in a partition keeps read_committed readers of it waiting; list those "
+    "with sparkafka transactions list",
+}
+
+
 class JournalCorruptError(JournalError):
     """The journal file is damaged somewhere other than a torn tail, or is not a journal at all."""
 
     def __init__(self, path: Path, position: int, reason: str) -> None:
-        super().__init__(f"journal {path} is corrupt at byte {position}: {reason}")
+        holds = _HOLDS.get(path.name, "its entries")
+        super().__init__(
+            f"journal {path} is corrupt at byte {position}: {reason}. The broker does not start on a "
+            "journal it cannot read whole (guessing could resurrect or lose committed state). Restore "
+            f"the file from a backup; or move it away to start without what it holds ({holds})"
+        )
         self.path = path
         self.position = position
         self.reason = reason

@@ -92,14 +92,23 @@ class TopicRegistry:
         self._path = data_dir / "topics.json"
         self.topics: dict[str, Topic] = {}
         if self._path.exists():
-            for entry in json.loads(self._path.read_text()):
-                topic = Topic(
-                    entry["name"],
-                    uuid.UUID(entry["id"]),
-                    entry["partitions"],
-                    entry["configs"],
-                )
-                self.topics[topic.name] = topic
+            try:
+                for entry in json.loads(self._path.read_text()):
+                    topic = Topic(
+                        entry["name"],
+                        uuid.UUID(entry["id"]),
+                        entry["partitions"],
+                        entry["configs"],
+                    )
+                    self.topics[topic.name] = topic
+            except (ValueError, TypeError, KeyError) as error:  # JSONDecodeError is a ValueError
+                raise RuntimeError(
+                    f"{self._path} is damaged ({type(error).__name__}: {error}), so the broker does not know "
+                    "its topics and does not start. Restore the file from a backup; the records are in the "
+                    "partition directories beside it (<topic>-<partition>), untouched. Starting without it "
+                    "(moving it away) starts with no topics: those directories are then reported as "
+                    "orphans, and a topic created again under a name replaces its old directory"
+                ) from None
 
     def save(self) -> None:
         payload = [

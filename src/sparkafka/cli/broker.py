@@ -93,6 +93,7 @@ def broker(
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
 ) -> None:
     """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
+    from sparkafka.broker.journal import JournalError
     from sparkafka.broker.runner import run_forever
 
     level = logging.getLevelName(log_level.upper())
@@ -125,7 +126,7 @@ def broker(
     )
     try:
         run_forever(config, schema_registry=registry_address)
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, JournalError) as exc:
         typer.echo(f"sparkafka broker: {exc}", err=True)
         raise typer.Exit(1) from exc
 
