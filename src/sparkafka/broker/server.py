@@ -14,6 +14,8 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import os
+import resource
 import shutil
 import struct
 import uuid
@@ -212,6 +214,7 @@ class Broker:
                     "are registered or some brokers have all their log directories cordoned.",
                 )
         topic = Topic(name, uuid.uuid4(), partitions, valid_configs)
+        check_file_descriptors(partitions)
         if validate_only:
             return topic
         self.topics.topics[name] = topic
@@ -392,6 +395,7 @@ class Broker:
                 )
             for replicas in assignments:
                 self._check_replicas(replicas, 1)  # every partition here has one replica
+        check_file_descriptors(count - topic.partitions)
         if validate_only:
             return
         for index in range(topic.partitions, count):
@@ -584,6 +588,32 @@ _RECEIVE_BUFFER_BYTES = 64 * 1024
 _DELETED_SUFFIX = "-delete"
 # Longest file name of the usual file systems (ext4, xfs, tmpfs).
 _MAX_FILE_NAME = 255
+
+
+# Open files kept free for what else the broker opens: connections, journals, files being cleaned.
+FILE_DESCRIPTOR_RESERVE = 256
+
+
+def check_file_descriptors(new_partitions: int) -> None:
+    """Refuse, before anything is created, partitions the process could not open: each keeps its
+    active segment open, and a broker out of file descriptors accepts no connection at all. The soft
+    limit (``ulimit -n``) less the files open now less :data:`FILE_DESCRIPTOR_RESERVE` must hold them.
+    Kafka leaves this to the operating system; a half-created topic is worse than a clear refusal."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or new_partitions <= 0:
+        return
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc: the limit alone
+        open_now = 0
+    free = soft - open_now - FILE_DESCRIPTOR_RESERVE
+    if new_partitions > free:
+        raise BrokerError(
+            ErrorCode.POLICY_VIOLATION,
+            f"{new_partitions} new partition(s) need as many open files, and the broker may open "
+            f"{max(free, 0)} more (open file limit {soft}, {open_now} open, {FILE_DESCRIPTOR_RESERVE} kept "
+            "for connections): raise the broker's limit (ulimit -n) or create fewer partitions",
+        )
 
 
 def deleted_dir_name(topic: str, index: int) -> str:

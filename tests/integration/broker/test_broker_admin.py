@@ -490,6 +490,28 @@ def test_create_partitions_checks_manual_assignments(broker: BrokerProcess) -> N
     assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2
 
 
+def test_more_than_ten_thousand_partitions_in_one_request_are_refused_whole(broker: BrokerProcess) -> None:
+    """Kafka's MAX_PARTITIONS_PER_BATCH: every topic of the request gets POLICY_VIOLATION, none is
+    created; so does a CreatePartitions adding more than that."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    names = [_name(), _name()]
+    futures = admin.create_topics([NewTopic(name, 5_001, 1) for name in names], operation_timeout=30)
+    for name in names:
+        with pytest.raises(KafkaException) as raised:
+            futures[name].result(60)
+        error = raised.value.args[0]
+        assert error.code() == KafkaError.POLICY_VIOLATION
+        assert error.str() == "Excessively large number of partitions per request."
+    assert not set(names) & set(admin.list_topics(timeout=10).topics)
+    name = _name()
+    create_topic(broker.bootstrap_servers, name)
+    with pytest.raises(KafkaException) as raised:
+        admin.create_partitions([NewPartitions(name, 10_002)])[name].result(60)
+    assert raised.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    assert raised.value.args[0].str() == "Excessively large number of additional partitions per request."
+    assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 1
+
+
 def _described(admin: AdminClient, topic: str) -> dict[str, tuple[str, bool]]:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     entries = admin.describe_configs([resource])[resource].result(30)

@@ -517,6 +517,29 @@ def test_a_directory_left_by_an_earlier_topic_is_never_opened_by_a_new_one(
     assert "left by an earlier topic t" in caplog.text
 
 
+def test_partitions_beyond_the_open_file_limit_are_refused_before_any_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import resource
+
+    from sparkafka.broker import server
+
+    broker = _broker(tmp_path)
+    broker.create_topic("t", 1, {})
+    open_now = len(os.listdir("/proc/self/fd"))
+    limit = open_now + server.FILE_DESCRIPTOR_RESERVE + 10  # room for 10 more partitions
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (limit, resource.RLIM_INFINITY))
+    with pytest.raises(BrokerError, match=r"raise the broker's limit \(ulimit -n\)") as refused:
+        broker.create_topic("big", 50, {})
+    assert refused.value.code == ErrorCode.POLICY_VIOLATION
+    assert "big" not in broker.topics.topics
+    assert not any(path.name.startswith("big-") for path in broker.config.data_dir.iterdir())
+    with pytest.raises(BrokerError, match="new partition"):
+        broker.add_partitions("t", 60, validate_only=False)
+    assert broker.topics.topics["t"].partitions == 1
+    broker.create_topic("small", 5, {})  # within the limit
+
+
 def test_a_batch_written_whose_fsync_failed_is_recorded_so_its_retry_is_a_duplicate(
     open_partition: type[Partition], monkeypatch: pytest.MonkeyPatch
 ) -> None:

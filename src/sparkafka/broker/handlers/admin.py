@@ -359,16 +359,39 @@ def _duplicate_error() -> BrokerError:
     return BrokerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
 
 
+# Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one CreateTopics or CreatePartitions
+# request may ask for this many partitions in all; a larger one is refused whole.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
+def _too_many_partitions(*, additional: bool = False) -> BrokerError:
+    what = "additional partitions" if additional else "partitions"
+    return BrokerError(ErrorCode.POLICY_VIOLATION, f"Excessively large number of {what} per request.")
+
+
+def _requested_partitions(broker: Broker, wanted: Any) -> int:
+    """What a CreatableTopic asks for, counted as Kafka's validateTotalNumberOfPartitions does."""
+    if wanted.assignments:
+        return len(wanted.assignments)
+    if wanted.num_partitions == -1:
+        return broker.config.default_partitions
+    return max(wanted.num_partitions, 0)
+
+
 async def create_topics(broker: Broker, request: Any, context: RequestContext) -> Any:
     """Kafka's ControllerApis.createTopics: its controller answers the names given once, in the
-    request's order; then come the names given more than once, and __cluster_metadata, refused."""
+    request's order (each refused alike when together they ask for more than
+    :data:`MAX_PARTITIONS_PER_REQUEST` partitions); then come the names given more than once, and
+    __cluster_metadata, refused."""
     results = []
     result_class = CreateTopicsResponse.CreatableTopicResult
     given_twice = _names_given_twice(t.name for t in request.topics)
-    for wanted in request.topics:
-        if wanted.name in given_twice or wanted.name == CLUSTER_METADATA_TOPIC:
-            continue
+    answered = [t for t in request.topics if t.name not in given_twice and t.name != CLUSTER_METADATA_TOPIC]
+    too_many = sum(_requested_partitions(broker, t) for t in answered) > MAX_PARTITIONS_PER_REQUEST
+    for wanted in answered:
         try:
+            if too_many:
+                raise _too_many_partitions()
             topic = broker.create_topic(
                 wanted.name,
                 wanted.num_partitions,
@@ -513,11 +536,18 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
         for name in given_twice
     ]
     by_name = {t.name: t for t in request.topics}
+    added = sum(
+        max(t.count - broker.topics.topics[t.name].partitions, 0)
+        for t in request.topics
+        if t.name not in given_twice and t.name in broker.topics.topics
+    )
     for name in jvm_order.java_hash_set(t.name for t in request.topics):
         if name in given_twice:
             continue
         wanted = by_name[name]
         try:
+            if added > MAX_PARTITIONS_PER_REQUEST:
+                raise _too_many_partitions(additional=True)
             broker.add_partitions(
                 wanted.name,
                 wanted.count,
