@@ -48,6 +48,11 @@ READS: dict[str, dict[str, str]] = {
     },
     "startingTimestamp": {"subscribe": TOPIC, "startingTimestamp": str(BASE_TIMESTAMP_MS + 9_000)},
     "minPartitions": {"subscribe": TOPIC, "minPartitions": "7"},
+    "maxRecordsPerPartition with minPartitions": {
+        "subscribe": STREAMED,
+        "maxRecordsPerPartition": "4",
+        "minPartitions": "7",
+    },
     "read_committed over aborted transactions": {
         "subscribe": TRANSACTIONAL,
         "kafka.isolation.level": "read_committed",
@@ -273,6 +278,16 @@ def test_min_partitions_splits_the_ranges_as_sparks_source_does(report: dict[str
     )
     assert spark_kafka["input_partitions"] > 3
     assert ours["input_partitions"] == spark_kafka["input_partitions"]
+
+
+def test_max_records_per_partition_and_min_partitions_split_as_sparks_source_does(
+    report: dict[str, Any],
+) -> None:
+    """10, 4 and 1 offsets cut to at most 4 (3+3+4, 4, 1), then minPartitions 7: Spark keeps every
+    range of a partition whole when one of them stays whole, so partition 0 is not split further."""
+    case = report["reads"]["maxRecordsPerPartition with minPartitions"]
+    assert case["kafka"]["input_partitions"] == 6
+    assert case["sparkafka"]["input_partitions"] == case["kafka"]["input_partitions"]
 
 
 @pytest.mark.parametrize("case", list(REFUSED_READS))

@@ -341,9 +341,16 @@ def test_a_first_batch_planned_by_sparks_source_is_refused_when_its_start_is_unk
 
 
 def test_sparkafkas_own_first_batch_from_an_unresolved_start_reads_nothing_and_is_not_refused() -> None:
-    reader = reader_with(FakeAdmin())
+    admin = FakeAdmin()
+    admin.stable = {T0: 40, T1: 30}
+    reader = reader_with(admin)
     start = reader.initialOffset()
-    assert reader.partitions(start, reader.latestOffset(start, ReadAllAvailable())) == []
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert reader.partitions(start, end) == []
+    # Replayed after a crash with startingOffsets changed to earliest: still empty, as Spark's source
+    # keeps a query's start whatever the option says later.
+    replay = reader_with(admin, startingOffsets="earliest")
+    assert replay.partitions(replay.initialOffset(), end) == []
 
 
 def test_a_batch_recorded_without_a_calculator_replays_with_the_first_one() -> None:

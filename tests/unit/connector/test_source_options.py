@@ -315,6 +315,24 @@ def test_split_rounds_as_sparks_calculator_and_the_first_calculator_fills_up() -
     assert sum(r.size for r in first) == 15
 
 
+def test_split_keeps_a_partition_whole_when_one_of_its_ranges_stays_whole_as_spark_does() -> None:
+    """maxRecordsPerPartition cuts partition 2 (47 offsets) into 23 + 24, and 23 rounds to one part:
+    Spark's calculator then leaves both pieces of partition 2 whole (5 ranges, not 7)."""
+    ranges = [OffsetRange("t", 0, 0, 22), OffsetRange("t", 1, 0, 39), OffsetRange("t", 2, 0, 47)]
+    split = split_offset_ranges(ranges, min_partitions=7, max_records_per_partition=24)
+    assert [(r.partition, r.start, r.end) for r in split] == [
+        (0, 0, 22),
+        (1, 0, 19),
+        (1, 19, 39),
+        (2, 0, 23),
+        (2, 23, 47),
+    ]
+    first = split_offset_ranges(
+        ranges, min_partitions=7, max_records_per_partition=24, calculator=LEGACY_CALCULATOR
+    )
+    assert len(first) == 7, "batches recorded by the first calculator keep their split"
+
+
 def test_split_caps_records_per_partition() -> None:
     split = split_offset_ranges(
         [OffsetRange("t", 0, 10, 35)], min_partitions=None, max_records_per_partition=10

@@ -65,7 +65,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("maxOffsetsPerTrigger", "streaming: upper bound of records per micro-batch"),
     OptionSpec("minOffsetsPerTrigger", "streaming: wait for this many new records"),
     OptionSpec("maxTriggerDelay", "streaming: longest wait for minOffsetsPerTrigger"),
-    OptionSpec("minPartitions", "split offset ranges into at least this many Spark partitions"),
+    OptionSpec("minPartitions", "split offset ranges into about this many Spark partitions, as Spark does"),
     OptionSpec("maxRecordsPerPartition", "split offset ranges larger than this"),
     OptionSpec("groupIdPrefix", "prefix of the generated consumer group id"),
     OptionSpec("groupOffsetsFallback", "earliest, latest or none for startingOffsets=group"),

@@ -33,6 +33,7 @@ from sparkafka.connector.source.heartbeat import (
 )
 from sparkafka.connector.source.offsets import (
     INITIAL_OFFSET_KEY,
+    SPLIT_KEY,
     UNRESOLVED_START,
     UNRESOLVED_START_KEY,
     _marked_initial,
@@ -197,7 +198,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
            replace it by a new one when :meth:`_heartbeat_due` says so. Steps 1-6 never see it.
         """
         if start.get(UNRESOLVED_START_KEY) is not None:
-            return _marked_initial(encode_offsets(self._starting_offsets()))
+            # The batch is empty, and stays empty when replayed whatever startingOffsets says then.
+            resolved = self._starting_offsets()
+            return with_first_batch_start(_marked_initial(encode_offsets(resolved)), resolved)
         start_offsets = decode_offsets(start)
         self._publish_progress(start_offsets)
         resolver = self.resolver
@@ -420,6 +423,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = first_batch_start(end)
         if begin is None and UNRESOLVED_START_KEY in start and INITIAL_OFFSET_KEY not in end:
             raise SparkafkaError(_first_batch_planned_elsewhere(end, self.options.starting or LATEST))
+        if begin is None and INITIAL_OFFSET_KEY in start and SPLIT_KEY not in end:
+            logger.warning(
+                "the first micro-batch, ending at %s, was planned by another source (Spark's kafka format?): "
+                "it is read from the start sparkafka resolves now from startingOffsets (%s), which is where "
+                "that source began it only if startingOffsets is unchanged",
+                encode_offsets(decode_offsets(end)),
+                encode_offsets(decode_offsets(start)),
+            )
         # Offsets checkpointed before the split was recorded were split by the first calculator.
         split = recorded_split(end) or dataclasses.replace(self.options.split, calculator=LEGACY_CALCULATOR)
         if split != self.options.split:
