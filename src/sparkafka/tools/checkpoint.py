@@ -12,7 +12,11 @@ commit log and the state stores carry over as they are.
 
 Steps of :func:`to_spark_kafka` (the query must be stopped: Spark keeps no lock on a checkpoint):
 
-1. Check that the directory is a streaming checkpoint (``metadata`` and ``offsets/``).
+1. Check that the directory is a streaming checkpoint (``metadata`` and ``offsets/``) whose first
+   micro-batch is committed: Spark's source replays an uncommitted first batch from the start it
+   keeps in ``sources/<n>/0``, a file a Python data source never writes, so it would resolve
+   ``startingOffsets`` anew and read other records than sparkafka planned. And that every offsets
+   file is of version 1 (a ``v2`` log, Spark 4.3's format for named sources, is refused).
 2. Copy ``offsets/`` and ``commits/`` to the backup directory, which must not exist yet.
 3. In every offsets file, drop the ``sparkafka:`` entries from each source line; check that what
    is left has Spark's shape; write the file anew (a temporary file renamed over it) and delete its
@@ -52,7 +56,7 @@ class Rewrite:
 
 def default_backup(checkpoint: Path) -> Path:
     """``<checkpoint>.backup-<UTC time>`` beside the checkpoint (outside it, where Spark never looks)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     return checkpoint.with_name(f"{checkpoint.name}.backup-{stamp}")
 
 
@@ -63,6 +67,12 @@ def to_spark_kafka(checkpoint: Path, backup: Path | None = None) -> Rewrite:
         raise CheckpointError(
             f"{checkpoint} is not a streaming query's checkpoint: it needs a 'metadata' file and an "
             "'offsets' directory (the checkpointLocation of a query that ran at least one micro-batch)"
+        )
+    if (offsets_dir / "0").exists() and not (checkpoint / "commits" / "0").exists():
+        raise CheckpointError(
+            f"the first micro-batch of {checkpoint} is not committed: Spark's kafka source would replay it "
+            "from a start it keeps in sources/<n>/0, which sparkafka never writes, and read other records. "
+            "Run the query on sparkafka until its first micro-batch is committed, then rewrite"
         )
     backup = backup or default_backup(checkpoint)
     if backup.exists():
@@ -93,6 +103,11 @@ def _without_own_entries(path: Path) -> tuple[str, set[str]]:
     lines = path.read_text(encoding="utf-8").split("\n")
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise CheckpointError(f"{path} is not an offsets file of Spark's (a 'v1' line, then metadata)")
+    if lines[0] != "v1":
+        raise CheckpointError(
+            f"{path} is an offsets file of version {lines[0][1:]!r}; this command rewrites version 1 only "
+            "(Spark writes version 2 for named sources or spark.sql.streaming.offsetLog.formatVersion=2)"
+        )
     removed: set[str] = set()
     for index in range(2, len(lines)):
         line = lines[index]

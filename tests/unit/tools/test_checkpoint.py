@@ -25,7 +25,7 @@ def _checkpoint(tmp_path: Path, *sources: str) -> Path:
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "commits").mkdir()
     (checkpoint / "metadata").write_text('{"id":"5f0c"}')
-    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')  # batch 0 is done
     for batch, source in enumerate(sources):
         (checkpoint / "offsets" / str(batch)).write_text("\n".join(["v1", METADATA, source]))
         (checkpoint / "offsets" / f".{batch}.crc").write_bytes(b"crc")
@@ -72,6 +72,18 @@ def test_what_is_not_a_checkpoint_or_an_existing_backup_is_refused(tmp_path: Pat
     (checkpoint / "offsets" / "1").write_text("not an offsets file")
     with pytest.raises(CheckpointError, match="is not an offsets file of Spark's"):
         to_spark_kafka(checkpoint, tmp_path / "other-backup")
+
+
+def test_an_uncommitted_first_batch_or_a_version_2_log_is_refused_before_any_change(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, json.dumps(SPARKAFKA_END))
+    (checkpoint / "commits" / "0").unlink()
+    with pytest.raises(CheckpointError, match=r"first micro-batch .* is not committed"):
+        to_spark_kafka(checkpoint, tmp_path / "backup")
+    assert not (tmp_path / "backup").exists()
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (checkpoint / "offsets" / "0").write_text("\n".join(["v2", METADATA, "0:" + json.dumps(SPARKAFKA_END)]))
+    with pytest.raises(CheckpointError, match="version '2'; this command rewrites version 1 only"):
+        to_spark_kafka(checkpoint, tmp_path / "backup")
 
 
 def test_the_command_says_what_it_did_and_fails_with_a_message(tmp_path: Path) -> None:
