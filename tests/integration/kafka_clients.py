@@ -99,6 +99,49 @@ def read_all(
     return messages
 
 
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: int = 1,
+    isolation: str = "read_committed",
+    timeout_s: float = 30.0,
+) -> list[Message]:
+    """Every record of ``topic`` that a reader of ``isolation`` sees now, read from the beginning
+    until each partition reported its end (with read_committed: the last stable offset). Unlike
+    :func:`read_all`, an empty answer means the topic holds nothing for that reader, not that the
+    consumer was still connecting; and it never stops at an expected count, so copies show."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"to-end-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    messages: list[Message] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: partitions {sorted(at_end)} reached their end only"
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    continue
+                raise AssertionError(f"consumer error: {message.error()}")
+            at_end.discard(message.partition())
+            messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
     """Each partition's high watermark, as the broker answers it: 0 everywhere means nothing was
     ever written, committed or not (a read that finds nothing may only have been too early)."""

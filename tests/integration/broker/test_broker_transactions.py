@@ -17,6 +17,7 @@ from tests.integration.kafka_clients import (
     open_transaction,
     producer,
     read_all,
+    read_to_end,
     transactional_producer,
     values,
 )
@@ -157,7 +158,7 @@ def test_broker_aborts_transaction_after_its_timeout(tmp_path, topic_name: str) 
         _low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
         consumer.close()
         assert high == 2  # the data record and the ABORT marker: the LSO reached the log end
-        assert read_all(short_broker.bootstrap_servers, topic_name, timeout_s=3) == []
+        assert read_to_end(short_broker.bootstrap_servers, topic_name) == []
         with pytest.raises(KafkaException):
             producer.commit_transaction(10)
 

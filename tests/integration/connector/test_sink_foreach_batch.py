@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import udf
 
 from tests.integration.conftest import Kafka
-from tests.integration.kafka_clients import create_topic, producer, read_all, values
+from tests.integration.kafka_clients import create_topic, producer, read_all, read_to_end, values
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_two_exactly_once_writes_of_one_batch_with_a_prefix_each_both_write_ever
     outputs = _fan_out(spark, bootstrap, topic_name, tmp_path / "cp", lambda topic: f"fan-out-{topic}")
     expected = sorted(f"r{i}".encode() for i in range(ROWS))
     for output in outputs:
-        assert sorted(values(read_all(bootstrap, output, partitions=2, expect=ROWS))) == expected, output
+        assert sorted(values(read_to_end(bootstrap, output, partitions=2))) == expected, output
 
 
 def test_two_exactly_once_writes_of_one_batch_sharing_a_prefix_fail_naming_the_fix(
@@ -114,7 +114,7 @@ def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
     with pytest.raises(Exception, match="needs option 'transactionalIdPrefix'"):
         _run(frame, write, tmp_path / "checkpoint")
     output = f"{topic_name}-out"
-    assert read_all(bootstrap, output, partitions=2, isolation="read_uncommitted", timeout_s=3) == []
+    assert read_to_end(bootstrap, output, partitions=2, isolation="read_uncommitted") == []
 
 
 def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_forward(
@@ -141,8 +141,8 @@ def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_f
     with pytest.raises(Exception, match=f"already in topic '{first}': run it once more with that topic"):
         _run(frame, lambda batch, _id: _write(batch, bootstrap, second, prefix=prefix), checkpoint)
     _run(frame, lambda batch, _id: _write(batch, bootstrap, first, prefix=prefix), checkpoint)
-    assert len(read_all(bootstrap, first, partitions=2, expect=ROWS + 1, timeout_s=5)) == ROWS
-    assert read_all(bootstrap, second, partitions=2, timeout_s=3) == []
+    assert len(read_to_end(bootstrap, first, partitions=2)) == ROWS
+    assert read_to_end(bootstrap, second, partitions=2) == []
 
 
 def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_every_row_once(

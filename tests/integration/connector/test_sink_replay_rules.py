@@ -19,7 +19,14 @@ from sparkafka.connector.datasource import KafkaDataSource
 from sparkafka.connector.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import Kafka
-from tests.integration.kafka_clients import committed_markers, create_topic, producer, read_all, values
+from tests.integration.kafka_clients import (
+    committed_markers,
+    create_topic,
+    producer,
+    read_all,
+    read_to_end,
+    values,
+)
 from tests.integration.spark_session import run_reporting_script
 
 ROWS = 20
@@ -88,12 +95,9 @@ def _run(
     return str(query.id)
 
 
-def _everything_written(bootstrap: str, sink: str, expect: int | None = None) -> list[bytes]:
+def _everything_written(bootstrap: str, sink: str) -> list[bytes]:
     """Every record in ``sink``, committed or not."""
-    everything = read_all(
-        bootstrap, sink, partitions=2, isolation="read_uncommitted", expect=expect, timeout_s=5
-    )
-    return values(everything)
+    return values(read_to_end(bootstrap, sink, partitions=2, isolation="read_uncommitted"))
 
 
 def test_write_stream_refuses_while_adaptive_execution_could_resplit_a_replay(
@@ -208,7 +212,7 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
     bootstrap, (source, sink) = kafka.bootstrap_servers, topics
     prefix = f"shared-{sink}"
     first_id = _run(spark, bootstrap, source, sink, tmp_path / "first", transactionalIdPrefix=prefix)
-    assert len(_everything_written(bootstrap, sink, expect=ROWS)) == ROWS
+    assert len(_everything_written(bootstrap, sink)) == ROWS
 
     with pytest.raises(Exception, match=f"belongs to query {first_id}") as refused:
         _run(spark, bootstrap, source, sink, tmp_path / "second", transactionalIdPrefix=prefix)
@@ -226,7 +230,7 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
         transactionalIdPrefix=prefix,
         adoptTransactionalIdsFrom=first_id,
     )
-    assert len(_everything_written(bootstrap, sink, expect=2 * ROWS)) == 2 * ROWS
+    assert len(_everything_written(bootstrap, sink)) == 2 * ROWS
     # From then on the ids are the second query's: the first one, restarted, refuses.
     sender = producer(bootstrap)
     sender.produce(source, value=b"late", partition=0)

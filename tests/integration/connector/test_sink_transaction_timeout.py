@@ -15,7 +15,12 @@ from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.markers import ensure_marker_topic, read_marker_partition
 from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
 from sparkafka.errors import SparkafkaError
-from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer
+from tests.integration.kafka_clients import (
+    create_topic,
+    producer,
+    read_to_end,
+    transactional_producer,
+)
 
 
 @pytest.fixture
@@ -58,7 +63,7 @@ def test_a_transaction_open_longer_than_its_timeout_fails_naming_the_timeout(
     expected = r"was open for \d+\.\d s, longer than kafka\.transaction\.timeout\.ms=1000"
     with pytest.raises(Exception, match=expected):
         query.awaitTermination()
-    assert read_all(bootstrap, f"{topic_name}-out", timeout_s=3) == []
+    assert read_to_end(bootstrap, f"{topic_name}-out") == []
 
 
 def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named(

@@ -38,7 +38,7 @@ from sparkafka.errors import ProducerFencedError
 from sparkafka.tools.harness import wait_until
 from tests.conftest import FAST_BROKER_ARGS
 from tests.integration.apache_kafka import ApacheKafka
-from tests.integration.kafka_clients import create_topic, read_all, values
+from tests.integration.kafka_clients import create_topic, read_all, read_to_end, values
 from tests.integration.raw_kafka import RawConnection
 
 # How often the coordinator looks for transactions older than their timeout (Kafka's default is 10 s).
@@ -274,7 +274,7 @@ def test_a_zombie_is_fenced_on_produce(any_kafka: Any, topic_name: str) -> None:
     with pytest.raises(KafkaException) as committed:
         zombie.commit_transaction(10)
     assert committed.value.args[0].code() == KafkaError._FENCED
-    assert read_all(any_kafka.bootstrap_servers, topic_name, timeout_s=3) == []
+    assert read_to_end(any_kafka.bootstrap_servers, topic_name) == []
 
 
 def _raw_produce(
@@ -419,7 +419,7 @@ def test_without_partition_verification_a_late_write_hangs_the_partition(
     commit_to_partition_1(f"other-{topic_name}", b"other")
     time.sleep((SHORT_TRANSACTION_MS + 3 * ABORT_CHECK_MS) / 1000)
     assert _offsets(kafka_4, topic_name, 1) == (0, 3)
-    assert read_all(kafka_4.bootstrap_servers, topic_name, timeout_s=3, partitions=2) == []
+    assert read_to_end(kafka_4.bootstrap_servers, topic_name, partitions=2) == []
 
     commit_to_partition_1(transactional_id, b"retry")
     assert wait_until(lambda: _offsets(kafka_4, topic_name, 1) == (5, 5), timeout_s=30)

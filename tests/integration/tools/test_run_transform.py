@@ -15,7 +15,7 @@ from pathlib import Path
 from confluent_kafka import Message
 
 from sparkafka.broker.runner import BrokerProcess
-from tests.integration.kafka_clients import create_topic, producer, read_all, values
+from tests.integration.kafka_clients import create_topic, producer, read_all, read_to_end, values
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("sparkafka")
 
@@ -122,6 +122,9 @@ def _shout_words(broker: BrokerProcess, workdir: Path, log_path: Path, transform
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
     output = log_path.read_text(errors="replace")
+    assert len(got) >= len(words), output
+    # Everything the topic holds, not just the first len(words) records: a second copy would show.
+    got = read_to_end(broker.bootstrap_servers, "shouted", partitions=2)
     assert sorted(values(got)) == sorted(f"{word.upper()}!".encode() for word in words), output
     assert run.returncode == 0, output
 
