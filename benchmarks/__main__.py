@@ -145,6 +145,9 @@ def version_lines(systems: list[System], pythons: dict[str, Path]) -> list[str]:
         if librdkafka and "confluent-kafka" in found:
             parts = [part + f" (librdkafka {librdkafka})" if part.startswith("confluent-kafka ") else part
                      for part in parts]  # fmt: skip
+        if system.name == "spark-kafka":  # the connector is a jar: its version is the test install's
+            connector = (REPO / "tests" / "spark_kafka" / "version").read_text().split()[0]
+            parts.append(f"spark-sql-kafka-0-10 {connector} (Maven Central)")
         # Rows of one system that differ only in a variant (PyFlink's UDFs) share one line.
         line = f"{system.label.split(' (')[0]}: {', '.join(parts)}"
         if line not in lines:

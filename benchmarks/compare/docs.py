@@ -85,7 +85,8 @@ def render_section(
     def link(path: Path) -> str:
         return Path(os.path.relpath(path, docs_file.parent)).as_posix()
 
-    lines = ["## Side by side: sparkafka, a hand-written loop, Quix Streams, PyFlink", "", _method(context)]
+    title = "## Side by side: sparkafka, Spark's kafka connector, a hand-written loop, Quix Streams, PyFlink"
+    lines = [title, "", _method(context)]
     for workload in workloads:
         workload_rows = [row for row in all_rows if row.config.workload == workload]
         if not workload_rows:
