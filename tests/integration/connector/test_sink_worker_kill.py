@@ -20,13 +20,13 @@ RECORDS = 400
 PAUSE = "sparkafka debug pause: beforeCommit partition=0 batch=0"
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, process group) of ``pid``, or None once it is gone."""
+def _parent(pid: int) -> int | None:
+    """The parent of ``pid``, or None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(fields[1]), int(fields[2])
+    return int(fields[1])
 
 
 def _command(pid: int) -> str:
@@ -36,19 +36,22 @@ def _command(pid: int) -> str:
         return ""
 
 
-def python_workers(group: int) -> list[int]:
-    """The Python workers of the process group: processes that Spark's worker daemon forked (same
-    command line as the daemon, which is their parent), not the daemon itself."""
-    daemons = {pid for pid in _group(group) if "worker_daemon" in _command(pid)}
-    return [pid for pid in daemons if (stat := _stat(pid)) is not None and stat[0] in daemons]
-
-
-def _group(group: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None and stat[1] == group:
-            found.append(int(entry.name))
+def _descendants(root: int) -> set[int]:
+    parents = {int(e.name): _parent(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit()}
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
     return found
+
+
+def python_workers(root: int) -> list[int]:
+    """The Python workers below ``root``: the processes Spark's worker daemon forked (same command
+    line as the daemon, which is their parent), not the daemon itself. The daemon puts itself in a
+    process group of its own, so they are found by descent, not by group."""
+    below = _descendants(root)
+    daemons = {pid for pid in below if "worker_daemon" in _command(pid)}
+    return sorted(pid for pid in daemons if _parent(pid) in daemons)
 
 
 @pytest.mark.parametrize("fresh_kafka", [EMBEDDED], indirect=True)
@@ -84,7 +87,7 @@ def test_a_python_worker_killed_alone_mid_transaction_is_retried_exactly_once(
         run.wait_for(PAUSE, timeout_s=180)
         assert run.process is not None
         workers = python_workers(run.process.pid)
-        assert workers, "no Python worker found in the pipeline's process group"
+        assert workers, "no Python worker found below the pipeline's process"
         for pid in workers:
             os.kill(pid, signal.SIGKILL)
         output = committed_ids(bootstrap, "out", expect=RECORDS, partitions=2)
