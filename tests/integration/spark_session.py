@@ -9,21 +9,30 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 import sparkafka
 
+REPOSITORY = Path(__file__).resolve().parents[2]
 
-def local_spark_session(app_name: str = "sparkafka-tests") -> SparkSession:
-    """A small local[2] session: two cores, two shuffle partitions, no UI, quiet logs."""
+
+def local_spark_session(
+    app_name: str = "sparkafka-tests", *, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A small local[2] session: two cores, two shuffle partitions, no UI, quiet logs; ``conf``
+    adds settings a session can only take at its start (``spark.jars``, say)."""
     # Workers must run this interpreter: it is the one with sparkafka and its dependencies installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName(app_name)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
@@ -45,8 +54,14 @@ def run_reporting_script(script: str, *args: str, env: Mapping[str, str]) -> tup
     """Run ``script`` in a fresh Python process (a SparkSession of its own); returns the JSON object it
     printed on its stdout line starting ``REPORT ``, and its stderr. Fails the test, showing the
     output, when the script fails or reports nothing."""
+    # The script may import the tests' helpers (tests.integration.*) from the repository.
+    path = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH", "")]))
     done = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300, env=dict(env)
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "PYTHONPATH": path},
     )
     reports = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and reports, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"

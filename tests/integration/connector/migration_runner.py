@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-import sparkafka
+from tests.integration.spark_session import local_spark_session
 
 INPUT, OUTPUT, PREFIX = "migration-in", "migration-out", "migration"
 
@@ -80,16 +80,7 @@ def rewrite(checkpoint: str) -> dict[str, Any]:
 
 def main() -> None:
     jars, bootstrap, checkpoint, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.jars", jars)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    sparkafka.register(spark)
+    spark = local_spark_session("sparkafka-migration", conf={"spark.jars": jars})
     report = []
     for step in steps:
         done: dict[str, Any] = {}

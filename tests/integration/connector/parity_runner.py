@@ -21,7 +21,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-import sparkafka
+from tests.integration.spark_session import local_spark_session
 
 FORMATS = ("kafka", "sparkafka")
 
@@ -114,16 +114,7 @@ def batch_write(
 
 def main() -> None:
     jars, bootstrap, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.jars", jars)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    sparkafka.register(spark)
+    spark = local_spark_session("sparkafka-parity", conf={"spark.jars": jars})
     report: dict[str, dict[str, Any]] = {"reads": {}, "streams": {}, "writes": {}}
     for name, options in plan.get("reads", {}).items():
         report["reads"][name] = {source: batch_read(spark, source, bootstrap, options) for source in FORMATS}

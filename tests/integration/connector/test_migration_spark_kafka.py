@@ -20,7 +20,7 @@ import pytest
 from sparkafka.broker.runner import BrokerProcess
 from tests.integration.kafka_clients import assert_exactly_once, create_topic, read_all
 from tests.integration.spark_kafka_connector import spark_kafka_jars
-from tests.integration.spark_session import run_reporting_script
+from tests.integration.spark_session import REPOSITORY, run_reporting_script
 
 RUNNER = Path(__file__).with_name("migration_runner.py")
 INPUT, OUTPUT = "migration-in", "migration-out"
@@ -43,7 +43,14 @@ def bootstrap(fresh_broker: BrokerProcess) -> str:
 
 
 def _environment() -> dict[str, str]:
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    """The runner's: this Python for Spark's workers, and the repository on the path for the tests'
+    helpers it imports."""
+    return {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPOSITORY),
+    }
 
 
 def _run(bootstrap: str, checkpoint: Path, *steps: dict[str, Any]) -> list[dict[str, Any]]:
