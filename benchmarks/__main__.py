@@ -37,7 +37,9 @@ Metrics:
   broker is not), runner start → complete. **CPU s per M after first output**: the same, from the first
   output visible to complete, per million inputs accounted for in that time: what a long-running
   pipeline pays per record, start-up left out (use a large ``--records``, e.g. 5000000, so that batch
-  granularity does not dominate). **peak RSS MiB**: maximum over 0.25 s samples of the tree's
+  granularity does not dominate; left out when the first output already accounts for half the run).
+* **correct** also asks, of an exactly-once run, for transaction markers in the output: its offsets
+  must outnumber its records. **peak RSS MiB**: maximum over 0.25 s samples of the tree's
   summed RSS. **broker CPU s**: the broker process over the same interval.
 * **latency p50/p99 ms** (map, unless ``--skip-latency``): with the runner caught up, ``--rate`` records/s
   for ``--seconds``; latency = visible to the read_committed reader minus the produce time carried in
