@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sparkafka.connector.source.offsets import OWN_ENTRY_PREFIX
 from sparkafka.errors import SparkafkaError
 
-OWN_ENTRY_PREFIX = "sparkafka:"
 _COPIED = ("offsets", "commits")
 
 

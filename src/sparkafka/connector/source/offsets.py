@@ -37,7 +37,7 @@ HELD_START_PREFIX = "sparkafka:heldStart:"
 # "maxRecordsPerPartition": n}}, 0 where the option is not set (ranges.SPARK_CALCULATOR et al.).
 SPLIT_KEY = "sparkafka:split"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
-_OWN_ENTRY_PREFIX = "sparkafka:"
+OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
 # (-1 is Kafka's "no partition" / "no offset" / NoTimestampType), so that no real record can look
 # like one. Only its timestamp is meaningful.
@@ -67,7 +67,7 @@ def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets
     return {
         (topic, int(partition)): int(offset)
         for topic, by_partition in encoded.items()
-        if not topic.startswith(_OWN_ENTRY_PREFIX)
+        if not topic.startswith(OWN_ENTRY_PREFIX)
         for partition, offset in by_partition.items()
     }
 

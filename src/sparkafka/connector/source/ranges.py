@@ -90,22 +90,17 @@ def split_offset_ranges(
     unsplit = [r for r in result if part_count(r.size, total, min_partitions) == 1]
     split_total = total - sum(r.size for r in unsplit)
     split_parts = max(min_partitions - len(unsplit), 1)
+
     # Spark keeps whole every range of a topic partition one of whose ranges stays whole (after a
     # maxRecordsPerPartition cut a partition has several); the first calculator looked at each range.
-    whole = (
-        {(r.topic, r.partition) for r in unsplit}
-        if calculator == SPARK_CALCULATOR
-        else {(r.topic, r.partition, r.start) for r in unsplit}
-    )
+    def unit(r: OffsetRange) -> object:
+        return (r.topic, r.partition) if calculator == SPARK_CALCULATOR else r
 
-    def stays_whole(r: OffsetRange) -> bool:
-        key = (r.topic, r.partition) if calculator == SPARK_CALCULATOR else (r.topic, r.partition, r.start)
-        return key in whole
-
+    whole = {unit(r) for r in unsplit}
     proportional = [
         piece
         for r in result
-        for piece in _split_evenly(r, 1 if stays_whole(r) else part_count(r.size, split_total, split_parts))
+        for piece in _split_evenly(r, 1 if unit(r) in whole else part_count(r.size, split_total, split_parts))
     ]
     # Rounding can leave fewer ranges than asked for: the first calculator halved the largest until
     # there were enough, Spark's keeps what rounding gives.
