@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 log_fallback.install()
 
-__all__ = ["__version__", "format_known", "pin_write_partitioning", "register"]
+__all__ = ["__version__", "format_known", "pin_write_partitioning", "publish_status_url", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -27,10 +27,12 @@ def register(spark: SparkSession) -> None:
     replaced. Imported lazily so that the command line tools do not pay for importing PySpark.
 
     It also turns adaptive execution off for stateless streaming plans
-    (:func:`pin_write_partitioning`), which the exactly-once sink needs."""
+    (:func:`pin_write_partitioning`), which the exactly-once sink needs, and tells the sink's tasks
+    where the driver's monitoring API is (:func:`publish_status_url`)."""
     from sparkafka.connector.datasource import KafkaDataSource
 
     pin_write_partitioning(spark)
+    publish_status_url(spark)
     if not format_known(spark, KafkaDataSource.name()):
         spark.dataSource.register(KafkaDataSource)
 
@@ -45,6 +47,26 @@ def pin_write_partitioning(spark: SparkSession) -> None:
     from sparkafka.connector.replay import ADAPTIVE_STATELESS_STREAMING
 
     spark.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
+
+
+def publish_status_url(spark: SparkSession) -> None:
+    """Hand the address of the driver's web UI to the session's tasks.
+
+    The exactly-once sink's tasks ask its monitoring API how many write partitions their micro-batch
+    has and record the number in their commit markers, so that a replay split otherwise is refused
+    before it writes (:mod:`sparkafka.connector.sink.stage_width`). Without a UI
+    (``spark.ui.enabled=false``, a Spark Connect session) nothing is published, and such a replay is
+    found by the driver after it wrote."""
+    from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING
+
+    try:
+        url = spark.sparkContext.uiWebUrl
+    except Exception:  # a Spark Connect session has no SparkContext to ask
+        url = None
+    if url:
+        spark.conf.set(STATUS_URL_SETTING, url)
+    else:
+        spark.conf.unset(STATUS_URL_SETTING)
 
 
 def format_known(spark: SparkSession, name: str) -> bool:

@@ -22,7 +22,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 def local_spark_session(
     app_name: str = "sparkafka-tests", *, conf: Mapping[str, str] | None = None
 ) -> SparkSession:
-    """A small local[2] session: two cores, two shuffle partitions, no UI, quiet logs; ``conf``
+    """A small local[2] session: two cores, two shuffle partitions, quiet logs; ``conf``
     adds settings a session can only take at its start (``spark.jars``, say)."""
     # Workers must run this interpreter: it is the one with sparkafka and its dependencies installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -36,7 +36,10 @@ def local_spark_session(
         .appName(app_name)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
+        # On, as in sparkafka's own sessions: the exactly-once sink asks its monitoring API. Any
+        # free port, since test processes run side by side.
+        .config("spark.ui.enabled", "true")
+        .config("spark.ui.port", "0")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")

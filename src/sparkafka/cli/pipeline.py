@@ -67,6 +67,11 @@ def run(
         help="append (maps, watermarked windows), update (running aggregates) or complete.",
     ),
     master: str = typer.Option("local[*]", "--master", help="Spark master."),
+    spark_conf: list[str] = typer.Option(
+        [],
+        "--spark-conf",
+        help="KEY=VALUE Spark setting for the session (repeatable), e.g. spark.executor.memory=2g.",
+    ),
 ) -> None:
     """Run a pipeline until SIGINT/SIGTERM; prints one line per micro-batch.
 
@@ -104,6 +109,12 @@ def run(
             output_mode=output_mode,
         )
         config.validate_options()
+        session_conf = parse_key_values("--spark-conf", spark_conf)
+        for key in session_conf:
+            if not key.startswith("spark."):
+                raise SparkafkaError(
+                    f"--spark-conf {key}: Spark ignores settings whose name does not start with 'spark.'"
+                )
         delay_s = parse_duration_ms("--restart-delay", restart_delay) / 1000
         failure_interval_s = (
             None
@@ -123,7 +134,7 @@ def run(
             f"time={progress.duration_ms} ms"
         )
 
-    spark = spark_session("sparkafka-run", master=master)
+    spark = spark_session("sparkafka-run", master=master, conf=session_conf)
     pipeline = Pipeline(
         spark,
         config,

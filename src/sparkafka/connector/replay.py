@@ -20,7 +20,11 @@ Steps of :func:`decide` for one write task (the first that applies wins):
 2. The marker holds a later batch of this query than ``b``: skip. This id committed past ``b``
    already (the checkpoint is behind its output, as after restoring an older copy of it; no row
    count is compared here).
-3. The marker holds ``b`` of this query itself — a replay of output this id already committed:
+3. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
+   batch's number of write partitions, and this task's stage has another number: refuse, unless
+   the user accepted this batch as written (``acceptReshapedBatch``). Every task of the replay sees
+   the same markers and the same number, so all refuse before any writes.
+4. The marker holds ``b`` of this query itself — a replay of output this id already committed:
    a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
       sharing a prefix, or a topic changed in the middle of a replay) — unless the user accepted
       this batch as written (``acceptReshapedBatch``);
@@ -28,7 +32,7 @@ Steps of :func:`decide` for one write task (the first that applies wins):
       first run's, and skipping would lose or double records — unless the user accepted this
       batch as written (``acceptReshapedBatch``): skip;
    c. otherwise skip.
-4. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
+5. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
    marker on ids adopted deliberately). A streaming write (one sink per query) that finds ``b``
    committed by the same query under another prefix: refuse (the prefix changed in the middle of a
    replay, and writing would double what the old ids committed); one that finds ``b`` committed by
@@ -44,17 +48,19 @@ The driver adds one check per run, in :func:`partitions_beyond`: after a replay'
 no marker of ``b`` may exist for a write partition the replay does not have (unless the user
 accepted the batch as written).
 
-What the markers cannot give: the number of write partitions of the run that committed them.
-PySpark tells a task its partition index, not how many partitions its stage has, and a crashed run
-never reaches the driver's commit. So a replay split into fewer partitions is seen only after its
-tasks wrote (the driver's check), and the tasks of a replay decide one by one: one may commit while
-another refuses. Either refusal says so and names the way on (``acceptReshapedBatch``), because the
-first run's query cannot finish such a batch any more.
+Where the number of write partitions comes from. PySpark tells a task its partition index, not how
+many partitions its stage has; the task asks the driver's monitoring API
+(:mod:`sparkafka.connector.sink.stage_width`). Where that cannot answer (the web UI off, or not
+reachable from the executors), markers record no number and step 3 does not apply: a replay split
+into fewer partitions is then seen only after its tasks wrote (the driver's check), and the tasks
+decide one by one, so one may commit while another refuses at step 4. Either refusal says so and
+names the way on (``acceptReshapedBatch``).
 
 Invariants: a task never skips unless a marker of its own id, of this query and batch, holds the
-row count the task has now; a task whose view is incomplete (no registration read) never refuses
-because of it. Nothing here raises a false alarm for queries whose output values are not
-deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts are compared. The
+row count the task has now; a task whose view is incomplete (no registration read, no number of
+write partitions known) never refuses because of it. Nothing here raises a false alarm for queries
+whose output values are not deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only
+row counts and numbers of write partitions are compared. The
 price: other rows in the same number are not seen — rows that a round-robin repartition deals out
 anew because a non-deterministic column changed their order, for one (docs/guarantees.md).
 """
@@ -98,6 +104,8 @@ class Marker(Protocol):
     def records(self) -> int: ...
     @property
     def topic(self) -> str | None: ...
+    @property
+    def write_partitions(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -106,9 +114,9 @@ class TaskView:
 
     ``topic``: the write's ``topic`` option, "" when every row names its topic. ``registered_query``:
     the query the id's registration names, None when it was not read (a producer reused within a
-    run). ``other_prefix_markers``: markers of micro-batch ``batch_id`` of this query under other
-    prefixes, and ``sibling_markers`` those of the other ids under this id's prefix, both read at the
-    first write of the id in this run by a streaming write (empty otherwise). ``run_first_batch``:
+    run). ``sibling_markers``: markers of this query of the other ids under this id's prefix, and
+    ``other_prefix_markers`` those under other prefixes (streaming writes only, empty otherwise),
+    both read at the first write of the id in this run. ``run_first_batch``:
     the micro-batch of that first write, the only one of the run that can be a replay."""
 
     query_id: str
@@ -123,6 +131,9 @@ class TaskView:
     sibling_markers: Sequence[Marker] = field(default_factory=tuple)
     accepted_reshaped_batch: int | None = None
     run_first_batch: int | None = None
+    # How many write partitions this task's stage has (the driver's status API); None when unknown.
+    # Called only when a marker of this batch records its own number.
+    write_partitions: Callable[[], int | None] = lambda: None
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -138,6 +149,8 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
     ours = marker if marker is not None and marker.query_id == view.query_id else None
     if ours is not None and ours.batch_id > view.batch_id:
         return Action.SKIP
+    if not taken_as_written:
+        _refuse_another_width(view, ours)
     if ours is not None and ours.batch_id == view.batch_id:
         if ours.topic not in (None, view.topic) and not taken_as_written:
             raise ReplayRefused(_written_to_another_topic(view, ours))
@@ -158,6 +171,19 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
         if elsewhere and not taken_as_written:
             raise ReplayRefused(_written_to_another_topic(view, elsewhere[0]))
     return Action.WRITE
+
+
+def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
+    """Step 3 of :func:`decide`: every marker of this batch under this prefix that recorded its
+    batch's number of write partitions must record the replay's. Siblings count as much as the own
+    marker, so that every task of a reshaped replay refuses before any of them writes."""
+    of_batch = [m for m in (ours, *view.sibling_markers) if m is not None and m.batch_id == view.batch_id]
+    recorded = sorted({m.write_partitions for m in of_batch if m.write_partitions is not None})
+    if not recorded:
+        return
+    now = view.write_partitions()
+    if now is not None and recorded != [now]:
+        raise ReplayRefused(_another_width(view, of_batch, now))
 
 
 def partitions_beyond(
@@ -296,6 +322,28 @@ def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
         "the batch is done. If instead input records of the batch are gone (retention or DeleteRecords, "
         "read past with failOnDataLoss=false) or a joined table changed, the batch cannot be replayed as "
         f"it was: accept it the same way, or start a new checkpoint"
+    )
+
+
+def _another_width(view: TaskView, of_batch: Sequence[Marker], now: int) -> str:
+    committed = ", ".join(
+        f"{m.partition} ({m.records} records, of {m.write_partitions} write partitions)"
+        for m in sorted(of_batch, key=lambda m: m.partition)
+        if m.write_partitions is not None
+    )
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} is replayed split into {now} write "
+        f"partitions, and it was first written split otherwise: write partition(s) {committed} committed "
+        f"their part before the query stopped. Write partition {view.partition} writes nothing, and "
+        "neither does any other task of this replay, so nothing is lost or doubled; the query stops. "
+        "Likely causes: the query's partitioning changed between the crash and the restart (a "
+        "REPARTITION or coalesce count, spark.sql.shuffle.partitions on a new checkpoint, the query "
+        f"itself), or adaptive query execution was turned on ({ADAPTIVE_STATELESS_STREAMING}, "
+        f"{ADAPTIVE_ENABLED}). Restart with the query and settings of the first run until micro-batch "
+        f"{view.batch_id} is done, then make the change. If the first run's query cannot run any more, "
+        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
+        "partitions that committed keep what they committed, the others write theirs anew, so records "
+        "of this batch may then be missing or doubled; remove the option once the batch is done"
     )
 
 

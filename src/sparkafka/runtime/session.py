@@ -33,8 +33,9 @@ def spark_session(
     :mod:`sparkafka.runtime.python_exec` when it is installed, and executor workers start through
     :mod:`sparkafka.runtime.worker_daemon`: both import PySpark from its compiled files, not from
     pyspark.zip. log4j prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no
-    progress bars, no UI; the driver JVM's collector is chosen by :func:`driver_java_options`; with
-    a local master, checkpoints are written as described at :func:`_prefer_local_checkpoints`."""
+    progress bars; the web UI on (its first free port from 4040); the driver JVM's collector is
+    chosen by :func:`driver_java_options`; with a local master, checkpoints are written as described
+    at :func:`_prefer_local_checkpoints`."""
     from pyspark.sql import SparkSession
 
     import sparkafka
@@ -66,7 +67,9 @@ def spark_session(
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.driver.extraJavaOptions", java_options)
-        .config("spark.ui.enabled", "false")
+        # The UI's monitoring API tells the exactly-once sink's tasks how many write partitions a
+        # micro-batch has (sparkafka.publish_status_url).
+        .config("spark.ui.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.daemon.module", "sparkafka.runtime.worker_daemon")
         .config("spark.sql.shuffle.partitions", os.environ.get("SPARKAFKA_SHUFFLE_PARTITIONS", "4"))

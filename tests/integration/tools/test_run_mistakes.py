@@ -41,6 +41,8 @@ def _run(
         (("--sink-option", "deliveryGuarantee=exactly_once"), "did you mean 'exactly-once'"),
         (("--sink-option", "kafka.transactional.id=x"), "transactionalIdPrefix"),
         (("--restart-failure-interval", "soon"), "option '--restart-failure-interval' must be a duration"),
+        (("--spark-conf", "ui.enabled=false"), "--spark-conf ui.enabled: Spark ignores settings"),
+        (("--spark-conf", "spark.ui.enabled"), "--spark-conf 'spark.ui.enabled' is not KEY=VALUE"),
     ],
 )
 def test_an_option_mistake_fails_before_spark_starts(

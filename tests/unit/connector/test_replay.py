@@ -33,8 +33,14 @@ def marker(
     partition: int = 2,
     prefix: str = "p",
     topic: str | None = "out",
+    width: int | None = None,
 ) -> CommitMarker:
-    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic)
+    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width)
+
+
+def width(count: int | None) -> dict:
+    """The task's stage has ``count`` write partitions (None: the driver could not say)."""
+    return {"write_partitions": lambda: count}
 
 
 VIEW = TaskView(
@@ -205,6 +211,90 @@ CASES = [
         },
         10,
         "'old-0'",
+        False,
+    ),
+    (
+        "replay, own marker of this batch recorded another number of write partitions",
+        {"own_marker": marker(width=4), **width(3)},
+        10,
+        "split into 3 write partitions",
+        False,
+    ),
+    (
+        "no own marker, a sibling recorded another number of write partitions",
+        {"sibling_markers": (marker(partition=0, width=4),), **width(2)},
+        10,
+        "Write partition 2 writes nothing, and neither does any other task",
+        False,
+    ),
+    (
+        "replay as wide as the first run, same row count",
+        {"own_marker": marker(width=4), "sibling_markers": (marker(partition=0, width=4),), **width(4)},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "no own marker, a sibling of as many write partitions",
+        {"sibling_markers": (marker(partition=0, width=4),), **width(4)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "replay whose number of write partitions is unknown",
+        {"own_marker": marker(width=4), **width(None)},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "marker that recorded no number of write partitions",
+        {"own_marker": marker(width=None), **width(3)},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "another number of write partitions, accepted as written",
+        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(3)},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "markers of the batch that disagree among themselves",
+        {"own_marker": marker(width=4), "sibling_markers": (marker(partition=0, width=3),), **width(4)},
+        10,
+        "0 (10 records, of 3 write partitions), 2 (10 records, of 4 write partitions)",
+        False,
+    ),
+    (
+        "a sibling of an earlier batch with another number of write partitions",
+        {"sibling_markers": (marker(partition=0, batch=BATCH - 1, width=4),), **width(2)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "df.write, a sibling recorded another number of write partitions",
+        {"batch_write": True, "sibling_markers": (marker(partition=0, width=4),), **width(2)},
+        10,
+        "split into 2 write partitions",
+        False,
+    ),
+    (
+        "adopted ids, the other query's marker recorded another number",
+        {"own_marker": marker(query=OTHER_QUERY, width=4), **width(2)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "marker of a later batch, another number of write partitions",
+        {"own_marker": marker(batch=BATCH + 1, width=4), **width(2)},
+        10,
+        Action.SKIP,
         False,
     ),
     (

@@ -120,14 +120,14 @@ def test_no_topic_anywhere_is_an_error() -> None:
 
 
 def test_commit_marker_round_trips() -> None:
-    for topic in ("out", ""):  # "": the rows named their topics
-        marker = CommitMarker("sparkafka-q-3", "q", 17, 3, 250, 1_795_000_000_000, topic)
+    for topic, width in (("out", 8), ("", None)):  # "": the rows named their topics
+        marker = CommitMarker("sparkafka-q-3", "q", 17, 3, 250, 1_795_000_000_000, topic, width)
         assert CommitMarker.decode(marker.encode()) == marker
 
 
 def test_a_commit_marker_written_before_markers_named_their_topic_reads_as_topic_unknown() -> None:
     older = b'{"transactional_id":"p-0","query_id":"q","batch_id":4,"partition":0,"records":2,"time_ms":1}'
-    assert CommitMarker.decode(older) == CommitMarker("p-0", "q", 4, 0, 2, 1, None)
+    assert CommitMarker.decode(older) == CommitMarker("p-0", "q", 4, 0, 2, 1, None, None)
 
 
 @pytest.mark.parametrize(

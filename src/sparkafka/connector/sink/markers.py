@@ -41,6 +41,9 @@ class CommitMarker:
     # The write's 'topic' option ("" when every row names its topic); None in markers written before
     # the field existed. Tells two writes of one micro-batch that share transactional ids apart.
     topic: str | None = None
+    # How many write partitions the batch had when this task committed (Spark's numTasks of the
+    # write stage); None when the driver's status API could not say, and in older markers.
+    write_partitions: int | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -52,6 +55,7 @@ class CommitMarker:
                 "records": self.records,
                 "time_ms": self.time_ms,
                 "topic": self.topic,
+                "write_partitions": self.write_partitions,
             },
             separators=(",", ":"),
         ).encode()
@@ -67,7 +71,12 @@ class CommitMarker:
             int(data["records"]),
             int(data["time_ms"]),
             data.get("topic"),
+            _optional_int(data.get("write_partitions")),
         )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def ensure_marker_topic(options: SinkOptions) -> None:

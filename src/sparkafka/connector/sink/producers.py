@@ -207,9 +207,10 @@ def transactional_producer(
        the first batch may be a replay — its markers are read again (step 3).
     2. Otherwise a new producer initialises the id, which aborts and fences whatever an earlier
        attempt left open.
-    3. Read, with read_committed, the id's latest marker and registration, and (``other_prefixes``)
-       the markers of this query under other prefixes; register the id when it has no registration,
-       or when this write adopts it from the query its registration names."""
+    3. Read, with read_committed, the id's latest marker and registration, the markers of this
+       query under the id's prefix, and (``other_prefixes``) under other prefixes; register the id
+       when it has no registration, or when this write adopts it from the query its registration
+       names."""
     key = _cache_key(options, transactional_id)
     cached = PRODUCERS.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
@@ -248,25 +249,21 @@ def _read_committed_state(
     transactional_id, query_id = cached.transactional_id, identity.query_id
     assert transactional_id is not None and query_id is not None, "exactly-once writes only"
     registration_key = f"{REGISTRATION_KEY_PREFIX}{transactional_id}"
-    if other_prefixes:
-        found = read_marker_partition(options)
-        own_prefix = prefix_of(transactional_id, identity.partition)
-        needle = f'"query_id":{json.dumps(query_id)}'.encode()
-        of_this_query = [
-            (key, marker)
-            for key, value in found.items()
-            if not key.startswith(REGISTRATION_KEY_PREFIX)
-            and key != transactional_id
-            and needle in value
-            and (marker := CommitMarker.decode(value)).query_id == query_id
-        ]
-        cached.other_prefix_markers = tuple(
-            m for key, m in of_this_query if not key.startswith(f"{own_prefix}-")
-        )
-        cached.sibling_markers = tuple(m for key, m in of_this_query if key.startswith(f"{own_prefix}-"))
-    else:
-        found = read_marker_partition(options, want={transactional_id, registration_key})
-        cached.other_prefix_markers = cached.sibling_markers = ()
+    found = read_marker_partition(options)
+    own_prefix = prefix_of(transactional_id, identity.partition)
+    needle = f'"query_id":{json.dumps(query_id)}'.encode()
+    of_this_query = [
+        (key, marker)
+        for key, value in found.items()
+        if not key.startswith(REGISTRATION_KEY_PREFIX)
+        and key != transactional_id
+        and needle in value
+        and (marker := CommitMarker.decode(value)).query_id == query_id
+    ]
+    cached.sibling_markers = tuple(m for key, m in of_this_query if _under_prefix(key, own_prefix))
+    cached.other_prefix_markers = (
+        tuple(m for key, m in of_this_query if not _under_prefix(key, own_prefix)) if other_prefixes else ()
+    )
     cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
     registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
     if registered is None or (registered != query_id and registered == options.adopted_query):
@@ -284,6 +281,12 @@ def _read_committed_state(
     cached.query_id = query_id
     cached.run_id = identity.run_id
     cached.run_first_batch = identity.batch_id
+
+
+def _under_prefix(transactional_id: str, prefix: str) -> bool:
+    """``{prefix}-{partition}``; not ``{prefix}-x-{partition}``, an id of another prefix."""
+    head, _, partition = transactional_id.rpartition("-")
+    return head == prefix and partition.isdigit()
 
 
 def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:

@@ -1,5 +1,5 @@
-"""Who a write task is: its write partition, and the streaming query, run and micro-batch Spark
-runs it for, read from the task's context."""
+"""Who a write task is: its write partition and stage, and the streaming query, run and micro-batch
+Spark runs it for, read from the task's context."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparkafka.connector.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
+from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING
 from sparkafka.errors import SparkafkaError
 
 
 @dataclass(frozen=True)
 class TaskIdentity:
-    """Who a write task is, from Spark's TaskContext: its write partition, the streaming query, run
-    and micro-batch it belongs to (None outside a streaming query), and the Spark SQL settings its
-    session set explicitly, which Spark hands to every task of the job."""
+    """Who a write task is, from Spark's TaskContext: its write partition and stage, the streaming
+    query, run and micro-batch it belongs to (None outside a streaming query), and the Spark SQL
+    settings its session set explicitly, which Spark hands to every task of the job."""
 
     partition: int
+    stage_id: int
     query_id: str | None
     batch_id: int | None
     run_id: str | None
@@ -25,7 +27,7 @@ class TaskIdentity:
 
 
 # Settings of the job a write task reads from its TaskContext.
-_TASK_SETTINGS = (ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING)
+_TASK_SETTINGS = (ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING, STATUS_URL_SETTING, APP_ID_PROPERTY)
 
 
 def task_identity() -> TaskIdentity:
@@ -37,6 +39,7 @@ def task_identity() -> TaskIdentity:
     batch = context.getLocalProperty("streaming.sql.batchId")
     return TaskIdentity(
         partition=context.partitionId(),
+        stage_id=context.stageId(),
         query_id=context.getLocalProperty("sql.streaming.queryId"),
         batch_id=int(batch) if batch is not None else None,
         run_id=query_run_id(

@@ -3,11 +3,13 @@ in :meth:`KafkaStreamWriter.write` and :meth:`KafkaStreamWriter.commit`."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +44,12 @@ from sparkafka.connector.sink.producers import (
     plain_producer,
     transactional_producer,
 )
+from sparkafka.connector.sink.stage_width import (
+    APP_ID_PROPERTY,
+    STATUS_URL_SETTING,
+    awaited,
+    stage_width_future,
+)
 from sparkafka.connector.sink.task import task_identity
 from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
 from sparkafka.errors import (
@@ -73,6 +81,8 @@ class SinkCommitMessage(WriterCommitMessage):
     # The task belongs to the first batch its id wrote in this query run (a replay is only possible
     # there): the driver checks that batch for partitions beyond the run's.
     fresh_producer: bool = False
+    # The number of write partitions the task's marker records (None: unknown, or no marker written).
+    write_partitions: int | None = None
 
 
 class _RowEncoder:
@@ -130,12 +140,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """One write task. Exactly-once steps (the protocol in :mod:`sparkafka.connector.sink`):
 
         1. Refuse while adaptive execution could split a replayed batch otherwise
-           (:func:`~sparkafka.connector.replay.adaptive_execution_refusal`).
+           (:func:`~sparkafka.connector.replay.adaptive_execution_refusal`); start asking the
+           driver how many write partitions the batch has (:mod:`.stage_width`), in the background.
         2. The producer of ``{prefix}-{partition}`` and what the id committed, read at the id's first
            write of the query run (:func:`~.producers.transactional_producer`).
         3. :func:`~sparkafka.connector.replay.decide`: skip a replay whose output this id committed
-           (same query, same batch, same row count), refuse where neither writing nor skipping is safe.
-        4. Write the rows and the marker in one transaction; no rows, no transaction."""
+           (same query, same batch, same row count), refuse where neither writing nor skipping is safe
+           (another number of write partitions than the batch's markers record, among others).
+        4. Write the rows and the marker, which records the row count and the number of write
+           partitions, in one transaction; no rows, no transaction."""
         identity = task_identity()
         partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
         batches = (b for b in iterator if b.num_rows)
@@ -154,6 +167,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
         if refusal is not None:
             raise ReplayRefused(refusal)
+        width = stage_width_future(
+            identity.properties.get(STATUS_URL_SETTING),
+            identity.properties.get(APP_ID_PROPERTY),
+            identity.stage_id,
+            partition,
+        )
         # Step 2. The producer comes first, before any row is awaited: Spark keeps computing and
         # sending this task's rows while the producer initialises and reads the marker. Even a task
         # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
@@ -185,6 +204,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             sibling_markers=cached.sibling_markers,
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
             run_first_batch=cached.run_first_batch,
+            write_partitions=lambda: awaited(width),
         )
         first = next(batches, None)
         if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
@@ -201,20 +221,27 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if first is None:  # no rows, no transaction
             return written(records=0)
         # Step 4: rows and marker in one transaction.
-        records = self._write_transaction(cached, own_id, query_id, batch_id, partition, first, batches)
-        return written(records=records)
+        marker = self._write_transaction(
+            cached,
+            CommitMarker(own_id, query_id, batch_id, partition, 0, 0, self.options.topic or ""),
+            width,
+            first,
+            batches,
+        )
+        return written(records=marker.records, write_partitions=marker.write_partitions)
 
     def _write_transaction(
         self,
         cached: CachedProducer,
-        transactional_id: str,
-        query_id: str,
-        batch_id: int,
-        partition: int,
+        draft: CommitMarker,
+        width: Future[int | None],
         first: pa.RecordBatch,
         rest: Iterator[pa.RecordBatch],
-    ) -> int:
+    ) -> CommitMarker:
+        """Step 4 of :meth:`write`: the rows, then ``draft`` completed with the row count, the time and
+        the number of write partitions, in one transaction. Returns the committed marker."""
         producer = cached.producer
+        transactional_id, partition, batch_id = draft.transactional_id, draft.partition, draft.batch_id
         cached.delivery_errors.clear()
         records = 0
         began_at: float | None = None
@@ -230,14 +257,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 self.options.fail_first_attempt("beforeCommit")
             # The marker goes last, just before the commit: the marker partition is shared by every
             # writer, and an open transaction there would hold back every reader of the markers.
-            marker = CommitMarker(
-                transactional_id,
-                query_id,
-                batch_id,
-                partition,
-                records,
-                int(time.time() * 1000),
-                self.options.topic or "",
+            marker = dataclasses.replace(
+                draft, records=records, time_ms=int(time.time() * 1000), write_partitions=awaited(width)
             )
             producer.produce(
                 self.options.marker_topic,
@@ -254,7 +275,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self._abort_after_failure(cached, transactional_id, error)
             raise self._explain(error, transactional_id, open_ms=open_ms) from None
         cached.marker = marker
-        return records
+        return marker
 
     def _produce_batch(self, producer: Producer, batch: pa.RecordBatch) -> int:
         """Queue every row of ``batch``; delivery failures reach the producer's ``delivery_errors``.
@@ -392,6 +413,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.delivery_guarantee,
             skipped,
         )
+        recorded = {r.write_partitions for r in reports if r.write_partitions is not None}
+        if recorded - {len(reports)}:
+            # Markers recording a wrong number would make a replay of this batch refuse for nothing.
+            log.warning(
+                "batch %d: write tasks recorded %s write partitions in their commit markers, and the "
+                "batch has %d; a replay of this batch may be refused needlessly (acceptReshapedBatch)",
+                batchId,
+                sorted(recorded),
+                len(reports),
+            )
+        if self.options.delivery_guarantee == EXACTLY_ONCE and written and not recorded:
+            _warn_no_width_once()
         if self.options.delivery_guarantee == EXACTLY_ONCE and any(r.fresh_producer for r in reports):
             self._check_first_batch_of_run(reports, batchId)
         self.options.pause("driverCommit", partition=None, batch_id=batchId)
@@ -402,8 +435,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         1. fence the registered ids of write partitions this batch does not have (a restart with
            fewer partitions), aborting what they left open;
         2. fail the batch if any of them committed this very batch: the replay was split otherwise
-           than the first run, and the tasks, which cannot know the batch's number of partitions,
-           could not tell (:func:`~sparkafka.connector.replay.partitions_beyond`)."""
+           than the first run, and the tasks could not tell, because the markers of the first run
+           or the tasks of this one do not know the batch's number of write partitions
+           (:func:`~sparkafka.connector.replay.partitions_beyond`)."""
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
         query_id = next((r.query_id for r in reports if r.query_id), None)
         if prefix is None or query_id is None:
@@ -510,6 +544,17 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._writer.abort(messages, _reported_batch_id(messages))
+
+
+@functools.cache
+def _warn_no_width_once() -> None:
+    log.warning(
+        "the exactly-once sink's commit markers record no number of write partitions: its tasks could "
+        "not ask the driver's monitoring API (spark.ui.enabled=false, sparkafka.register(spark) not "
+        "called, or the UI's port closed to the executors). A replay split into fewer write partitions "
+        "than its first run is then found by the driver after it wrote, not refused before "
+        "(docs/guarantees.md)"
+    )
 
 
 def _reported_batch_id(messages: list[WriterCommitMessage | None]) -> int:

@@ -1,0 +1,128 @@
+"""How many write tasks a write task's stage has, asked of the Spark driver's monitoring API.
+
+PySpark tells a Python task its partition index, not how many partitions its stage has. The
+exactly-once sink records that number in every commit marker, so that a replay split into another
+number of write partitions is refused by its tasks before any of them writes (see
+:mod:`sparkafka.connector.replay`). Spark's monitoring REST API, served with the web UI, has it: a
+stage's ``numTasks``. :func:`sparkafka.register` publishes the UI's address as a session setting
+(:data:`STATUS_URL_SETTING`); Spark hands a session's settings to every task of its jobs.
+
+Steps of :func:`stage_width` (run on a background thread, so that the request overlaps the task's
+producer set-up and rows; the result is awaited only where it is needed):
+
+1. No published address (UI off, a session without ``register()``): unknown.
+2. GET ``{url}/api/v1/applications/{app}/stages/{stage}?details=false``. Spark's status store
+   learns of a stage from its listener bus, asynchronously, so a task can ask before it is known:
+   a 404 is asked again, every 25 ms, until :data:`ASK_FOR_S` has passed.
+3. The answer lists the stage's attempts; the first attempt runs every partition of a write job
+   (a later one only those that failed), so the width is the largest ``numTasks``.
+
+Invariant: the answer is right or None, never a guess. Anything unexpected (connection refused,
+a timeout, an access control refusal, a malformed answer, a width not above the task's partition)
+gives None and a warning once per address; the sink then falls back to the checks that need no
+width. An address that could not be reached is not asked again for :data:`RETRY_UNREACHABLE_S`, so
+that a cluster whose executors cannot reach the driver's UI does not pay a timeout per task."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from urllib.parse import quote
+
+log = logging.getLogger(__name__)
+
+# A Spark SQL setting (its name starts with "spark", so Spark hands it to tasks as a local property).
+STATUS_URL_SETTING = "spark.sparkafka.statusUrl"
+APP_ID_PROPERTY = "spark.app.id"
+
+ASK_FOR_S = 3.0
+RETRY_UNREACHABLE_S = 60.0
+_NOT_YET_KNOWN_PAUSE_S = 0.025
+_REMEMBERED_STAGES = 64
+
+_asker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sparkafka-stage-width")
+_lock = threading.Lock()
+_asked: OrderedDict[tuple[str, str, int], Future[int | None]] = OrderedDict()
+_unreachable_until: dict[str, float] = {}
+_warned: set[str] = set()
+
+
+def stage_width_future(
+    status_url: str | None, app_id: str | None, stage_id: int, partition: int
+) -> Future[int | None]:
+    """The width of ``stage_id``, asked once per stage in this worker process (its tasks share it)."""
+    if not status_url or not app_id:
+        done: Future[int | None] = Future()
+        done.set_result(None)
+        return done
+    key = (status_url, app_id, stage_id)
+    with _lock:
+        asked = _asked.get(key)
+        if asked is None:
+            asked = _asker.submit(stage_width, status_url, app_id, stage_id, partition)
+            _asked[key] = asked
+            while len(_asked) > _REMEMBERED_STAGES:
+                _asked.popitem(last=False)
+    return asked
+
+
+def awaited(future: Future[int | None]) -> int | None:
+    """The width, or None when the driver did not answer in time."""
+    try:
+        return future.result(ASK_FOR_S + 1)
+    except Exception:  # a timeout or a bug in the request: unknown, never a guess
+        log.warning("the stage's write partitions are unknown", exc_info=True)
+        return None
+
+
+def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> int | None:
+    """Steps 2 and 3 of the module docstring."""
+    if time.monotonic() < _unreachable_until.get(status_url, 0.0):
+        return None
+    url = f"{status_url.rstrip('/')}/api/v1/applications/{quote(app_id)}/stages/{stage_id}?details=false"
+    deadline = time.monotonic() + ASK_FOR_S
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with urllib.request.urlopen(url, timeout=max(remaining, 0.1)) as response:
+                attempts = json.load(response)
+            break
+        except urllib.error.HTTPError as error:
+            if error.code == 404 and remaining > _NOT_YET_KNOWN_PAUSE_S:
+                time.sleep(_NOT_YET_KNOWN_PAUSE_S)
+                continue
+            _warn_once(status_url, f"{url} answered HTTP {error.code}")
+            return None
+        except (OSError, ValueError) as error:  # URLError, timeouts, a malformed body
+            with _lock:
+                _unreachable_until[status_url] = time.monotonic() + RETRY_UNREACHABLE_S
+            _warn_once(status_url, f"{url} could not be read ({error})")
+            return None
+    widths = (
+        [a.get("numTasks") for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+    )
+    width = max((w for w in widths if isinstance(w, int)), default=None)
+    if width is None or width <= partition:
+        _warn_once(status_url, f"{url} gave no usable numTasks for write partition {partition}: {attempts!r}")
+        return None
+    return width
+
+
+def _warn_once(status_url: str, what: str) -> None:
+    with _lock:
+        first = status_url not in _warned
+        _warned.add(status_url)
+    if first:
+        log.warning(
+            "the exactly-once sink cannot learn how many write partitions a micro-batch has: %s. Commit "
+            "markers then record no width, and a replay split otherwise is found only by row counts and "
+            "by the driver after it wrote (docs/guarantees.md). Let executors reach the driver's web UI "
+            "(spark.ui.enabled=true, its port open to them) to have it refused before it writes",
+            what,
+        )

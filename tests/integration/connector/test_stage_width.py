@@ -1,0 +1,81 @@
+"""The number of write partitions a task's stage has, asked of a real Spark driver's monitoring API
+(sparkafka.connector.sink.stage_width), and what happens where it cannot answer."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+
+from sparkafka.connector.sink import stage_width
+from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING, awaited, stage_width_future
+
+
+def _what_the_task_learns(_: int) -> str:
+    from pyspark import TaskContext
+
+    from sparkafka.connector.sink.stage_width import (
+        APP_ID_PROPERTY,
+        STATUS_URL_SETTING,
+        awaited,
+        stage_width_future,
+    )
+
+    context = TaskContext.get()
+    assert context is not None
+    future = stage_width_future(
+        context.getLocalProperty(STATUS_URL_SETTING),
+        context.getLocalProperty(APP_ID_PROPERTY),
+        context.stageId(),
+        context.partitionId(),
+    )
+    return json.dumps({"stage": context.stageId(), "width": awaited(future)})
+
+
+def _learned(spark: SparkSession, partitions: int) -> list[dict]:
+    learn = udf(_what_the_task_learns, "string")
+    frame = spark.range(40).repartition(partitions).select(learn("id").alias("learned"))
+    return [json.loads(row.learned) for row in frame.collect()]
+
+
+@pytest.mark.parametrize("partitions", [3, 5])
+def test_every_task_learns_the_number_of_partitions_of_its_stage(
+    spark: SparkSession, partitions: int
+) -> None:
+    assert spark.conf.get(STATUS_URL_SETTING, None), "register() published the UI's address"
+    learned = _learned(spark, partitions)
+    assert {entry["width"] for entry in learned} == {partitions}
+    assert len({entry["stage"] for entry in learned}) == 1
+
+
+def test_a_partition_beyond_the_answer_gives_no_width(spark: SparkSession) -> None:
+    stage = _learned(spark, 2)[0]["stage"]
+    url, app = spark.conf.get(STATUS_URL_SETTING), spark.sparkContext.applicationId
+    assert stage_width.stage_width(url, app, stage, 1) == 2
+    assert stage_width.stage_width(url, app, stage, 2) is None
+
+
+def test_a_stage_the_driver_never_had_gives_no_width(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stage_width, "ASK_FOR_S", 0.3)  # a stage not yet known is asked again until then
+    url, app = spark.conf.get(STATUS_URL_SETTING), spark.sparkContext.applicationId
+    assert stage_width.stage_width(url, app, 10_000_000, 0) is None
+    assert stage_width.stage_width(url, "app-that-is-not-this-one", 0, 0) is None
+
+
+def test_no_published_address_gives_no_width_at_once() -> None:
+    assert awaited(stage_width_future(None, "app", 3, 0)) is None
+    assert awaited(stage_width_future("http://127.0.0.1:4040", None, 3, 0)) is None
+
+
+def test_an_unreachable_driver_is_not_asked_again_for_a_while() -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    assert stage_width.stage_width(url, "app", 1, 0) is None
+    assert url in stage_width._unreachable_until
+    assert stage_width.stage_width(url, "app", 2, 0) is None
