@@ -64,7 +64,17 @@ def test_a_stage_the_driver_never_had_gives_no_width(
     monkeypatch.setattr(stage_width, "ASK_FOR_S", 0.3)  # a stage not yet known is asked again until then
     url, app = spark.conf.get(STATUS_URL_SETTING), spark.sparkContext.applicationId
     assert stage_width.stage_width(url, app, 10_000_000, 0) is None
-    assert stage_width.stage_width(url, "app-that-is-not-this-one", 0, 0) is None
+    assert url not in stage_width._unreachable_until
+
+
+def test_another_applications_ui_is_not_asked_again_for_a_while(spark: SparkSession) -> None:
+    """A stale address: the session's SparkContext was replaced, and the UI found there is another's."""
+    url = spark.conf.get(STATUS_URL_SETTING)
+    try:
+        assert stage_width.stage_width(url, "app-that-is-not-this-one", 0, 0) is None
+        assert url in stage_width._unreachable_until
+    finally:
+        stage_width._unreachable_until.pop(url, None)
 
 
 def test_no_published_address_gives_no_width_at_once() -> None:

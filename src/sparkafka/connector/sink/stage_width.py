@@ -13,7 +13,8 @@ producer set-up and rows; the result is awaited only where it is needed):
 1. No published address (UI off, a session without ``register()``): unknown.
 2. GET ``{url}/api/v1/applications/{app}/stages/{stage}?details=false``. Spark's status store
    learns of a stage from its listener bus, asynchronously, so a task can ask before it is known:
-   a 404 is asked again, every 25 ms, until :data:`ASK_FOR_S` has passed.
+   an "unknown stage" 404 is asked again, every 25 ms, until :data:`ASK_FOR_S` has passed; a
+   "no such app" one means another application answers at this address (a stale one).
 3. The answer lists the stage's attempts; the first attempt runs every partition of a write job
    (a later one only those that failed), so the width is the largest ``numTasks``.
 
@@ -94,10 +95,16 @@ def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> 
                 attempts = json.load(response)
             break
         except urllib.error.HTTPError as error:
-            if error.code == 404 and remaining > _NOT_YET_KNOWN_PAUSE_S:
+            body = error.read(200).decode("utf-8", "replace")
+            if error.code == 404 and body.startswith("no such app"):
+                # Another application's UI on this address (the session's SparkContext was replaced):
+                # it will not learn of this one's stages.
+                with _lock:
+                    _unreachable_until[status_url] = time.monotonic() + RETRY_UNREACHABLE_S
+            elif error.code == 404 and remaining > _NOT_YET_KNOWN_PAUSE_S:
                 time.sleep(_NOT_YET_KNOWN_PAUSE_S)
                 continue
-            _warn_once(status_url, f"{url} answered HTTP {error.code}")
+            _warn_once(status_url, f"{url} answered HTTP {error.code}: {body}")
             return None
         except (OSError, ValueError) as error:  # URLError, timeouts, a malformed body
             with _lock:
