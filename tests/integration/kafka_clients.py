@@ -158,9 +158,12 @@ def values(messages: list[Message]) -> list[bytes]:
     return [m.value() for m in messages]
 
 
-def committed_markers(bootstrap: str, batch_id: int, *, prefix: str = "") -> dict[str, int]:
-    """Transactional id -> records, of the sink's commit markers of micro-batch ``batch_id`` committed
-    so far (ids starting with ``prefix``), read with read_committed from the default marker topic."""
+def committed_markers(
+    bootstrap: str, batch_id: int, *, prefix: str = "", field: str = "records"
+) -> dict[str, Any]:
+    """Transactional id -> ``field`` (records, write_partitions, ...), of the sink's commit markers of
+    micro-batch ``batch_id`` committed so far (ids starting with ``prefix``), read with
+    read_committed from the default marker topic."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -170,7 +173,7 @@ def committed_markers(bootstrap: str, batch_id: int, *, prefix: str = "") -> dic
         }
     )
     consumer.assign([TopicPartition("_sparkafka_commit_markers", 0, 0)])
-    found: dict[str, int] = {}
+    found: dict[str, Any] = {}
     try:
         while True:
             message = consumer.poll(2)
@@ -181,7 +184,7 @@ def committed_markers(bootstrap: str, batch_id: int, *, prefix: str = "") -> dic
                 continue
             marker = json.loads(message.value())
             if marker["batch_id"] == batch_id:
-                found[key] = marker["records"]
+                found[key] = marker.get(field)
     finally:
         consumer.close()
     return found

@@ -18,9 +18,18 @@ class PipelineProcess:
     """One `sparkafka run` command line, started (and restarted) as its own process group; its
     stdout and stderr go to ``log_path``, which :meth:`wait_for` watches."""
 
-    def __init__(self, log_path: Path, args: list[str], *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self.log_path = log_path
         self.args = args
+        # Another program than `sparkafka run` taking ``args``: a user's own PySpark script, say.
+        self.command = command or [sys.executable, "-m", "sparkafka", "run"]
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
@@ -29,7 +38,7 @@ class PipelineProcess:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sparkafka", "run", *self.args],
+                [*self.command, *self.args],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -7,6 +7,7 @@ groups (SIGKILLed as with kill -9)."""
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -157,6 +158,67 @@ def test_partly_committed_shuffled_batch_replayed_on_fewer_cores_is_exactly_once
     assert_exactly_once(output, ids)
     assert sorted(committed) == [0, 2, 4, 5, 6, 7], "the first run had the 8 shuffle partitions"
     assert sorted(_committed_markers(broker, 0)) == list(range(8))
+
+
+# A user's own script: Spark's defaults (adaptive execution, the web UI on its default port) but for
+# the master, and sparkafka.register(spark) as the README says. Arguments: bootstrap servers,
+# checkpoint, master, then sink options as KEY=VALUE.
+USER_SESSION = """
+import sys
+from pyspark.sql import SparkSession
+import sparkafka
+
+bootstrap, checkpoint, master, *sink_options = sys.argv[1:]
+spark = SparkSession.builder.master(master).config("spark.sql.shuffle.partitions", "8").getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+sparkafka.register(spark)
+source = (
+    spark.readStream.format("sparkafka").option("kafka.bootstrap.servers", bootstrap)
+    .option("subscribe", "in").option("startingOffsets", "earliest").load()
+)
+writer = (
+    source.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+    .repartition("key").writeStream.format("sparkafka")
+    .option("kafka.bootstrap.servers", bootstrap).option("topic", "out")
+    .option("deliveryGuarantee", "exactly-once").option("checkpointLocation", checkpoint)
+)
+for option in sink_options:
+    key, _, value = option.partition("=")
+    writer = writer.option(key, value)
+writer.trigger(processingTime="500 milliseconds").start().awaitTermination()
+"""
+
+
+def _user_session(broker: Kafka, tmp_path: Path, *sink_options: str, master: str) -> PipelineProcess:
+    args = [broker.bootstrap_servers, str(tmp_path / "checkpoint"), master, *sink_options]
+    # Spark's Python processes run this interpreter, the one with sparkafka installed (a user's venv).
+    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return PipelineProcess(tmp_path / "user.log", args, env=env, command=[sys.executable, "-c", USER_SESSION])
+
+
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED], indirect=True)
+def test_a_users_own_session_with_register_replays_on_fewer_cores_exactly_once(
+    topics: Kafka, tmp_path: Path
+) -> None:
+    """Not a `sparkafka run` session: a script with Spark's defaults and sparkafka.register(spark).
+    Batch 0 on local[3] with write partitions 1 and 5 held, the others committed, the process
+    killed; the replay on local[1] writes exactly what is missing. The markers recorded the batch's
+    8 write partitions, asked of the driver's web UI at the address register() published."""
+    broker = topics
+    ids = _send(broker.bootstrap_servers, 2000)
+    held = [f"debug.{option}" for option in ("pauseAt=beforeCommit", "pausePartitions=1,5", "pauseMs=600s")]
+    first = _user_session(broker, tmp_path, *held, "kafka.transaction.timeout.ms=600000", master="local[3]")
+    committed = _kill_after_commits(first.start(), broker, held=[1, 5])
+    assert sorted(committed) == [0, 2, 3, 4, 6, 7]
+    widths = committed_markers(broker.bootstrap_servers, 0, field="write_partitions")
+    assert set(widths.values()) == {8}, widths
+
+    replay = _user_session(broker, tmp_path, master="local[1]").start()
+    try:
+        output = _committed_ids(broker, len(ids))
+    finally:
+        replay.kill_group()
+    assert_exactly_once(output, ids)
 
 
 UNSHUFFLED = "SELECT key, value FROM input"
