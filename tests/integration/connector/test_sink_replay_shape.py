@@ -245,6 +245,54 @@ def test_source_split_options_changed_between_kill_and_restart_are_exactly_once(
     assert_exactly_once(output, ids)
 
 
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED], indirect=True)
+def test_two_queries_started_together_on_one_prefix_never_both_own_an_id(
+    topics: Kafka, tmp_path: Path
+) -> None:
+    """Two queries started at the same moment with one transactionalIdPrefix, each to a topic of its
+    own. Each id's registration is serialised by Kafka's fencing (a producer initialising the id
+    fences the other's, whose registration or batch then fails to commit), so the query that comes
+    second to an id refuses, naming the other. Either one query owns every id and writes all its
+    input exactly once, or both refuse; nothing is ever written twice."""
+    broker = topics
+    create_topic(broker.bootstrap_servers, "out2", partitions=OUTPUT_PARTITIONS)
+    ids = _send(broker.bootstrap_servers, 2000)
+    shared = ("--sink-option", "transactionalIdPrefix=shared", "--restart-attempts", "5")
+    sinks = {"a": "out", "b": "out2"}
+    runs = {}
+    for name, sink_topic in sinks.items():
+        (tmp_path / name).mkdir()
+        runs[name] = _pipeline(
+            broker, tmp_path / name, UNSHUFFLED, *shared, master="local[2]", sink_topic=sink_topic
+        )
+    for run in runs.values():
+        run.start()
+
+    def written(topic: str) -> Counter[str]:
+        messages = read_to_end(broker.bootstrap_servers, topic, partitions=OUTPUT_PARTITIONS)
+        return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
+
+    def refused() -> set[str]:
+        return {name for name, run in runs.items() if "belongs to query" in run.output()}
+
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            owners = set(runs) - refused()
+            if not owners or (len(owners) == 1 and set(written(sinks[owners.pop()])) == ids):
+                break
+            time.sleep(2)
+    finally:
+        for run in runs.values():
+            run.kill_group()
+    assert refused(), "neither query refused:\n" + "\n".join(run.output()[-2000:] for run in runs.values())
+    for name, topic in sinks.items():
+        output = written(topic)
+        assert not [i for i, n in output.items() if n > 1], f"{topic}: records written twice"
+        if name not in refused():
+            assert_exactly_once(output, ids)
+
+
 def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_nothing(
     topics: Kafka, tmp_path: Path
 ) -> None:
