@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINT_MANAGER = (
@@ -33,7 +36,7 @@ def spark_session(
     :mod:`sparkafka.runtime.python_exec` when it is installed, and executor workers start through
     :mod:`sparkafka.runtime.worker_daemon`: both import PySpark from its compiled files, not from
     pyspark.zip. log4j prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no
-    progress bars; the web UI on (its first free port from 4040); the driver JVM's collector is
+    progress bars; the web UI on, at any free port (``conf`` may name one); the driver JVM's collector is
     chosen by :func:`driver_java_options`; with a local master, checkpoints are written as described
     at :func:`_prefer_local_checkpoints`."""
     from pyspark.sql import SparkSession
@@ -70,6 +73,9 @@ def spark_session(
         # The UI's monitoring API tells the exactly-once sink's tasks how many write partitions a
         # micro-batch has (sparkafka.publish_status_url).
         .config("spark.ui.enabled", "true")
+        # Any free port: Spark's 4040 and the 16 after it may all be taken on a busy host, and
+        # Spark then fails to start the session at all. The address is logged below.
+        .config("spark.ui.port", "0")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.daemon.module", "sparkafka.runtime.worker_daemon")
         .config("spark.sql.shuffle.partitions", os.environ.get("SPARKAFKA_SHUFFLE_PARTITIONS", "4"))
@@ -86,6 +92,7 @@ def spark_session(
     if local and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
         _prefer_local_checkpoints(spark)
     sparkafka.register(spark)
+    log.info("Spark web UI: %s", spark.sparkContext.uiWebUrl)
     return spark
 
 

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 from pyspark.sql import SparkSession
@@ -58,13 +61,72 @@ def test_a_partition_beyond_the_answer_gives_no_width(spark: SparkSession) -> No
     assert stage_width.stage_width(url, app, stage, 2) is None
 
 
-def test_a_stage_the_driver_never_had_gives_no_width(
+def test_a_stage_still_unknown_after_the_wait_gives_no_width_nor_for_the_next_stages(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stage_width, "ASK_FOR_S", 0.3)  # a stage not yet known is asked again until then
+    """A stage not yet known is asked again until ASK_FOR_S; one still unknown then (the driver's
+    status events dropped under load) would cost every later stage the same wait, inside its task."""
+    monkeypatch.setattr(stage_width, "ASK_FOR_S", 0.3)
+    stage = _learned(spark, 2)[0]["stage"]
     url, app = spark.conf.get(STATUS_URL_SETTING), spark.sparkContext.applicationId
-    assert stage_width.stage_width(url, app, 10_000_000, 0) is None
-    assert url not in stage_width._unreachable_until
+    try:
+        assert stage_width.stage_width(url, app, 10_000_000, 0) is None
+        assert url in stage_width._unreachable_until
+        assert stage_width.stage_width(url, app, stage, 0) is None, "not asked again for a while"
+    finally:
+        stage_width._unreachable_until.pop(url, None)
+    assert stage_width.stage_width(url, app, stage, 0) == 2
+
+
+def test_a_proxy_in_the_executors_environment_is_not_used(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a corporate proxy executors often have http_proxy set, and no_proxy rarely names the
+    driver: asked through the proxy, the driver's UI would never answer."""
+    stage = _learned(spark, 2)[0]["stage"]
+    url, app = spark.conf.get(STATUS_URL_SETTING), spark.sparkContext.applicationId
+    with socket.socket() as closed:  # a proxy nobody runs
+        closed.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        assert stage_width.stage_width(url, app, stage, 0) == 2
+    finally:
+        stage_width._unreachable_until.pop(url, None)
+
+
+UI_PORTS_TAKEN = """
+from sparkafka.runtime.session import spark_session
+spark = spark_session("ui-ports-taken", master="local[1]")
+print("STARTED", spark.sparkContext.uiWebUrl)
+spark.stop()
+"""
+
+
+def test_sparkafkas_session_starts_with_sparks_default_ui_ports_taken() -> None:
+    """Spark tries port 4040 and the 16 after it; on a busy host all may be taken, and Spark would
+    then not start the session at all. sparkafka's sessions take any free port."""
+    taken = []
+    try:
+        for port in range(4040, 4057):
+            listener = socket.socket()
+            try:
+                listener.bind(("0.0.0.0", port))
+                listener.listen(1)
+                taken.append(listener)
+            except OSError:
+                listener.close()  # taken already, which serves as well
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        done = subprocess.run(
+            [sys.executable, "-c", UI_PORTS_TAKEN], capture_output=True, text=True, timeout=300, env=env
+        )
+    finally:
+        for listener in taken:
+            listener.close()
+    assert "STARTED http" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
 def test_another_applications_ui_is_not_asked_again_for_a_while(spark: SparkSession) -> None:

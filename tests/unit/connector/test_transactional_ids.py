@@ -8,7 +8,15 @@ from sparkafka.connector.sink.transactional_ids import prefix_of, transactional_
 
 
 @pytest.mark.parametrize(
-    ("prefix", "partition"), [("sparkafka-q1", 0), ("orders-to-shipments", 17), ("a-1", 2)]
+    ("prefix", "partition"),
+    [
+        ("sparkafka-q1", 0),
+        ("orders-to-shipments", 17),
+        ("a-1", 2),
+        ("orders-2", 0),
+        ("a-1-1", 1),
+        ("x-0-", 10),
+    ],
 )
 def test_an_id_reads_back_as_its_prefix_and_partition(prefix: str, partition: int) -> None:
     built = transactional_id(prefix, partition)
@@ -24,6 +32,9 @@ def test_an_id_reads_back_as_its_prefix_and_partition(prefix: str, partition: in
         ("orders-x", "orders"),  # not a number
         ("orders3", "orders"),  # no separator
         ("other-3", "orders"),
+        ("orders-2-0", "orders"),  # partition 0 of prefix 'orders-2'
+        ("a-1-1-1", "a-1"),
+        ("orders-0", "order"),
     ],
 )
 def test_an_id_of_another_prefix_has_no_partition(candidate: str, prefix: str) -> None:

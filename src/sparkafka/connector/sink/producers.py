@@ -260,9 +260,10 @@ def _read_committed_state(
         and needle in value
         and (marker := CommitMarker.decode(value)).query_id == query_id
     ]
-    cached.sibling_markers = tuple(m for key, m in of_this_query if _under_prefix(key, own_prefix))
+    siblings = {key for key, _ in of_this_query if write_partition_of(key, own_prefix) is not None}
+    cached.sibling_markers = tuple(m for key, m in of_this_query if key in siblings)
     cached.other_prefix_markers = (
-        tuple(m for key, m in of_this_query if not _under_prefix(key, own_prefix)) if other_prefixes else ()
+        tuple(m for key, m in of_this_query if key not in siblings) if other_prefixes else ()
     )
     cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
     registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
@@ -281,12 +282,6 @@ def _read_committed_state(
     cached.query_id = query_id
     cached.run_id = identity.run_id
     cached.run_first_batch = identity.batch_id
-
-
-def _under_prefix(transactional_id: str, prefix: str) -> bool:
-    """``{prefix}-{partition}``; not ``{prefix}-x-{partition}``, an id of another prefix."""
-    head, _, partition = transactional_id.rpartition("-")
-    return head == prefix and partition.isdigit()
 
 
 def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:

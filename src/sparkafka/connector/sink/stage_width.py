@@ -19,10 +19,12 @@ producer set-up and rows; the result is awaited only where it is needed):
    (a later one only those that failed), so the width is the largest ``numTasks``.
 
 Invariant: the answer is right or None, never a guess. Anything unexpected (connection refused,
-a timeout, an access control refusal, a malformed answer, a width not above the task's partition)
-gives None and a warning once per address; the sink then falls back to the checks that need no
-width. An address that could not be reached is not asked again for :data:`RETRY_UNREACHABLE_S`, so
-that a cluster whose executors cannot reach the driver's UI does not pay a timeout per task."""
+a timeout, an access control refusal, a malformed answer, a stage still unknown after the wait, a
+width not above the task's partition) gives None and a warning once per address; the sink then
+falls back to the checks that need no width. An address that failed is not asked again for
+:data:`RETRY_UNREACHABLE_S`, so that a cluster whose executors cannot reach the driver's UI does not
+pay a timeout per task. The requests go to the driver directly, never through a proxy named in the
+executors' environment."""
 
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ RETRY_UNREACHABLE_S = 60.0
 _NOT_YET_KNOWN_PAUSE_S = 0.025
 _REMEMBERED_STAGES = 64
 
+# Executors reach the driver directly; an http_proxy in their environment (common behind a
+# corporate proxy, with no_proxy rarely naming the driver) would hide the driver's UI.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _asker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sparkafka-stage-width")
 _lock = threading.Lock()
 _asked: OrderedDict[tuple[str, str, int], Future[int | None]] = OrderedDict()
@@ -91,25 +96,24 @@ def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> 
     while True:
         remaining = deadline - time.monotonic()
         try:
-            with urllib.request.urlopen(url, timeout=max(remaining, 0.1)) as response:
+            with _DIRECT.open(url, timeout=max(remaining, 0.5)) as response:
                 attempts = json.load(response)
             break
         except urllib.error.HTTPError as error:
             body = error.read(200).decode("utf-8", "replace")
-            if error.code == 404 and body.startswith("no such app"):
-                # Another application's UI on this address (the session's SparkContext was replaced):
-                # it will not learn of this one's stages.
-                with _lock:
-                    _unreachable_until[status_url] = time.monotonic() + RETRY_UNREACHABLE_S
-            elif error.code == 404 and remaining > _NOT_YET_KNOWN_PAUSE_S:
+            # "unknown stage": not yet known, asked again; "no such app": another application's UI
+            # at this address (the session's SparkContext was replaced), which will never know it.
+            if (
+                error.code == 404
+                and not body.startswith("no such app")
+                and remaining > _NOT_YET_KNOWN_PAUSE_S
+            ):
                 time.sleep(_NOT_YET_KNOWN_PAUSE_S)
                 continue
-            _warn_once(status_url, f"{url} answered HTTP {error.code}: {body}")
+            _give_up(status_url, f"{url} answered HTTP {error.code}: {body}")
             return None
         except (OSError, ValueError) as error:  # URLError, timeouts, a malformed body
-            with _lock:
-                _unreachable_until[status_url] = time.monotonic() + RETRY_UNREACHABLE_S
-            _warn_once(status_url, f"{url} could not be read ({error})")
+            _give_up(status_url, f"{url} could not be read ({error})")
             return None
     widths = (
         [a.get("numTasks") for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
@@ -119,6 +123,15 @@ def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> 
         _warn_once(status_url, f"{url} gave no usable numTasks for write partition {partition}: {attempts!r}")
         return None
     return width
+
+
+def _give_up(status_url: str, what: str) -> None:
+    """No width from ``status_url``, nor for :data:`RETRY_UNREACHABLE_S`: an address that failed
+    once (unreachable, refusing, or not knowing the stage after :data:`ASK_FOR_S`) would most
+    likely cost the next stages the same wait, inside their tasks."""
+    with _lock:
+        _unreachable_until[status_url] = time.monotonic() + RETRY_UNREACHABLE_S
+    _warn_once(status_url, what)
 
 
 def _warn_once(status_url: str, what: str) -> None:

@@ -247,6 +247,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         began_at: float | None = None
         try:
             self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
+            # Known by now nearly always (asked at the task's start); a slow answer must not keep the
+            # transaction open, holding back read_committed consumers of the output.
+            write_partitions = awaited(width)
             producer.begin_transaction()
             began_at = time.monotonic()
             for batch in _chain(first, rest):
@@ -258,7 +261,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             # The marker goes last, just before the commit: the marker partition is shared by every
             # writer, and an open transaction there would hold back every reader of the markers.
             marker = dataclasses.replace(
-                draft, records=records, time_ms=int(time.time() * 1000), write_partitions=awaited(width)
+                draft, records=records, time_ms=int(time.time() * 1000), write_partitions=write_partitions
             )
             producer.produce(
                 self.options.marker_topic,
