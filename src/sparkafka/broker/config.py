@@ -60,6 +60,9 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms: int = 600_000
     # SASL/PLAIN users; empty means no authentication (PLAINTEXT listener)
     sasl_plain_users: list[SaslUser] = field(default_factory=list)
+    # connection.failed.authentication.delay.ms: how long a connection that failed authentication
+    # stays open, unread, before it closes, so one connection guesses at most a password per delay
+    connection_failed_authentication_delay_ms: int = 100
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -68,6 +71,11 @@ class BrokerConfig:
         if self.transactional_id_expiration_ms < 1:
             raise ValueError(
                 f"transactional.id.expiration.ms must be positive, got {self.transactional_id_expiration_ms}"
+            )
+        if self.connection_failed_authentication_delay_ms < 0:
+            raise ValueError(
+                "connection.failed.authentication.delay.ms must not be negative, "
+                f"got {self.connection_failed_authentication_delay_ms}"
             )
         if self.transaction_max_timeout_ms < 1:
             raise ValueError(

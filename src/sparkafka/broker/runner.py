@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +20,8 @@ from types import TracebackType
 
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.server import READY_LINE, Broker
+
+log = logging.getLogger("sparkafka.broker")
 
 
 def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None = None) -> None:
@@ -33,6 +37,7 @@ def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await broker.start()
+        warn_if_open(config, "broker", config.host, broker.port)
         print(READY_LINE.format(host=config.host, port=broker.port), flush=True)
         registry = None
         try:
@@ -40,7 +45,12 @@ def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None
                 from sparkafka.broker.schema_registry import READY_LINE as REGISTRY_READY_LINE
                 from sparkafka.broker.schema_registry import SchemaRegistryServer
 
-                registry = SchemaRegistryServer(*schema_registry, _own_client_config(config, broker.port))
+                registry = SchemaRegistryServer(
+                    *schema_registry,
+                    _own_client_config(config, broker.port),
+                    users=config.sasl_plain_users,
+                    failed_authentication_delay_s=config.connection_failed_authentication_delay_ms / 1000,
+                )
                 # Off the event loop: loading reads _schemas from this very broker.
                 try:
                     await asyncio.to_thread(registry.start)
@@ -50,6 +60,7 @@ def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None
                         f"the schema registry could not start on {host}:{port}: {error}. Pick a free port "
                         "with --schema-registry HOST:PORT (port 0 picks one)"
                     ) from error
+                warn_if_open(config, "schema registry", registry.host, registry.port)
                 print(REGISTRY_READY_LINE.format(url=registry.url), flush=True)
             await stop.wait()
         finally:
@@ -58,6 +69,39 @@ def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None
             await broker.stop()
 
     asyncio.run(main())
+
+
+def loopback_only(host: str) -> bool:
+    """Whether listening on ``host`` accepts connections from this machine only."""
+    if host in ("", "0.0.0.0", "::"):
+        return False
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False
+    for text in addresses:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if not address.is_loopback:
+            return False
+    return bool(addresses)
+
+
+def warn_if_open(config: BrokerConfig, what: str, host: str, port: int) -> None:
+    # Other machines can reach such a listener, and without SASL users nothing asks who they are.
+    if config.sasl_plain_users or loopback_only(host):
+        return
+    exposed = "every schema and config" if what == "schema registry" else "every topic"
+    log.warning(
+        "the %s listens on %s:%d, reachable from other machines, without authentication: anyone who can "
+        "connect can read and change %s. Listen on 127.0.0.1, or require SASL/PLAIN users with "
+        "--sasl-users-file or $SPARKAFKA_BROKER_SASL_USERS",
+        what,
+        host or "*",
+        port,
+        exposed,
+    )
 
 
 def _own_client_config(config: BrokerConfig, port: int) -> dict[str, object]:
@@ -103,6 +147,7 @@ class EmbeddedBroker:
             return broker
 
         self._broker = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=60)
+        warn_if_open(self.config, "broker", self.config.host, self._broker.port)
         return self
 
     def stop(self) -> None:

@@ -27,6 +27,12 @@ is acknowledged only once it is in the log). Keys and values are Confluent's JSO
 "deleted"}`` and ``{"keytype":"CONFIG","subject":s|null,"magic":0}`` -> ``{"compatibilityLevel"}``
 (a null value deletes a subject's config) — so the topic reads like a real registry's.
 
+With SASL users on the broker, every request needs HTTP Basic credentials of one of them, as
+Confluent's registry asks with ``authentication.method=BASIC``: without, or with wrong ones, the
+answer is 401 with ``WWW-Authenticate: Basic`` and ``{"error_code": 401, "message": "Unauthorized"}``.
+Request bodies need a Content-Length of at most MAX_REQUEST_BODY_BYTES (else 400, 411 or 413 from the
+head alone), and at most MAX_CONNECTIONS connections are served at once (one more is answered 503).
+
 One registry process writes the topic (the embedded broker is a single node), so ids are allocated
 under a lock in memory; there is no leader election. Schema references, soft or hard deletes and
 JSON/Protobuf schemas are not supported. Independent of Spark: only fastavro and confluent-kafka.
@@ -34,12 +40,14 @@ JSON/Protobuf schemas are not supported. Independent of Spark: only fastavro and
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -48,6 +56,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import fastavro
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparkafka.broker.config import SaslUser
+from sparkafka.broker.sasl import credentials_match
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +75,16 @@ COMPATIBILITY_LEVELS = (
     "FULL_TRANSITIVE",
 )
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# Larger bodies are refused (413) before they are read: a schema has to fit in one record of
+# _schemas (message.max.bytes, 1 MiB by default), so nothing larger could be stored anyway.
+MAX_REQUEST_BODY_BYTES = 4 * 1024 * 1024
+# Connections served at once, a thread each; one more is answered 503 and closed rather than given
+# a thread, so many connections cannot exhaust the process.
+MAX_CONNECTIONS = 64
+# A connection that sends nothing for this long is closed, freeing its place (Jetty's idle timeout,
+# which Confluent's registry runs on).
+IDLE_TIMEOUT_S = 30.0
+REALM = "SchemaRegistry"
 _MAX_VERSION = 2**31 - 1
 
 # Confluent's error codes (io.confluent.kafka.schemaregistry.rest.exceptions.Errors).
@@ -749,6 +770,7 @@ _ROUTES: list[Route] = [
 class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 so clients (httpx) keep their connection; every answer has a Content-Length.
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT_S
     server: _RegistryHTTPServer
 
     def do_GET(self) -> None:
@@ -765,8 +787,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
+        length = self._body_length()
+        if length is None or not self._authorized(length):
+            return
         raw_body = self.rfile.read(length) if length else b""
+        if len(raw_body) < length:  # the client went away mid-body
+            self.close_connection = True
+            return
         # Split before unquoting: subjects may contain an encoded '/' (%2F).
         path = url.path.strip("/")
         try:
@@ -795,11 +822,67 @@ class _Handler(BaseHTTPRequestHandler):
             raise RegistryError(405, 405, f"HTTP {method} is not supported on /{path}")
         raise RegistryError(404, 404, f"HTTP 404 Not Found: /{path}")
 
-    def _send(self, status: int, document: Any) -> None:
+    def _body_length(self) -> int | None:
+        """The announced body's length, or None once a request whose body cannot be bounded is answered
+        (and its connection closed: what follows its head cannot be told from the next request)."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            self._refuse(411, "Length Required: send the request body with a Content-Length")
+            return None
+        values = {value.strip() for value in self.headers.get_all("Content-Length") or ()}
+        if not values:
+            return 0  # HTTP/1.1: a request without Content-Length or Transfer-Encoding has no body
+        if len(values) > 1 or re.fullmatch(r"[0-9]+", next(iter(values))) is None:
+            self._refuse(400, f"Invalid Content-Length: {', '.join(sorted(values))[:100]}")
+            return None
+        length = int(values.pop())
+        if length > MAX_REQUEST_BODY_BYTES:
+            self._refuse(413, f"Request body of {length} bytes is larger than {MAX_REQUEST_BODY_BYTES} bytes")
+            return None
+        return length
+
+    def _authorized(self, body_length: int) -> bool:
+        """Whether the request's HTTP Basic credentials are a SASL user's (always, without SASL users);
+        otherwise answers 401 as Confluent's registry does with basic authentication."""
+        users = self.server.users
+        if not users:
+            return True
+        scheme, _, encoded = self.headers.get("Authorization", "").strip().partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+                username, separator, password = decoded.partition(":")
+            except ValueError:  # not base64, or not UTF-8
+                separator = ""
+            if separator and credentials_match(users, username, password):
+                return True
+        if scheme:
+            log.info("schema registry: failed authentication with %s", self.address_string())
+            # As the broker does, so guessing passwords over one connection is slow.
+            time.sleep(self.server.failed_authentication_delay_s)
+        # An unread body would be taken for the next request: close instead of reading it unauthorized.
+        self._send(
+            401,
+            {"error_code": 401, "message": "Unauthorized"},
+            headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
+            close=body_length > 0,
+        )
+        return False
+
+    def _refuse(self, status: int, message: str) -> None:
+        self._send(status, {"error_code": status, "message": message}, close=True)
+
+    def _send(
+        self, status: int, document: Any, *, headers: dict[str, str] | None = None, close: bool = False
+    ) -> None:
         payload = json.dumps(document).encode()
         self.send_response(status)
         self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(payload)
 
@@ -809,19 +892,94 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _RegistryHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # Connections beyond MAX_CONNECTIONS are turned away, not left in the kernel's queue.
+    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], registry: SchemaRegistry) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: SchemaRegistry,
+        users: Sequence[SaslUser],
+        failed_authentication_delay_s: float,
+        max_connections: int,
+    ) -> None:
         super().__init__(address, _Handler)
         self.registry = registry
+        self.users = list(users)
+        self.failed_authentication_delay_s = failed_authentication_delay_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_connections = max_connections
+        self._last_full_warning = float("-inf")
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._turn_away(request, client_address)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _turn_away(self, request: socket.socket, client_address: Any) -> None:
+        """Answer 503 on the accepting thread, without a thread of its own, and close."""
+        now = time.monotonic()
+        if now - self._last_full_warning >= 60:  # once a minute, not once per connection of a flood
+            self._last_full_warning = now
+            log.warning(
+                "schema registry: %d connections are open, the most it serves at once; answering 503 to %s",
+                self._max_connections,
+                client_address[0] if isinstance(client_address, tuple) else client_address,
+            )
+        payload = json.dumps(
+            {"error_code": 503, "message": f"Too many connections (at most {self._max_connections})"}
+        ).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\n"
+            f"Content-Type: {CONTENT_TYPE}\r\nContent-Length: {len(payload)}\r\n"
+            "Retry-After: 1\r\nConnection: close\r\n\r\n"
+        )
+        try:
+            request.settimeout(1.0)
+            request.sendall(head.encode() + payload)
+            # Read what the request sent so far: closing with unread bytes resets the connection, which
+            # can discard the answer before the client reads it.
+            request.setblocking(False)
+            while request.recv(65536):
+                pass
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
 
 
 class SchemaRegistryServer:
     """The registry over HTTP in a background thread. ``start()`` reads ``_schemas`` (the broker must
-    already accept connections on ``client_config['bootstrap.servers']``), then listens."""
+    already accept connections on ``client_config['bootstrap.servers']``), then listens.
 
-    def __init__(self, host: str, port: int, client_config: dict[str, Any]) -> None:
+    With ``users`` (the broker's SASL users) every request needs HTTP Basic credentials of one of them."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_config: dict[str, Any],
+        *,
+        users: Sequence[SaslUser] = (),
+        failed_authentication_delay_s: float = 0.1,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.host = host
         self.port = port
+        self.users = list(users)
+        self.failed_authentication_delay_s = failed_authentication_delay_s
+        self.max_connections = max_connections
         self.registry = SchemaRegistry(KafkaSchemaStore(client_config))
         self._server: _RegistryHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -832,7 +990,13 @@ class SchemaRegistryServer:
 
     def start(self) -> SchemaRegistryServer:
         self.registry.load()
-        self._server = _RegistryHTTPServer((self.host, self.port), self.registry)
+        self._server = _RegistryHTTPServer(
+            (self.host, self.port),
+            self.registry,
+            self.users,
+            self.failed_authentication_delay_s,
+            self.max_connections,
+        )
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="sparkafka-schema-registry", daemon=True

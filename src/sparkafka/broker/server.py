@@ -50,8 +50,6 @@ from sparkafka.broker.transactions import TransactionCoordinator
 log = logging.getLogger("sparkafka.broker")
 
 READY_LINE = "sparkafka broker ready on {host}:{port}"
-# Kafka's connection.failed.authentication.delay.ms default.
-FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
 
 
 @dataclass(slots=True)
@@ -882,9 +880,10 @@ class Connection(asyncio.BufferedProtocol):
                     await self._write(response)
                 if self.close_after_response:
                     # Kafka closes a connection that failed authentication only after
-                    # connection.failed.authentication.delay.ms (default 100 ms); closing at once makes
-                    # clients such as kafka-python see the disconnect before they read the answer.
-                    await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
+                    # connection.failed.authentication.delay.ms (default 100 ms): it slows password
+                    # guessing, and closing at once makes clients such as kafka-python see the
+                    # disconnect before they read the answer.
+                    await asyncio.sleep(self.broker.config.connection_failed_authentication_delay_ms / 1000)
                     return
         except ConnectionError:
             return
@@ -894,13 +893,15 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             self.broker._connections.discard(self)
 
-    def _raw_sasl_token(self, token: bytes) -> bytes | Literal[False]:
+    def _raw_sasl_token(self, token: bytes) -> bytes | None:
         """The SASL/PLAIN token that follows a SaslHandshake v0: on success the (empty) server challenge,
-        size-prefixed; on failure the connection is closed without an answer, as Kafka does."""
+        size-prefixed; on failure the connection is closed without an answer (after the failed
+        authentication delay), as Kafka does."""
         error = plain_authentication_error(self.broker.config.sasl_plain_users, token)
         if error is not None:
             self.log_authentication_failure(error)
-            return False
+            self.close_after_response = True
+            return None
         self.sasl_state = SaslState.COMPLETE
         return struct.pack(">i", 0)
 

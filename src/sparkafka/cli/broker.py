@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import typer
 
 from sparkafka.broker.config import BrokerConfig, SaslUser, default_data_dir
+from sparkafka.broker.sasl import SASL_USERS_ENV, SaslUsersError, merge_users, parse_users, read_users_file
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -79,10 +81,27 @@ def broker(
         help="Kafka's log.flush.interval.messages: fsync once N records were appended since the last "
         "fsync (1 = every append); 0 leaves flushing to the OS: safe against SIGKILL, not power loss.",
     ),
+    sasl_users_file: Path | None = typer.Option(
+        None,
+        "--sasl-users-file",
+        help="File of USER:PASSWORD lines accepted over SASL/PLAIN (# comments and blank lines skipped); "
+        "refused unless only its owner can access it (chmod 600). The users of "
+        f"${SASL_USERS_ENV} (same format) and --sasl-plain-user are accepted too; with none, no "
+        "authentication is required.",
+    ),
     sasl_plain_user: list[str] = typer.Option(
         [],
         "--sasl-plain-user",
-        help="USER:PASSWORD accepted over SASL/PLAIN (repeatable); without it no authentication is required.",
+        help="USER:PASSWORD accepted over SASL/PLAIN (repeatable). Every user of this machine can read "
+        "it in the process list: prefer --sasl-users-file or $" + SASL_USERS_ENV + ".",
+    ),
+    connection_failed_authentication_delay_ms: int = typer.Option(
+        100,
+        "--connection-failed-authentication-delay-ms",
+        min=0,
+        help="Kafka's connection.failed.authentication.delay.ms: how long a connection that failed "
+        "authentication waits before it closes, which slows password guessing (also for the Schema "
+        "Registry's wrong passwords).",
     ),
     schema_registry: str | None = typer.Option(
         None,
@@ -102,12 +121,24 @@ def broker(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = parse_listen(listen)
     registry_address = parse_listen(schema_registry) if schema_registry is not None else None
-    users = []
+    entries: list[tuple[SaslUser, str]] = []
     for entry in sasl_plain_user:
         username, separator, password = entry.partition(":")
-        if not separator or not username:
-            raise typer.BadParameter(f"--sasl-plain-user {entry!r} is not USER:PASSWORD")
-        users.append(SaslUser(username, password))
+        # The messages leave the password out: they end up in terminals and logs.
+        if not separator:
+            raise typer.BadParameter(f"--sasl-plain-user {entry!r} is not USER:PASSWORD (no ':')")
+        if not username:
+            raise typer.BadParameter("--sasl-plain-user: the user name before ':' is empty")
+        entries.append((SaslUser(username, password), f"--sasl-plain-user {username}"))
+    try:
+        if sasl_users_file is not None:
+            entries += read_users_file(sasl_users_file)
+        if os.environ.get(SASL_USERS_ENV):
+            entries += parse_users(os.environ[SASL_USERS_ENV], f"${SASL_USERS_ENV}")
+        users = merge_users(entries)
+    except SaslUsersError as error:
+        typer.echo(f"sparkafka broker: {error}", err=True)
+        raise typer.Exit(2) from None
     config = BrokerConfig(
         host=host,
         port=port,
@@ -123,6 +154,7 @@ def broker(
         group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
         flush_messages=flush_messages or None,
         sasl_plain_users=users,
+        connection_failed_authentication_delay_ms=connection_failed_authentication_delay_ms,
     )
     try:
         run_forever(config, schema_registry=registry_address)

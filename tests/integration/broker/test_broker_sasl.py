@@ -5,7 +5,10 @@ Every test runs against the embedded broker and against Apache Kafka with such a
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from kafka.protocol.sasl import (
 )
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.broker.sasl import SASL_USERS_ENV
 from tests.integration.apache_kafka import ApacheKafka, free_ports
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED
 from tests.integration.raw_kafka import RawConnection, fetch_request, idempotent_batch, produce_batch
@@ -391,3 +395,171 @@ def test_handshake_on_a_listener_without_sasl_is_illegal(sasl_broker: SaslListen
             MetadataRequest(topics=None, allow_auto_topic_creation=False), MetadataResponse, version=12
         )
         assert metadata.brokers[0].port == port  # the connection carries on
+
+
+# -- where the users come from, the failed authentication delay, open listeners --------------------
+
+FILE_USERS = {"carol": "pa:ss word", "dave": "hunter3"}  # a password may hold ':' and spaces
+ENV_USER = ("erin", "from-the-environment")
+SLOW_DELAY_S = 1.0
+
+
+def _users_file(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture(scope="module")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Users from a file and from the environment, none on the command line; a failed authentication
+    delay long enough to measure; listening on every interface, which needs no warning with SASL."""
+    directory = tmp_path_factory.mktemp("secured")
+    lines = ["# SASL/PLAIN users", "", *(f"{name}:{password}" for name, password in FILE_USERS.items())]
+    users = _users_file(directory / "users", "\n".join(lines) + "\n")
+    args = [
+        "--sasl-users-file",
+        str(users),
+        "--connection-failed-authentication-delay-ms",
+        str(int(SLOW_DELAY_S * 1000)),
+        "--listen",
+        "0.0.0.0:0",  # the last --listen counts
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SASL_USERS_ENV, ":".join(ENV_USER))
+        process = BrokerProcess(directory / "data", extra_args=args).start()
+    try:
+        yield process
+    finally:
+        process.terminate()
+
+
+def test_users_from_a_file_and_the_environment_stay_out_of_the_process_list(
+    secured_broker: BrokerProcess,
+) -> None:
+    for name, password in [*FILE_USERS.items(), ENV_USER]:
+        metadata = AdminClient(_sasl(secured_broker.bootstrap_servers, name, password)).list_topics(
+            timeout=10
+        )
+        assert metadata.brokers, name
+    with pytest.raises(KafkaException):
+        AdminClient(_sasl(secured_broker.bootstrap_servers, "carol", "pa:ss")).list_topics(timeout=1)
+    assert secured_broker.process is not None
+    command_line = Path(f"/proc/{secured_broker.process.pid}/cmdline").read_bytes()
+    for password in [*FILE_USERS.values(), ENV_USER[1]]:
+        assert password.encode() not in command_line
+    assert "without authentication" not in secured_broker.log_path.read_text()
+
+
+def _broker_cli(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`sparkafka broker` expected to refuse its arguments before it starts."""
+    command = [sys.executable, "-m", "sparkafka", "broker", "--data-dir", str(tmp_path / "data")]
+    command += ["--listen", "127.0.0.1:0", *args]
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(command, capture_output=True, text=True, timeout=30, env=environment)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("alice:secret\n\nbob-without-password\n", "line 3: expected USER:PASSWORD, found no ':'"),
+        ("# users\n:secret\n", "line 2: the user name before ':' is empty"),
+        ("alice:\n", "line 1: user 'alice' has an empty password"),
+        (
+            "alice:secret\nalice:other\n",
+            "SASL user 'alice' is given twice: {file}, line 1 and {file}, line 2",
+        ),
+    ],
+)
+def test_malformed_users_file_is_refused_naming_file_and_line(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    users = _users_file(tmp_path / "users", text)
+    result = _broker_cli(tmp_path, "--sasl-users-file", str(users))
+    assert result.returncode == 2
+    assert problem.format(file=users) in result.stderr
+    assert str(users) in result.stderr
+    assert "secret" not in result.stderr and "other" not in result.stderr  # passwords are not echoed
+
+
+def test_users_file_readable_by_others_is_refused(tmp_path: Path) -> None:
+    users = _users_file(tmp_path / "users", "alice:secret\n", mode=0o644)
+    result = _broker_cli(tmp_path, "--sasl-users-file", str(users))
+    assert result.returncode == 2
+    assert f"permissions 0644 for the SASL users file '{users}' are too open" in result.stderr
+    assert f"chmod 600 {users}" in result.stderr
+
+    missing = _broker_cli(tmp_path, "--sasl-users-file", str(tmp_path / "absent"))
+    assert missing.returncode == 2
+    assert "cannot read the SASL users file" in missing.stderr and "No such file" in missing.stderr
+
+
+def test_malformed_environment_users_and_duplicates_across_sources(tmp_path: Path) -> None:
+    result = _broker_cli(tmp_path, env={SASL_USERS_ENV: "alice:secret\nbob"})
+    assert result.returncode == 2
+    assert f"${SASL_USERS_ENV}, line 2: expected USER:PASSWORD" in result.stderr
+
+    users = _users_file(tmp_path / "users", "alice:secret\n")
+    both = _broker_cli(tmp_path, "--sasl-users-file", str(users), env={SASL_USERS_ENV: "alice:secret"})
+    assert both.returncode == 2
+    assert f"SASL user 'alice' is given twice: {users}, line 1 and ${SASL_USERS_ENV}, line 1" in both.stderr
+
+
+def _fail_authentication(connection: RawConnection) -> float:
+    """Authenticate with a wrong password over SaslHandshake v1; when the password was sent."""
+    connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+    token = f"\0{USER}\0wrong".encode()
+    sent_at = time.monotonic()
+    answer = connection.roundtrip(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
+    assert answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
+    return sent_at
+
+
+def test_failed_authentication_closes_only_after_the_delay(sasl_broker: SaslListener) -> None:
+    """Kafka's connection.failed.authentication.delay.ms (100 ms by default): a connection that
+    failed authentication closes no sooner, and takes no second attempt, so a client guessing
+    passwords gets at most about ten tries a second per connection. (Kafka holds back the failure's
+    answer for the delay, the embedded broker the close after it: either way the next try waits.)"""
+    with RawConnection(sasl_broker.port) as connection:
+        sent_at = _fail_authentication(connection)
+        retry = f"\0{USER}\0{PASSWORD}".encode()
+        connection.send_frame(_encoded(SaslAuthenticateRequest(auth_bytes=retry), 2))
+        assert connection.closed_by_peer()  # the retry is not answered
+        assert time.monotonic() - sent_at >= 0.09
+
+
+def test_the_delay_holds_back_only_the_failed_connection(secured_broker: BrokerProcess) -> None:
+    """Guessing passwords gets one try per connection and per delay (1 s here), raw tokens after a
+    SaslHandshake v0 too; other clients are served during the delay."""
+    port = secured_broker.port
+    with RawConnection(port) as failed, RawConnection(port) as raw_failed:
+        failed_at = _fail_authentication(failed)  # answered at once, closed after the delay
+        raw_failed.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=0)
+        raw_failed.send_frame(b"\0carol\0wrong")
+        raw_failed_at = time.monotonic()
+
+        name, password = ENV_USER
+        metadata = AdminClient(_sasl(secured_broker.bootstrap_servers, name, password)).list_topics(
+            timeout=10
+        )
+        assert metadata.brokers
+        assert time.monotonic() - failed_at < SLOW_DELAY_S / 2  # not queued behind the delay
+
+        assert failed.closed_by_peer()
+        assert time.monotonic() - failed_at >= SLOW_DELAY_S * 0.9
+        assert raw_failed.closed_by_peer()
+        assert time.monotonic() - raw_failed_at >= SLOW_DELAY_S * 0.9
+
+
+def test_warning_when_listening_beyond_loopback_without_authentication(tmp_path: Path) -> None:
+    args = ["--listen", "0.0.0.0:0", "--schema-registry", "0.0.0.0:0"]
+    with BrokerProcess(tmp_path / "open", extra_args=args) as open_broker:
+        log = open_broker.log_path.read_text()
+    assert f"the broker listens on 0.0.0.0:{open_broker.port}, reachable from other machines" in log
+    assert "without authentication: anyone who can connect can read and change every topic" in log
+    assert "the schema registry listens on 0.0.0.0:" in log
+    with BrokerProcess(tmp_path / "loopback") as loopback_broker:
+        pass
+    assert "without authentication" not in loopback_broker.log_path.read_text()

@@ -3,7 +3,12 @@ ids, versions, lookups, compatibility, configs, error codes, and survival of res
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import socket
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +18,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.broker.schema_registry import MAX_CONNECTIONS, MAX_REQUEST_BODY_BYTES
 from tests.integration.kafka_clients import read_all
 
 
@@ -184,3 +190,135 @@ def test_schemas_survive_restart_and_sigkill(tmp_path: Path, topic_name: str) ->
         keys = [json.loads(m.key()) for m in records]
         assert {"keytype": "SCHEMA", "subject": subject, "version": 1, "magic": 1} in keys
         assert {"keytype": "CONFIG", "subject": subject, "magic": 0} in keys
+
+
+# -- authentication and limits ----------------------------------------------------------------------
+
+REGISTRY_USER, REGISTRY_PASSWORD = "registry-user", "s3cret:with-colon"
+
+
+@pytest.fixture(scope="module")
+def secured_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with SASL users, whose registry then asks for the same users' credentials."""
+    directory = tmp_path_factory.mktemp("secured-registry")
+    users = directory / "users"
+    users.write_text(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}\n")
+    users.chmod(0o600)
+    with BrokerProcess(
+        directory / "data", schema_registry=True, extra_args=["--sasl-users-file", str(users)]
+    ) as process:
+        yield process
+
+
+def _http(url: str) -> http.client.HTTPConnection:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return http.client.HTTPConnection(host, int(port), timeout=10)
+
+
+def _basic(username: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+def test_registry_takes_the_brokers_sasl_users_over_basic_auth(
+    secured_registry: BrokerProcess, subject: str
+) -> None:
+    url = secured_registry.schema_registry_url
+    client = SchemaRegistryClient(
+        {
+            "url": url,
+            "basic.auth.user.info": f"{REGISTRY_USER}:{REGISTRY_PASSWORD}",
+        }
+    )
+    schema_id = client.register_schema(subject, record(ID))
+    assert client.get_schema(schema_id).schema_type == "AVRO"
+    assert subject in client.get_subjects()
+
+    anonymous = error_of(lambda: SchemaRegistryClient({"url": url}).get_subjects())
+    assert (anonymous.http_status_code, anonymous.error_code) == (401, 401)
+    wrong = SchemaRegistryClient({"url": url, "basic.auth.user.info": f"{REGISTRY_USER}:wrong"})
+    denied = error_of(lambda: wrong.register_schema(subject, record(ID, AMOUNT)))
+    assert (denied.http_status_code, denied.error_code) == (401, 401)
+    assert client.get_versions(subject) == [1]  # nothing registered without credentials
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        _basic(REGISTRY_USER, "wrong"),
+        _basic("nobody", REGISTRY_PASSWORD),
+        "Basic not-base64!",
+        "Bearer x",
+    ],
+)
+def test_registry_answers_401_as_confluent_does(
+    secured_registry: BrokerProcess, authorization: str | None
+) -> None:
+    connection = _http(secured_registry.schema_registry_url)
+    connection.request("GET", "/subjects", headers={"Authorization": authorization} if authorization else {})
+    response = connection.getresponse()
+    assert response.status == 401
+    assert response.getheader("WWW-Authenticate", "").startswith("Basic realm=")
+    assert response.getheader("Content-Type") == "application/vnd.schemaregistry.v1+json"
+    assert json.loads(response.read()) == {"error_code": 401, "message": "Unauthorized"}
+    # Without a body the connection carries on, and right credentials are served on it.
+    connection.request(
+        "GET", "/subjects", headers={"Authorization": _basic(REGISTRY_USER, REGISTRY_PASSWORD)}
+    )
+    served = connection.getresponse()
+    assert served.status == 200 and isinstance(json.loads(served.read()), list)
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Content-Length": "-1"}, 400),
+        ({"Content-Length": "12abc"}, 400),
+        ({"Content-Length": str(MAX_REQUEST_BODY_BYTES + 1)}, 413),
+        ({"Content-Length": "99999999999999999999999"}, 413),
+        ({"Transfer-Encoding": "chunked"}, 411),
+    ],
+)
+def test_request_bodies_are_bounded(
+    registry_broker: BrokerProcess, headers: dict[str, str], status: int
+) -> None:
+    """Refused from the head alone, at once, instead of reading until the client stops sending; the
+    connection is closed since its remaining bytes cannot be told from a next request."""
+    connection = _http(registry_broker.schema_registry_url)
+    connection.putrequest("POST", "/subjects/bounded-value/versions")
+    for name, value in headers.items():
+        connection.putheader(name, value)
+    connection.endheaders()  # no body follows: the answer must not wait for one
+    response = connection.getresponse()
+    document = json.loads(response.read())
+    assert (response.status, document["error_code"]) == (status, status)
+    assert response.getheader("Connection") == "close"
+    connection.close()
+
+
+def test_registry_serves_a_bounded_number_of_connections(registry_broker: BrokerProcess) -> None:
+    """MAX_CONNECTIONS idle connections hold every place: one more is answered 503 at once and
+    closed (no thread of its own); once they close, requests are served again."""
+    host, port = registry_broker.schema_registry_url.removeprefix("http://").rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as extra:
+            answer = b""
+            while chunk := extra.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), answer
+        assert json.loads(body)["error_code"] == 503
+    finally:
+        for connection in idle:
+            connection.close()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with urllib.request.urlopen(f"{registry_broker.schema_registry_url}/schemas/types") as response:
+                assert json.load(response) == ["AVRO"]
+                break
+        except urllib.error.HTTPError as error:  # the closed connections' places are freed soon after
+            assert error.code == 503 and time.monotonic() < deadline
+            time.sleep(0.05)
