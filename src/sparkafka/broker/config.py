@@ -43,8 +43,20 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     # message.max.bytes: the largest record batch accepted
     message_max_bytes: int = 1_048_588
-    # socket.request.max.bytes
-    socket_request_max_bytes: int = 100 * 1024 * 1024
+    # socket.request.max.bytes: a request announcing more closes its connection
+    socket_request_max_bytes: int = 104_857_600
+    # queued.max.request.bytes: memory for requests received and not yet handled, across connections,
+    # before reading pauses (sparkafka.broker.limits). Kafka's default is -1 (no bound); here the
+    # smallest bound Kafka accepts with its default socket.request.max.bytes. -1: no bound.
+    queued_max_request_bytes: int = 104_857_600
+    # max.connections (Kafka: 2147483647): connections beyond it wait until one ends; a bound a
+    # laptop's open-file limit can hold.
+    max_connections: int = 1000
+    # max.connections.per.ip: connections from one address beyond it are closed (Kafka's default)
+    max_connections_per_ip: int = 2_147_483_647
+    # connections.max.idle.ms: a connection that neither sent nor received for this long is closed;
+    # -1 never closes one.
+    connections_max_idle_ms: int = 600_000
     # log.segment.bytes, log.retention.ms, log.retention.bytes, log.flush.interval.messages
     segment_bytes: int = 1 << 30
     retention_ms: int = 7 * 24 * 3600 * 1000
@@ -66,6 +78,13 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        check_socket_limits(
+            socket_request_max_bytes=self.socket_request_max_bytes,
+            queued_max_request_bytes=self.queued_max_request_bytes,
+            max_connections=self.max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            connections_max_idle_ms=self.connections_max_idle_ms,
+        )
         if self.default_partitions < 1:
             raise ValueError(f"default partitions must be at least 1, got {self.default_partitions}")
         if self.transactional_id_expiration_ms < 1:
@@ -81,3 +100,40 @@ class BrokerConfig:
             raise ValueError(
                 f"transaction.max.timeout.ms must be positive, got {self.transaction_max_timeout_ms}"
             )
+
+
+def check_socket_limits(
+    *,
+    socket_request_max_bytes: int,
+    queued_max_request_bytes: int,
+    max_connections: int,
+    max_connections_per_ip: int,
+    connections_max_idle_ms: int,
+) -> None:
+    """Kafka's checks of these settings, and refusals of values that would make the broker
+    useless (no connection at all, every connection closed at once)."""
+    if socket_request_max_bytes < 1:
+        raise ValueError(
+            f"socket.request.max.bytes (--socket-request-max-bytes) must be at least 1, got "
+            f"{socket_request_max_bytes}; Kafka's default is 104857600"
+        )
+    if queued_max_request_bytes != -1 and queued_max_request_bytes < socket_request_max_bytes:
+        raise ValueError(
+            f"queued.max.request.bytes (--queued-max-request-bytes) must be larger or equal to "
+            f"socket.request.max.bytes ({socket_request_max_bytes}), or -1 for no bound, got "
+            f"{queued_max_request_bytes}: raise it or lower socket.request.max.bytes"
+        )
+    for name, value in (
+        ("max.connections", max_connections),
+        ("max.connections.per.ip", max_connections_per_ip),
+    ):
+        if value < 1:
+            raise ValueError(
+                f"{name} (--{name.replace('.', '-')}) must be at least 1, got {value}: with no "
+                "connection allowed no client can reach the broker"
+            )
+    if connections_max_idle_ms < 1 and connections_max_idle_ms != -1:
+        raise ValueError(
+            f"connections.max.idle.ms (--connections-max-idle-ms) must be at least 1, or -1 to "
+            f"never close an idle connection, got {connections_max_idle_ms}"
+        )

@@ -18,6 +18,7 @@ import os
 import resource
 import shutil
 import struct
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
+from sparkafka.broker.limits import LISTEN_BACKLOG, ConnectionQuotas, RequestMemory
 from sparkafka.broker.log import CleanableRange, FileRegion
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.sasl import (
@@ -115,6 +117,12 @@ class Broker:
         self._data_arrived: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()
+        self.request_memory = RequestMemory(
+            None if config.queued_max_request_bytes == -1 else config.queued_max_request_bytes
+        )
+        self.connection_quotas: ConnectionQuotas[Connection] = ConnectionQuotas(
+            config.max_connections, config.max_connections_per_ip
+        )
         self._background: list[asyncio.Task[None]] = []
         # Kafka's log cleaner: one thread, so a long cleaning pass never holds up requests.
         self._cleaner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
@@ -460,6 +468,25 @@ class Broker:
                 )
             ),
         ]
+        if (idle_ms := self.config.connections_max_idle_ms) != -1:
+            self._background.append(
+                asyncio.create_task(
+                    self._every(min(1000, max(10, idle_ms // 10)), self._close_idle_connections)
+                )
+            )
+
+    def _close_idle_connections(self) -> None:
+        """Kafka's connections.max.idle.ms: close connections that neither received nor sent since."""
+        idle_s = self.config.connections_max_idle_ms / 1000
+        now = time.monotonic()
+        for connection in list(self._connections):
+            if connection.task is not None and now - connection.last_active > idle_s:
+                log.debug(
+                    "closing connection from %s: idle for more than connections.max.idle.ms=%d",
+                    connection.client_host,
+                    self.config.connections_max_idle_ms,
+                )
+                connection.close()
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
         while True:
@@ -648,7 +675,10 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.transport: asyncio.Transport | None = None
+        self.client_ip = "unknown"
         self.client_host = "/unknown"
+        # For connections.max.idle.ms: when bytes last came in or a response went out.
+        self.last_active = time.monotonic()
         # What the connection may send before it is authenticated (sparkafka.broker.sasl).
         self.sasl_state = (
             SaslState.HANDSHAKE_OR_VERSIONS if broker.config.sasl_plain_users else SaslState.COMPLETE
@@ -659,15 +689,20 @@ class Connection(asyncio.BufferedProtocol):
         self._logged_bad_input = False
         self._max_request_bytes = broker.config.socket_request_max_bytes
         # Receive state: the first _end bytes of _buffer are received but not yet cut into frames; a
-        # large frame being received goes to _frame, of which _filled bytes have arrived.
+        # large frame being received goes to _frame (grown as its body arrives, up to _frame_size), of
+        # which _filled bytes have arrived.
         self._buffer = bytearray(_RECEIVE_BUFFER_BYTES)
         self._buffer_view = memoryview(self._buffer)
         self._end = 0
         self._frame: bytearray | None = None
+        self._frame_size = 0
         self._filled = 0
         self._stopped_receiving = False
         self._frames: collections.deque[bytes | bytearray | _BadSize] = collections.deque()
         self._queued_bytes = 0
+        self._queue_full = False
+        # Bytes of this connection's requests counted in broker.request_memory.
+        self._held = 0
         self._reading_paused = False
         self._eof = False
         self._frame_waiter: asyncio.Future[None] | None = None
@@ -680,23 +715,87 @@ class Connection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
-        self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        if peer:
+            self.client_ip = str(peer[0])
+            self.client_host = f"/{self.client_ip}"
         self.broker._connections.add(self)  # now, so that a stop() from here on closes it
+        quotas = self.broker.connection_quotas
+        if quotas.full:
+            # Kafka stops accepting at max.connections: the client waits, unanswered, in the backlog.
+            if len(quotas.waiting) >= LISTEN_BACKLOG:
+                log.info(
+                    "closing connection from %s: max.connections=%d reached and %d connections waiting",
+                    self.client_host,
+                    quotas.max_connections,
+                    LISTEN_BACKLOG,
+                )
+                self.close()
+                return
+            self._reading_paused = True
+            transport.pause_reading()
+            quotas.waiting.append(self)
+            return
+        self._admit()
+
+    def _admit(self) -> None:
+        """Serve the connection, unless its address has max.connections.per.ip connections already."""
+        if not self.broker.connection_quotas.enter(self.client_ip):
+            # Kafka's words (ConnectionQuotas.TooManyConnectionsException, logged by the Acceptor).
+            log.info(
+                "Rejected connection from %s, address already has the configured maximum of %d connections.",
+                self.client_ip,
+                self.broker.connection_quotas.max_connections_per_ip,
+            )
+            self.close()
+            return
+        self.last_active = time.monotonic()
         self.task = asyncio.get_running_loop().create_task(self._serve())
+        self.update_reading()
+
+    def _leave(self) -> None:
+        quotas = self.broker.connection_quotas
+        quotas.leave(self.client_ip)
+        while quotas.waiting and not quotas.full:
+            waiting = quotas.waiting.popleft()
+            if waiting.transport is not None and not waiting.transport.is_closing():
+                waiting._admit()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
+            if self._filled == len(self._frame):
+                self._grow_frame()
             return memoryview(self._frame)[self._filled :]
         return self._buffer_view[self._end :]
+
+    def _grow_frame(self) -> None:
+        """Room for more of a large frame's body, never from its declared size alone: double what
+        has arrived (so a long body is copied about once in all), within the memory budget."""
+        frame = self._frame
+        assert frame is not None
+        step = min(self._frame_size, max(2 * len(frame), _RECEIVE_BUFFER_BYTES)) - len(frame)
+        room = self.broker.request_memory.room(self)
+        if room is not None:
+            step = min(step, max(room, _RECEIVE_BUFFER_BYTES))
+        zeros = bytes(step)  # calloc'ed: pages not written stay out of the process's memory
+        try:
+            frame += zeros
+        except BufferError:  # a view of the frame is still alive somewhere: grow a copy instead
+            self._frame = bytearray(frame) + zeros
+        self._held += step
+        self.broker.request_memory.take(step)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._stopped_receiving:
             return
+        self.last_active = time.monotonic()
         if self._frame is not None:
             self._filled += nbytes
-            if self._filled == len(self._frame):
+            if self._filled == self._frame_size:
                 frame, self._frame = self._frame, None
+                self.broker.request_memory.end_frame(self)
                 self._enqueue(frame)
+            elif self._filled == len(self._frame):
+                self.update_reading()  # the rest needs memory: wait here if the budget is spent
             return
         self._end += nbytes
         self._cut_frames()
@@ -708,6 +807,10 @@ class Connection(asyncio.BufferedProtocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.task is None:  # never served: it waited for a free slot, or was refused
+            with contextlib.suppress(ValueError):
+                self.broker.connection_quotas.waiting.remove(self)
+            self.broker._connections.discard(self)
         self._eof = True
         self._wake_serve()
         waiter, self._drain_waiter = self._drain_waiter, None
@@ -749,10 +852,14 @@ class Connection(asyncio.BufferedProtocol):
                 self._enqueue(bytes(buffer[start + 4 : start + 4 + size]))
                 start += 4 + size
             elif size + 4 > len(buffer):
-                frame = bytearray(size)
-                received = end - start - 4
-                frame[:received] = buffer[start + 4 : end]
-                self._frame, self._filled = frame, received
+                # Its own buffer, grown by get_buffer as the body arrives.
+                self._frame = bytearray(buffer[start + 4 : end])
+                self._frame_size = size
+                self._filled = len(self._frame)
+                self._held += self._filled
+                memory = self.broker.request_memory
+                memory.take(self._filled)
+                memory.start_frame(self)
                 start = end
                 break
             else:
@@ -763,13 +870,50 @@ class Connection(asyncio.BufferedProtocol):
             self._end = remaining
 
     def _enqueue(self, frame: bytes | bytearray | _BadSize) -> None:
+        """Queue a complete frame; a large frame's bytes are counted in request_memory already."""
         self._frames.append(frame)
         if not isinstance(frame, _BadSize):
             self._queued_bytes += len(frame)
-        if self._queued_bytes > _MAX_QUEUED_BYTES and not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
+            if isinstance(frame, bytes):
+                self._held += len(frame)
+                self.broker.request_memory.take(len(frame))
+        if self._queued_bytes > _MAX_QUEUED_BYTES:
+            self._queue_full = True
+        if self._queue_full or self.broker.request_memory.exhausted:
+            self.update_reading()
         self._wake_serve()
+
+    def update_reading(self) -> None:
+        """Pause reading while this connection's own queue is long (read-ahead) or while the
+        broker's request memory is spent (unless this connection may finish its large frame);
+        resume otherwise. Called again by request_memory when memory is given back."""
+        transport = self.transport
+        if transport is None or self.task is None or self._stopped_receiving:
+            return
+        memory = self.broker.request_memory
+        blocked = not memory.may_read(self)
+        if blocked:
+            memory.wait(self)
+        else:
+            memory.stop_waiting(self)
+        pause = self._queue_full or blocked
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _release(self, size: int) -> None:
+        self._held -= size
+        self.broker.request_memory.give_back(size)
+
+    def _release_all(self) -> None:
+        self._stopped_receiving = True
+        self._frame = None
+        self._frames.clear()
+        self.broker.request_memory.forget(self)
+        self._release(self._held)
 
     def _wake_serve(self) -> None:
         waiter, self._frame_waiter = self._frame_waiter, None
@@ -786,10 +930,9 @@ class Connection(asyncio.BufferedProtocol):
         frame = self._frames.popleft()
         if not isinstance(frame, _BadSize):
             self._queued_bytes -= len(frame)
-            if self._reading_paused and self._queued_bytes <= _MAX_QUEUED_BYTES // 2:
-                self._reading_paused = False
-                assert self.transport is not None
-                self.transport.resume_reading()
+            if self._queue_full and self._queued_bytes <= _MAX_QUEUED_BYTES // 2:
+                self._queue_full = False
+                self.update_reading()
         return frame
 
     # -- writing ----------------------------------------------------------------------------------
@@ -799,6 +942,7 @@ class Connection(asyncio.BufferedProtocol):
         sent). Returns when the transport's buffer is below its high-water mark."""
         transport = self.transport
         assert transport is not None
+        self.last_active = time.monotonic()
         if isinstance(response, bytes):
             # A memoryview: the transport then keeps what the socket did not take without a copy first.
             transport.write(memoryview(response) if len(response) > 65536 else response)
@@ -818,6 +962,7 @@ class Connection(asyncio.BufferedProtocol):
                 raise ConnectionResetError("connection lost")
             self._drain_waiter = asyncio.get_running_loop().create_future()
             await self._drain_waiter
+        self.last_active = time.monotonic()
 
     async def _send_region(self, region: FileRegion) -> None:
         transport = self.transport
@@ -878,6 +1023,7 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 if response is not None:
                     await self._write(response)
+                self._release(len(frame))
                 if self.close_after_response:
                     # Kafka closes a connection that failed authentication only after
                     # connection.failed.authentication.delay.ms (default 100 ms): it slows password
@@ -891,7 +1037,9 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("unexpected error serving %s; connection closed", self.client_host)
         finally:
             self.close()
+            self._release_all()
             self.broker._connections.discard(self)
+            self._leave()
 
     def _raw_sasl_token(self, token: bytes) -> bytes | None:
         """The SASL/PLAIN token that follows a SaslHandshake v0: on success the (empty) server challenge,

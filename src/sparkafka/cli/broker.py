@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sparkafka.broker.config import BrokerConfig, SaslUser, default_data_dir
+from sparkafka.broker.config import BrokerConfig, SaslUser, check_socket_limits, default_data_dir
 from sparkafka.broker.sasl import SASL_USERS_ENV, SaslUsersError, merge_users, parse_users, read_users_file
 
 
@@ -103,6 +103,34 @@ def broker(
         "authentication waits before it closes, which slows password guessing (also for the Schema "
         "Registry's wrong passwords).",
     ),
+    socket_request_max_bytes: int = typer.Option(
+        104_857_600,
+        "--socket-request-max-bytes",
+        help="Kafka's socket.request.max.bytes: a request announcing more closes its connection.",
+    ),
+    queued_max_request_bytes: int = typer.Option(
+        104_857_600,
+        "--queued-max-request-bytes",
+        help="Kafka's queued.max.request.bytes: memory for received requests not yet handled, across "
+        "connections, before the broker stops reading (at least --socket-request-max-bytes; -1: no "
+        "bound, Kafka's default).",
+    ),
+    max_connections: int = typer.Option(
+        1000,
+        "--max-connections",
+        help="Kafka's max.connections (Kafka's default: 2147483647): further connections wait, "
+        "unanswered, until one ends.",
+    ),
+    max_connections_per_ip: int = typer.Option(
+        2_147_483_647,
+        "--max-connections-per-ip",
+        help="Kafka's max.connections.per.ip: further connections from that address are closed.",
+    ),
+    connections_max_idle_ms: int = typer.Option(
+        600_000,
+        "--connections-max-idle-ms",
+        help="Kafka's connections.max.idle.ms: close connections idle this long; -1: never.",
+    ),
     schema_registry: str | None = typer.Option(
         None,
         "--schema-registry",
@@ -139,6 +167,16 @@ def broker(
     except SaslUsersError as error:
         typer.echo(f"sparkafka broker: {error}", err=True)
         raise typer.Exit(2) from None
+    try:  # before anything starts, with the options' names
+        check_socket_limits(
+            socket_request_max_bytes=socket_request_max_bytes,
+            queued_max_request_bytes=queued_max_request_bytes,
+            max_connections=max_connections,
+            max_connections_per_ip=max_connections_per_ip,
+            connections_max_idle_ms=connections_max_idle_ms,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
     config = BrokerConfig(
         host=host,
         port=port,
@@ -153,6 +191,11 @@ def broker(
         default_partitions=default_partitions,
         group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
         flush_messages=flush_messages or None,
+        socket_request_max_bytes=socket_request_max_bytes,
+        queued_max_request_bytes=queued_max_request_bytes,
+        max_connections=max_connections,
+        max_connections_per_ip=max_connections_per_ip,
+        connections_max_idle_ms=connections_max_idle_ms,
         sasl_plain_users=users,
         connection_failed_authentication_delay_ms=connection_failed_authentication_delay_ms,
     )
