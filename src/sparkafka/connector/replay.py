@@ -21,9 +21,10 @@ Steps of :func:`decide` for one write task (the first that applies wins):
    already (the checkpoint is behind its output, as after restoring an older copy of it; no row
    count is compared here).
 3. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
-   batch's number of write partitions, and this task's stage has another number: refuse, unless
-   the user accepted this batch as written (``acceptReshapedBatch``). Every task of the replay sees
-   the same markers and the same number, so all refuse before any writes.
+   batch's number of write partitions, and this task's stage has another number, or this task
+   cannot learn its number: refuse, unless the user accepted this batch as written
+   (``acceptReshapedBatch``). Every task of the replay sees the same markers and the same number,
+   so all refuse before any writes.
 4. The marker holds ``b`` of this query itself — a replay of output this id already committed:
    a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
       sharing a prefix, or a topic changed in the middle of a replay) — unless the user accepted
@@ -50,15 +51,17 @@ accepted the batch as written).
 
 Where the number of write partitions comes from. PySpark tells a task its partition index, not how
 many partitions its stage has; the task asks the driver's monitoring API
-(:mod:`sparkafka.connector.sink.stage_width`). Where that cannot answer (the web UI off, or not
-reachable from the executors), markers record no number and step 3 does not apply: a replay split
-into fewer partitions is then seen only after its tasks wrote (the driver's check), and the tasks
-decide one by one, so one may commit while another refuses at step 4. Either refusal says so and
-names the way on (``acceptReshapedBatch``).
+(:mod:`sparkafka.connector.sink.stage_width`). Where that could not answer for the first run (the
+web UI off, or not reachable from the executors), its markers record no number and step 3 does not
+apply: a replay split into fewer partitions is then seen only after its tasks wrote (the driver's
+check), and the tasks decide one by one, so one may commit while another refuses at step 4. Either
+refusal says so and names the way on (``acceptReshapedBatch``).
 
 Invariants: a task never skips unless a marker of its own id, of this query and batch, holds the
-row count the task has now; a task whose view is incomplete (no registration read, no number of
-write partitions known) never refuses because of it. Nothing here raises a false alarm for queries
+row count the task has now; a task whose view is incomplete (no registration read) never refuses
+because of it. The one exception is deliberate: a replay that cannot learn its number of write
+partitions where the first run recorded it refuses (step 3), because the check it would skip is
+the only one that fires before a narrower replay writes. Nothing here raises a false alarm for queries
 whose output values are not deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only
 row counts and numbers of write partitions are compared. The
 price: other rows in the same number are not seen — rows that a round-robin repartition deals out
@@ -182,7 +185,11 @@ def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
     if not recorded:
         return
     now = view.write_partitions()
-    if now is not None and recorded != [now]:
+    if now is None:
+        # The first run could tell and this one cannot (the UI turned off, or unreachable now): a
+        # replay split otherwise would be found only after it wrote its rows again.
+        raise ReplayRefused(_width_unknown(view, recorded))
+    if recorded != [now]:
         raise ReplayRefused(_another_width(view, of_batch, now))
 
 
@@ -344,6 +351,21 @@ def _another_width(view: TaskView, of_batch: Sequence[Marker], now: int) -> str:
         f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
         "partitions that committed keep what they committed, the others write theirs anew, so records "
         "of this batch may then be missing or doubled; remove the option once the batch is done"
+    )
+
+
+def _width_unknown(view: TaskView, recorded: Sequence[int]) -> str:
+    shown = " or ".join(str(n) for n in recorded)
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} was partly committed by a run that "
+        f"recorded its {shown} write partitions, and this replay cannot learn its own number: write "
+        f"partition {view.partition} could not ask the driver's monitoring API (the web UI turned off "
+        "with spark.ui.enabled=false, sparkafka.register(spark) not called on this session, or the "
+        "UI's port closed to the executors; the executor's log says which). Without it a replay split "
+        "otherwise would write records twice before anything noticed, so no task writes and the query "
+        "stops. Restart with the web UI on and reachable until this batch is done; if that cannot be, "
+        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') and "
+        "keep the first run's query and settings for it"
     )
 
 
