@@ -11,6 +11,10 @@ default 200,000): output then becomes visible batch by batch, as it does with th
 commits every commit interval, instead of all at once after one micro-batch that holds the whole
 backlog.
 
+BENCH_SPARK_CONF (space-separated KEY=VALUE) adds Spark settings to sparkafka's runs, for A/B
+measurements of one setting (e.g. ``spark.ui.enabled=false``: commit markers without the number of
+write partitions).
+
 Stdlib only; started with the project venv's python, which has sparkafka installed.
 """
 
@@ -43,6 +47,7 @@ def main() -> None:
         "--trigger", f"{args.commit_interval_ms}ms",
         "--delivery-guarantee", args.guarantee,
         "--master", "local[2]",
+        *[a for setting in os.environ.get("BENCH_SPARK_CONF", "").split() for a in ("--spark-conf", setting)],
         *workload,
     ]  # fmt: skip
     sys.stdout.flush()
