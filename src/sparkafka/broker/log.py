@@ -11,8 +11,11 @@ Files in a partition directory:
 Durability: append() has called write() before it returns, so a killed process loses nothing the page
 cache holds; fsync happens on segment roll, on close and once `flush_messages` records were appended
 since the last fsync. After a crash
-(no clean-shutdown marker) every segment is scanned with CRC checks, torn tails are cut and the
-indexes are rebuilt. The index files are a cache: they are only trusted after a clean shutdown.
+(no clean-shutdown marker) the segments from the recovery point on are scanned with CRC checks, torn
+tails are cut and the indexes are rebuilt; cutting anything but a torn last write is an ERROR that
+says what was lost. Index files are a cache, trusted only after a clean shutdown or below the recovery
+point. Batches not scanned since the log was opened have their CRC checked when first fetched, so a
+damaged batch is refused (CORRUPT_MESSAGE), never served.
 
 Every public method takes the log's lock, so one PartitionLog may be shared between threads.
 """
@@ -42,7 +45,9 @@ from sparkafka.broker.records import (
     BatchHeader,
     CorruptBatchError,
     Record,
+    compute_crc,
     control_marker,
+    crc_is_valid,
     decode_records,
     encode_batch,
     iter_batches,
@@ -229,6 +234,13 @@ class _Segment:
     first_batch_timestamp: int = -1
     opened_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     roll_jitter_ms: int = 0
+    # Byte ranges [start, end) whose batches passed their CRC check since the log was opened
+    # (scanned by recovery, appended, or served once): only the others are checked when fetched, so
+    # that a clean start reads nothing and a damaged batch is still never served.
+    verified_starts: list[int] = field(default_factory=list)
+    verified_ends: list[int] = field(default_factory=list)
+    # Positions of damaged batches already reported, so a consumer retrying does not flood the log.
+    reported_damage: set[int] = field(default_factory=set)
 
     def sibling(self, suffix: str) -> Path:
         return self.path.with_suffix(suffix)
@@ -243,6 +255,32 @@ class _Segment:
         slot = bisect.bisect_right(self.time_timestamps, timestamp) - 1
         return self.time_offsets[slot] if slot >= 0 else self.base_offset
 
+    def mark_verified(self, start: int, end: int) -> None:
+        if start >= end:
+            return
+        first = bisect.bisect_left(self.verified_ends, start)
+        after = bisect.bisect_right(self.verified_starts, end)
+        if first < after:
+            start = min(start, self.verified_starts[first])
+            end = max(end, self.verified_ends[after - 1])
+        self.verified_starts[first:after] = [start]
+        self.verified_ends[first:after] = [end]
+
+    def unverified(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of bytes [start, end) outside every verified range."""
+        gaps: list[tuple[int, int]] = []
+        slot = bisect.bisect_right(self.verified_ends, start)
+        pos = start
+        while pos < end:
+            if slot < len(self.verified_starts) and self.verified_starts[slot] <= pos:
+                pos = self.verified_ends[slot]
+                slot += 1
+                continue
+            gap_end = min(end, self.verified_starts[slot]) if slot < len(self.verified_starts) else end
+            gaps.append((pos, gap_end))
+            pos = gap_end
+        return gaps
+
     def reset_indexes(self) -> None:
         self.size = 0
         self.next_offset = self.base_offset
@@ -252,6 +290,7 @@ class _Segment:
         self.first_batch_timestamp = -1
         self.bytes_since_index = 0
         self.indexes_dirty = True
+        self.verified_starts, self.verified_ends = [], []
 
     def waited_for_roll(self, appended_max_timestamp: int, now_ms: int) -> int:
         """How long the segment has waited to roll, for records with `appended_max_timestamp` arriving
@@ -282,6 +321,9 @@ class _Segment:
         self.size = position + header.size
         self.next_offset = header.next_offset
         self.indexes_dirty = True
+        # Every caller passes a checked batch: recovery and compaction scan with CRC checks, appends
+        # come from produce validation or the broker's own encoder.
+        self.mark_verified(position, self.size)
 
     def adopt(self, rewritten: _Segment) -> None:
         """Take over the file and indexes of a compacted copy of this segment."""
@@ -293,6 +335,8 @@ class _Segment:
         self.max_timestamp = rewritten.max_timestamp
         self.offset_of_max_timestamp = rewritten.offset_of_max_timestamp
         self.first_batch_timestamp = rewritten.first_batch_timestamp
+        self.verified_starts, self.verified_ends = rewritten.verified_starts, rewritten.verified_ends
+        self.reported_damage = set()
         self.indexes_dirty = True
 
     def seal_time_index(self) -> None:
@@ -396,6 +440,23 @@ def _scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[tupl
             # The chunk boundary, not the data, cut this batch: read again from its start, big enough for it.
             assert exc.incomplete_size is not None
             pos, want = exc.valid_bytes, max(_SCAN_CHUNK, exc.incomplete_size)
+
+
+def _describe_damage(
+    batches: Iterator[tuple[int, BatchHeader, bytes]], path: Path
+) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    try:
+        yield from batches
+    except CorruptBatchError as exc:
+        raise CorruptBatchError(f"{path} is damaged: {exc}", valid_bytes=exc.valid_bytes) from exc
+
+
+class _DamagedBatchError(BrokerError):
+    """A batch of a segment that does not parse, or whose CRC or offsets are wrong."""
+
+    def __init__(self, code: ErrorCode, message: str, *, position: int) -> None:
+        super().__init__(code, message)
+        self.position = position
 
 
 class PartitionLog:
@@ -570,16 +631,82 @@ class PartitionLog:
                     )
                 segment.track(header, position, self.config.index_interval_bytes)
         except CorruptBatchError as exc:
-            logger.warning(
-                "%s: truncating %d bytes after byte %d, the end of the last complete valid batch (%s)",
-                segment.path,
-                file_size - exc.valid_bytes,
-                exc.valid_bytes,
-                exc,
-            )
+            self._report_cut(segment, next_base, exc, file_size)
             os.ftruncate(segment.fd, exc.valid_bytes)
             os.fsync(segment.fd)
         segment.size = os.fstat(segment.fd).st_size
+
+    def _report_cut(
+        self, segment: _Segment, next_base: int | None, exc: CorruptBatchError, file_size: int
+    ) -> None:
+        """Log what recovery is about to cut from `segment`: a torn last write (a batch whose bytes
+        stop short, never acknowledged) at WARNING; anything else, which may hold acknowledged
+        records, at ERROR with how many records and which offsets are lost.
+
+        Kafka's LogSegment.recover cuts the same bytes; the count comes from the batch headers
+        after the cut, read without CRC checks. Batches at or past `next_base` are not lost (an
+        interrupted compaction leaves them in both files; the next segment keeps them)."""
+        cut = exc.valid_bytes
+        limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
+        lost_records = lost_batches = 0
+        last_lost = -1
+        pos = cut
+        while pos < file_size:
+            try:
+                header = parse_header(os.pread(segment.fd, HEADER_SIZE, pos))
+            except CorruptBatchError:
+                break
+            if pos + header.size > file_size:
+                break
+            if header.base_offset < limit:
+                lost_batches += 1
+                lost_records += header.record_count
+                last_lost = max(last_lost, min(header.last_offset, limit - 1))
+            pos += header.size
+        described_to_end = pos >= file_size
+        torn = exc.incomplete_size is not None and cut + exc.incomplete_size > file_size
+        # A closed segment was complete when the log rolled past it: only copies of the next
+        # segment's batches may go from it without loss.
+        benign = torn if next_base is None else described_to_end and not torn
+        if lost_batches == 0 and benign:
+            logger.warning(
+                "%s: truncating %d bytes after byte %d, the end of the last complete valid batch (%s)",
+                segment.path,
+                file_size - cut,
+                cut,
+                exc,
+            )
+            return
+        first_lost = segment.next_offset
+        if next_base is not None:
+            last_lost = max(last_lost, next_base - 1)
+        if lost_batches == 0:
+            count = "an unknown number of records"
+        else:
+            count = f"{'' if described_to_end else 'at least '}{lost_records} records"
+        if last_lost >= first_lost:
+            span = f"offsets {first_lost} to {last_lost}"
+        else:
+            span = f"offsets from {first_lost} on"
+        consequence = (
+            "new records will be written at these offsets again"
+            if next_base is None
+            else f"the log now has a gap before offset {next_base}"
+        )
+        logger.error(
+            "%s: recovery found damaged data in %s at byte %d (%s); truncating %d bytes after byte %d "
+            "loses %s at %s (acknowledged records, unless the producer got an error); %s. "
+            "Restore the partition directory from a backup to get them back",
+            self.directory.name,
+            segment.path,
+            cut,
+            exc,
+            file_size - cut,
+            cut,
+            count,
+            span,
+            consequence,
+        )
 
     def _load_indexes(self, segment: _Segment, next_base: int | None) -> bool:
         """Load a segment's index files after a clean shutdown; False if they are missing or
@@ -623,12 +750,17 @@ class PartitionLog:
     def _read_active_tail(self, segment: _Segment, limit: int) -> bool:
         """Find the active segment's next offset from the batches after its last index entry, and
         what appending needs: the bytes since that entry and the first batch's timestamp. False if
-        that tail is not a run of valid batches (the segment is then rescanned)."""
+        that tail is not a run of whole batches with increasing offsets (the segment is then
+        rescanned).
+
+        CRCs are left to fetches, as for every segment after a clean shutdown (Kafka's
+        readNextOffset does not check them either): a rescan would cut a damaged batch and every
+        acknowledged batch after it, where a fetch refuses just that batch."""
         start = segment.index_positions[-1] if segment.index_positions else 0
         segment.next_offset = segment.base_offset
         segment.bytes_since_index = 0
         try:
-            for position, header, _ in _scan(segment.fd, start, segment.size, validate_crc=True):
+            for position, header, _ in _scan(segment.fd, start, segment.size, validate_crc=False):
                 if header.base_offset < segment.next_offset or header.last_offset >= limit:
                     return False
                 if position == 0:
@@ -739,8 +871,10 @@ class PartitionLog:
                 if pos + header.size > segment.size:
                     raise CorruptBatchError(f"{header.size}-byte batch overruns the {segment.size}-byte file")
             except CorruptBatchError as exc:
-                raise BrokerError(
-                    ErrorCode.KAFKA_STORAGE_ERROR, f"{segment.path} is corrupt at byte {pos}: {exc}"
+                raise _DamagedBatchError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"{segment.path} is corrupt at byte {pos}: {exc}",
+                    position=pos,
                 ) from exc
             yield pos, header
             pos += header.size
@@ -869,7 +1003,11 @@ class PartitionLog:
 
         Steps: find the segment holding `offset`; from its offset-index position scan batch headers only
         (never the records), skipping batches that end before `offset`; stop at the bound or the byte
-        budget; then read (or reference) each segment's contiguous byte span once.
+        budget; then read (or reference) each segment's contiguous byte span once. Batches not
+        verified since the log was opened (see `_Segment.verified_starts`) are read and checked
+        first: the response stops before a damaged one, and is CORRUPT_MESSAGE if that is the first
+        batch it would hold (Kafka's answer to a read that hits a CorruptRecordException), logged
+        at ERROR once per damaged batch.
         """
         with self._lock:
             self._ensure_open()
@@ -887,24 +1025,104 @@ class PartitionLog:
             for segment in self._segments[self._segment_slot(offset) :]:
                 if done:
                     break
-                start = end = -1
-                for position, header in self._headers(segment, segment.position_for(offset)):
-                    if header.last_offset < offset:
-                        continue
-                    too_big = total + header.size > max_bytes and not (min_one_batch and total == 0)
-                    if header.base_offset >= bound or too_big:
-                        done = True
-                        break
-                    start = position if start < 0 else start
-                    end = position + header.size
-                    total += header.size
-                    last_offset = header.last_offset
-                if start >= 0:
-                    if region_min_bytes is not None and end - start >= region_min_bytes:
-                        chunks.append(FileRegion(os.dup(segment.fd), start, end - start))
-                    else:
-                        chunks.append(os.pread(segment.fd, end - start, start))
+                span: list[tuple[int, BatchHeader]] = []
+                span_bytes = 0
+                damage: _DamagedBatchError | None = None
+                try:
+                    for position, header in self._headers(segment, segment.position_for(offset)):
+                        if header.last_offset < offset:
+                            continue
+                        size = total + span_bytes + header.size
+                        too_big = size > max_bytes and not (min_one_batch and total + span_bytes == 0)
+                        if header.base_offset >= bound or too_big:
+                            done = True
+                            break
+                        span.append((position, header))
+                        span_bytes += header.size
+                except _DamagedBatchError as exc:
+                    after = span[-1][1].last_offset if span else max(offset, segment.base_offset) - 1
+                    damage = _DamagedBatchError(
+                        ErrorCode.CORRUPT_MESSAGE,
+                        f"{self.directory.name}: the batch after offset {after} is damaged: {exc}",
+                        position=exc.position,
+                    )
+                    done = True
+                data: bytes | None = None
+                if span:
+                    start = span[0][0]
+                    end = span[-1][0] + span[-1][1].size
+                    if segment.unverified(start, end):
+                        data = os.pread(segment.fd, end - start, start)
+                        good_end = self._verify(segment, data, start, span[0][1].base_offset)
+                        if good_end < end:
+                            damage, done = self._damage_at(segment, data, start, good_end), True
+                            span = [(position, header) for position, header in span if position < good_end]
+                            data = data[: good_end - start]
+                if damage is not None:
+                    self._report_damage(segment, damage)
+                    if not chunks and not span:
+                        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(damage)) from damage
+                if not span:
+                    continue
+                start = span[0][0]
+                end = span[-1][0] + span[-1][1].size
+                total += end - start
+                last_offset = span[-1][1].last_offset
+                if data is not None:
+                    chunks.append(data)
+                elif region_min_bytes is not None and end - start >= region_min_bytes:
+                    chunks.append(FileRegion(os.dup(segment.fd), start, end - start))
+                else:
+                    chunks.append(os.pread(segment.fd, end - start, start))
             return chunks, total, last_offset
+
+    @staticmethod
+    def _verify(segment: _Segment, data: bytes, start: int, first_offset: int) -> int:
+        """Check the CRC and offsets of the unverified batches in `data` (the segment's bytes from
+        `start`, whole batches); mark those that pass verified and return where the first that
+        fails starts (or where `data` ends)."""
+        end = start + len(data)
+        for gap_start, gap_end in segment.unverified(start, end):
+            expected = first_offset if gap_start == start else segment.base_offset
+            view = memoryview(data)[gap_start - start : gap_end - start]
+            good = gap_start
+            try:
+                for position, header in iter_batches(view, validate_crc=True, base_position=gap_start):
+                    if header.base_offset < expected or header.last_offset >= segment.next_offset:
+                        break
+                    expected = header.next_offset
+                    good = position + header.size
+            except CorruptBatchError:
+                pass
+            segment.mark_verified(gap_start, good)
+            if good < gap_end:
+                return good
+        return end
+
+    def _damage_at(self, segment: _Segment, data: bytes, start: int, position: int) -> _DamagedBatchError:
+        header = parse_header(data, position - start)
+        batch = memoryview(data)[position - start : position - start + header.size]
+        if crc_is_valid(batch, header):
+            why = "its offsets do not follow the batch before it"
+        else:
+            why = f"its CRC does not match (stored {header.crc}, computed {compute_crc(batch, header)})"
+        return _DamagedBatchError(
+            ErrorCode.CORRUPT_MESSAGE,
+            f"{self.directory.name}: the batch at offsets {header.base_offset} to {header.last_offset} "
+            f"in {segment.path} at byte {position} is damaged: {why}",
+            position=position,
+        )
+
+    def _report_damage(self, segment: _Segment, damage: _DamagedBatchError) -> None:
+        if damage.position in segment.reported_damage:
+            return
+        segment.reported_damage.add(damage.position)
+        logger.error(
+            "%s; fetches of the partition stop before it with CORRUPT_MESSAGE. Restore the partition "
+            "directory from a backup, or move consumers past the damaged offsets (DeleteRecords "
+            "or a committed offset beyond them) to accept losing them",
+            damage,
+        )
 
     def iter_batches(self, from_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
         """(header, batch bytes) of every stored batch whose last offset is >= from_offset, in order.
@@ -1307,7 +1525,15 @@ class PartitionLog:
                     break
                 if header.is_control or header.base_offset in aborted:
                     continue
-                for record in decode_records(self._read_batch(view, position, header)):
+                batch = self._read_batch(view, position, header)
+                if not crc_is_valid(batch, header):
+                    # Its keys could be anything: a pass must not drop records by them.
+                    raise CorruptBatchError(
+                        f"{view.path} is damaged: the batch at byte {position} (offsets "
+                        f"{header.base_offset} to {header.last_offset}) fails its CRC check",
+                        valid_bytes=position,
+                    )
+                for record in decode_records(batch):
                     if record.key is not None and record.offset < stable_bound:
                         latest[record.key] = record.offset
         return latest
@@ -1443,7 +1669,9 @@ class PartitionLog:
         changed = False
         pending: list[bytes] = []
         pending_bytes = 0
-        for _, header, batch in _scan(view.fd, 0, view.size, validate_crc=False):
+        # CRC checks: re-encoding a damaged batch would give it a valid CRC, hiding the damage.
+        batches = _scan(view.fd, 0, view.size, validate_crc=True)
+        for _, header, batch in _describe_damage(batches, view.path):
             kept, dropped = cleaner.filter(header, batch)
             removed += dropped
             changed = changed or kept is not batch

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from sparkafka.broker.records import iter_batches
 from sparkafka.broker.runner import BrokerProcess
@@ -299,3 +299,96 @@ def test_duplicate_idempotent_batch_is_written_once(fresh_broker: BrokerProcess,
     assert values(read_all(fresh_broker.bootstrap_servers, topic_name, expect=4)) == [b"a", b"b", b"c", b"d"]
     stored = b"".join(path.read_bytes() for path in _segments(fresh_broker.data_dir, topic_name, 0))
     assert [(h.base_offset, h.record_count) for _, h in iter_batches(stored)] == [(0, 3), (3, 1)]
+
+
+def _flip_byte(segment: Path, batch_index: int) -> tuple[int, int, int]:
+    """Flip the last byte (a record's, covered by the CRC) of a segment's `batch_index`-th batch;
+    return the batch's (base offset, last offset, records after it in the segment)."""
+    data = bytearray(segment.read_bytes())
+    batches = list(iter_batches(bytes(data)))
+    position, header = batches[batch_index]
+    data[position + header.size - 1] ^= 0x40
+    segment.write_bytes(bytes(data))
+    return header.base_offset, header.last_offset, batches[-1][1].last_offset
+
+
+def _consume_until_stuck(bootstrap: str, topic: str, expect: dict[int, int]) -> tuple[dict[int, list], dict]:
+    """Read both partitions from offset 0 until each has `expect[partition]` records or reported an
+    error; return (offsets read per partition, first error per partition)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{topic}",
+            "check.crcs": True,
+            "fetch.error.backoff.ms": 50,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in expect])
+    read: dict[int, list] = {p: [] for p in expect}
+    errors: dict[int, object] = {}
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline and any(
+            len(read[p]) < expect[p] and p not in errors for p in expect
+        ):
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                errors.setdefault(message.partition(), message.error())
+            else:
+                read[message.partition()].append(message.offset())
+    finally:
+        consumer.close()
+    return read, errors
+
+
+@pytest.mark.parametrize("damaged", ["older", "active"])
+@pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
+def test_a_damaged_batch_is_never_served_and_never_lost_silently(
+    fresh_broker: BrokerProcess, topic_name: str, stop: str, damaged: str
+) -> None:
+    """One flipped byte in a partition's segment: the other partition is served as usual; the damaged
+    one is served up to the damaged batch, then CORRUPT_MESSAGE (librdkafka: "Broker: Invalid
+    message"). Only a crash recovery rescanning the active segment cuts it, with an ERROR naming
+    what is lost."""
+    create_topic(
+        fresh_broker.bootstrap_servers, topic_name, partitions=2, config={"internal.segment.bytes": "4096"}
+    )
+    sender = producer(fresh_broker.bootstrap_servers, acks="all")
+    for start in range(0, 300, 10):  # batches of 10 records, 3 or so to a segment
+        _send_all(
+            sender,
+            topic_name,
+            [(p, None, b"v%03d" % i * 25) for i in range(start, start + 10) for p in (0, 1)],
+        )
+    if stop == "sigkill":
+        fresh_broker.kill()
+    else:
+        fresh_broker.terminate()
+    segments = _segments(fresh_broker.data_dir, topic_name, 0)
+    assert len(segments) > 3
+    first, last, segment_end = _flip_byte(segments[1] if damaged == "older" else segments[-1], 0)
+    fresh_broker.start()
+
+    rescanned = stop == "sigkill" and damaged == "active"
+    expect = {0: first if rescanned else 300, 1: 300}
+    read, errors = _consume_until_stuck(fresh_broker.bootstrap_servers, topic_name, expect)
+    assert read[1] == list(range(300)) and 1 not in errors
+    log = fresh_broker.log_path.read_text()
+    if rescanned:
+        # Rescanned: cut from the damaged batch on, which the ERROR accounts for.
+        lost = segment_end - first + 1
+        assert f"{topic_name}-0: recovery found damaged data" in log
+        assert f"loses {lost} records at offsets {first} to {segment_end}" in log
+        assert read[0] == list(range(first)) and 0 not in errors
+        # The producer's sequences are cut too: as on Kafka, only a new producer may go on.
+        after = producer(fresh_broker.bootstrap_servers, acks="all")
+        assert _send_all(after, topic_name, [(0, None, b"after")]) == [first]
+    else:
+        assert read[0] == list(range(first))
+        assert errors[0].code() == KafkaError.INVALID_MSG, errors[0]
+        assert f"{topic_name}-0: the batch at offsets {first} to {last}" in log
+        assert "truncating" not in log
+        # Appends go on after it, at new offsets.
+        assert _send_all(sender, topic_name, [(0, None, b"after")]) == [300]

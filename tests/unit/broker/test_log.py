@@ -1260,3 +1260,189 @@ def test_recovery_and_reads_across_scan_chunk_boundaries(make_log: LogFactory, t
     assert recovered.read(0, 1 << 30) == log.read(0, 1 << 30)
     assert batch_bases(recovered.read(big, 1)) == [big]
     assert batch_bases(recovered.read(1777, 1)) == [1777]
+
+
+# ---- damaged batches -----------------------------------------------------------------------------
+
+
+def flip_byte_in_batch(segment: Path, offset: int) -> int:
+    """Flip the last byte of the batch holding `offset` (inside its records, so only its CRC tells);
+    return the batch's position in the file."""
+    data = bytearray(segment.read_bytes())
+    for position, header in records.iter_batches(bytes(data)):
+        if header.base_offset <= offset <= header.last_offset:
+            data[position + header.size - 1] ^= 0x40
+            segment.write_bytes(bytes(data))
+            return position
+    raise AssertionError(f"no batch holds offset {offset} in {segment}")
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+
+
+def test_a_damaged_batch_in_the_active_segment_after_a_crash_is_cut_with_an_error_naming_the_loss(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log()
+    for _ in range(10):
+        append(log, 100)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    segment = crashed / "00000000000000000000.log"
+    position = flip_byte_in_batch(segment, 600)
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        recovered = make_log(crashed)
+    assert recovered.log_end_offset == 600
+    assert segment.stat().st_size == position
+    (message,) = errors_logged(caplog)
+    assert message.startswith("crashed-0: recovery found damaged data")
+    assert f"at byte {position}" in message
+    assert "loses 400 records at offsets 600 to 999" in message
+    assert "written at these offsets again" in message
+
+
+def test_a_torn_last_write_is_only_a_warning(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log()
+    for _ in range(3):
+        append(log, 10)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    segment = crashed / "00000000000000000000.log"
+    segment.write_bytes(segment.read_bytes()[:-20])
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        assert make_log(crashed).log_end_offset == 20
+    assert "truncating" in caplog.text
+    assert not errors_logged(caplog)
+
+
+def test_a_damaged_closed_segment_rescanned_after_a_crash_reports_the_gap(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(segment_bytes=2000)
+    for _ in range(20):
+        append(log, 10)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    (crashed / "recovery-point").write_text("0\n")
+    first = crashed / "00000000000000000000.log"
+    next_base = int(sorted(crashed.glob("*.log"))[1].stem)
+    flip_byte_in_batch(first, 10)
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        recovered = make_log(crashed, segment_bytes=2000)
+    (message,) = errors_logged(caplog)
+    assert f"records at offsets 10 to {next_base - 1}" in message
+    assert f"gap before offset {next_base}" in message
+    assert batch_bases(recovered.read(0, 1 << 20))[:2] == [0, next_base]
+
+
+@pytest.mark.parametrize("stop", ["clean", "crash"])
+def test_a_fetch_never_serves_a_damaged_batch_of_an_older_segment(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, stop: str
+) -> None:
+    """An older segment is not rescanned at a start (Kafka trusts it below the recovery point, and
+    everything after a clean shutdown): its batches are checked when first fetched."""
+    log = make_log(segment_bytes=2000)
+    for _ in range(20):
+        append(log, 10)
+    if stop == "clean":
+        log.close()
+        directory = log.directory
+    else:
+        directory = crash_copy(log, tmp_path / "crashed-0")
+    assert len(list(directory.glob("*.log"))) > 2
+    position = flip_byte_in_batch(directory / "00000000000000000000.log", 30)
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log(directory, segment_bytes=2000)
+        assert not errors_logged(caplog)  # nothing read it yet
+        assert reopened.log_end_offset == 200
+        # The batches before it are served; the response stops there.
+        assert batch_bases(reopened.read(0, 1 << 20)) == [0, 10, 20]
+        for offset in (30, 35):
+            with pytest.raises(BrokerError) as refused:
+                reopened.read(offset, 1 << 20)
+            assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+        # What follows it is still served.
+        assert batch_bases(reopened.read(40, 1 << 20))[0] == 40
+    (message,) = errors_logged(caplog)  # once, not per fetch
+    assert f"{directory.name}: the batch at offsets 30 to 39" in message
+    assert f"at byte {position}" in message and "CRC" in message
+
+
+def test_a_fetch_checks_each_unverified_byte_once(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(segment_bytes=2000)
+    for _ in range(20):
+        append(log, 10)
+    checked: list[int] = []
+    real = log_module.iter_batches
+
+    def spy(view: Any, **kwargs: Any) -> Any:
+        if kwargs.get("validate_crc"):
+            checked.append(len(view))
+        return real(view, **kwargs)
+
+    monkeypatch.setattr(log_module, "iter_batches", spy)
+    log.read(0, 1 << 20)
+    assert checked == []  # appended in this process: already checked
+    log.close()
+    reopened = make_log(segment_bytes=2000)
+    closed_bytes = sum(path.stat().st_size for path in reopened.segment_files()[:-1])
+    first = reopened.read(0, 1 << 20)
+    assert closed_bytes < sum(checked) == len(first)
+    checked.clear()
+    for offset in (0, 55, 120, 199):
+        assert first.endswith(reopened.read(offset, 1 << 20))
+    assert checked == []
+
+
+def test_verified_ranges_merge_and_report_gaps() -> None:
+    segment = log_module._Segment(0, Path("x.log"), -1)
+    segment.mark_verified(10, 20)
+    segment.mark_verified(30, 40)
+    assert segment.unverified(0, 50) == [(0, 10), (20, 30), (40, 50)]
+    assert segment.unverified(12, 18) == []
+    segment.mark_verified(20, 30)
+    assert (segment.verified_starts, segment.verified_ends) == ([10], [40])
+    segment.mark_verified(0, 5)
+    segment.mark_verified(45, 60)
+    assert segment.unverified(0, 60) == [(5, 10), (40, 45)]
+    segment.mark_verified(2, 50)
+    assert (segment.verified_starts, segment.verified_ends) == ([0], [60])
+
+
+def test_compaction_refuses_to_rewrite_a_damaged_batch(make_log: LogFactory) -> None:
+    log = make_log(segment_bytes=300, cleanup_policy="compact")
+    for _ in range(12):
+        append(log, 2, keys=[b"k", b"k"])
+    log.close()
+    flip_byte_in_batch(log.directory / "00000000000000000000.log", 0)
+    reopened = make_log(segment_bytes=300, cleanup_policy="compact")
+    with pytest.raises(records.CorruptBatchError, match=r"00000000000000000000\.log is damaged"):
+        reopened.compact(now_ms=0)
+    with pytest.raises(BrokerError) as refused:
+        reopened.read(0, 1 << 20)
+    assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_a_damaged_batch_in_the_active_segment_after_a_clean_stop_is_refused_not_cut(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean start does not rescan: cutting the damaged batch would take every acknowledged batch
+    after it along; a fetch refuses that batch alone."""
+    log = make_log()
+    for _ in range(10):
+        append(log, 10)
+    log.close()
+    flip_byte_in_batch(log.directory / "00000000000000000000.log", 95)
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log()
+        assert reopened.log_end_offset == 100
+        append(reopened, 10)
+        assert batch_bases(reopened.read(0, 1 << 20))[-1] == 80
+        with pytest.raises(BrokerError) as refused:
+            reopened.read(90, 1 << 20)
+        assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+        assert batch_bases(reopened.read(100, 1 << 20)) == [100]
+    assert "truncating" not in caplog.text
+    assert len(errors_logged(caplog)) == 1

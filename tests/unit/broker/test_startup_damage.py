@@ -45,6 +45,13 @@ def test_the_broker_command_reports_a_damaged_journal_without_a_traceback(
     (data / journal).write_bytes(b"this is not a journal at all")
     result = CliRunner().invoke(app, ["broker", "--listen", "127.0.0.1:0", "--data-dir", str(data)])
     assert result.exit_code == 1
-    assert f"journal {data / journal} is corrupt" in result.output
+    assert f"journal {data / journal} is corrupt at byte 0" in result.output
     assert holds in result.output and "Restore the file from a backup" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_topic_registry_that_is_not_json_names_where_it_breaks(tmp_path: Path) -> None:
+    data = _data_dir(tmp_path)
+    (data / "topics.json").write_text('[{"name": "t"} oops')
+    with pytest.raises(RuntimeError, match=r"topics\.json is damaged .*line 1 column 16 \(char 15\)"):
+        Broker(BrokerConfig(port=0, data_dir=data))
