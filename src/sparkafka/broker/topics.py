@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +93,15 @@ class TopicRegistry:
     def __init__(self, data_dir: Path) -> None:
         self._path = data_dir / "topics.json"
         self.topics: dict[str, Topic] = {}
+        # Names whose creation is under way (their files are being made), and topics whose partitions
+        # are being added or whose files are being removed; each with the event set once that is done.
+        # A name being created is taken, though no request sees the topic until it is whole; other
+        # changes of a name wait for the one under way, as Kafka's controller applies changes one
+        # after the other.
+        self.creating: dict[str, asyncio.Event] = {}
+        self.changing: dict[str, asyncio.Event] = {}
+        # Partitions being opened by changes under way, counted against the open file limit.
+        self.partitions_in_flight = 0
         if self._path.exists():
             try:
                 for entry in json.loads(self._path.read_text()):
@@ -124,14 +135,35 @@ class TopicRegistry:
 
     def check_collision(self, name: str) -> None:
         """Kafka refuses a name that equals an existing one once '.' and '_' are alike (Topic.hasCollision):
-        both become the same name in metric names."""
+        both become the same name in metric names. A name being created exists already, as it does
+        for Kafka's controller from the moment it accepted the creation; so does one whose files are
+        being removed, until they are gone."""
+        if name in self.creating or name in self.changing:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         unified = name.replace(".", "_")
-        for existing in self.topics:
+        for existing in [*self.topics, *self.creating]:
             if existing != name and existing.replace(".", "_") == unified:
                 raise BrokerError(
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                     f"Topic '{name}' collides with existing topic: {existing}",
                 )
+
+    def begin(self, name: str, *, creating: bool = False) -> None:
+        """Mark ``name`` as being created, or its topic as changing, until :meth:`end`."""
+        assert name not in self.creating and name not in self.changing, f"{name!r} is being changed"
+        (self.creating if creating else self.changing)[name] = asyncio.Event()
+
+    def end(self, name: str) -> None:
+        for under_way in (self.creating, self.changing):
+            event = under_way.pop(name, None)
+            if event is not None:
+                event.set()
+
+    async def settled(self, names: Iterable[str]) -> None:
+        """Wait until none of ``names`` is being created or changed."""
+        wanted = set(names)
+        while busy := [e for n in wanted for e in (self.creating.get(n), self.changing.get(n)) if e]:
+            await busy[0].wait()
 
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)

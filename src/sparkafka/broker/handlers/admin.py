@@ -34,6 +34,7 @@ from sparkafka.broker.config_synonyms import (
     topic_config_synonyms,
 )
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.handlers import topic_work
 from sparkafka.broker.sasl import MECHANISMS, SaslState, plain_authentication_error
 from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS, ConfigType, described_value
 from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name
@@ -392,7 +393,8 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
         try:
             if too_many:
                 raise _too_many_partitions()
-            topic = broker.create_topic(
+            topic = await topic_work.create_topic(
+                broker,
                 wanted.name,
                 wanted.num_partitions,
                 {c.name: c.value for c in wanted.configs},
@@ -469,6 +471,14 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
             )
         )
 
+    # Topics being created, extended or deleted by another request are answered once that is done.
+    while True:
+        named = [*(request.topic_names or []), *(entry.name for entry in request.topics or () if entry.name)]
+        by_id = (broker.topics.by_id(entry.topic_id) for entry in request.topics or () if entry.topic_id)
+        involved = {*named, *(topic.name for topic in by_id if topic is not None)}
+        if not any(name in broker.topics.creating or name in broker.topics.changing for name in involved):
+            break
+        await broker.topics.settled(involved)
     names: list[str] = list(request.topic_names or [])
     ids: list[uuid.UUID] = []
     for entry in request.topics or []:
@@ -518,9 +528,13 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
             )
         else:
             doomed[topic.topic_id] = name
+    deleted = await topic_work.delete_topics(broker, list(doomed.values()))
     for topic_id, name in doomed.items():
-        broker.delete_topic(name)
-        answer(name, topic_id)
+        error = deleted[name]
+        if error is None:
+            answer(name, topic_id)
+        else:
+            answer(name, topic_id, error.code, error.message)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
@@ -548,7 +562,8 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
         try:
             if added > MAX_PARTITIONS_PER_REQUEST:
                 raise _too_many_partitions(additional=True)
-            broker.add_partitions(
+            await topic_work.add_partitions(
+                broker,
                 wanted.name,
                 wanted.count,
                 assignments=None
