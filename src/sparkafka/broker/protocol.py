@@ -247,6 +247,8 @@ class _NullCheck:
     attribute: str  # kafka-python's attribute
     null_refused: bool
     inner: tuple[_NullCheck, ...]  # the checks of the struct (or of each struct in the array) it holds
+    # An array of strings or bytes: Kafka's generated readers refuse a null element in any version.
+    null_elements_refused: bool = False
 
 
 _NULL_CHECKS: dict[tuple[int, int], tuple[_NullCheck, ...]] = {}
@@ -267,8 +269,11 @@ def _null_checks(schema: Any, version: int) -> tuple[_NullCheck, ...]:
             can_be_null = field.type_str in _NULLABLE_TYPES or field.type_str.startswith("[]") or field.fields
             null_refused = bool(can_be_null) and not field.nullable_for_version_q(version)
             inner = _null_checks(field, version) if field.fields is not None else ()
-            if null_refused or inner:
-                found.append(_NullCheck(field._name, field.name, null_refused, inner))
+            null_elements_refused = field.type_str.removeprefix("[]") in _NULLABLE_TYPES and (
+                field.type_str.startswith("[]")
+            )
+            if null_refused or inner or null_elements_refused:
+                found.append(_NullCheck(field._name, field.name, null_refused, inner, null_elements_refused))
         checks = _NULL_CHECKS[key] = tuple(found)
     return checks
 
@@ -286,6 +291,8 @@ def _first_refused_null(checks: tuple[_NullCheck, ...], data: Any) -> str | None
             if check.null_refused:
                 return check.name
             continue
+        if check.null_elements_refused and any(item is None for item in value):
+            return f"{check.name} element"
         if check.inner:
             for item in value if isinstance(value, list) else (value,):
                 inner = _first_refused_null(check.inner, item)

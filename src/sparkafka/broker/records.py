@@ -367,10 +367,15 @@ def check_produce_request_records(buf: Buffer, produce_version: int | None = Non
 
 
 def transactional_producer(buf: Buffer) -> tuple[int, int] | None:
-    """(producer id, epoch) of a v2 batch at the start of ``buf`` marked transactional, else None."""
+    """(producer id, epoch) of a v2 batch at the start of ``buf`` marked transactional, else None;
+    None too for a batch whose header does not hold together: validation refuses it (CORRUPT_MESSAGE,
+    as any other batch), with no transaction to verify first."""
     if len(buf) < HEADER_SIZE or not first_batch_is_transactional(buf):
         return None
-    header = parse_header(memoryview(buf))
+    try:
+        header = parse_header(memoryview(buf))
+    except CorruptBatchError:
+        return None
     return header.producer_id, header.producer_epoch
 
 

@@ -82,3 +82,19 @@ def test_a_zero_uuid_is_no_null() -> None:
     # kafka-python decodes the all-zero uuid (Metadata v12 by name: topic id zero) as None.
     topic = MetadataRequest.MetadataRequestTopic(name="t", topic_id="00000000-0000-0000-0000-000000000000")
     assert _decode(MetadataRequest(topics=[topic], allow_auto_topic_creation=False), 12).topics[0].name == "t"
+
+
+@pytest.mark.parametrize(
+    ("states", "types", "field"),
+    [(["Stable", None], [], "StatesFilter element"), ([], ["classic", None], "TypesFilter element")],
+)
+def test_a_null_element_of_a_string_array_fails_the_parse(
+    states: list[str | None], types: list[str | None], field: str
+) -> None:
+    """Found by the fuzzer: ListGroups' filters reached the handler with a None in them and the
+    connection closed on an unexpected error. Kafka's generated readers refuse a null array element
+    ("non-nullable field statesFilter element was serialized as null")."""
+    from kafka.protocol.admin import ListGroupsRequest
+
+    with pytest.raises(protocol.MalformedRequest, match=f"non-nullable field {field} was serialized as null"):
+        _decode(ListGroupsRequest(states_filter=states, types_filter=types), 5)
