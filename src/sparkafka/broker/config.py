@@ -20,6 +20,33 @@ class SaslUser:
 
 
 @dataclass
+class SslListener:
+    """Kafka's ``listeners=SSL://host:port`` with a PEM keystore (sparkafka.broker.tls)."""
+
+    host: str
+    port: int
+    # ssl.keystore.certificate.chain / ssl.keystore.location (PEM): the broker's certificate, then
+    # any intermediate CAs
+    certfile: Path
+    # ssl.keystore.key (PEM); None: the key is in certfile
+    keyfile: Path | None = None
+    # ssl.key.password; None: $SPARKAFKA_BROKER_SSL_KEY_PASSWORD, else an unencrypted key
+    key_password: str | None = None
+    # ssl.truststore.location (PEM): the CAs client certificates are checked against
+    cafile: Path | None = None
+    # ssl.client.auth: none, requested or required
+    client_auth: str = "none"
+    # advertised.listeners' host for this listener: what Metadata and FindCoordinator tell its
+    # clients to connect to (the name in the certificate); None: host
+    advertised_host: str | None = None
+
+    def __post_init__(self) -> None:
+        self.certfile = Path(self.certfile)
+        self.keyfile = None if self.keyfile is None else Path(self.keyfile)
+        self.cafile = None if self.cafile is None else Path(self.cafile)
+
+
+@dataclass
 class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 9092
@@ -75,6 +102,8 @@ class BrokerConfig:
     # connection.failed.authentication.delay.ms: how long a connection that failed authentication
     # stays open, unread, before it closes, so one connection guesses at most a password per delay
     connection_failed_authentication_delay_ms: int = 100
+    # A TLS listener beside the plaintext one (Kafka's SSL, or SASL_SSL with SASL users); None: none
+    ssl_listener: SslListener | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

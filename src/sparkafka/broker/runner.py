@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sparkafka.broker.config import BrokerConfig
-from sparkafka.broker.server import READY_LINE, Broker
+from sparkafka.broker.server import READY_LINE, SSL_READY_LINE, Broker
 
 log = logging.getLogger("sparkafka.broker")
 
@@ -38,6 +38,13 @@ def run_forever(config: BrokerConfig, *, schema_registry: tuple[str, int] | None
             loop.add_signal_handler(signum, stop.set)
         await broker.start()
         warn_if_open(config, "broker", config.host, broker.port)
+        if broker.ssl_listener is not None and config.ssl_listener is not None:
+            tls = config.ssl_listener
+            port = broker.ssl_listener.config.port
+            if tls.client_auth != "required":
+                warn_if_open(config, "broker's SSL listener", tls.host, port)
+            # Before the ready line, which tells a waiting parent that everything is up.
+            print(SSL_READY_LINE.format(host=tls.host, port=port), flush=True)
         print(READY_LINE.format(host=config.host, port=broker.port), flush=True)
         registry = None
         try:
@@ -190,12 +197,21 @@ class BrokerProcess:
         self.schema_registry = schema_registry
         self.schema_registry_port = schema_registry_port
         self._schema_registry_url: str | None = None
+        # The TLS listener's port, once started with --ssl-listen in extra_args
+        self.ssl_port: int | None = None
         self.process: subprocess.Popen[str] | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """``127.0.0.1:PORT`` of the TLS listener (``--ssl-listen`` in ``extra_args``)."""
+        if self.ssl_port is None:
+            raise RuntimeError("this broker has no SSL listener: pass --ssl-listen HOST:PORT in extra_args")
+        return f"127.0.0.1:{self.ssl_port}"
 
     @property
     def schema_registry_url(self) -> str:
@@ -230,17 +246,25 @@ class BrokerProcess:
         log_file.close()
         assert self.process.stdout is not None
         broker_ready = False
+        # Read from the descriptor, not with readline(): lines printed together would wait in the
+        # file object's buffer, where select() does not see them.
+        received = b""
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
             if ready:
-                line = self.process.stdout.readline().strip()
-                if line.startswith("sparkafka broker ready on "):
-                    self.port = int(line.rsplit(":", 1)[1])
-                    broker_ready = True
-                elif line.startswith("sparkafka schema registry ready on "):
-                    self._schema_registry_url = line.rsplit(" ", 1)[1]
-                    self.schema_registry_port = int(self._schema_registry_url.rsplit(":", 1)[1])
+                received += os.read(self.process.stdout.fileno(), 65536)
+                *lines, received = received.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace").strip()
+                    if line.startswith("sparkafka broker SSL listener ready on "):
+                        self.ssl_port = int(line.rsplit(":", 1)[1])
+                    elif line.startswith("sparkafka broker ready on "):
+                        self.port = int(line.rsplit(":", 1)[1])
+                        broker_ready = True
+                    elif line.startswith("sparkafka schema registry ready on "):
+                        self._schema_registry_url = line.rsplit(" ", 1)[1]
+                        self.schema_registry_port = int(self._schema_registry_url.rsplit(":", 1)[1])
                 if broker_ready and (not wants_registry or self._schema_registry_url is not None):
                     return self
             if self.process.poll() is not None:

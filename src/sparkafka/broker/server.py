@@ -12,11 +12,14 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
 import resource
 import shutil
+import socket
+import ssl
 import struct
 import time
 import uuid
@@ -45,6 +48,7 @@ from sparkafka.broker.sasl import (
     answered_out_of_order,
     plain_authentication_error,
 )
+from sparkafka.broker.tls import server_context
 from sparkafka.broker.topic_configs import inert_configs, validate_topic_configs
 from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_name
 from sparkafka.broker.transactions import TransactionCoordinator
@@ -52,6 +56,26 @@ from sparkafka.broker.transactions import TransactionCoordinator
 log = logging.getLogger("sparkafka.broker")
 
 READY_LINE = "sparkafka broker ready on {host}:{port}"
+SSL_READY_LINE = "sparkafka broker SSL listener ready on {host}:{port}"
+# Partitions are closed this many at a time at shutdown: closing one is mostly waiting for fsyncs,
+# which overlap (a journaling file system commits concurrent ones together).
+_CLOSE_THREADS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A listener other than the plaintext one, as its clients see the broker: ``config`` is the
+    broker's config with ``host`` and ``port`` set to the address advertised on this listener."""
+
+    name: str
+    config: BrokerConfig
+
+
+# The listener the current request arrived on, set in each TLS connection's task (tasks copy the
+# context they start in); None: the plaintext listener. Kafka answers Metadata, FindCoordinator and
+# DescribeCluster with the addresses of the listener the request came on, so a client that
+# bootstrapped on the TLS port is sent to the TLS port.
+_LISTENER: contextvars.ContextVar[Listener | None] = contextvars.ContextVar("listener", default=None)
 
 
 @dataclass(slots=True)
@@ -82,7 +106,13 @@ class Broker:
     group and transactional id."""
 
     def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
+        self._config = config
+        # Before anything is opened: a broker that cannot serve its TLS listener does not start.
+        self._ssl_context: ssl.SSLContext | None = (
+            None if config.ssl_listener is None else server_context(config.ssl_listener)
+        )
+        self._ssl_server: asyncio.base_events.Server | None = None
+        self.ssl_listener: Listener | None = None
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(config.data_dir)
         for leftover in config.data_dir.glob(f"*{_DELETED_SUFFIX}"):  # of topics deleted before a crash
@@ -128,8 +158,22 @@ class Broker:
         self._cleaner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
         self._cleaning: concurrent.futures.Future[int] | None = None
         self._uncleanable: set[tuple[str, int]] = set()
-        self.port = config.port
+        self._port = config.port
         self.started_ms = now_ms()
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's settings; ``host`` and ``port`` are those advertised on the listener the
+        current request arrived on (:data:`_LISTENER`)."""
+        listener = _LISTENER.get()
+        return self._config if listener is None else listener.config
+
+    @property
+    def port(self) -> int:
+        """The port advertised on the listener the current request arrived on (the plaintext
+        listener's outside a request)."""
+        listener = _LISTENER.get()
+        return self._port if listener is None else listener.config.port
 
     # -- topics and partitions --------------------------------------------------------------------
 
@@ -444,11 +488,33 @@ class Broker:
 
     async def start(self) -> None:
         self._data_arrived = asyncio.Event()
-        self._server = await asyncio.get_running_loop().create_server(
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         sockets = self._server.sockets or ()
-        self.port = sockets[0].getsockname()[1]
+        self._port = sockets[0].getsockname()[1]
+        if (tls := self.config.ssl_listener) is not None:
+            try:
+                self._ssl_server = await loop.create_server(
+                    lambda: Connection(self, self.ssl_listener),
+                    tls.host,
+                    tls.port,
+                    reuse_address=True,
+                    ssl=self._ssl_context,
+                )
+            except OSError:
+                self._server.close()
+                raise
+            port = (self._ssl_server.sockets or ())[0].getsockname()[1]
+            host = tls.advertised_host or tls.host
+            if host in ("", "0.0.0.0", "::"):
+                # Kafka advertises the machine's canonical name for a listener on every address.
+                host = socket.getfqdn()
+            self.ssl_listener = Listener(
+                "SASL_SSL" if self.config.sasl_plain_users else "SSL",
+                dataclasses.replace(self._config, host=host, port=port),
+            )
         self._background = [
             asyncio.create_task(
                 self._every(self.config.transaction_abort_check_interval_ms, self._abort_expired)
@@ -562,15 +628,17 @@ class Broker:
     async def stop(self) -> None:
         for task in self._background:
             task.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._ssl_server):
+            if server is not None:
+                server.close()
         connections = list(self._connections)
         for connection in connections:
             connection.close()
         await asyncio.gather(*(c.task for c in connections if c.task is not None), return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        for server in (self._server, self._ssl_server):
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    await server.wait_closed()
         await asyncio.gather(*self._background, return_exceptions=True)
         # A pass under way finishes first: it writes into the partitions' directories. (One that
         # had not started was cancelled with the task that waited for it.)
@@ -580,9 +648,42 @@ class Broker:
     def close_storage(self) -> None:
         self.groups.shutdown()
         self._transaction_journal.close()
-        for partition in self.partitions.values():
-            partition.close()
-        self._lock_file.close()
+        try:
+            self._close_partitions()
+        finally:
+            self._lock_file.close()
+
+    def _close_partitions(self) -> None:
+        """Close every partition (fsync, index files, producer-state snapshot, clean-shutdown marker),
+        :data:`_CLOSE_THREADS` at a time. One that fails to close is logged and the others still
+        close: it lacks only its clean-shutdown marker, so the next start recovers it, checking every
+        batch. The first failure is raised once all are done."""
+        partitions = list(self.partitions.values())
+        failures: list[BaseException] = []
+
+        def close(partition: Partition) -> None:
+            try:
+                partition.close()
+            except Exception as error:
+                log.error(
+                    "closing %s-%d failed (%s); the next start recovers it",
+                    partition.topic,
+                    partition.index,
+                    error,
+                )
+                failures.append(error)
+
+        if len(partitions) <= 1:
+            for partition in partitions:
+                close(partition)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(
+                min(_CLOSE_THREADS, len(partitions)), thread_name_prefix="close-partition"
+            ) as pool:
+                for _ in pool.map(close, partitions):
+                    pass
+        if failures:
+            raise failures[0]
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -672,8 +773,10 @@ class Connection(asyncio.BufferedProtocol):
     are bytes, or pieces (bytes and file regions sent with sendfile) from the fast fetch path.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: Listener | None = None) -> None:
         self.broker = broker
+        # None: the plaintext listener
+        self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.client_ip = "unknown"
         self.client_host = "/unknown"
@@ -1001,6 +1104,8 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.client_host, message)
 
     async def _serve(self) -> None:
+        if self.listener is not None:
+            _LISTENER.set(self.listener)  # this task's own context: its requests, and what they start
         try:
             while True:
                 frame = await self._next_frame()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sparkafka.broker.config import BrokerConfig, SaslUser, check_socket_limits, default_data_dir
+from sparkafka.broker.config import BrokerConfig, SaslUser, SslListener, check_socket_limits, default_data_dir
 from sparkafka.broker.sasl import SASL_USERS_ENV, SaslUsersError, merge_users, parse_users, read_users_file
 
 
@@ -131,6 +131,42 @@ def broker(
         "--connections-max-idle-ms",
         help="Kafka's connections.max.idle.ms: close connections idle this long; -1: never.",
     ),
+    ssl_listen: str | None = typer.Option(
+        None,
+        "--ssl-listen",
+        help="HOST:PORT of a TLS listener beside --listen (Kafka's listeners=SSL://HOST:PORT; SASL_SSL "
+        "when SASL users are given); port 0 picks a free port. Needs --ssl-certfile.",
+    ),
+    ssl_certfile: Path | None = typer.Option(
+        None,
+        "--ssl-certfile",
+        help="PEM file with the broker's certificate, then any intermediate CAs (Kafka's "
+        "ssl.keystore.location with ssl.keystore.type=PEM); may hold the private key too.",
+    ),
+    ssl_keyfile: Path | None = typer.Option(
+        None,
+        "--ssl-keyfile",
+        help="PEM file with the private key (Kafka's ssl.keystore.key) [default: in --ssl-certfile]. An "
+        "encrypted key's password is read from $SPARKAFKA_BROKER_SSL_KEY_PASSWORD (ssl.key.password).",
+    ),
+    ssl_cafile: Path | None = typer.Option(
+        None,
+        "--ssl-cafile",
+        help="PEM file with the CA certificates client certificates are checked against (Kafka's "
+        "ssl.truststore.location).",
+    ),
+    ssl_client_auth: str = typer.Option(
+        "none",
+        "--ssl-client-auth",
+        help="Kafka's ssl.client.auth: none, requested or required (a client certificate signed by a "
+        "CA of --ssl-cafile).",
+    ),
+    ssl_advertised_host: str | None = typer.Option(
+        None,
+        "--ssl-advertised-host",
+        help="Host the TLS listener's clients are told to connect to (Kafka's advertised.listeners; "
+        "the name in the certificate) [default: the --ssl-listen host; for 0.0.0.0 the machine's name].",
+    ),
     schema_registry: str | None = typer.Option(
         None,
         "--schema-registry",
@@ -142,6 +178,7 @@ def broker(
     """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
     from sparkafka.broker.journal import JournalError
     from sparkafka.broker.runner import run_forever
+    from sparkafka.broker.tls import TlsConfigError, server_context
 
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
@@ -177,6 +214,32 @@ def broker(
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+    ssl_listener = None
+    if ssl_listen is not None:
+        if ssl_certfile is None:
+            raise typer.BadParameter(
+                "--ssl-listen needs --ssl-certfile (and --ssl-keyfile unless the key is in it)"
+            )
+        ssl_host, ssl_port = parse_listen(ssl_listen)
+        ssl_listener = SslListener(
+            ssl_host,
+            ssl_port,
+            ssl_certfile,
+            ssl_keyfile,
+            cafile=ssl_cafile,
+            client_auth=ssl_client_auth,
+            advertised_host=ssl_advertised_host,
+        )
+        try:  # before anything starts
+            server_context(ssl_listener)
+        except TlsConfigError as error:
+            typer.echo(f"sparkafka broker: {error}", err=True)
+            raise typer.Exit(2) from None
+    elif (
+        any(value is not None for value in (ssl_certfile, ssl_keyfile, ssl_cafile, ssl_advertised_host))
+        or ssl_client_auth != "none"
+    ):
+        raise typer.BadParameter("the --ssl-* options configure the TLS listener: add --ssl-listen HOST:PORT")
     config = BrokerConfig(
         host=host,
         port=port,
@@ -198,6 +261,7 @@ def broker(
         connections_max_idle_ms=connections_max_idle_ms,
         sasl_plain_users=users,
         connection_failed_authentication_delay_ms=connection_failed_authentication_delay_ms,
+        ssl_listener=ssl_listener,
     )
     try:
         run_forever(config, schema_registry=registry_address)

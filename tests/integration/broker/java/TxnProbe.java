@@ -30,15 +30,24 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   read_committed VALUE ... / read_uncommitted VALUE ...
  *   end_offset N / group_offset N
  *
- * Usage: java TxnProbe BOOTSTRAP TOPIC
+ * Usage: java TxnProbe BOOTSTRAP TOPIC [CLIENT_PROPERTIES_FILE]
+ *
+ * The optional file's properties (security.protocol, ssl.truststore.* ...) go to every client.
  */
 public final class TxnProbe {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
         String topic = args[1];
+        Properties common = new Properties();
+        if (args.length > 2) {
+            try (java.io.FileReader reader = new java.io.FileReader(args[2])) {
+                common.load(reader);
+            }
+        }
         TopicPartition partition = new TopicPartition(topic, 0);
 
         Properties adminProps = new Properties();
+        adminProps.putAll(common);
         adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         try (Admin admin = Admin.create(adminProps)) {
             admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
@@ -46,6 +55,7 @@ public final class TxnProbe {
         }
 
         Properties producerProps = new Properties();
+        producerProps.putAll(common);
         producerProps.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         producerProps.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "java-probe-" + topic);
         producerProps.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -71,6 +81,7 @@ public final class TxnProbe {
 
         for (String isolation : List.of("read_committed", "read_uncommitted")) {
             Properties consumerProps = new Properties();
+            consumerProps.putAll(common);
             consumerProps.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             consumerProps.put(ConsumerConfig.GROUP_ID_CONFIG, "java-probe-" + isolation + "-" + topic);
             consumerProps.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
