@@ -40,7 +40,7 @@ from sparkafka.broker.handlers import HANDLERS, api_versions_response
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
 from sparkafka.broker.limits import LISTEN_BACKLOG, ConnectionQuotas, RequestMemory
-from sparkafka.broker.log import CleanableRange, FileRegion
+from sparkafka.broker.log import CleanableRange, FileRegion, LogConfig
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.sasl import (
     SASL_MAX_RECEIVE_BYTES,
@@ -207,15 +207,20 @@ class Broker:
                 )
 
     def _open_partition(self, topic: Topic, index: int) -> Partition:
-        partition = Partition(
-            topic.name,
-            index,
-            self._partition_dir(topic.name, index),
-            topic.log_config(self.config),
-            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
-        )
+        partition = self.partition_files(topic.name, index, topic.log_config(self.config))
         self.partitions[(topic.name, index)] = partition
         return partition
+
+    def partition_files(self, topic: str, index: int, log_config: LogConfig) -> Partition:
+        """Open (creating if need be) a partition's directory and log, not yet served: safe to call
+        off the event loop."""
+        return Partition(
+            topic,
+            index,
+            self._partition_dir(topic, index),
+            log_config,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+        )
 
     def create_topic(
         self,

@@ -34,7 +34,7 @@ def disk_full_at(monkeypatch: pytest.MonkeyPatch) -> Any:
                 raise OSError(28, "No space left on device")
             return Partition(topic, number, directory, *args, **kwargs)
 
-        monkeypatch.setattr(topic_work, "Partition", partition)
+        monkeypatch.setattr(server, "Partition", partition)
 
     return fail_at
 

@@ -114,18 +114,14 @@ class _PartlyDone(Exception):
         self.done = done
 
 
-def _open_partitions(
-    broker: Broker, topic: str, indexes: range, config: LogConfig, expiration_ms: int
-) -> list[Partition]:
+def _open_partitions(broker: Broker, topic: str, indexes: range, config: LogConfig) -> list[Partition]:
     """Open new partitions ``indexes`` of ``topic`` (off the event loop): each replaces a directory an
     earlier topic of the name left (:meth:`Broker._remove_stray`). On failure none is left open, and
     none of their directories is left."""
 
     def open_one(index: int) -> Partition:
         broker._remove_stray(topic, index)
-        return Partition(
-            topic, index, broker._partition_dir(topic, index), config, producer_id_expiration_ms=expiration_ms
-        )
+        return broker.partition_files(topic, index, config)
 
     try:
         return _in_parallel(open_one, indexes)
@@ -195,7 +191,6 @@ async def _create(broker: Broker, topic: Topic) -> Topic:
                 topic.name,
                 range(topic.partitions),
                 topic.log_config(broker.config),
-                broker.config.producer_id_expiration_ms,
             )
         except Exception as error:
             log.error("creating topic %s failed, nothing of it is left: %s", topic.name, error)
@@ -251,7 +246,6 @@ async def _add(broker: Broker, topic: Topic, count: int, added: int) -> None:
                 topic.name,
                 range(topic.partitions, count),
                 topic.log_config(broker.config),
-                broker.config.producer_id_expiration_ms,
             )
         except Exception as error:
             log.error("adding partitions to topic %s failed, it is left as it was: %s", topic.name, error)
@@ -322,13 +316,7 @@ def _reopen(broker: Broker, topic: Topic) -> list[Partition]:
     config = topic.log_config(broker.config)
 
     def reopen(index: int) -> Partition:
-        return Partition(
-            topic.name,
-            index,
-            broker._partition_dir(topic.name, index),
-            config,
-            producer_id_expiration_ms=broker.config.producer_id_expiration_ms,
-        )
+        return broker.partition_files(topic.name, index, config)
 
     try:
         return _in_parallel(reopen, range(topic.partitions))
