@@ -87,12 +87,13 @@ def plain_authentication_error(users: Sequence[SaslUser], token: bytes) -> str |
 
 def credentials_match(users: Iterable[SaslUser], username: str, password: str) -> bool:
     # Compared in constant time, and against every user, so timing does not tell which part was wrong.
+    # An empty password never matches, as Kafka's PLAIN refuses one.
     matched = False
     for user in users:
         same_name = hmac.compare_digest(user.username.encode(), username.encode())
         same_password = hmac.compare_digest(user.password.encode(), password.encode())
         matched |= same_name and same_password
-    return matched
+    return matched and bool(password)
 
 
 class SaslUsersError(ValueError):

@@ -75,6 +75,7 @@ class Listener:
 # context they start in); None: the plaintext listener. Kafka answers Metadata, FindCoordinator and
 # DescribeCluster with the addresses of the listener the request came on, so a client that
 # bootstrapped on the TLS port is sent to the TLS port.
+_STOP_GRACE_S = 1.0
 _LISTENER: contextvars.ContextVar[Listener | None] = contextvars.ContextVar("listener", default=None)
 
 
@@ -557,7 +558,7 @@ class Broker:
                     connection.client_host,
                     self.config.connections_max_idle_ms,
                 )
-                connection.close()
+                connection.cancel()
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
         while True:
@@ -638,8 +639,16 @@ class Broker:
                 server.close()
         connections = list(self._connections)
         for connection in connections:
-            connection.close()
-        await asyncio.gather(*(c.task for c in connections if c.task is not None), return_exceptions=True)
+            connection.abort()
+        tasks = [c.task for c in connections if c.task is not None]
+        if tasks:
+            # A request being handled finishes; a task still waiting after the grace period waits on
+            # a client that stopped reading.
+            _, stuck = await asyncio.wait(tasks, timeout=_STOP_GRACE_S)
+            for connection in connections:
+                if connection.task in stuck:
+                    connection.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         for server in (self._server, self._ssl_server):
             if server is not None:
                 with contextlib.suppress(Exception):
@@ -1100,6 +1109,19 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
+    def abort(self) -> None:
+        """Close at once, dropping unsent output: a client that stopped reading would keep a
+        graceful close (and with it the broker's stop) waiting for ever."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def cancel(self) -> None:
+        """End the connection's task too: a response going out with sendfile waits on the socket,
+        and an aborted transport never wakes that wait."""
+        self.abort()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
     def log_authentication_failure(self, reason: str) -> None:
         log.info("failed authentication with %s (%s)", self.client_host, reason)
 
@@ -1109,8 +1131,9 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.client_host, message)
 
     async def _serve(self) -> None:
-        if self.listener is not None:
-            _LISTENER.set(self.listener)  # this task's own context: its requests, and what they start
+        # Always set: a task admitted from another connection's teardown starts in a copy of that
+        # task's context, whose listener may be the other one (TLS for a plaintext client).
+        _LISTENER.set(self.listener)  # this task's own context: its requests, and what they start
         try:
             while True:
                 frame = await self._next_frame()
@@ -1131,15 +1154,16 @@ class Connection(asyncio.BufferedProtocol):
                     response = await self._respond(frame)
                 if response is False:
                     return
+                if self.close_after_response:
+                    # Kafka holds the answer to a failed authentication for
+                    # connection.failed.authentication.delay.ms (default 100 ms), then closes: a
+                    # guesser learns nothing sooner by dropping the connection, and answering before
+                    # the close lets clients such as kafka-python read the error.
+                    await asyncio.sleep(self.broker.config.connection_failed_authentication_delay_ms / 1000)
                 if response is not None:
                     await self._write(response)
                 self._release(len(frame))
                 if self.close_after_response:
-                    # Kafka closes a connection that failed authentication only after
-                    # connection.failed.authentication.delay.ms (default 100 ms): it slows password
-                    # guessing, and closing at once makes clients such as kafka-python see the
-                    # disconnect before they read the answer.
-                    await asyncio.sleep(self.broker.config.connection_failed_authentication_delay_ms / 1000)
                     return
         except ConnectionError:
             return

@@ -194,6 +194,9 @@ def broker(
             raise typer.BadParameter(f"--sasl-plain-user {entry!r} is not USER:PASSWORD (no ':')")
         if not username:
             raise typer.BadParameter("--sasl-plain-user: the user name before ':' is empty")
+        if not password:
+            # Kafka's PLAIN refuses an empty password, so such a user could never log in.
+            raise typer.BadParameter(f"--sasl-plain-user {username}: the password after ':' is empty")
         entries.append((SaslUser(username, password), f"--sasl-plain-user {username}"))
     try:
         if sasl_users_file is not None:

@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,8 +29,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from sparkafka.broker.config import SaslUser
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.broker.sasl import SASL_USERS_ENV
+from sparkafka.broker.sasl import SASL_USERS_ENV, credentials_match
 from tests.integration.apache_kafka import ApacheKafka, free_ports
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED
 from tests.integration.raw_kafka import RawConnection, fetch_request, idempotent_batch, produce_batch
@@ -484,6 +486,16 @@ def test_malformed_users_file_is_refused_naming_file_and_line(
     assert "secret" not in result.stderr and "other" not in result.stderr  # passwords are not echoed
 
 
+def test_an_empty_password_on_the_command_line_is_refused(tmp_path: Path) -> None:
+    """Kafka's PLAIN refuses an empty password; the embedded Schema Registry, which takes the same
+    users for HTTP Basic auth, would otherwise let the name in without one."""
+    result = _broker_cli(tmp_path, "--sasl-plain-user", "admin:secret", "--sasl-plain-user", "alice:")
+    assert result.returncode == 2
+    assert "--sasl-plain-user alice: the password after ':' is empty" in result.stderr
+    users = [SaslUser("alice", "")]
+    assert not credentials_match(users, "alice", ""), "an empty password never matches"
+
+
 def test_users_file_readable_by_others_is_refused(tmp_path: Path) -> None:
     users = _users_file(tmp_path / "users", "alice:secret\n", mode=0o644)
     result = _broker_cli(tmp_path, "--sasl-users-file", str(users))
@@ -520,8 +532,8 @@ def _fail_authentication(connection: RawConnection) -> float:
 def test_failed_authentication_closes_only_after_the_delay(sasl_broker: SaslListener) -> None:
     """Kafka's connection.failed.authentication.delay.ms (100 ms by default): a connection that
     failed authentication closes no sooner, and takes no second attempt, so a client guessing
-    passwords gets at most about ten tries a second per connection. (Kafka holds back the failure's
-    answer for the delay, the embedded broker the close after it: either way the next try waits.)"""
+    passwords gets at most about ten tries a second per connection. Kafka and the embedded broker
+    both hold back the failure's answer for the delay, then close."""
     with RawConnection(sasl_broker.port) as connection:
         sent_at = _fail_authentication(connection)
         retry = f"\0{USER}\0{PASSWORD}".encode()
@@ -531,11 +543,21 @@ def test_failed_authentication_closes_only_after_the_delay(sasl_broker: SaslList
 
 
 def test_the_delay_holds_back_only_the_failed_connection(secured_broker: BrokerProcess) -> None:
-    """Guessing passwords gets one try per connection and per delay (1 s here), raw tokens after a
-    SaslHandshake v0 too; other clients are served during the delay."""
+    """Guessing passwords gets one try per connection and per delay (1 s here): the failure's answer
+    itself waits for the delay, as Kafka's does, so dropping the connection on it gains nothing;
+    raw tokens after a SaslHandshake v0 get no answer and are closed after the delay. Other clients
+    are served during the delay."""
     port = secured_broker.port
     with RawConnection(port) as failed, RawConnection(port) as raw_failed:
-        failed_at = _fail_authentication(failed)  # answered at once, closed after the delay
+        answered: list[float] = []
+
+        def guess() -> None:
+            _fail_authentication(failed)
+            answered.append(time.monotonic())
+
+        guesser = threading.Thread(target=guess)
+        started = time.monotonic()
+        guesser.start()
         raw_failed.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=0)
         raw_failed.send_frame(b"\0carol\0wrong")
         raw_failed_at = time.monotonic()
@@ -545,10 +567,11 @@ def test_the_delay_holds_back_only_the_failed_connection(secured_broker: BrokerP
             timeout=10
         )
         assert metadata.brokers
-        assert time.monotonic() - failed_at < SLOW_DELAY_S / 2  # not queued behind the delay
+        assert time.monotonic() - started < SLOW_DELAY_S / 2  # not queued behind the delay
 
+        guesser.join(10)
+        assert answered and answered[0] - started >= SLOW_DELAY_S * 0.9, "the failure was answered early"
         assert failed.closed_by_peer()
-        assert time.monotonic() - failed_at >= SLOW_DELAY_S * 0.9
         assert raw_failed.closed_by_peer()
         assert time.monotonic() - raw_failed_at >= SLOW_DELAY_S * 0.9
 
