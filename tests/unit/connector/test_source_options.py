@@ -355,3 +355,36 @@ def test_schema_matches_sparks_kafka_source() -> None:
         "timestamp:timestamp,timestampType:int>"
     )
     assert kafka_schema(True).simpleString().endswith(",headers:array<struct<key:string,value:binary>>>")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": None, "subscribePattern": "  "}, "Pattern to subscribe is empty"),
+        ({"subscribe": None, "assign": '["a", 0]'}, "No topicpartitions to assign"),
+        ({"subscribe": None, "assign": "{}"}, "option 'assign' assigns no partitions"),
+        (
+            {"subscribe": None, "assign": '{"a": [0, -1]}'},
+            "topic 'a' must map to a list of partition numbers",
+        ),
+        ({"subscribe": None, "assign": '{"a": "0"}'}, "topic 'a' must map to a list of partition numbers"),
+        ({"startingOffsets": "{}"}, "option 'startingOffsets' names no partitions"),
+        ({"startingOffsets": '{"events": [0]}'}, "topic 'events' must map to {\"partition\": number}"),
+        ({"startingOffsets": '{"events": {"x": 1}}'}, "expected \"partition\": number for topic 'events'"),
+        ({"startingOffsets": '{"events": {"0": true}}'}, "expected \"partition\": number for topic 'events'"),
+        ({"startingOffsets": '{"events": {"0": -3}}'}, "offset -3 for events-0 is not an offset"),
+        (
+            {"startingOffsetsByTimestamp": '["events"]'},
+            "option 'startingOffsetsByTimestamp' must be a JSON object",
+        ),
+        ({"endingOffsetsByTimestamp": "{oops"}, "option 'endingOffsetsByTimestamp' is not valid JSON"),
+        ({"startingTimestamp": "yesterday"}, "expected a single long value"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_malformed_offsets_and_strategies_name_the_option_and_the_shape(
+    options: dict[str, str | None], message: str
+) -> None:
+    with pytest.raises(SparkafkaOptionError) as refused:
+        parse(**options)
+    assert message in str(refused.value)
