@@ -18,7 +18,8 @@ from sparkafka.connector.replay import (
     partitions_beyond,
 )
 from sparkafka.connector.sink.markers import CommitMarker
-from sparkafka.connector.sink.task import query_run_id
+from sparkafka.connector.sink.task import query_run_id, task_identity
+from sparkafka.errors import SparkafkaError
 
 QUERY = "q-1"
 OTHER_QUERY = "q-0"
@@ -412,3 +413,8 @@ def test_the_run_id_comes_from_the_batch_description_first(
     description: str | None, job_group: str | None, expected: str | None
 ) -> None:
     assert query_run_id(description, job_group) == expected
+
+
+def test_the_sinks_write_outside_a_spark_task_is_refused() -> None:
+    with pytest.raises(SparkafkaError, match="must run inside a Spark task"):
+        task_identity()

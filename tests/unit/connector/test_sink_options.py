@@ -146,3 +146,11 @@ def test_at_least_once_writes_with_the_java_producers_defaults_and_the_users_set
     config = producer_config(SinkOptions.parse({**BASE, **settings}), None)
     assert {key: config[key] for key in expected} == expected
     assert config["partitioner"] == "murmur2_random"
+
+
+@pytest.mark.parametrize("name", ["markers with spaces", "..", "m" * 250, "märker"])
+def test_a_marker_topic_name_kafka_would_refuse_is_refused_by_name(name: str) -> None:
+    with pytest.raises(
+        SparkafkaOptionError, match=r"option 'commitMarkerTopic' .* not a legal Kafka topic name"
+    ):
+        SinkOptions.parse({**BASE, "commitmarkertopic": name})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -30,6 +31,8 @@ EXACTLY_ONCE = DeliveryGuarantee.EXACTLY_ONCE
 AT_LEAST_ONCE = DeliveryGuarantee.AT_LEAST_ONCE
 NONE = DeliveryGuarantee.NONE
 DEFAULT_MARKER_TOPIC = "_sparkafka_commit_markers"
+# Kafka's Topic.validate: the characters and the length a broker accepts in a topic name.
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 MARKER_PARTITION = 0
 REGISTRATION_KEY_PREFIX = "registration/"
@@ -125,12 +128,19 @@ class SinkOptions:
         prefix = reader.string("transactionalIdPrefix")
         if prefix is not None and not prefix:
             raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
+        marker_topic = reader.string("commitMarkerTopic", DEFAULT_MARKER_TOPIC) or DEFAULT_MARKER_TOPIC
+        if not _LEGAL_TOPIC.fullmatch(marker_topic) or marker_topic in (".", ".."):
+            # Else the broker's bare "Invalid topic" surfaces from the first metadata request.
+            raise SparkafkaOptionError(
+                f"option 'commitMarkerTopic' is '{marker_topic}', not a legal Kafka topic name: up to "
+                "249 characters of ASCII letters, digits, '.', '_' and '-' (and not '.' or '..')"
+            )
         return cls(
             client_config=params,
             topic=reader.string("topic") or None,
             delivery_guarantee=guarantee,
             transactional_id_prefix=prefix,
-            marker_topic=reader.string("commitMarkerTopic", DEFAULT_MARKER_TOPIC) or DEFAULT_MARKER_TOPIC,
+            marker_topic=marker_topic,
             transaction_timeout_ms=timeout_ms,
             operation_timeout_s=reader.duration_ms("operationTimeoutMs", "60s") / 1000,
             adopted_query=reader.string(ADOPT_OPTION) or None,

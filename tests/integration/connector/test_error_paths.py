@@ -1,0 +1,139 @@
+"""The connector's refusals that need a real Kafka and a real Spark session to reach: each test makes
+the mistake a user would, and asserts the message that names the thing and the way out."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sparkafka.errors import SparkafkaError
+from sparkafka.eventtime import drop_heartbeats
+from tests.integration.conftest import EMBEDDED, Kafka
+from tests.integration.kafka_clients import create_topic, producer
+
+pytestmark = pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+
+
+@pytest.fixture
+def topic(kafka: Kafka) -> Iterator[str]:
+    """A two-partition topic holding five records in partition 0."""
+    name = f"errors-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap_servers, name, partitions=2)
+    sender = producer(kafka.bootstrap_servers)
+    for i in range(5):
+        sender.produce(name, value=f"r{i}".encode(), partition=0)
+    assert sender.flush(30) == 0
+    yield name
+
+
+def _batch_read(spark: SparkSession, kafka: Kafka, **options: str) -> None:
+    reader = spark.read.format("sparkafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    reader.load().collect()
+
+
+def _refusal(spark: SparkSession, kafka: Kafka, **options: str) -> str:
+    with pytest.raises(Exception) as refused:  # Spark wraps the connector's error
+        _batch_read(spark, kafka, **options)
+    return str(refused.value)
+
+
+def test_assign_naming_partitions_that_do_not_exist(spark: SparkSession, kafka: Kafka, topic: str) -> None:
+    message = _refusal(spark, kafka, assign=f'{{"{topic}": [0, 5]}}')
+    assert "option 'assign' names partitions that do not exist" in message
+    assert f"topic '{topic}' has 2 partitions" in message
+
+
+def test_specific_starting_offsets_must_name_every_partition(
+    spark: SparkSession, kafka: Kafka, topic: str
+) -> None:
+    message = _refusal(spark, kafka, subscribe=topic, startingOffsets=f'{{"{topic}": {{"0": 1}}}}')
+    assert "If startingOffsets contains specific offsets, you must specify all TopicPartitions" in message
+
+
+def test_ending_offsets_beyond_the_end(spark: SparkSession, kafka: Kafka, topic: str) -> None:
+    message = _refusal(spark, kafka, subscribe=topic, endingOffsets=f'{{"{topic}": {{"0": 50, "1": -1}}}}')
+    assert f"endingOffsets for topic '{topic}' partition 0 is 50, beyond the" in message
+
+
+def test_a_start_after_the_end(spark: SparkSession, kafka: Kafka, topic: str) -> None:
+    message = _refusal(
+        spark,
+        kafka,
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}": {{"0": 4, "1": -2}}}}',
+        endingOffsets=f'{{"{topic}": {{"0": 2, "1": -1}}}}',
+    )
+    assert f"startingOffsets for {topic}-0 (4) is greater than endingOffsets (2)" in message
+
+
+def test_a_custom_schema_is_refused(spark: SparkSession, kafka: Kafka, topic: str) -> None:
+    reader = (
+        spark.read.format("sparkafka")
+        .schema("value STRING")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+    )
+    with pytest.raises(
+        Exception, match="Kafka source has a fixed schema and cannot be set with a custom one"
+    ):
+        reader.load().collect()
+
+
+def test_exactly_once_in_a_plain_batch_write_is_refused(
+    spark: SparkSession, kafka: Kafka, topic: str
+) -> None:
+    frame = spark.createDataFrame([("a",)], "value STRING")
+    writer = (
+        frame.write.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("topic", topic)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("transactionalIdPrefix", f"plain-{topic}")
+        .mode("append")
+    )
+    with pytest.raises(Exception, match="deliveryGuarantee=exactly-once needs a streaming query"):
+        writer.save()
+
+
+def test_a_marker_topic_the_broker_refuses_to_create(
+    spark: SparkSession, kafka: Kafka, topic: str, tmp_path: Path
+) -> None:
+    """Kafka refuses a topic whose name collides with an existing one once '.' and '_' are alike."""
+    create_topic(kafka.bootstrap_servers, f"markers_{topic}")
+    marker_topic = f"markers.{topic}"
+    query = (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .load()
+        .select("value")
+        .writeStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("topic", topic)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("commitMarkerTopic", marker_topic)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+    )
+    with pytest.raises(Exception, match=f"cannot create the commit-marker topic '{marker_topic}'"):
+        query.start().awaitTermination(120)
+
+
+def test_drop_heartbeats_needs_the_partition_column_and_a_watermark(
+    spark: SparkSession, kafka: Kafka, topic: str
+) -> None:
+    stream = (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .load()
+    )
+    with pytest.raises(SparkafkaError, match="the frame has no column 'partition'"):
+        drop_heartbeats(stream.select("value", "timestamp"))
+    with pytest.raises(SparkafkaError, match="drop_heartbeats must come after withWatermark"):
+        drop_heartbeats(stream)
