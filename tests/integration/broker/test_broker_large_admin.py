@@ -1,4 +1,4 @@
-"""Creating, extending and deleting topics of thousands of partitions, on a real broker process: other
+"""Creating, extending and deleting topics of a thousand and more partitions, on a real broker process: other
 clients are served meanwhile, no request ever sees a topic half made, and a second change of the
 same name is answered as Kafka's controller answers it."""
 
@@ -26,8 +26,8 @@ from sparkafka.broker.records import Record, encode_batch
 from sparkafka.broker.runner import BrokerProcess
 from tests.integration.raw_kafka import RawConnection, fetch_request, produce_batch
 
-BIG = 3_000
-_GROWN = 1_000
+BIG = 1_500  # enough that the file work outlasts many client round trips
+_GROWN = 500
 _METADATA_VERSION = 12
 
 
@@ -130,7 +130,7 @@ def _serve_while(
     return latencies
 
 
-def test_thousands_of_partitions_are_created_and_deleted_while_other_clients_are_served(
+def test_a_big_topic_is_created_and_deleted_while_other_clients_are_served(
     fresh_broker: BrokerProcess,
 ) -> None:
     port, data_dir = fresh_broker.port, fresh_broker.data_dir
