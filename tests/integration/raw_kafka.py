@@ -87,10 +87,10 @@ def idempotent_batch(values: list[bytes], *, producer_id: int, epoch: int, base_
     )
 
 
-def produce_batch(connection: RawConnection, topic: str, partition: int, batch: bytes) -> tuple[int, int]:
-    """Produce one batch with acks=all (ProduceRequest v8); returns (error code, base offset)."""
+def produce_request(topic: str, partition: int, batch: bytes) -> Any:
+    """A ProduceRequest of one batch to one partition, acks=all, 5 s timeout."""
     partition_class = ProduceRequest.TopicProduceData.PartitionProduceData
-    request = ProduceRequest(
+    return ProduceRequest(
         transactional_id=None,
         acks=-1,
         timeout_ms=5000,
@@ -100,7 +100,11 @@ def produce_batch(connection: RawConnection, topic: str, partition: int, batch: 
             )
         ],
     )
-    response = connection.roundtrip(request, ProduceResponse, version=8)
+
+
+def produce_batch(connection: RawConnection, topic: str, partition: int, batch: bytes) -> tuple[int, int]:
+    """Produce one batch with acks=all (ProduceRequest v8); returns (error code, base offset)."""
+    response = connection.roundtrip(produce_request(topic, partition, batch), ProduceResponse, version=8)
     result = response.responses[0].partition_responses[0]
     return result.error_code, result.base_offset
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import ProduceResponse
 from typer.testing import CliRunner
 
 from sparkafka.broker.records import Record, encode_batch
@@ -22,6 +22,7 @@ from sparkafka.broker.runner import BrokerProcess
 from sparkafka.cli.app import app
 from tests.conftest import FAST_BROKER_ARGS
 from tests.integration.kafka_clients import create_topic, read_all, values
+from tests.integration.raw_kafka import produce_request
 
 MIB = 1024 * 1024
 
@@ -157,17 +158,7 @@ def test_concurrent_large_produce_requests_complete_under_a_small_budget(
 
 def _produce_frame(topic: str, partition: int, value: bytes, correlation_id: int) -> bytes:
     batch = encode_batch([Record(0, int(time.time() * 1000), None, value)], base_offset=0)
-    partition_class = ProduceRequest.TopicProduceData.PartitionProduceData
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=topic, partition_data=[partition_class(index=partition, records=batch)]
-            )
-        ],
-    )
+    request = produce_request(topic, partition, batch)
     request.with_header(correlation_id=correlation_id, client_id="limits-test")
     return bytes(request.encode(version=8, header=True, framed=True))
 
