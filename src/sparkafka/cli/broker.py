@@ -99,9 +99,9 @@ def broker(
         100,
         "--connection-failed-authentication-delay-ms",
         min=0,
-        help="Kafka's connection.failed.authentication.delay.ms: how long a connection that failed "
-        "authentication waits before it closes, which slows password guessing (also for the Schema "
-        "Registry's wrong passwords).",
+        help="Kafka's connection.failed.authentication.delay.ms: how long a failed authentication "
+        "waits for its answer, after which the connection closes; it slows password guessing (also "
+        "for the Schema Registry's wrong passwords).",
     ),
     socket_request_max_bytes: int = typer.Option(
         104_857_600,

@@ -8,8 +8,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,12 +166,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
         if refusal is not None:
             raise ReplayRefused(refusal)
-        width = stage_width_future(
+        asked = stage_width_future(
             identity.properties.get(STATUS_URL_SETTING),
             identity.properties.get(APP_ID_PROPERTY),
             identity.stage_id,
             partition,
         )
+        # Awaited once: the replay rule and the marker need the same answer, and an answer that
+        # did not come in time must not be waited for a second time.
+        width = functools.cache(lambda: awaited(asked))
         # Step 2. The producer comes first, before any row is awaited: Spark keeps computing and
         # sending this task's rows while the producer initialises and reads the marker. Even a task
         # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
@@ -204,7 +206,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             sibling_markers=cached.sibling_markers,
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
             run_first_batch=cached.run_first_batch,
-            write_partitions=lambda: awaited(width),
+            write_partitions=width,
         )
         first = next(batches, None)
         if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
@@ -234,7 +236,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         self,
         cached: CachedProducer,
         draft: CommitMarker,
-        width: Future[int | None],
+        width: Callable[[], int | None],
         first: pa.RecordBatch,
         rest: Iterator[pa.RecordBatch],
     ) -> CommitMarker:
@@ -249,7 +251,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
             # Known by now nearly always (asked at the task's start); a slow answer must not keep the
             # transaction open, holding back read_committed consumers of the output.
-            write_partitions = awaited(width)
+            write_partitions = width()
             producer.begin_transaction()
             began_at = time.monotonic()
             for batch in _chain(first, rest):
