@@ -599,16 +599,16 @@ class KafkaAdmin:
 
     def _with_retries(self, what: str, operation: Callable[[], T], *, attempts: int | None = None) -> T:
         """Run ``operation``; retry retriable Kafka errors, never a timeout (the timeout is the bound)."""
-        last_error: KafkaException | None = None
         attempts = attempts or self.attempts
         if self._client is not None:
             self._client.poll(0)  # events of earlier operations are not about this one
         self._client_errors.clear()
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return operation()
             except KafkaException as error:
-                last_error = error
                 code = error_code(error)
                 if code in _UNAVAILABLE_CODES:
                     raise self.unavailable(what, error) from None
@@ -618,8 +618,6 @@ class KafkaAdmin:
                 LIBRDKAFKA_LOGGER.warning("attempt %d to %s failed (%s); retrying", attempt, what, error)
                 time.sleep(self.retry_interval_s)
                 self.close()
-        assert last_error is not None
-        raise last_error
 
     def unavailable(self, what: str, error: BaseException) -> KafkaUnavailableError:
         reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
