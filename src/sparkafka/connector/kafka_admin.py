@@ -580,7 +580,17 @@ class KafkaAdmin:
             answer = self._result(futures[group_id])
             failed = [tp for tp in answer.topic_partitions if tp.error is not None]
             if failed:
-                raise KafkaException(failed[0].error)
+                tp = failed[0]
+                detail = (
+                    f"consumer group '{group_id}' topic '{tp.topic}' partition {tp.partition}: "
+                    f"{tp.error.str()}"
+                )
+                if tp.error.code() in _UNKNOWN_PARTITION_CODES:
+                    detail += (
+                        "; the cluster has no such partition (the topic was deleted, or has fewer "
+                        f"partitions now): see sparkafka topics describe {tp.topic}"
+                    )
+                raise KafkaException(KafkaError(tp.error.code(), detail, retriable=tp.error.retriable()))
 
         self._with_retries(
             f"commit offsets of consumer group '{group_id}'", commit, attempts=None if retry else 1

@@ -1,5 +1,6 @@
 """The connector's admin queries (sparkafka.connector.kafka_admin.KafkaAdmin) against a real broker: topics
-asked for by name, and consumer-group offsets a transaction holds uncommitted (KIP-447)."""
+asked for by name, consumer-group commits the broker refuses, and consumer-group offsets a transaction
+holds uncommitted (KIP-447)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
@@ -50,6 +51,23 @@ def test_topics_on_an_unreachable_cluster_fail_after_the_timeout(topics: list[st
     assert f"could not {what}: Kafka at bootstrap servers '127.0.0.1:1' did not answer within 2 s" in message
     assert "Check kafka.bootstrap.servers" in message
     assert "kafka.default.api.timeout.ms" in message
+
+
+def test_a_commit_for_a_partition_the_topic_lacks_names_it(broker: BrokerProcess) -> None:
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for that partition alone and stores the others."""
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, topic)
+    admin = KafkaAdmin({"bootstrap.servers": broker.bootstrap_servers}, timeout_s=5, retry_interval_s=0.2)
+    try:
+        with pytest.raises(KafkaException) as raised:
+            admin.commit_offsets(group, {(topic, 0): 1, (topic, 3): 5}, retry=False)
+        error = raised.value.args[0]
+        assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert f"consumer group '{group}' topic '{topic}' partition 3: " in error.str()
+        assert f"see sparkafka topics describe {topic}" in error.str()
+        assert admin.committed_offsets(group, [(topic, 0), (topic, 3)]) == {(topic, 0): 1}
+    finally:
+        admin.close()
 
 
 def _group_with_pending_offsets(broker: BrokerProcess, topic: str, group: str):  # type: ignore[no-untyped-def]
