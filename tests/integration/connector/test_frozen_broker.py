@@ -1,0 +1,70 @@
+"""A broker that stops answering (SIGSTOP: its connections stay open, its requests wait unread): the
+connector's offset queries give up after their timeout with an
+error naming what they asked, the cluster and the option that sets the wait.
+
+The module's broker process is its own (the ``broker`` fixture is one per module), so freezing it
+touches no other test; every test thaws it before it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.kafka_admin import KafkaAdmin
+from sparkafka.errors import KafkaUnavailableError
+from tests.integration.kafka_clients import create_topic, producer
+
+TIMEOUT_S = 2
+
+
+@contextlib.contextmanager
+def frozen(broker: BrokerProcess) -> Iterator[None]:
+    assert broker.process is not None
+    os.kill(broker.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(broker.process.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess) -> str:
+    """A topic of one partition holding offsets 0-2."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, name)
+    writer = producer(broker.bootstrap_servers)
+    for value in (b"a", b"b", b"c"):
+        writer.produce(name, value=value)
+    assert writer.flush(30) == 0
+    return name
+
+
+def test_the_latest_offsets_of_a_frozen_broker_fail_after_the_timeout(
+    broker: BrokerProcess, topic: str
+) -> None:
+    admin = KafkaAdmin(
+        {"bootstrap.servers": broker.bootstrap_servers}, timeout_s=TIMEOUT_S, retry_interval_s=0.2
+    )
+    try:
+        # The client knows the partition's leader: the request goes to it, and waits.
+        assert admin.latest_offsets([(topic, 0)], read_committed=False) == {(topic, 0): 3}
+        started = time.monotonic()
+        with frozen(broker), pytest.raises(KafkaUnavailableError) as raised:
+            admin.latest_offsets([(topic, 0)], read_committed=False)
+        assert time.monotonic() - started < TIMEOUT_S + 3
+    finally:
+        admin.close()
+    message = str(raised.value)
+    assert (
+        f"could not list the offsets of [('{topic}', 0)]: Kafka at bootstrap servers "
+        f"'{broker.bootstrap_servers}' did not answer within {TIMEOUT_S} s"
+    ) in message
+    assert "Check kafka.bootstrap.servers, that the brokers are up and reachable" in message
+    assert "kafka.default.api.timeout.ms" in message
