@@ -1,5 +1,5 @@
 """A broker that stops answering (SIGSTOP: its connections stay open, its requests wait unread): the
-connector's offset queries give up after their timeout with an
+connector's offset queries, on the driver and on an executor, give up after their timeout with an
 error naming what they asked, the cluster and the option that sets the wait.
 
 The module's broker process is its own (the ``broker`` fixture is one per module), so freezing it
@@ -18,6 +18,9 @@ import pytest
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
+from sparkafka.connector.source.options import SourceOptions
+from sparkafka.connector.source.ranges import OffsetRange
+from sparkafka.connector.source.reader import read_offset_range
 from sparkafka.errors import KafkaUnavailableError
 from tests.integration.kafka_clients import create_topic, producer
 
@@ -67,4 +70,33 @@ def test_the_latest_offsets_of_a_frozen_broker_fail_after_the_timeout(
         f"'{broker.bootstrap_servers}' did not answer within {TIMEOUT_S} s"
     ) in message
     assert "Check kafka.bootstrap.servers, that the brokers are up and reachable" in message
+    assert "kafka.default.api.timeout.ms" in message
+
+
+def test_an_executor_reading_from_a_frozen_broker_fails_after_the_timeout(
+    broker: BrokerProcess, topic: str
+) -> None:
+    options = SourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap_servers,
+            "subscribe": topic,
+            "kafka.default.api.timeout.ms": str(TIMEOUT_S * 1000),
+        }
+    ).for_batch()
+    offsets = OffsetRange(topic, 0, 0, 3)
+    # The executor's pooled consumer is connected and has read from the broker before.
+    assert sum(batch.num_rows for batch in read_offset_range(offsets, options)) == 3
+    started = time.monotonic()
+    with frozen(broker), pytest.raises(KafkaUnavailableError) as raised:
+        list(read_offset_range(offsets, options))
+    assert time.monotonic() - started < TIMEOUT_S + 3
+    message = str(raised.value)
+    assert (
+        f"could not read the offsets of topic '{topic}' partition 0 from Kafka at bootstrap servers "
+        f"'{broker.bootstrap_servers}' within {TIMEOUT_S} s"
+    ) in message
+    assert (
+        "Check kafka.bootstrap.servers, that the brokers are up and reachable from the Spark executors"
+        in message
+    )
     assert "kafka.default.api.timeout.ms" in message

@@ -68,6 +68,15 @@ class KafkaBatchReader(DataSourceReader):
 # -- reading one offset range -----------------------------------------------------------------------
 
 _EOF = KafkaError._PARTITION_EOF
+# Kafka's CORRUPT_MESSAGE: the leader found the stored batch's CRC wrong (librdkafka names it INVALID_MSG).
+_DAMAGED = KafkaError.INVALID_MSG
+_DAMAGED_HINT = (
+    ". The partition leader's stored copy of that batch is damaged, and no record of it is skipped "
+    "silently. On a replicated topic another replica may hold an intact copy: make it the leader "
+    "(stop the broker holding the damaged copy, or reassign the partition). If no copy is intact, "
+    "the batch's records are lost: to go on without them, start the query past them (startingOffsets "
+    "on a new checkpoint)"
+)
 _OFFSET_GONE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 _PARTITION_GONE = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
@@ -245,6 +254,7 @@ def _read_with(
                 raise KafkaReadError(
                     f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) "
                     f"failed at offset {position}: {error.str()}"
+                    + (_DAMAGED_HINT if code == _DAMAGED else "")
                 )
             # Not typing.cast: that is a Python call for every record; the annotation costs nothing.
             offset: int = message.offset()  # type: ignore[assignment]  # set on every record
@@ -297,9 +307,13 @@ def _watermarks(
     try:
         return partition_watermarks(consumer, topic, partition, timeout_s)
     except KafkaException as error:
+        reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
         raise KafkaUnavailableError(
-            f"could not read the offsets of topic '{topic}' partition {partition} from Kafka at "
-            f"'{options.bootstrap_servers}' within {timeout_s:g} s: {error}"
+            f"could not read the offsets of topic '{topic}' partition {partition} from Kafka at bootstrap "
+            f"servers '{options.bootstrap_servers}' within {timeout_s:g} s ({reason}). Check "
+            "kafka.bootstrap.servers, that the brokers are up and reachable from the Spark executors, and "
+            "the security settings (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*); the wait is set "
+            "by the option kafka.default.api.timeout.ms"
         ) from None
 
 
