@@ -19,6 +19,7 @@ from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import LogConfig, PartitionLog
 from sparkafka.broker.records import Record
+from tests.log_damage import flip_byte_in_batch
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -1263,18 +1264,6 @@ def test_recovery_and_reads_across_scan_chunk_boundaries(make_log: LogFactory, t
 
 
 # ---- damaged batches -----------------------------------------------------------------------------
-
-
-def flip_byte_in_batch(segment: Path, offset: int) -> int:
-    """Flip the last byte of the batch holding `offset` (inside its records, so only its CRC tells);
-    return the batch's position in the file."""
-    data = bytearray(segment.read_bytes())
-    for position, header in records.iter_batches(bytes(data)):
-        if header.base_offset <= offset <= header.last_offset:
-            data[position + header.size - 1] ^= 0x40
-            segment.write_bytes(bytes(data))
-            return position
-    raise AssertionError(f"no batch holds offset {offset} in {segment}")
 
 
 def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:

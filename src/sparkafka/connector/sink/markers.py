@@ -172,7 +172,7 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
                 failure = message.error()
                 if failure is not None:
                     if failure.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(failure)
+                        raise _unreadable_markers(options, message.offset(), failure)
                     continue
                 key = (message.key() or b"").decode("utf-8", "replace")
                 if want is None or key in want:
@@ -190,6 +190,23 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             "'sparkafka transactions list' shows the open transactions; restarting that query, or "
             "giving queries their own commitMarkerTopic, ends the wait"
         )
+
+
+def _unreadable_markers(options: SinkOptions, offset: int | None, failure: KafkaError) -> CommitMarkerError:
+    damaged = (
+        " The broker found its stored copy damaged: on a replicated topic, make a replica with an "
+        "intact copy the leader (stop the broker holding the damaged one, or reassign the partition)."
+        if failure.code() == KafkaError.INVALID_MSG  # Kafka's CORRUPT_MESSAGE
+        else ""
+    )
+    at = "" if offset is None or offset < 0 else f" at offset {offset}"
+    return CommitMarkerError(
+        f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} failed{at}: "
+        f"{failure.str()}. The markers say which micro-batches each transactional id already "
+        f"committed; without them a replay could write a batch twice, so this write stops.{damaged} "
+        "If the markers cannot be restored, the query can only start over: a new checkpoint with a new "
+        "transactionalIdPrefix, knowing that a batch the old run committed may then be written again"
+    )
 
 
 def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:

@@ -303,7 +303,10 @@ def _register(options: SinkOptions, producer: Producer, key: str, query_id: str,
         with contextlib.suppress(KafkaException):
             producer.abort_transaction(options.operation_timeout_s)
         raise CommitMarkerError(
-            f"registering {key} in {options.marker_topic} failed: {error.args[0]}"
+            f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
+            f"{error.args[0]}. The sink commits this record before its first output, and a marker after "
+            "every batch: the topic must accept them (its max.message.bytes, min.insync.replicas and "
+            "ACLs for this principal), or name another one with option 'commitMarkerTopic'"
         ) from None
 
 
