@@ -1,4 +1,5 @@
-"""Cluster metadata, offsets and consumer-group offsets through confluent-kafka's AdminClient.
+"""Cluster metadata, offsets and consumer-group offsets through confluent-kafka's AdminClient (a
+group's committed offsets through a consumer of the group, see KafkaAdmin.committed_offsets).
 
 Shared by the source and the sink. Every call is bounded by ``timeout_s`` and turns librdkafka's
 errors into the connector's exceptions with the bootstrap servers in the message, so a wrong address
@@ -95,7 +96,53 @@ _LEADER_MOVING_CODES = frozenset(
     }
 )
 
+# A consumer group's coordinator moving (a failover) or loading (a cluster just started): the
+# consumer looks it up again, and the question can be asked again.
+_COORDINATOR_MOVING_CODES = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError._WAIT_COORD,
+    }
+)
+# librdkafka's debug line (``topic`` context) for each partition of an OffsetFetch answer.
+_OFFSET_FETCH_ANSWER = re.compile(
+    r"OffsetFetchResponse: (?P<topic>\S+) \[(?P<partition>\d+)\] .*: (?P<error>\w+)\s*$"
+)
+
 T = TypeVar("T")
+
+
+class _OffsetFetchAnswers:
+    """The ``logger`` of :meth:`KafkaAdmin.committed_offsets`'s consumer: keeps the error name of
+    each partition's last OffsetFetch answer (``NO_ERROR``, ``UNSTABLE_OFFSET_COMMIT``, ...) from
+    librdkafka's debug lines, and passes the other lines to :data:`LIBRDKAFKA_LOGGER` (debug lines
+    only when the client settings ask for them with ``debug``).
+
+    librdkafka asks a partition answered UNSTABLE_OFFSET_COMMIT again by itself, without end, and
+    committed() then reports only a timeout: these lines are what says which partitions an open
+    transaction held."""
+
+    def __init__(self, *, forward_debug: bool) -> None:
+        self.forward_debug = forward_debug
+        self.last_answer: dict[TopicPartitionKey, str] = {}
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        """What confluent-kafka calls for each line: ``log(level, "%s [%s] %s", facility, client
+        name, text)``."""
+        if len(args) == 3 and args[0] == "OFFSETFETCH":
+            found = _OFFSET_FETCH_ANSWER.search(str(args[2]))
+            if found is not None:
+                self.last_answer[(found["topic"], int(found["partition"]))] = found["error"]
+                if not self.forward_debug:
+                    return
+        if level > logging.DEBUG or self.forward_debug:
+            LIBRDKAFKA_LOGGER.log(level, msg, *args)
+
+    def unstable(self) -> list[TopicPartitionKey]:
+        """The partitions last answered UNSTABLE_OFFSET_COMMIT, sorted."""
+        return sorted(tp for tp, error in self.last_answer.items() if error == "UNSTABLE_OFFSET_COMMIT")
 
 
 def admin_config(client_config: Mapping[str, str]) -> dict[str, str]:
@@ -516,50 +563,117 @@ class KafkaAdmin:
         offset a still-open transaction is about to commit is asked again until that transaction
         ends, up to ``timeout_s``; without it the broker answers the offset committed before the
         transaction. Any other error of a partition fails the call: a partition left out would
-        silently start at the fallback offset instead."""
+        silently start at the fallback offset instead.
+
+        Asked by a consumer of the group, not with the AdminClient's ListConsumerGroupOffsets: when
+        the broker answers that OffsetFetch with NOT_COORDINATOR, as a freshly started Apache Kafka
+        does while its group coordinator loads and any cluster does while a coordinator moves,
+        librdkafka (2.4 to 2.16 at least) crashes the process with a segmentation fault. Its
+        OffsetFetch handler asks the client's consumer-group handle to look the coordinator up
+        again, and an admin client has none (librdkafka issue #5040). A consumer has one. Steps:
+
+        1. a consumer with the client settings of :func:`admin_config` (so security settings carry
+           over), ``group.id`` the group and ``isolation.level`` read_committed when
+           ``require_stable``, else read_uncommitted: librdkafka's committed() sets OffsetFetch's
+           RequireStable from it. It never subscribes, so it never joins the group and closing it
+           sends no LeaveGroup; auto-commit is off, so it commits nothing. Its librdkafka ``topic``
+           debug lines go to :class:`_OffsetFetchAnswers`;
+        2. committed() for every partition, waiting what is left of ``timeout_s``: the consumer
+           finds the group's coordinator and asks it, and asks again by itself while the
+           coordinator loads, and while a partition is answered UNSTABLE_OFFSET_COMMIT;
+        3. a coordinator that moved (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) fails committed();
+           the consumer has already started looking it up again, so the partitions are asked again
+           after ``retry_interval_s``, until ``timeout_s``, then the cluster did not answer;
+        4. committed() that times out while a partition's last answer was UNSTABLE_OFFSET_COMMIT
+           (librdkafka reports only the timeout; its debug lines say which partitions) fails with
+           the error naming them and saying how to end the transaction; any other timeout says the
+           cluster did not answer;
+        5. an answer in which a partition carries another error fails the call naming the group, the
+           topic and the partition; else the offsets of the partitions with a commit are returned."""
         wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
         if not wanted:
             return {}
 
+        def unsettled(held: Iterable[TopicPartitionKey]) -> KafkaException:
+            pending = ", ".join(f"{topic}-{partition}" for topic, partition in held)
+            return KafkaException(
+                KafkaError(
+                    KafkaError.UNSTABLE_OFFSET_COMMIT,
+                    f"a transaction of consumer group '{group_id}' still holds uncommitted offsets "
+                    f"for {pending} after {self.timeout_s:g} s; it must commit or abort (see: "
+                    "sparkafka transactions list) before the group's offsets are stable",
+                )
+            )
+
         def fetch() -> PartitionOffsets:
             deadline = time.monotonic() + self.timeout_s
-            while True:
-                futures = self.client.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group_id, wanted)],
-                    require_stable=require_stable,
-                    request_timeout=self.timeout_s,
-                )
-                answer = self._result(futures[group_id])
-                failed = [tp for tp in answer.topic_partitions if tp.error is not None]
-                unstable = [tp for tp in failed if tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT]
-                if other_failures := [tp for tp in failed if tp not in unstable]:
-                    tp = other_failures[0]
-                    raise KafkaException(
-                        KafkaError(
-                            tp.error.code(),
-                            f"topic '{tp.topic}' partition {tp.partition}: {tp.error.str()}",
-                            retriable=tp.error.retriable(),
-                        )
-                    )
-                if not unstable:
-                    return {
-                        (tp.topic, tp.partition): int(tp.offset)
-                        for tp in answer.topic_partitions
-                        if tp.offset >= 0
-                    }
-                if time.monotonic() >= deadline:
-                    pending = ", ".join(f"{tp.topic}-{tp.partition}" for tp in unstable)
-                    raise KafkaException(
-                        KafkaError(
-                            KafkaError.UNSTABLE_OFFSET_COMMIT,
-                            f"a transaction of consumer group '{group_id}' still holds uncommitted offsets "
-                            f"for {pending} after {self.timeout_s:g} s; it must commit or abort (see: "
-                            "sparkafka transactions list) before the group's offsets are stable",
-                        )
-                    )
-                time.sleep(self.retry_interval_s)
+            answers = _OffsetFetchAnswers(forward_debug="debug" in self.config)
+            consumer = Consumer(self._group_reader_config(group_id, require_stable, answers))
+            try:
+                while True:
+                    try:
+                        answer = consumer.committed(wanted, timeout=max(deadline - time.monotonic(), 0.001))
+                    except KafkaException as error:
+                        consumer.poll(0)  # serves the debug lines and error events queued meanwhile
+                        code = error_code(error)
+                        if code == KafkaError._TIMED_OUT and (held := answers.unstable()):
+                            raise unsettled(held) from None
+                        if code not in _COORDINATOR_MOVING_CODES:
+                            raise
+                        if deadline - time.monotonic() <= self.retry_interval_s:
+                            raise KafkaException(
+                                KafkaError(
+                                    KafkaError._TIMED_OUT,
+                                    f"the group's coordinator still answers {error.args[0].str()}",
+                                )
+                            ) from None
+                        time.sleep(self.retry_interval_s)
+                        continue
+                    failed = [(tp, tp.error) for tp in answer if tp.error is not None]
+                    unstable = [
+                        (tp.topic, tp.partition)
+                        for tp, failure in failed
+                        if failure.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+                    ]
+                    for tp, failure in failed:
+                        if failure.code() != KafkaError.UNSTABLE_OFFSET_COMMIT:
+                            raise KafkaException(
+                                KafkaError(
+                                    failure.code(),
+                                    f"consumer group '{group_id}' topic '{tp.topic}' partition "
+                                    f"{tp.partition}: {failure.str()}",
+                                    retriable=failure.retriable(),
+                                )
+                            )
+                    if not unstable:
+                        return {(tp.topic, tp.partition): int(tp.offset) for tp in answer if tp.offset >= 0}
+                    # librdkafka gave up asking again by itself: ask again here, as step 2 would.
+                    if deadline - time.monotonic() <= self.retry_interval_s:
+                        raise unsettled(unstable)
+                    time.sleep(self.retry_interval_s)
+            finally:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    consumer.poll(0)  # its warnings and error events, to the log and _client_errors
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    consumer.close()
 
         return self._with_retries(f"fetch offsets of consumer group '{group_id}'", fetch)
+
+    def _group_reader_config(
+        self, group_id: str, require_stable: bool, answers: _OffsetFetchAnswers
+    ) -> dict[str, Any]:
+        """The configuration of :meth:`committed_offsets`'s consumer (its step 1)."""
+        debug = ",".join(part for part in (self.config.get("debug"), "topic") if part)
+        return {
+            **self.config,
+            "group.id": group_id,
+            "isolation.level": "read_committed" if require_stable else "read_uncommitted",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "debug": debug,
+            "logger": answers,
+            "error_cb": self._client_errors.append,
+        }
 
     def commit_offsets(
         self, group_id: str, offsets: Mapping[TopicPartitionKey, int], *, retry: bool = True
