@@ -1,9 +1,11 @@
 """The connector's admin queries (sparkafka.connector.kafka_admin.KafkaAdmin) against a real broker: topics
-asked for by name, consumer-group commits the broker refuses, and consumer-group offsets a transaction
-holds uncommitted (KIP-447)."""
+asked for by name, consumer-group commits the broker refuses, consumer-group offsets a transaction
+holds uncommitted (KIP-447), and consumer-group offsets asked of a cluster just started."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -14,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
 from sparkafka.errors import KafkaUnavailableError
+from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import create_topic, open_transaction
 
 
@@ -115,3 +118,32 @@ def test_offsets_an_open_transaction_never_settles_fail_after_the_timeout(broker
     finally:
         admin.close()
         writer.abort_transaction(30)
+
+
+# Run in a process of its own: a crash there fails the test, where it would kill pytest.
+_STABLE_OFFSETS_OF_A_NEW_GROUP = """
+import sys
+from sparkafka.connector.kafka_admin import KafkaAdmin
+admin = KafkaAdmin({"bootstrap.servers": sys.argv[1]}, timeout_s=15, retry_interval_s=0.2)
+print(admin.committed_offsets(sys.argv[2], [("t", 0)], require_stable=True))
+"""
+
+
+def test_group_offsets_asked_of_a_cluster_just_started_are_answered(fresh_kafka: Kafka) -> None:
+    """An Apache Kafka just started answers a group's first OffsetFetch with NOT_COORDINATOR while
+    its group coordinator loads, and librdkafka's AdminClient crashed the process with a segmentation
+    fault on that answer (librdkafka issue #5040). A group that never committed has no offsets."""
+    asked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _STABLE_OFFSETS_OF_A_NEW_GROUP,
+            fresh_kafka.bootstrap_servers,
+            f"g-{uuid.uuid4().hex[:8]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert asked.returncode == 0, f"exit code {asked.returncode}:\n{asked.stderr[-3000:]}"
+    assert asked.stdout.strip() == "{}"
