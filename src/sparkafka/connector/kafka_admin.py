@@ -163,7 +163,8 @@ def validate_consumer_config(client_config: Mapping[str, str]) -> None:
     try:
         consumer = Consumer(config)
     except (KafkaException, ValueError, TypeError) as error:
-        detail = str(error.args[0]) if error.args else str(error)
+        reason = error.args[0] if error.args else error
+        detail = reason.str() if isinstance(reason, KafkaError) else str(reason)
         for key in client_config:
             if key in detail:
                 raise SparkafkaOptionError(

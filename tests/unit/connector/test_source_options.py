@@ -158,6 +158,18 @@ def test_client_properties_are_checked_by_librdkafka() -> None:
         validate_consumer_config({"bootstrap.servers": "x:1", "no.such.thing": "1"})
 
 
+def test_a_combination_librdkafka_cannot_serve_is_refused_with_its_reason() -> None:
+    """Kerberos, as Java clients configure it: this librdkafka build has no GSSAPI provider, and its
+    reason names no single option."""
+    kerberos = {"bootstrap.servers": "x:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}
+    with pytest.raises(SparkafkaOptionError) as refused:
+        validate_consumer_config(kerberos)
+    message = str(refused.value)
+    assert message.startswith("the kafka.* options were rejected by librdkafka: ")
+    assert "No provider for SASL mechanism GSSAPI" in message
+    assert "KafkaError{" not in message  # the reason itself, not the error object's repr
+
+
 def test_group_id_is_allowed() -> None:
     assert parse(**{"kafka.group.id": "lag-monitor"}).group_id == "lag-monitor"
 
