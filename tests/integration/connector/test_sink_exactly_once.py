@@ -174,14 +174,16 @@ def test_sigkill_at_every_protocol_point_in_a_row_is_exactly_once(
     sender = producer(broker.bootstrap_servers)
     for line in more:
         sender.produce("in", value=line, partition=0)
-    sender.flush(10)
+    assert sender.flush(60) == 0, "the new input was not delivered"
     final = _pipeline(broker, tmp_path).start()
     try:
         committed = _wait_committed(broker, RECORDS + len(more), 2)
     finally:
         final.terminate()
 
-    assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more])
+    assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more]), final.output()[
+        -4000:
+    ]
     uncommitted = values(
         read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
     )
@@ -271,7 +273,7 @@ def test_sigterm_stops_cleanly_and_keeps_the_checkpoint(topics: BrokerProcess, t
     sender = producer(broker.bootstrap_servers)
     for line in more:
         sender.produce("in", value=line, partition=0)
-    sender.flush(10)
+    assert sender.flush(60) == 0
     resumed = _pipeline(broker, tmp_path).start()
     try:
         committed = _wait_committed(broker, RECORDS + 10, 2)
@@ -298,7 +300,7 @@ def test_sigterm_under_steady_input_finishes_the_batch_writing(
             line = f"s{len(sent)},t".encode()
             sender.produce("in", value=line, partition=len(sent) % 2)
             sent.append(line)
-            sender.flush(10)
+            assert sender.flush(60) == 0
             time.sleep(0.02)
 
     feeder = threading.Thread(target=feed, daemon=True)
@@ -360,7 +362,7 @@ def test_running_count_survives_a_crash_exactly_once(any_kafka_topics: Kafka, tm
     for round_number in range(4):
         for key in keys:
             sender.produce("in", value=key.encode(), partition=round_number % 2)
-    sender.flush(10)
+    assert sender.flush(60) == 0
     running_count = (
         "SELECT CAST(value AS STRING) AS key, CAST(count(*) AS STRING) AS value "
         "FROM input GROUP BY CAST(value AS STRING)"
@@ -382,7 +384,7 @@ def test_running_count_survives_a_crash_exactly_once(any_kafka_topics: Kafka, tm
     for round_number in range(4):
         for key in keys:
             sender.produce("in", value=key.encode(), partition=round_number % 2)
-    sender.flush(10)
+    assert sender.flush(60) == 0
     second = _pipeline(broker, tmp_path, *args).start()
     try:
         deadline = time.monotonic() + 120
@@ -505,7 +507,7 @@ def test_many_batches_over_more_partitions_than_cores(fresh_broker: BrokerProces
                 line = f"w{wave}-{i},x".encode()
                 sender.produce("in", value=line, partition=i % 4)
                 expected.append(b"EVENT(" + line + b")")
-            sender.flush(10)
+            assert sender.flush(60) == 0
             time.sleep(1.5)
         committed = _wait_committed(broker, len(expected), 4)
     finally:
