@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from sparkafka.errors import SparkafkaError
@@ -70,6 +71,45 @@ def test_a_start_after_the_end(spark: SparkSession, kafka: Kafka, topic: str) ->
         endingOffsets=f'{{"{topic}": {{"0": 2, "1": -1}}}}',
     )
     assert f"startingOffsets for {topic}-0 (4) is greater than endingOffsets (2)" in message
+
+
+def test_a_group_start_after_the_end(spark: SparkSession, kafka: Kafka, topic: str) -> None:
+    """Only the cluster knows where a group's offsets start: checked once they are resolved."""
+    group = f"g-{topic}"
+    committer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
+    committer.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    committer.close()
+    message = _refusal(
+        spark,
+        kafka,
+        subscribe=topic,
+        startingOffsets="group",
+        endingOffsets=f'{{"{topic}": {{"0": 2, "1": -1}}}}',
+        **{"kafka.group.id": group},
+    )
+    assert (
+        f"the starting offset 4 of topic '{topic}' partition 0 is after its ending offset 2 "
+        "(startingOffsets / endingOffsets)"
+    ) in message
+
+
+def test_a_read_that_makes_no_progress_names_the_settings(
+    spark: SparkSession, kafka: Kafka, topic: str
+) -> None:
+    """Fetches told to wait longer than the poll timeout for more bytes than the topic holds: the
+    task fails after the poll timeout instead of hanging, naming both settings."""
+    message = _refusal(
+        spark,
+        kafka,
+        subscribe=topic,
+        **{
+            "kafka.fetch.min.bytes": "50000000",
+            "kafka.fetch.wait.max.ms": "5000",
+            "kafkaConsumer.pollTimeoutMs": "500",
+        },
+    )
+    assert f"reading topic '{topic}' partition 0 offsets [0, 5) made no progress for 500 ms" in message
+    assert "kafka.fetch.wait.max.ms=5000 lets the broker hold each fetch that long" in message
 
 
 def test_a_custom_schema_is_refused(spark: SparkSession, kafka: Kafka, topic: str) -> None:

@@ -290,8 +290,20 @@ def _read_with(
             raise KafkaReadError(
                 f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) made no "
                 f"progress for {options.poll_timeout_ms} ms at offset {position} "
-                "(option kafkaConsumer.pollTimeoutMs)"
+                f"(option kafkaConsumer.pollTimeoutMs){_slow_fetch_hint(options)}"
             )
+
+
+def _slow_fetch_hint(options: SourceOptions) -> str:
+    """Why a read that the cluster says has records may see none: fetches set to wait longer than
+    the poll timeout for more bytes than the range holds."""
+    wait_ms = options.client_config.get("fetch.wait.max.ms")
+    if wait_ms is None or not wait_ms.strip().isdigit() or int(wait_ms) < options.poll_timeout_ms:
+        return ""
+    return (
+        f": kafka.fetch.wait.max.ms={wait_ms} lets the broker hold each fetch that long for "
+        "kafka.fetch.min.bytes; keep it below kafkaConsumer.pollTimeoutMs"
+    )
 
 
 def _consumer_position(consumer: Consumer, topic: str, partition: int) -> int:
