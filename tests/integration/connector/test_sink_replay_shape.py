@@ -103,18 +103,24 @@ def _committed_markers(broker: Kafka, batch_id: int) -> dict[int, int]:
     }
 
 
-def _kill_after_commits(run: PipelineProcess, broker: Kafka, held: list[int]) -> dict[int, int]:
+def _kill_after_commits(
+    run: PipelineProcess, broker: Kafka, held: list[int], expect: list[int] | None = None
+) -> dict[int, int]:
     """SIGKILL ``run`` once the ``held`` write partitions of batch 0 pause before their commit and
-    the commits of the others have stopped coming; returns batch 0's committed markers."""
+    the others committed: ``expect`` when given, else once their commits have stopped coming (a
+    loaded machine can take longer between two commits than that wait; give ``expect`` where the
+    test knows it). Returns batch 0's committed markers."""
     try:
         for partition in held:
             run.wait_for(f"sparkafka debug pause: beforeCommit partition={partition} batch=0")
         committed = _committed_markers(broker, 0)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            time.sleep(3)
+            if expect is not None and sorted(committed) == expect:
+                break
+            time.sleep(0.5 if expect is not None else 3)
             now = _committed_markers(broker, 0)
-            if now == committed:
+            if expect is None and now == committed:
                 break
             committed = now
     finally:
@@ -234,7 +240,14 @@ def test_source_split_options_changed_between_kill_and_restart_are_exactly_once(
     ids = _send(broker.bootstrap_servers, 4000)
     split_by = ("--source-option", "maxRecordsPerPartition=500")
     first = _pipeline(broker, tmp_path, UNSHUFFLED, *split_by, *_paused_at("1,5"), master="local[4]").start()
-    assert sorted(_kill_after_commits(first, broker, held=[1, 5])) == [0, 2, 3, 4, 6, 7]
+    assert sorted(_kill_after_commits(first, broker, held=[1, 5], expect=[0, 2, 3, 4, 6, 7])) == [
+        0,
+        2,
+        3,
+        4,
+        6,
+        7,
+    ]
 
     replay = _pipeline(broker, tmp_path, UNSHUFFLED, "--source-option", "minPartitions=2", master="local[2]")
     replay.start()
@@ -303,7 +316,7 @@ def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_no
     ids = _send(broker.bootstrap_servers, 600)
     wide = "SELECT /*+ REPARTITION(3) */ key, value FROM input"
     first = _pipeline(broker, tmp_path, wide, *_paused_at("2"), master="local[3]").start()
-    assert sorted(_kill_after_commits(first, broker, held=[2])) == [0, 1]
+    assert sorted(_kill_after_commits(first, broker, held=[2], expect=[0, 1])) == [0, 1]
     # read_uncommitted: the held partition's open transaction hides later records from read_committed.
     before = _output_ids(broker, isolation="read_uncommitted")
     assert sum(before.values()) == len(ids), "partitions 0 and 1 committed, 2 wrote and holds its transaction"
@@ -392,7 +405,7 @@ def test_an_output_topic_changed_mid_replay_is_refused_by_every_task(topics: Kaf
     ids = _send(broker.bootstrap_servers, 600)
     wide = "SELECT /*+ REPARTITION(3) */ key, value FROM input"
     first = _pipeline(broker, tmp_path, wide, *_paused_at("0,1"), master="local[3]").start()
-    assert sorted(_kill_after_commits(first, broker, held=[0, 1])) == [2]
+    assert sorted(_kill_after_commits(first, broker, held=[0, 1], expect=[2])) == [2]
 
     moved = _pipeline(broker, tmp_path, wide, master="local[2]", sink_topic="out2").start()
     try:
@@ -422,7 +435,7 @@ def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_
         "'|', CAST(rand() AS STRING), '|', CAST(current_timestamp() AS STRING)) AS value FROM input"
     )
     first = _pipeline(broker, tmp_path, sql, *_paused_at("0,2"), master="local[4]").start()
-    assert sorted(_kill_after_commits(first, broker, held=[0, 2])) == [1, 3]
+    assert sorted(_kill_after_commits(first, broker, held=[0, 2], expect=[1, 3])) == [1, 3]
 
     replay = _pipeline(broker, tmp_path, sql, master="local[2]").start()
     try:
