@@ -7,7 +7,8 @@ src/sparkafka/connector, and whether a test run executed it.
 
 The tests run under coverage.py, with every Python process they start measured too: pytest's
 workers, `sparkafka run` pipelines, and Spark's own Python processes (the driver-side data source
-workers and the executors' workers, which Spark forks and ends with os._exit). A raise counts as
+workers and the executors' workers, which Spark forks and ends with os._exit, SIGHUP or
+SIGTERM: see SAVE_ON_SIGNAL). A raise counts as
 triggered when its line ran. A bare ``raise`` (re-raising what was caught) is not an error path of
 its own and is not counted.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,6 +52,42 @@ def raise_sites(root: Path) -> list[RaiseSite]:
     return sorted(sites, key=lambda s: (str(s.path), s.line))
 
 
+# Imported at start-up by every Python process of the run (its directory goes first on PYTHONPATH,
+# which Spark passes on to its Python processes). Spark ends the workers it keeps for reuse with
+# SIGHUP or SIGTERM, whose default action kills a process before coverage.py saves what it measured
+# (the driver-side commit of a streaming write runs in such a worker): with this, a process about to
+# die of either signal saves first, then dies of it as it would have.
+SAVE_ON_SIGNAL = """\
+import os
+import signal
+
+if os.environ.get("COVERAGE_PROCESS_CONFIG") or os.environ.get("COVERAGE_PROCESS_START"):
+    _install = signal.signal
+
+    def _save_then_die(signum, frame):
+        try:
+            import coverage
+
+            current = coverage.Coverage.current()
+            if current is not None:
+                current.stop()
+                current.save()
+        finally:
+            _install(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _signal(signum, handler):
+        if signum in (signal.SIGHUP, signal.SIGTERM) and handler == signal.SIG_DFL:
+            handler = _save_then_die
+        return _install(signum, handler)
+
+    signal.signal = _signal
+    for _signum in (signal.SIGHUP, signal.SIGTERM):
+        if signal.getsignal(_signum) == signal.SIG_DFL:
+            _install(_signum, _save_then_die)
+"""
+
+
 def executed_lines(pytest_args: list[str], work: Path) -> dict[str, set[int]]:
     """Run pytest under coverage, every Python subprocess measured; the lines run, per file."""
     from coverage import CoverageData
@@ -65,7 +103,12 @@ def executed_lines(pytest_args: list[str], work: Path) -> dict[str, set[int]]:
     )
     command = [sys.executable, "-m", "coverage", "run", f"--rcfile={rcfile}", "-m", "pytest", *pytest_args]
     print("running:", " ".join(command), flush=True)
-    tests = subprocess.run(command, cwd=REPOSITORY, check=False)
+    hooks = work / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SAVE_ON_SIGNAL)
+    inherited = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), *([inherited] if inherited else [])])}
+    tests = subprocess.run(command, cwd=REPOSITORY, check=False, env=env)
     if tests.returncode != 0:
         print("some tests failed: a raise only a failed test would have reached is counted as missed")
     combine = [sys.executable, "-m", "coverage", "combine", f"--rcfile={rcfile}", "--quiet"]
