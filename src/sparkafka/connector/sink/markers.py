@@ -193,19 +193,21 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
 
 
 def _unreadable_markers(options: SinkOptions, offset: int | None, failure: KafkaError) -> CommitMarkerError:
-    damaged = (
-        " The broker found its stored copy damaged: on a replicated topic, make a replica with an "
-        "intact copy the leader (stop the broker holding the damaged one, or reassign the partition)."
-        if failure.code() == KafkaError.INVALID_MSG  # Kafka's CORRUPT_MESSAGE
-        else ""
-    )
     at = "" if offset is None or offset < 0 else f" at offset {offset}"
+    if failure.code() == KafkaError.INVALID_MSG:  # Kafka's CORRUPT_MESSAGE
+        way_out = (
+            "The broker found its stored copy damaged: on a replicated topic, make a replica with an "
+            "intact copy the leader (stop the broker holding the damaged one, or reassign the "
+            "partition). If no copy is intact, the query can only start over: a new checkpoint with a "
+            "new transactionalIdPrefix, knowing that a batch the old run committed may then be written "
+            "again"
+        )
+    else:
+        way_out = "Spark retries the task; if this persists, the broker's log says why it refuses the read"
     return CommitMarkerError(
         f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} failed{at}: "
         f"{failure.str()}. The markers say which micro-batches each transactional id already "
-        f"committed; without them a replay could write a batch twice, so this write stops.{damaged} "
-        "If the markers cannot be restored, the query can only start over: a new checkpoint with a new "
-        "transactionalIdPrefix, knowing that a batch the old run committed may then be written again"
+        f"committed; without them a replay could write a batch twice, so this write stops. {way_out}"
     )
 
 
