@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 from pyspark.sql import SparkSession
@@ -151,3 +152,28 @@ def test_an_unreachable_driver_is_not_asked_again_for_a_while() -> None:
     assert stage_width.stage_width(url, "app", 1, 0) is None
     assert url in stage_width._unreachable_until
     assert stage_width.stage_width(url, "app", 2, 0) is None
+
+
+def test_a_decision_asks_again_for_an_answer_that_did_not_come_in_time(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded machine the driver can answer after the task's first wait. Where a marker of the
+    batch recorded its number, the task's decision waits longer for its own (the driver's earlier
+    failure notwithstanding) instead of refusing a healthy batch; the marker then records it too."""
+    monkeypatch.setattr(stage_width, "ASK_FOR_S", 0.3)
+    previous = _learned(spark, 2)[0]["stage"]
+    url, app = spark.conf.get(STATUS_URL_SETTING), spark.sparkContext.applicationId
+    upcoming = previous + 2  # the next _learned job: a shuffle map stage, then its result stage
+    later: list[list[dict]] = []
+    job = threading.Timer(1.5, lambda: later.append(_learned(spark, 3)))
+    try:
+        width = stage_width.TaskWidth(url, app, upcoming, 0)
+        job.start()
+        assert width.known() is None, "the stage is not known within the first wait"
+        assert url in stage_width._unreachable_until
+        assert width.decisive() == 3
+        assert width.known() == 3
+    finally:
+        job.join()
+        stage_width._unreachable_until.pop(url, None)
+    assert {task["stage"] for task in later[0]} == {upcoming}

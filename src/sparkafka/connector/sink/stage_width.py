@@ -45,6 +45,7 @@ STATUS_URL_SETTING = "spark.sparkafka.statusUrl"
 APP_ID_PROPERTY = "spark.app.id"
 
 ASK_FOR_S = 3.0
+DECISIVE_ASK_S = 30.0
 RETRY_UNREACHABLE_S = 60.0
 _NOT_YET_KNOWN_PAUSE_S = 0.025
 _REMEMBERED_STAGES = 64
@@ -87,12 +88,17 @@ def awaited(future: Future[int | None]) -> int | None:
         return None
 
 
-def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> int | None:
-    """Steps 2 and 3 of the module docstring."""
-    if time.monotonic() < _unreachable_until.get(status_url, 0.0):
+def stage_width(
+    status_url: str, app_id: str, stage_id: int, partition: int, *, decisive: bool = False
+) -> int | None:
+    """Steps 2 and 3 of the module docstring. ``decisive``: a decision waits on the answer (see
+    :class:`TaskWidth`), so a driver that failed before is asked anyway, a request that timed out is
+    sent again, and the wait is :data:`DECISIVE_ASK_S`."""
+    if not decisive and time.monotonic() < _unreachable_until.get(status_url, 0.0):
         return None
+    give_up = _warn_once if decisive else _give_up
     url = f"{status_url.rstrip('/')}/api/v1/applications/{quote(app_id)}/stages/{stage_id}?details=false"
-    deadline = time.monotonic() + ASK_FOR_S
+    deadline = time.monotonic() + (DECISIVE_ASK_S if decisive else ASK_FOR_S)
     while True:
         remaining = deadline - time.monotonic()
         try:
@@ -110,10 +116,12 @@ def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> 
             ):
                 time.sleep(_NOT_YET_KNOWN_PAUSE_S)
                 continue
-            _give_up(status_url, f"{url} answered HTTP {error.code}: {body}")
+            give_up(status_url, f"{url} answered HTTP {error.code}: {body}")
             return None
         except (OSError, ValueError) as error:  # URLError, timeouts, a malformed body
-            _give_up(status_url, f"{url} could not be read ({error})")
+            if decisive and _timed_out(error) and deadline - time.monotonic() > 0.5:
+                continue  # a driver too busy to answer in time (a loaded machine): asked again
+            give_up(status_url, f"{url} could not be read ({error})")
             return None
     widths = (
         [a.get("numTasks") for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
@@ -123,6 +131,41 @@ def stage_width(status_url: str, app_id: str, stage_id: int, partition: int) -> 
         _warn_once(status_url, f"{url} gave no usable numTasks for write partition {partition}: {attempts!r}")
         return None
     return width
+
+
+def _timed_out(error: BaseException) -> bool:
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    return isinstance(reason, TimeoutError)
+
+
+class TaskWidth:
+    """A write task's answer. Asked in the background at the task's start (:func:`stage_width_future`)
+    and awaited once, for :data:`ASK_FOR_S`: the marker records it when it came in time, and none
+    otherwise. Where a decision depends on it (a marker of the batch recorded its number, so an
+    unknown answer refuses the batch), an answer that did not come is asked again, for
+    :data:`DECISIVE_ASK_S`: a driver slow to answer on a loaded machine must not fail a healthy
+    query, and a replay split otherwise must still be refused before it writes."""
+
+    def __init__(self, status_url: str | None, app_id: str | None, stage_id: int, partition: int) -> None:
+        self._where = (status_url, app_id, stage_id, partition)
+        self._future = stage_width_future(status_url, app_id, stage_id, partition)
+        self._answer: int | None = None
+        self._awaited = self._asked_again = False
+
+    def known(self) -> int | None:
+        """The answer as far as it is known: what the marker records."""
+        if not self._awaited:
+            self._answer = awaited(self._future)
+            self._awaited = True
+        return self._answer
+
+    def decisive(self) -> int | None:
+        """The answer a decision waits for: asked again, patiently, when it is not known."""
+        status_url, app_id, stage_id, partition = self._where
+        if self.known() is None and not self._asked_again and status_url and app_id:
+            self._asked_again = True
+            self._answer = stage_width(status_url, app_id, stage_id, partition, decisive=True)
+        return self._answer
 
 
 def _give_up(status_url: str, what: str) -> None:

@@ -43,12 +43,7 @@ from sparkafka.connector.sink.producers import (
     plain_producer,
     transactional_producer,
 )
-from sparkafka.connector.sink.stage_width import (
-    APP_ID_PROPERTY,
-    STATUS_URL_SETTING,
-    awaited,
-    stage_width_future,
-)
+from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
 from sparkafka.connector.sink.task import task_identity
 from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
 from sparkafka.errors import (
@@ -166,15 +161,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
         if refusal is not None:
             raise ReplayRefused(refusal)
-        asked = stage_width_future(
+        width = TaskWidth(
             identity.properties.get(STATUS_URL_SETTING),
             identity.properties.get(APP_ID_PROPERTY),
             identity.stage_id,
             partition,
         )
-        # Awaited once: the replay rule and the marker need the same answer, and an answer that
-        # did not come in time must not be waited for a second time.
-        width = functools.cache(lambda: awaited(asked))
         # Step 2. The producer comes first, before any row is awaited: Spark keeps computing and
         # sending this task's rows while the producer initialises and reads the marker. Even a task
         # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
@@ -206,7 +198,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             sibling_markers=cached.sibling_markers,
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
             run_first_batch=cached.run_first_batch,
-            write_partitions=width,
+            write_partitions=width.decisive,
         )
         first = next(batches, None)
         if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
@@ -226,7 +218,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         marker = self._write_transaction(
             cached,
             CommitMarker(own_id, query_id, batch_id, partition, 0, 0, self.options.topic or ""),
-            width,
+            width.known,
             first,
             batches,
         )
