@@ -23,7 +23,8 @@ a timeout, an access control refusal, a malformed answer, a stage still unknown 
 width not above the task's partition) gives None and a warning once per address; the sink then
 falls back to the checks that need no width. An address that failed is not asked again for
 :data:`RETRY_UNREACHABLE_S`, so that a cluster whose executors cannot reach the driver's UI does not
-pay a timeout per task. The requests go to the driver directly, never through a proxy named in the
+pay a timeout per task; a decision that waits on the answer asks anyway (:class:`TaskWidth`). The
+requests go to the driver directly, never through a proxy named in the
 executors' environment."""
 
 from __future__ import annotations
