@@ -72,7 +72,7 @@ class PipelineProcess:
                     f"pipeline exited ({self.process.returncode}) before printing {text!r}:\n"
                     f"{self.output()[-4000:]}"
                 )
-            time.sleep(0.2)
+            time.sleep(0.05)
         return False
 
     def kill_group(self) -> None:

@@ -180,8 +180,10 @@ class ChaosRun:
                         time.sleep(0.1)
                     # Else wherever the moment falls; so too when the part has been written and no
                     # more transactions come.
-                    if inside_a_transaction and pipeline.printed_within(HOLD_ANNOUNCEMENT, 10, new=True):
-                        time.sleep(TRANSACTION_HOLD_MS / 2000)  # the readers see its records meanwhile
+                    # At once: the task flushed its records before announcing the hold, and of the
+                    # hold's TRANSACTION_HOLD_MS the log's polling may already have taken a part.
+                    if inside_a_transaction:
+                        pipeline.printed_within(HOLD_ANNOUNCEMENT, 10, new=True)
                     progress.update(task, description=f"kill -9 number {number} of {settings.kills}")
                     pipeline.kill_group()
                     # Nothing runs now that could end the killed pipeline's transaction.
