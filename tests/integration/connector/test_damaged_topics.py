@@ -14,6 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.sink.markers import read_marker_partition
+from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.errors import CommitMarkerError
 from tests.integration.kafka_clients import create_topic, end_offsets, producer, read_to_end
 from tests.log_damage import flip_byte_in_batch
 
@@ -120,3 +123,23 @@ def test_a_marker_topic_refusing_the_registration_record_stops_the_write(
     assert f"in the commit-marker topic '{marker_topic}' failed" in message
     assert "max.message.bytes" in message
     assert end_offsets(broker.bootstrap_servers, f"{topic_name}-out", partitions=1) == [0]  # nothing sent
+
+
+def test_a_marker_topic_deleted_while_the_query_runs_stops_the_write(broker: BrokerProcess) -> None:
+    """The driver checks the marker topic when the query starts; a task that finds it gone since
+    (its partition unknown to the cluster) writes nothing and names the way out."""
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"  # never created: as if deleted
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap_servers,
+            "topic": "out",
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": marker_topic,
+            "operationTimeoutMs": "5000",
+        }
+    )
+    with pytest.raises(CommitMarkerError) as raised:
+        read_marker_partition(options)
+    message = str(raised.value)
+    assert f"the commit-marker topic '{marker_topic}' has no partition 0 any more" in message
+    assert "restore the topic from a backup, or start the query again with a new checkpoint" in message

@@ -18,10 +18,12 @@ import pytest
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
+from sparkafka.connector.sink.markers import read_marker_partition
+from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.source.options import SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange
 from sparkafka.connector.source.reader import read_offset_range
-from sparkafka.errors import KafkaUnavailableError
+from sparkafka.errors import KafkaUnavailableError, SparkafkaError
 from tests.integration.kafka_clients import create_topic, producer
 
 TIMEOUT_S = 2
@@ -100,3 +102,28 @@ def test_an_executor_reading_from_a_frozen_broker_fails_after_the_timeout(
         in message
     )
     assert "kafka.default.api.timeout.ms" in message
+
+
+def test_the_commit_markers_of_a_frozen_broker_fail_after_the_timeout(broker: BrokerProcess) -> None:
+    """A write task reads the commit markers before it writes: a broker that stops answering then
+    fails the task after operationTimeoutMs (Spark retries it), naming what it asked."""
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap_servers,
+            "topic": "out",
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": marker_topic,
+            "operationTimeoutMs": str(TIMEOUT_S * 1000),
+        }
+    )
+    assert read_marker_partition(options) == {}  # the pooled clients know the broker
+    started = time.monotonic()
+    with frozen(broker), pytest.raises(SparkafkaError) as raised:
+        read_marker_partition(options)
+    assert time.monotonic() - started < TIMEOUT_S + 3
+    message = str(raised.value)
+    assert f"read the offsets of {marker_topic}" in message
+    assert broker.bootstrap_servers in message
+    assert "operationTimeoutMs" in message
