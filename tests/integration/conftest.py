@@ -41,7 +41,7 @@ class Kafka(Protocol):
     def bootstrap_servers(self) -> str: ...
 
 
-def _started(kind: str, directory: Path) -> BrokerProcess | ApacheKafka:
+def started_kafka(kind: str, directory: Path) -> BrokerProcess | ApacheKafka:
     if kind == EMBEDDED:
         return BrokerProcess(directory / "data", extra_args=FAST_BROKER_ARGS)
     return ApacheKafka(directory / "apache-kafka", kind.removeprefix("apache-kafka-"))
@@ -50,14 +50,14 @@ def _started(kind: str, directory: Path) -> BrokerProcess | ApacheKafka:
 @pytest.fixture(params=[EMBEDDED, *ALL_APACHE_KAFKAS])
 def fresh_kafka(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kafka]:
     """A Kafka of the test's own: the embedded broker, then each pinned Apache Kafka (4.x, 3.9.x)."""
-    with _started(request.param, tmp_path) as kafka:
+    with started_kafka(request.param, tmp_path) as kafka:
         yield kafka
 
 
 @pytest.fixture(scope="module", params=[EMBEDDED, APACHE_KAFKA])
 def kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kafka]:
     """One Kafka shared by a test module: the embedded broker, then the newest Apache Kafka."""
-    with _started(request.param, tmp_path_factory.mktemp(request.param)) as running:
+    with started_kafka(request.param, tmp_path_factory.mktemp(request.param)) as running:
         yield running
 
 
