@@ -16,7 +16,8 @@ producer set-up and rows; the result is awaited only where it is needed):
    an "unknown stage" 404 is asked again, every 25 ms, until :data:`ASK_FOR_S` has passed; a
    "no such app" one means another application answers at this address (a stale one).
 3. The answer lists the stage's attempts; the first attempt runs every partition of a write job
-   (a later one only those that failed), so the width is the largest ``numTasks``.
+   (a later one only those that failed), so the width is attempt 0's ``numTasks``; unknown when
+   the status store missed that attempt (it drops events when its queue is full).
 
 Invariant: the answer is right or None, never a guess. Anything unexpected (connection refused,
 a timeout, an access control refusal, a malformed answer, a stage still unknown after the wait, a
@@ -29,6 +30,7 @@ executors' environment."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import threading
@@ -47,6 +49,7 @@ APP_ID_PROPERTY = "spark.app.id"
 
 ASK_FOR_S = 3.0
 DECISIVE_ASK_S = 30.0
+DECISIVE_REQUEST_S = 5.0
 RETRY_UNREACHABLE_S = 60.0
 _NOT_YET_KNOWN_PAUSE_S = 0.025
 _REMEMBERED_STAGES = 64
@@ -93,50 +96,64 @@ def stage_width(
     status_url: str, app_id: str, stage_id: int, partition: int, *, decisive: bool = False
 ) -> int | None:
     """Steps 2 and 3 of the module docstring. ``decisive``: a decision waits on the answer (see
-    :class:`TaskWidth`), so a driver that failed before is asked anyway, a request that timed out is
-    sent again, and the wait is :data:`DECISIVE_ASK_S`."""
+    :class:`TaskWidth`), so a driver that failed before is asked anyway; a request that timed out, a
+    connection reset and a 5xx answer (a driver too busy to answer) are asked again, each request
+    bounded by :data:`DECISIVE_REQUEST_S` and the whole by :data:`DECISIVE_ASK_S`; a stage not yet
+    known is asked again less and less often."""
     if not decisive and time.monotonic() < _unreachable_until.get(status_url, 0.0):
         return None
     give_up = _warn_once if decisive else _give_up
     url = f"{status_url.rstrip('/')}/api/v1/applications/{quote(app_id)}/stages/{stage_id}?details=false"
     deadline = time.monotonic() + (DECISIVE_ASK_S if decisive else ASK_FOR_S)
+    pause = _NOT_YET_KNOWN_PAUSE_S
     while True:
         remaining = deadline - time.monotonic()
+        request_s = min(remaining, DECISIVE_REQUEST_S) if decisive else remaining
         try:
-            with _DIRECT.open(url, timeout=max(remaining, 0.5)) as response:
+            with _DIRECT.open(url, timeout=max(request_s, 0.5)) as response:
                 attempts = json.load(response)
             break
         except urllib.error.HTTPError as error:
-            body = error.read(200).decode("utf-8", "replace")
+            try:
+                body = error.read(200).decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException):
+                body = ""
             # "unknown stage": not yet known, asked again; "no such app": another application's UI
             # at this address (the session's SparkContext was replaced), which will never know it.
-            if (
-                error.code == 404
-                and not body.startswith("no such app")
-                and remaining > _NOT_YET_KNOWN_PAUSE_S
-            ):
-                time.sleep(_NOT_YET_KNOWN_PAUSE_S)
+            not_yet_known = error.code == 404 and not body.startswith("no such app")
+            if (not_yet_known or (decisive and error.code >= 500)) and remaining > pause:
+                time.sleep(pause)
+                if decisive:
+                    pause = min(pause * 2, 1.0)  # the driver is busy: asked less and less often
                 continue
             give_up(status_url, f"{url} answered HTTP {error.code}: {body}")
             return None
-        except (OSError, ValueError) as error:  # URLError, timeouts, a malformed body
-            if decisive and _timed_out(error) and deadline - time.monotonic() > 0.5:
+        except (OSError, ValueError, http.client.HTTPException) as error:  # URLError, timeouts, bodies
+            if decisive and _passing(error) and deadline - time.monotonic() > 0.5:
                 continue  # a driver too busy to answer in time (a loaded machine): asked again
             give_up(status_url, f"{url} could not be read ({error})")
             return None
-    widths = (
-        [a.get("numTasks") for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+    # The first attempt runs every partition of a write job, a later one only those that failed:
+    # only the first attempt's count is the width (the status store may have missed it: unknown).
+    first = (
+        [a for a in attempts if isinstance(a, dict) and a.get("attemptId") == 0]
+        if isinstance(attempts, list)
+        else []
     )
-    width = max((w for w in widths if isinstance(w, int)), default=None)
-    if width is None or width <= partition:
+    width = first[0].get("numTasks") if first else None
+    if not isinstance(width, int) or width <= partition:
         _warn_once(status_url, f"{url} gave no usable numTasks for write partition {partition}: {attempts!r}")
         return None
     return width
 
 
-def _timed_out(error: BaseException) -> bool:
+def _passing(error: BaseException) -> bool:
+    """A failure a busy driver causes and a later request may not meet: a timeout, a reset or
+    dropped connection, an incomplete answer."""
     reason = error.reason if isinstance(error, urllib.error.URLError) else error
-    return isinstance(reason, TimeoutError)
+    return isinstance(
+        reason, (TimeoutError, ConnectionResetError, ConnectionAbortedError, http.client.HTTPException)
+    )
 
 
 class TaskWidth:
@@ -161,11 +178,22 @@ class TaskWidth:
         return self._answer
 
     def decisive(self) -> int | None:
-        """The answer a decision waits for: asked again, patiently, when it is not known."""
+        """The answer a decision waits for: asked again, patiently, when it is not known. An answer
+        found so clears the driver's "unreachable" mark and serves the stage's other tasks."""
         status_url, app_id, stage_id, partition = self._where
         if self.known() is None and not self._asked_again and status_url and app_id:
             self._asked_again = True
-            self._answer = stage_width(status_url, app_id, stage_id, partition, decisive=True)
+            try:
+                self._answer = stage_width(status_url, app_id, stage_id, partition, decisive=True)
+            except Exception:  # a bug or an odd answer: unknown, never a guess, never a crash
+                log.warning("the stage's write partitions are unknown", exc_info=True)
+                self._answer = None
+            if self._answer is not None:
+                found: Future[int | None] = Future()
+                found.set_result(self._answer)
+                with _lock:
+                    _unreachable_until.pop(status_url, None)
+                    _asked[(status_url, app_id, stage_id)] = found
         return self._answer
 
 
