@@ -163,8 +163,7 @@ def validate_consumer_config(client_config: Mapping[str, str]) -> None:
     try:
         consumer = Consumer(config)
     except (KafkaException, ValueError, TypeError) as error:
-        reason = error.args[0] if error.args else error
-        detail = reason.str() if isinstance(reason, KafkaError) else str(reason)
+        detail = error_reason(error)
         for key in client_config:
             if key in detail:
                 raise SparkafkaOptionError(
@@ -239,6 +238,14 @@ def error_code(error: BaseException) -> int | None:
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
         return int(error.args[0].code())
     return None
+
+
+def error_reason(error: BaseException) -> str:
+    """The text of the librdkafka error a KafkaException carries (not its ``KafkaError{...}`` repr),
+    or the exception's own text."""
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return str(error.args[0].str())
+    return str(error)
 
 
 # What a client answers while it cannot tell: no connection, no metadata (yet) for the topic, a
@@ -745,7 +752,7 @@ class KafkaAdmin:
                 self.close()
 
     def unavailable(self, what: str, error: BaseException) -> KafkaUnavailableError:
-        reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
+        reason = error_reason(error)
         if self._client is not None:
             self._client.poll(0)  # error events wait for a poll to reach _client_errors
         return unreachable_error(

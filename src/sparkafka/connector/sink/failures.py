@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
-from sparkafka.connector.kafka_admin import unreachable_error
+from sparkafka.connector.kafka_admin import error_reason, unreachable_error
 from sparkafka.connector.sink.options import OPERATION_TIMEOUT, SinkOptions
 from sparkafka.errors import SparkafkaError, TransactionTimeoutError
 
@@ -16,15 +16,11 @@ def sink_unreachable_error(
 ) -> SparkafkaError:
     """Kafka did not answer the sink's ``what`` within its operationTimeoutMs, with the cause the
     client's error events (``client_errors``) gave, if any."""
-    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
-        reason = error.args[0].str()
-    else:
-        reason = str(error)
     return unreachable_error(
         what,
         options.bootstrap_servers,
         options.operation_timeout_s,
-        reason,
+        error_reason(error) if isinstance(error, KafkaException) else error,
         client_errors,
         timeout_option=OPERATION_TIMEOUT,
     )

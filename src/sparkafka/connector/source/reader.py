@@ -12,9 +12,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from sparkafka.connector.client_pool import CONSUMERS
-from sparkafka.connector.kafka_admin import (
-    partition_watermarks,
-)
+from sparkafka.connector.kafka_admin import error_reason, partition_watermarks
 from sparkafka.connector.source.options import ARROW_BATCH_ROWS, SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange, offset_ranges, split_offset_ranges
 from sparkafka.connector.source.resolver import OffsetResolver, report_data_loss
@@ -319,7 +317,7 @@ def _watermarks(
     try:
         return partition_watermarks(consumer, topic, partition, timeout_s)
     except KafkaException as error:
-        reason = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
+        reason = error_reason(error)
         raise KafkaUnavailableError(
             f"could not read the offsets of topic '{topic}' partition {partition} from Kafka at bootstrap "
             f"servers '{options.bootstrap_servers}' within {timeout_s:g} s ({reason}). Check "
