@@ -1168,9 +1168,17 @@ def _kafka_python_settings(cluster: Cluster) -> dict[str, Any]:
 
 @contextmanager
 def _kafka_python_admin(cluster: Cluster) -> Iterator[Any]:
+    """A kafka-python admin client (librdkafka has no ListTransactions), opened after librdkafka
+    reached the cluster with the same properties.
+
+    The librdkafka check comes first because it reports a refused login reliably: kafka-python
+    3.0 drops the bytes it read together with the end of the stream, and a broker closes the
+    connection right after its answer to a failed authentication (Apache Kafka does too), so
+    kafka-python mostly reports only "socket disconnected"."""
     from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaTimeoutError
 
+    cluster.metadata(cluster.admin())
     kafka_logger = logging.getLogger("kafka")
     last_failure = LastConnectionFailure(r"Connection (?:failed|lost): (?P<reason>.*)")
     kafka_logger.addHandler(last_failure)
