@@ -93,5 +93,6 @@ def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named
         message = str(failure.value)
         assert "longer kafka.transaction.timeout.ms" in message
         assert "sparkafka transactions list" in message
+        assert "kafka-transactions.sh find-hanging" in message  # a lost marker is listed nowhere
     finally:
         other.abort_transaction(30)
