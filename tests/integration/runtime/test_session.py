@@ -60,7 +60,12 @@ class ProbeStream(DataSourceStreamReader):
 
 spark = spark_session("sparkafka-session-test", master="local[1]", conf=json.loads(sys.argv[1]))
 spark.dataSource.register(Probe)
+def frozen_objects():
+    import gc
+    return gc.get_freeze_count()
+
 report = {"worker": spark.range(1).select(udf(pyspark_file, "string")()).first()[0]}
+report["worker_frozen_objects"] = spark.range(1).select(udf(frozen_objects, "int")()).first()[0]
 with tempfile.TemporaryDirectory() as directory:
     query = spark.readStream.format("probe").option("dir", directory).load().writeStream.format("noop")
     query.option("checkpointLocation", directory + "/checkpoint").trigger(availableNow=True).start()
@@ -76,8 +81,9 @@ spark.stop()
 
 def _session_report(
     conf: dict[str, str], java_options: str | None, python: str | None = None
-) -> tuple[dict[str, str], set[str]]:
-    """({Python process: the file PySpark was imported from there}, the driver JVM's collectors)"""
+) -> tuple[dict[str, str], set[str], int]:
+    """({Python process: the file PySpark was imported from there}, the driver JVM's collectors,
+    the objects an executor worker holds in the garbage collector's permanent generation)"""
     chosen = (*JAVA_OPTIONS_VARIABLES, "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
     env = {name: value for name, value in os.environ.items() if name not in chosen}
     if java_options is not None:
@@ -86,15 +92,19 @@ def _session_report(
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python
     report, _ = run_reporting_script(SESSION_REPORT, json.dumps(conf), env=env)
     collectors = set(report.pop("collectors"))
-    return report, collectors
+    frozen = int(report.pop("worker_frozen_objects"))
+    return report, collectors, frozen
 
 
 def test_sparkafka_sessions_workers_and_collector() -> None:
     installed = Path(pyspark.__file__).resolve().parent
     bundled = (installed / "python" / "lib" / "pyspark.zip").exists()
 
-    files, collectors = _session_report({}, java_options=None)
+    files, collectors, frozen = _session_report({}, java_options=None)
     assert set(files) == {"worker", "planner", "stream_runner"}
+    # The daemon froze PySpark's modules before forking: a reused worker's gc.collect() after each
+    # task skips them (sparkafka.runtime.worker_daemon).
+    assert frozen > 10_000
     if bundled:
         for process, file in files.items():
             assert Path(file).resolve().parent == installed, f"{process} imported PySpark from {file}"
@@ -105,7 +115,7 @@ def test_sparkafka_sessions_workers_and_collector() -> None:
         assert not serial & collectors
 
     # Spark's own daemon, the user's Python and collector: all are left as they are.
-    files, collectors = _session_report(
+    files, collectors, frozen = _session_report(
         {"spark.python.daemon.module": "pyspark.daemon"},
         java_options="-XX:+UseParallelGC",
         python=sys.executable,
@@ -114,5 +124,6 @@ def test_sparkafka_sessions_workers_and_collector() -> None:
         for process, file in files.items():
             assert "pyspark.zip" in file, f"{process} imported PySpark from {file}"
     assert collectors == {"PS Scavenge", "PS MarkSweep"}
+    assert frozen == 0
     if not bundled:
         pytest.skip("this PySpark ships no pyspark.zip: the worker daemon had nothing to leave out")

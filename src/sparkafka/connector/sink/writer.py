@@ -46,6 +46,7 @@ from sparkafka.connector.sink.producers import (
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
 from sparkafka.connector.sink.task import task_identity
 from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
+from sparkafka.connector.worker_heap import freeze_long_lived_objects
 from sparkafka.errors import (
     OutputTopicNotFoundError,
     ProducerFencedError,
@@ -143,6 +144,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
            (another number of write partitions than the batch's markers record, among others).
         4. Write the rows and the marker, which records the row count and the number of write
            partitions, in one transaction; no rows, no transaction."""
+        freeze_long_lived_objects("sink")
         identity = task_identity()
         partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
         batches = (b for b in iterator if b.num_rows)

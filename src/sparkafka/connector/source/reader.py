@@ -17,6 +17,7 @@ from sparkafka.connector.source.options import ARROW_BATCH_ROWS, SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange, offset_ranges, split_offset_ranges
 from sparkafka.connector.source.resolver import OffsetResolver, report_data_loss
 from sparkafka.connector.source.schema import kafka_arrow_schema
+from sparkafka.connector.worker_heap import freeze_long_lived_objects
 from sparkafka.errors import (
     KafkaReadError,
     KafkaUnavailableError,
@@ -184,6 +185,7 @@ def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iter
     hanging. Offsets removed by retention are data loss: fail, or continue at the log start."""
     if not isinstance(partition, OffsetRange) or partition.size <= 0:
         return
+    freeze_long_lived_objects("source")
     with CONSUMERS.borrow(options.executor_consumer_config()) as consumer:
         yield from _read_with(consumer, partition, options)
 
