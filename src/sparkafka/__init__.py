@@ -56,15 +56,19 @@ def publish_status_url(spark: SparkSession) -> None:
     has and record the number in their commit markers, so that a replay split otherwise is refused
     before it writes (:mod:`sparkafka.connector.sink.stage_width`). Without a UI
     (``spark.ui.enabled=false``, a Spark Connect session) nothing is published, and such a replay is
-    found by the driver after it wrote."""
-    from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING
+    found by the driver after it wrote. The API is asked once in the background right away
+    (:func:`~sparkafka.connector.sink.stage_width.warm_up`), so the first tasks do not pay its set-up."""
+    from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING, warm_up
 
     try:
         url = spark.sparkContext.uiWebUrl
+        app_id = spark.sparkContext.applicationId
     except Exception:  # a Spark Connect session has no SparkContext to ask
-        url = None
+        url = app_id = None
     if url:
         spark.conf.set(STATUS_URL_SETTING, url)
+        if app_id:
+            warm_up(url, app_id)
     else:
         spark.conf.unset(STATUS_URL_SETTING)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
@@ -177,3 +178,45 @@ def test_a_decision_asks_again_for_an_answer_that_did_not_come_in_time(
         job.join()
         stage_width._unreachable_until.pop(url, None)
     assert {task["stage"] for task in later[0]} == {upcoming}
+
+
+def test_the_api_is_asked_once_in_the_background_when_its_address_is_published() -> None:
+    """register() warms the monitoring API up: Spark sets its REST resources up at the first request,
+    about a second of the driver's time that the first write tasks would otherwise wait for. Here a
+    slow server stands for the driver, to see the request and that nobody waits for it."""
+    asked: list[str] = []
+    answer = threading.Event()
+
+    class SlowDriver(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            answer.wait(30)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowDriver)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        warming = stage_width.warm_up(f"http://127.0.0.1:{server.server_address[1]}/", "app-20261129 1")
+        assert warming.is_alive()  # returned before the answer
+        answer.set()
+        warming.join(30)
+        assert not warming.is_alive()
+        assert asked == ["/api/v1/applications/app-20261129%201/stages?details=false"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_warming_up_an_unreachable_driver_ends_quietly() -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    warming = stage_width.warm_up(f"http://127.0.0.1:{port}", "app-1")
+    warming.join(30)
+    assert not warming.is_alive()
