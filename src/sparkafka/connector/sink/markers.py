@@ -189,8 +189,8 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
             "'sparkafka transactions list' shows the open transactions; restarting that query, or "
             "giving queries their own commitMarkerTopic, ends the wait. If it lists none, the partition "
-            "holds a hanging transaction whose COMMIT or ABORT marker was lost (a lone broker killed "
-            "while writing it, or an unclean leader election): Apache Kafka's 'kafka-transactions.sh "
+            "holds a hanging transaction whose COMMIT or ABORT marker was never written (a lone broker "
+            "killed mid-commit, or an unclean leader election): Apache Kafka's 'kafka-transactions.sh "
             "find-hanging' finds it and 'kafka-transactions.sh abort' ends it"
         )
 
