@@ -103,7 +103,7 @@ def stage_width(
     if not decisive and time.monotonic() < _unreachable_until.get(status_url, 0.0):
         return None
     give_up = _warn_once if decisive else _give_up
-    url = f"{status_url.rstrip('/')}/api/v1/applications/{quote(app_id)}/stages/{stage_id}?details=false"
+    url = _stages_url(status_url, app_id, f"/{stage_id}")
     deadline = time.monotonic() + (DECISIVE_ASK_S if decisive else ASK_FOR_S)
     pause = _NOT_YET_KNOWN_PAUSE_S
     while True:
@@ -155,7 +155,7 @@ def warm_up(status_url: str, app_id: str) -> threading.Thread:
     write tasks wait for it. The answer is not used; a failure is the tasks' to report."""
 
     def ask() -> None:
-        url = f"{status_url.rstrip('/')}/api/v1/applications/{quote(app_id)}/stages?details=false"
+        url = _stages_url(status_url, app_id)
         try:
             with _DIRECT.open(url, timeout=DECISIVE_ASK_S) as response:
                 response.read()
@@ -165,6 +165,11 @@ def warm_up(status_url: str, app_id: str) -> threading.Thread:
     thread = threading.Thread(target=ask, name="sparkafka-status-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def _stages_url(status_url: str, app_id: str, stage: str = "") -> str:
+    """The monitoring API's address of the application's stages (``stage``: ``/{id}`` for one)."""
+    return f"{status_url.rstrip('/')}/api/v1/applications/{quote(app_id)}/stages{stage}?details=false"
 
 
 def _passing(error: BaseException) -> bool:
