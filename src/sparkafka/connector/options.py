@@ -39,6 +39,8 @@ class OptionSpec:
 
     name: str
     description: str = ""
+    # Accepted, but left out of the options a message lists or suggests: internal test hooks.
+    hidden: bool = False
 
     @property
     def key(self) -> str:
@@ -62,7 +64,7 @@ class OptionReader:
             if key in self.specs or key.startswith(KAFKA_PREFIX):
                 continue
             raise SparkafkaOptionError(
-                unknown_option_message(key, [spec.name for spec in self.specs.values()])
+                unknown_option_message(key, [spec.name for spec in self.specs.values() if not spec.hidden])
             )
 
     def name(self, key: str) -> str:

@@ -112,6 +112,36 @@ def batch_write(
         return failure(error)
 
 
+def named_stream_write(
+    spark: SparkSession, sink: str, bootstrap: str, case: dict[str, Any]
+) -> dict[str, Any]:
+    """A streaming write of a named query (Spark hands the name to the sink as option queryName)."""
+    options = {key: value for key, value in case.get("sink_options", {}).get(sink, {}).items()}
+    try:
+        query = (
+            spark.readStream.format(sink)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", case["source"])
+            .option("startingOffsets", "earliest")
+            .load()
+            .select("key", "value")
+            .writeStream.format(sink)
+            .queryName(f"parity-named-{sink}")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", f"{case['topic']}-{sink}")
+            .options(**options)
+            .option("checkpointLocation", tempfile.mkdtemp(prefix=f"parity-named-{sink}-"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(240)
+        if query.exception() is not None:
+            return failure(query.exception())  # type: ignore[arg-type]
+        return {"result": "ok", "name": query.name}
+    except Exception as error:
+        return failure(error)
+
+
 def main() -> None:
     jars, bootstrap, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     spark = local_spark_session("sparkafka-parity", conf={"spark.jars": jars})
@@ -125,6 +155,10 @@ def main() -> None:
     for name, case in plan.get("writes", {}).items():
         report["writes"][name] = {
             sink: batch_write(spark, sink, bootstrap, case, f"{case['topic']}-{sink}") for sink in FORMATS
+        }
+    for name, case in plan.get("named_streams", {}).items():
+        report.setdefault("named_streams", {})[name] = {
+            sink: named_stream_write(spark, sink, bootstrap, case) for sink in FORMATS
         }
     print("REPORT " + json.dumps(report))
     spark.stop()

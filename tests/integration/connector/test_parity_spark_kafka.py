@@ -18,7 +18,13 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from sparkafka.broker.runner import BrokerProcess
-from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer
+from tests.integration.kafka_clients import (
+    create_topic,
+    producer,
+    read_all,
+    read_to_end,
+    transactional_producer,
+)
 from tests.integration.spark_kafka_connector import spark_kafka_jars
 from tests.integration.spark_session import run_reporting_script
 
@@ -180,7 +186,18 @@ def _plan() -> dict[str, Any]:
     writes[ERROR_IF_EXISTS] = {"columns": KEY_VALUE, "options": TO_TOPIC, "mode": "errorifexists"}
     for number, case in enumerate(writes.values()):
         case["topic"] = f"pw-{number}"
-    return {"reads": reads, "streams": STREAMS, "writes": writes}
+    return {"reads": reads, "streams": STREAMS, "writes": writes, "named_streams": NAMED_STREAMS}
+
+
+# Streaming writes of a named query: Spark hands the name to every sink as option 'queryName'.
+NAMED_STREAMS: dict[str, dict[str, Any]] = {
+    "named query, exactly-once for sparkafka": {
+        "source": TOPIC,
+        "topic": "pn-0",
+        "partitions": 2,
+        "sink_options": {"sparkafka": {"deliveryGuarantee": "exactly-once"}},
+    },
+}
 
 
 def _fill_topics(bootstrap: str, plan: dict[str, Any]) -> None:
@@ -223,7 +240,7 @@ def _fill_topics(bootstrap: str, plan: dict[str, Any]) -> None:
         writer.flush(30)
         (writer.commit_transaction if outcome == "commit" else writer.abort_transaction)(30)
 
-    for case in plan["writes"].values():
+    for case in [*plan["writes"].values(), *plan["named_streams"].values()]:
         for sink in ("kafka", "sparkafka"):
             create_topic(bootstrap, f"{case['topic']}-{sink}", partitions=case.get("partitions", 1))
 
@@ -379,3 +396,25 @@ def test_the_data_is_what_the_cases_need(report: dict[str, Any]) -> None:
     assert any(row["headers"] for row in rows) and any(row["headers"] is None for row in rows)
     deleted = report["reads"]["failOnDataLoss=false after records were deleted"]["kafka"]["rows"]
     assert [row["offset"] for row in deleted] == list(range(DELETED_BELOW, 10))
+
+
+@pytest.mark.parametrize("case", list(NAMED_STREAMS))
+def test_a_named_streaming_query_writes_what_sparks_kafka_sink_writes(
+    report: dict[str, Any], case: str
+) -> None:
+    spark_kafka, ours = report["named_streams"][case]["kafka"], report["named_streams"][case]["sparkafka"]
+    assert spark_kafka == {"result": "ok", "name": "parity-named-kafka"}, spark_kafka
+    assert ours == {"result": "ok", "name": "parity-named-sparkafka"}, ours
+    partitions = NAMED_STREAMS[case]["partitions"]
+    written = {
+        sink: sorted(
+            (
+                (m.key(), m.value())
+                for m in read_to_end(report["bootstrap"], f"pn-0-{sink}", partitions=partitions)
+            ),
+            key=repr,
+        )
+        for sink in ("kafka", "sparkafka")
+    }
+    assert written["sparkafka"] == written["kafka"]
+    assert len(written["sparkafka"]) == 15

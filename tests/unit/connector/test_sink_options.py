@@ -154,3 +154,27 @@ def test_a_marker_topic_name_kafka_would_refuse_is_refused_by_name(name: str) ->
         SparkafkaOptionError, match=r"option 'commitMarkerTopic' .* not a legal Kafka topic name"
     ):
         SinkOptions.parse({**BASE, "commitmarkertopic": name})
+
+
+@pytest.mark.parametrize(
+    "handed",
+    [
+        {"queryName": "orders"},  # DataStreamWriter.queryName
+        {"queryname": "orders", "checkpointlocation": "/tmp/c"},  # as Spark lower-cases them
+        {"path": "out"},  # start(path) / save(path)
+    ],
+)
+def test_the_options_spark_hands_every_sink_are_accepted(handed: dict[str, str]) -> None:
+    options = SinkOptions.parse({**BASE, "deliveryGuarantee": "exactly-once", **handed})
+    assert options.delivery_guarantee == "exactly-once"
+
+
+def test_the_internal_fault_hooks_are_accepted_but_never_offered() -> None:
+    assert SinkOptions.parse({**BASE, "debug.pauseAt": "beforeCommit"}).pause_at == "beforecommit"
+    with pytest.raises(SparkafkaOptionError) as refused:
+        SinkOptions.parse({**BASE, "no.such.option": "1"})
+    assert "known options are" in str(refused.value)
+    assert "debug." not in str(refused.value)
+    with pytest.raises(SparkafkaOptionError) as close_to_a_hook:
+        SinkOptions.parse({**BASE, "debug.pauseAtt": "beforeCommit"})
+    assert "debug." not in str(close_to_a_hook.value).replace("'debug.pauseatt'", "")

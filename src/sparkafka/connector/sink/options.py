@@ -58,17 +58,17 @@ SINK_OPTIONS = (
         "go on (remove the option afterwards)",
     ),
     OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
+    # Spark hands these to every sink: the writeStream's checkpoint, start(path) or save(path), and
+    # the query's name (DataStreamWriter.queryName).
     OptionSpec("checkpointLocation"),
     OptionSpec("path"),
-    OptionSpec(
-        "debug.pauseAt", "beforeProduce, beforeCommit or driverCommit: where to pause (demos, chaos tests)"
-    ),
-    OptionSpec("debug.pauseMs", "how long debug.pauseAt pauses (default 30s)"),
-    OptionSpec("debug.pausePartitions", "comma-separated write partitions that pause (default all)"),
-    OptionSpec("debug.pauseFromBatch", "only micro-batches with this id or a later one pause (default 0)"),
-    OptionSpec(
-        "debug.failFirstAttemptAt", "beforeCommit: fail each task's first attempt there (chaos tests)"
-    ),
+    OptionSpec("queryName"),
+    # Fault-injection hooks of the project's own tests and demo (internal: never listed to users).
+    OptionSpec("debug.pauseAt", "beforeProduce, beforeCommit or driverCommit", hidden=True),
+    OptionSpec("debug.pauseMs", hidden=True),
+    OptionSpec("debug.pausePartitions", hidden=True),
+    OptionSpec("debug.pauseFromBatch", hidden=True),
+    OptionSpec("debug.failFirstAttemptAt", hidden=True),
     OptionSpec(OPERATION_TIMEOUT, "bound on each Kafka call of the sink (default 60s)"),
 )
 
