@@ -159,11 +159,16 @@ def values(messages: list[Message]) -> list[bytes]:
 
 
 def committed_markers(
-    bootstrap: str, batch_id: int, *, prefix: str = "", field: str = "records"
+    bootstrap: str,
+    batch_id: int,
+    *,
+    prefix: str = "",
+    field: str = "records",
+    marker_topic: str = "_sparkafka_commit_markers",
 ) -> dict[str, Any]:
     """Transactional id -> ``field`` (records, write_partitions, ...), of the sink's commit markers of
     micro-batch ``batch_id`` committed so far (ids starting with ``prefix``), read with
-    read_committed from the default marker topic."""
+    read_committed from ``marker_topic``."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -172,7 +177,7 @@ def committed_markers(
             "enable.partition.eof": True,
         }
     )
-    consumer.assign([TopicPartition("_sparkafka_commit_markers", 0, 0)])
+    consumer.assign([TopicPartition(marker_topic, 0, 0)])
     found: dict[str, Any] = {}
     try:
         while True:
@@ -180,7 +185,7 @@ def committed_markers(
             if message is None or message.error():
                 break
             key = (message.key() or b"").decode()
-            if key.startswith("registration/") or not key.startswith(prefix):
+            if key.startswith(("registration/", "progress/")) or not key.startswith(prefix):
                 continue
             marker = json.loads(message.value())
             if marker["batch_id"] == batch_id:

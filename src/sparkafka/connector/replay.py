@@ -17,33 +17,39 @@ Steps of :func:`decide` for one write task (the first that applies wins):
 1. The id's registration names another query, and this write did not adopt that query's ids
    (``adoptTransactionalIdsFrom``): refuse. Two queries sharing ids overwrite each other's markers,
    and either could then write a batch twice.
-2. The marker holds a later batch of this query than ``b``: skip. This id committed past ``b``
-   already (the checkpoint is behind its output, as after restoring an older copy of it; no row
-   count is compared here).
-3. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
+2. Markers lost or moved: the run starts past the query's first micro-batch, and the marker topic
+   holds nothing of the query (no registration of this id, no marker, no progress record): refuse,
+   unless the user declared the exactly-once output to start here (``exactlyOnceFromBatch``). A
+   marker topic deleted or renamed between two runs would otherwise let a replay write again.
+3. The checkpoint is behind its output: a marker or the progress record of this query holds a later
+   batch than ``b``, or a marker of ``b`` recorded another plan digest (``b`` was planned anew from
+   other input: :mod:`sparkafka.connector.sink.batch_plan`): refuse. Writing would double what the
+   output holds, skipping would drop the input that arrived since. The message offers the newest
+   checkpoint copy, or a new checkpoint from where the output ends with its exact cost.
+4. The user accepted ``b`` as written (``acceptReshapedBatch``): skip only where the id's own marker
+   of ``b`` shows the rows it has now (topic, count, number of write partitions); otherwise write.
+   Nothing can be missing; what the rewritten partitions had committed is in the output twice, as
+   every refusal that offers the option counts it beforehand.
+5. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
    batch's number of write partitions, and this task's stage has another number, or this task
-   cannot learn its number: refuse, unless the user accepted this batch as written
-   (``acceptReshapedBatch``). Every task of the replay sees the same markers and the same number,
-   so all refuse before any writes.
-4. The marker holds ``b`` of this query itself — a replay of output this id already committed:
+   cannot learn its number: refuse. Every task of the replay sees the same markers and the same
+   number, so all refuse before any writes.
+6. The marker holds ``b`` of this query itself — a replay of output this id already committed:
    a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
-      sharing a prefix, or a topic changed in the middle of a replay) — unless the user accepted
-      this batch as written (``acceptReshapedBatch``);
+      sharing a prefix, or a topic changed in the middle of a replay);
    b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
-      first run's, and skipping would lose or double records — unless the user accepted this
-      batch as written (``acceptReshapedBatch``): skip;
+      first run's, and skipping would lose or double records;
    c. otherwise skip.
-5. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
+7. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
    marker on ids adopted deliberately). A streaming write (one sink per query) that finds ``b``
    committed by the same query under another prefix: refuse (the prefix changed in the middle of a
    replay, and writing would double what the old ids committed); one that finds ``b`` committed by
-   another id of its prefix for another topic: refuse, unless accepted as written (the output topic
-   changed mid-replay: every task refuses, so the batch is never split over two topics). Otherwise
-   write.
+   another id of its prefix for another topic: refuse (the output topic changed mid-replay: every
+   task refuses, so the batch is never split over two topics). Otherwise write.
 
-Before all of these, an ``acceptReshapedBatch`` naming a batch beyond the run's first is refused: a
-replay is always the first batch of a run, so such an id is a mistake that would otherwise wait to
-take a later batch as written.
+Before all of these, an ``acceptReshapedBatch`` (or ``exactlyOnceFromBatch``) naming a batch beyond
+the run's first is refused: a replay is always the first batch of a run, so such an id is a mistake
+that would otherwise wait to take a later batch as written.
 
 The driver adds one check per run, in :func:`partitions_beyond`: after a replay's tasks reported,
 no marker of ``b`` may exist for a write partition the replay does not have (unless the user
@@ -57,10 +63,12 @@ apply: a replay split into fewer partitions is then seen only after its tasks wr
 check), and the tasks decide one by one, so one may commit while another refuses at step 4. Either
 refusal says so and names the way on (``acceptReshapedBatch``).
 
-Invariants: a task never skips unless a marker of its own id, of this query and batch, holds the
-row count the task has now; a task whose view is incomplete (no registration read) never refuses
-because of it. The one exception is deliberate: a replay that cannot learn its number of write
-partitions where the first run recorded it refuses (step 3), because the check it would skip is
+Invariants: a task never skips unless a marker of its own id, of this query and batch (and, where
+both are known, of the same plan), holds the row count the task has now; a task whose view is
+incomplete (no registration read) never refuses because of it; every way on a refusal offers loses
+no record, and says how many are written twice. The one exception is deliberate: a replay that
+cannot learn its number of write partitions where the first run recorded it refuses (step 5),
+because the check it would skip is
 the only one that fires before a narrower replay writes. Nothing here raises a false alarm for queries
 whose output values are not deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only
 row counts and numbers of write partitions are compared. The
@@ -81,6 +89,8 @@ ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
 ADAPTIVE_STATELESS_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
 ADOPT_OPTION = "adoptTransactionalIdsFrom"
 ACCEPT_RESHAPED_OPTION = "acceptReshapedBatch"
+EXACTLY_ONCE_FROM_OPTION = "exactlyOnceFromBatch"
+PREVIOUS_MARKER_TOPIC_OPTION = "previousCommitMarkerTopic"
 
 
 class ReplayRefused(SparkafkaError):
@@ -109,6 +119,23 @@ class Marker(Protocol):
     def topic(self) -> str | None: ...
     @property
     def write_partitions(self) -> int | None: ...
+    @property
+    def plan(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+
+
+class Progress(Protocol):
+    """What a progress record tells (:class:`sparkafka.connector.sink.markers.ProgressRecord`)."""
+
+    @property
+    def query_id(self) -> str: ...
+    @property
+    def batch_id(self) -> int: ...
+    @property
+    def plan(self) -> str | None: ...
+    @property
+    def end_offsets(self) -> tuple[str, ...] | None: ...
 
 
 @dataclass(frozen=True)
@@ -137,6 +164,21 @@ class TaskView:
     # How many write partitions this task's stage has (the driver's status API); None when unknown.
     # Called only when a marker of this batch records its own number.
     write_partitions: Callable[[], int | None] = lambda: None
+    # The digest of the input this batch was planned from (batch_plan.BatchPlan); None when unknown.
+    plan: str | None = None
+    # This query run (StreamingQuery.runId), to tell a retry of this run from a replay.
+    run_id: str | None = None
+    # The last batch of this query every task and the driver committed under this prefix.
+    progress: Progress | None = None
+    # The marker topic held anything of this query (a registration of this id before this run, a
+    # marker, a progress record) when the id first wrote in this run. True when not read.
+    history_found: bool = True
+    # The commit-marker topic, for messages.
+    marker_topic: str = ""
+    # Option exactlyOnceFromBatch: the batch from which an output without markers starts.
+    exactly_once_from: int | None = None
+    # The input records of this batch by the checkpoint's offsets (None when unknown), for messages.
+    batch_input_records: int | None = None
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -146,34 +188,102 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
         raise ReplayRefused(_owned_by_another_query(view))
     accepted = view.accepted_reshaped_batch
     if accepted is not None and view.run_first_batch is not None and accepted > view.run_first_batch:
-        raise ReplayRefused(_accepted_too_early(view, accepted))
-    taken_as_written = accepted == view.batch_id
+        raise ReplayRefused(_accepted_too_early(view, ACCEPT_RESHAPED_OPTION, accepted))
+    _refuse_lost_markers(view)
+    _refuse_checkpoint_behind(view)
     marker = view.own_marker
     ours = marker if marker is not None and marker.query_id == view.query_id else None
-    if ours is not None and ours.batch_id > view.batch_id:
-        return Action.SKIP
-    if not taken_as_written:
-        _refuse_another_width(view, ours)
+    if accepted == view.batch_id:
+        return _accepted_as_written(view, ours, rows)
+    _refuse_another_width(view, ours)
     if ours is not None and ours.batch_id == view.batch_id:
-        if ours.topic not in (None, view.topic) and not taken_as_written:
+        if ours.topic not in (None, view.topic):
             raise ReplayRefused(_written_to_another_topic(view, ours))
         found = rows()
-        if found != ours.records and not taken_as_written:
+        if found != ours.records:
             raise ReplayRefused(_reshaped(view, ours, found))
         return Action.SKIP
+    _refuse_another_prefix(view)
     if not view.batch_write:
-        earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
-        if earlier:
-            raise ReplayRefused(_prefix_changed(view, earlier))
         # Every task refuses together, before any writes to the new topic: the batch is not split.
         elsewhere = [
             m
             for m in view.sibling_markers
             if m.batch_id == view.batch_id and m.topic not in (None, view.topic)
         ]
-        if elsewhere and not taken_as_written:
+        if elsewhere:
             raise ReplayRefused(_written_to_another_topic(view, elsewhere[0]))
     return Action.WRITE
+
+
+def _accepted_as_written(view: TaskView, ours: Marker | None, rows: Callable[[], int]) -> Action:
+    """Step 4 of :func:`decide`: the user accepted this batch as written (``acceptReshapedBatch``).
+    A task skips only where its own marker of the batch shows its partition committed the rows it
+    has now (the same topic, row count and, where both are known, number of write partitions);
+    every other task writes all its rows. So no record of the batch is missing, and what the
+    rewritten partitions had committed before is in the output twice, as the refusal listed it (the
+    tasks log each such partition, the driver the total)."""
+    if ours is not None and ours.batch_id == view.batch_id and ours.topic in (None, view.topic):
+        same_width = ours.write_partitions is None or view.write_partitions() == ours.write_partitions
+        if same_width and rows() == ours.records:
+            return Action.SKIP
+    _refuse_another_prefix(view)
+    return Action.WRITE
+
+
+def _refuse_another_prefix(view: TaskView) -> None:
+    """A streaming write that finds its batch committed under another prefix of the same query:
+    the prefix changed in the middle of a replay, and writing would double what the old ids wrote."""
+    if view.batch_write:
+        return
+    earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
+    if earlier:
+        raise ReplayRefused(_prefix_changed(view, earlier))
+
+
+def _markers_of_this_query(view: TaskView) -> list[Marker]:
+    candidates = (view.own_marker, *view.sibling_markers, *view.other_prefix_markers)
+    return [m for m in candidates if m is not None and m.query_id == view.query_id]
+
+
+def _refuse_lost_markers(view: TaskView) -> None:
+    """Step 2 of :func:`decide`: a run that starts past the query's first micro-batch and finds
+    nothing of the query in the marker topic has lost its markers (topic deleted or changed), or
+    never wrote exactly-once before; either way a replay could not be recognised."""
+    starts_here = view.run_first_batch is not None and view.run_first_batch == view.batch_id
+    if not starts_here or view.batch_id == 0 or view.history_found:
+        return
+    chosen = view.exactly_once_from
+    if chosen is not None and chosen > view.batch_id:
+        raise ReplayRefused(_accepted_too_early(view, EXACTLY_ONCE_FROM_OPTION, chosen))
+    if chosen != view.batch_id:
+        raise ReplayRefused(_lost_markers(view))
+
+
+def _refuse_checkpoint_behind(view: TaskView) -> None:
+    """Step 3 of :func:`decide`: markers of this query past this batch, or of this batch planned
+    from other input, mean the checkpoint went back behind the output (restored from an older
+    copy, newest entries lost). Writing would double what the output holds; skipping would drop
+    the input that arrived since. Every task sees the same markers, so all refuse before writing."""
+    ahead: list[Marker | Progress] = [m for m in _markers_of_this_query(view) if m.batch_id > view.batch_id]
+    progress = view.progress
+    if progress is not None and progress.query_id != view.query_id:
+        progress = None
+    if progress is not None and progress.batch_id > view.batch_id:
+        ahead.append(progress)
+    if ahead:
+        raise ReplayRefused(_checkpoint_behind(view, max(m.batch_id for m in ahead), progress))
+    if view.plan is None:
+        return
+    replanned: list[Marker | Progress] = [
+        m
+        for m in _markers_of_this_query(view)
+        if m.batch_id == view.batch_id and m.plan is not None and m.plan != view.plan
+    ]
+    if progress is not None and progress.batch_id == view.batch_id and progress.plan not in (None, view.plan):
+        replanned.append(progress)
+    if replanned:
+        raise ReplayRefused(_checkpoint_behind(view, view.batch_id, progress))
 
 
 def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
@@ -214,17 +324,55 @@ def partitions_beyond(
 def beyond_refusal(beyond: Sequence[Marker], *, batch_id: int, partitions: int) -> ReplayRefused:
     """The driver's error for :func:`partitions_beyond`: this replay already wrote, so say so."""
     listed = ", ".join(f"{m.partition} ({m.records} records)" for m in beyond)
+    total = sum(m.records for m in beyond)
     return ReplayRefused(
         f"micro-batch {batch_id} was first written by more write partitions than the {partitions} of "
         f"this replay: partition(s) {listed} committed their part of it before the query stopped, and "
-        "this replay's tasks have committed the whole batch split otherwise, so the records of those "
-        "partitions are now in the output twice. The query stops so that no further batch builds on it "
-        "unnoticed. Likely cause: the query's partitioning changed between the crash and the restart (a "
-        "REPARTITION or coalesce count, the query itself). The query of the first run cannot finish "
-        "this batch any more (this replay's commit markers replaced its own). To go on, accept the "
-        f"batch as written: restart with .option('{ACCEPT_RESHAPED_OPTION}', '{batch_id}') on this sink "
-        "and remove the option once the batch is done; read_committed consumers of the output may need "
-        "to drop the duplicates of this batch"
+        "this replay's tasks have committed the whole batch split otherwise, so those "
+        f"{total} record(s) are now in the output twice; nothing is missing. The query stops so that no "
+        "further batch builds on it unnoticed. Likely cause: the query's partitioning changed between "
+        "the crash and the restart (a REPARTITION or coalesce count, the query itself). The query of the "
+        "first run cannot finish this batch any more (this replay's commit markers replaced its own). To "
+        f"go on, accept the batch as written: restart with .option('{ACCEPT_RESHAPED_OPTION}', "
+        f"'{batch_id}') on this sink and remove the option once the batch is done. The replay's tasks "
+        "committed what they have, so they write nothing more: the duplicates stay these "
+        f"{total}, which read_committed consumers of the output may need to drop"
+    )
+
+
+def adopted_partial_batch(
+    query_id: str,
+    old_query: str,
+    progress: Progress,
+    partial: Sequence[Marker],
+    transactional_id: str,
+    batch_id: int,
+) -> str:
+    """Why a query adopting ``old_query``'s ids refuses (``adoptTransactionalIdsFrom``): the old
+    query committed part of the batch after its last complete one, ``progress``."""
+    from sparkafka.connector.sink.batch_plan import starting_offsets_of
+
+    listed = ", ".join(f"'{m.transactional_id}': {m.records}" for m in partial)
+    total = sum(m.records for m in partial)
+    partial_batch = max(m.batch_id for m in partial)
+    ended = None if progress.end_offsets is None else starting_offsets_of(progress.end_offsets)
+    where = (
+        ""
+        if ended is None
+        else f" (its input ended at {ended}, where its consumer group's offsets stand as well)"
+    )
+    return (
+        f"query {query_id} adopts the transactional ids of query {old_query} ({ADOPT_OPTION}), which "
+        f"committed micro-batch {progress.batch_id} completely{where} and then part of micro-batch "
+        f"{partial_batch} before it stopped: {total} record(s) ({listed}). This query reads that input "
+        "again from where the old one's last complete batch ended (startingOffsets=group, or those "
+        "offsets), so writing would put those records in the output a second time, and the old "
+        f"query's markers cannot tell this query's batches apart; '{transactional_id}' writes nothing "
+        "and the query stops, before any of its ids is registered. Ways on: if the old query's "
+        "checkpoint can be found again, run the old query on it: it finishes its batch exactly once. "
+        "Otherwise accept the duplicates with "
+        f".option('{ACCEPT_RESHAPED_OPTION}', '{batch_id}') (this query's micro-batch {batch_id}): "
+        f"nothing is lost, and exactly those {total} record(s) are written twice"
     )
 
 
@@ -303,12 +451,36 @@ def _written_to_another_topic(view: TaskView, marker: Marker) -> str:
     )
 
 
-def _accepted_too_early(view: TaskView, accepted: int) -> str:
+def _accepted_too_early(view: TaskView, option: str, value: int) -> str:
     return (
-        f"option {ACCEPT_RESHAPED_OPTION}={accepted} names a micro-batch this run of query {view.query_id} "
+        f"option {option}={value} names a micro-batch this run of query {view.query_id} "
         f"has not reached: it starts at micro-batch {view.run_first_batch}, the only one a restart can "
-        "replay. The option takes a refused replay as written; give it the batch id the refusal named, "
-        "or remove it"
+        "replay. Give it the batch id the refusal named, or remove it"
+    )
+
+
+def _acceptance_cost(view: TaskView, *, all_rewritten: bool) -> str:
+    """The way on a refusal offers, with its cost from the markers of the batch. Accepted, a task
+    skips only where its partition committed what it has now; every other task writes all its rows.
+    ``all_rewritten``: the replay's shape differs from every marker's (another number of write
+    partitions), so every partition that committed is written again."""
+    of_batch = sorted(
+        (
+            m
+            for m in (view.own_marker, *view.sibling_markers)
+            if m is not None and m.query_id == view.query_id and m.batch_id == view.batch_id
+        ),
+        key=lambda m: m.partition,
+    )
+    listed = ", ".join(f"partition {m.partition}: {m.records}" for m in of_batch) or "none"
+    total = sum(m.records for m in of_batch)
+    bound = "" if all_rewritten else "at most "
+    return (
+        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): every "
+        "task whose partition did not commit exactly what it has now then writes all its rows, so no "
+        f"record of the batch is lost, and records are written twice: {bound}{total} ({listed}), plus "
+        "what tasks of this replay commit before the query stops (the driver's log lists them). Remove "
+        "the option once the batch is done"
     )
 
 
@@ -321,14 +493,11 @@ def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
         "causes: the query changed between the crash and the restart (a REPARTITION or coalesce count, a "
         "filter, the transform), or adaptive query execution was turned on "
         f"({ADAPTIVE_STATELESS_STREAMING}, {ADAPTIVE_ENABLED}). Restart with the query and settings of the "
-        f"first run until micro-batch {view.batch_id} is done, then make the change. Other tasks of this "
-        "replay decide on their own and may have committed their part already; if so, the first run's "
-        f"query now meets their markers and refuses too: accept the batch as written with "
-        f".option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') (partitions that committed keep what they "
-        "committed; records may then be missing or doubled in this batch) and remove the option once "
-        "the batch is done. If instead input records of the batch are gone (retention or DeleteRecords, "
-        "read past with failOnDataLoss=false) or a joined table changed, the batch cannot be replayed as "
-        f"it was: accept it the same way, or start a new checkpoint"
+        f"first run until micro-batch {view.batch_id} is done, then make the change: nothing is lost or "
+        "written twice. Other tasks of this replay decide on their own and may commit their part before "
+        "the query stops. If the first run's query cannot run any more, or input records of the batch "
+        "are gone (retention or DeleteRecords, read past with failOnDataLoss=false), or a joined table "
+        f"changed, {_acceptance_cost(view, all_rewritten=False)}"
     )
 
 
@@ -347,10 +516,8 @@ def _another_width(view: TaskView, of_batch: Sequence[Marker], now: int) -> str:
         "REPARTITION or coalesce count, spark.sql.shuffle.partitions on a new checkpoint, the query "
         f"itself), or adaptive query execution was turned on ({ADAPTIVE_STATELESS_STREAMING}, "
         f"{ADAPTIVE_ENABLED}). Restart with the query and settings of the first run until micro-batch "
-        f"{view.batch_id} is done, then make the change. If the first run's query cannot run any more, "
-        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
-        "partitions that committed keep what they committed, the others write theirs anew, so records "
-        "of this batch may then be missing or doubled; remove the option once the batch is done"
+        f"{view.batch_id} is done, then make the change: nothing is lost or written twice. If the first "
+        f"run's query cannot run any more, {_acceptance_cost(view, all_rewritten=True)}"
     )
 
 
@@ -363,9 +530,85 @@ def _width_unknown(view: TaskView, recorded: Sequence[int]) -> str:
         "with spark.ui.enabled=false, sparkafka.register(spark) not called on this session, or the "
         "UI's port closed to the executors; the executor's log says which). Without it a replay split "
         "otherwise would write records twice before anything noticed, so no task writes and the query "
-        "stops. Restart with the web UI on and reachable until this batch is done; if that cannot be, "
-        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') and "
-        "keep the first run's query and settings for it"
+        "stops. Restart with the web UI on and reachable until this batch is done: nothing is lost or "
+        f"written twice. If that cannot be, {_acceptance_cost(view, all_rewritten=True)}"
+    )
+
+
+def _lost_markers(view: TaskView) -> str:
+    topic = view.marker_topic or "the commit-marker topic"
+    bound = (
+        ""
+        if view.batch_input_records is None
+        else f" (at most the batch's {view.batch_input_records} input record(s), by the checkpoint's offsets)"
+    )
+    return (
+        f"query {view.query_id} has run before (this run starts at micro-batch {view.batch_id}), and the "
+        f"commit-marker topic '{topic}' holds nothing of it: no registration of transactional id "
+        f"'{view.transactional_id}', no commit marker and no progress record of this query. Its markers "
+        "are in another topic (option commitMarkerTopic changed), or this topic was deleted and created "
+        "anew, or the query never wrote with deliveryGuarantee=exactly-once before. Without its markers "
+        "a replayed micro-batch would be written a second time, so nothing is written and the query "
+        "stops. Ways on: if the markers are in another topic, restart with .option('commitMarkerTopic', "
+        "'<that topic>'), or keep this one and carry them over with "
+        f".option('{PREVIOUS_MARKER_TOPIC_OPTION}', '<that topic>'): nothing is lost or written twice. "
+        "If the query never wrote exactly-once before (it switched from Spark's kafka format or from "
+        "another deliveryGuarantee), or its markers are gone for good (no backup of the topic), start "
+        f"its exactly-once output here with .option('{EXACTLY_ONCE_FROM_OPTION}', '{view.batch_id}'): "
+        f"nothing is lost; if micro-batch {view.batch_id} was partly written before the query stopped, "
+        f"that part is written again{bound}"
+    )
+
+
+def _checkpoint_behind(view: TaskView, newest: int, progress: Progress | None) -> str:
+    from sparkafka.connector.sink.batch_plan import starting_offsets_of
+
+    topic = view.marker_topic or "the commit-marker topic"
+    if newest > view.batch_id:
+        what = (
+            f"the checkpoint of query {view.query_id} is behind its output: it is at micro-batch "
+            f"{view.batch_id}, and the commit-marker topic '{topic}' shows micro-batch {newest} of this "
+            "query committed"
+        )
+    else:
+        what = (
+            f"micro-batch {view.batch_id} of query {view.query_id} was planned from other input than the "
+            f"micro-batch {view.batch_id} the commit-marker topic '{topic}' shows committed: the "
+            "checkpoint lost the offsets-log entry it was first written from"
+        )
+    ended = None if progress is None else progress.end_offsets
+    resume = None if ended is None else starting_offsets_of(ended)
+    if progress is None or resume is None:
+        restart = (
+            " The markers do not record where the output's input ended (written by an older sparkafka, "
+            "the checkpoint unreadable by the sink, or more than one source), so no restart point can "
+            "be offered that loses nothing."
+        )
+    else:
+        partial = sorted(
+            (m for m in _markers_of_this_query(view) if m.batch_id == progress.batch_id + 1),
+            key=lambda m: m.partition,
+        )
+        twice = (
+            f"{sum(m.records for m in partial)} record(s) — the part of micro-batch "
+            f"{progress.batch_id + 1} that committed before the query stopped ("
+            + ", ".join(f"'{m.transactional_id}': {m.records}" for m in partial)
+            + ")"
+            if partial
+            else "none"
+        )
+        restart = (
+            " Or start the query on a new checkpointLocation where its output ends, micro-batch "
+            f"{progress.batch_id}: .option('startingOffsets', '{resume}') on its source (and, with a fixed "
+            f"transactionalIdPrefix, a new prefix): nothing is lost, records written twice: {twice}; "
+            "a stateful query's state starts empty."
+        )
+    return (
+        f"{what} (restored from an older copy, or its newest entries lost). Writing this micro-batch "
+        "would write input the output already holds a second time, and skipping it would drop input "
+        "that arrived since, so nothing is written and the query stops. Restore the newest copy of the "
+        f"checkpoint (one whose offsets log reaches micro-batch {newest}): nothing is lost or written "
+        f"twice.{restart}"
     )
 
 

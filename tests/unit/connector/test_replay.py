@@ -17,7 +17,7 @@ from sparkafka.connector.replay import (
     decide,
     partitions_beyond,
 )
-from sparkafka.connector.sink.markers import CommitMarker
+from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord
 from sparkafka.connector.sink.task import query_run_id, task_identity
 from sparkafka.errors import SparkafkaError
 
@@ -35,8 +35,17 @@ def marker(
     prefix: str = "p",
     topic: str | None = "out",
     width: int | None = None,
+    plan: str | None = None,
+    run: str | None = None,
 ) -> CommitMarker:
-    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width)
+    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width, plan, run)
+
+
+END_OFFSETS = ('{"in":{"0":120,"1":80},"sparkafka:split":{"calculator":2}}',)
+
+
+def progress(*, batch: int = BATCH - 1, plan: str | None = "plan-a", query: str = QUERY) -> ProgressRecord:
+    return ProgressRecord("p", query, batch, plan, END_OFFSETS, 0)
 
 
 def width(count: int | None) -> dict:
@@ -76,7 +85,7 @@ CASES = [
     ("replay, fewer rows", {"own_marker": marker()}, 4, "committed 10 record(s) of it", True),
     ("replay, more rows", {"own_marker": marker()}, 25, "the replay gives that partition 25", True),
     ("replay, no rows at all", {"own_marker": marker()}, 0, "another shape", True),
-    ("marker of a later batch", {"own_marker": marker(batch=BATCH + 1)}, 3, Action.SKIP, False),
+    ("marker of a later batch", {"own_marker": marker(batch=BATCH + 1)}, 3, "is behind its output", False),
     (
         "marker of another query",
         {"own_marker": marker(query=OTHER_QUERY, batch=BATCH + 5)},
@@ -152,7 +161,7 @@ CASES = [
         "replay, another row count, this batch accepted as written",
         {"own_marker": marker(), "accepted_reshaped_batch": BATCH},
         4,
-        Action.SKIP,
+        Action.WRITE,
         True,
     ),
     (
@@ -187,8 +196,8 @@ CASES = [
         "marker for another topic, accepted as written",
         {"own_marker": marker(topic="old-out"), "accepted_reshaped_batch": BATCH},
         10,
-        Action.SKIP,
-        True,
+        Action.WRITE,
+        False,
     ),
     (
         "acceptReshapedBatch beyond the run's first batch",
@@ -260,8 +269,8 @@ CASES = [
         "the number unknown now, this batch accepted as written",
         {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(None)},
         4,
-        Action.SKIP,
-        True,
+        Action.WRITE,
+        False,
     ),
     (
         "marker that recorded no number of write partitions",
@@ -274,8 +283,8 @@ CASES = [
         "another number of write partitions, accepted as written",
         {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(3)},
         10,
-        Action.SKIP,
-        True,
+        Action.WRITE,
+        False,
     ),
     (
         "markers of the batch that disagree among themselves",
@@ -309,12 +318,145 @@ CASES = [
         "marker of a later batch, another number of write partitions",
         {"own_marker": marker(batch=BATCH + 1, width=4), **width(2)},
         10,
-        Action.SKIP,
+        "shows micro-batch 8 of this query committed",
         False,
     ),
     (
         "df.write, another write's prefix at this batch",
         {"batch_write": True, "other_prefix_markers": (marker(prefix="dlq-writes"),)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "accepted as written, the partition committed what it has now",
+        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(4)},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "accepted as written, a retry of this run after its first attempt committed",
+        {"own_marker": marker(run="run-2"), "accepted_reshaped_batch": BATCH, "run_id": "run-2"},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "accepted as written, no own marker, a sibling of another number",
+        {"sibling_markers": (marker(partition=0, width=4),), "accepted_reshaped_batch": BATCH, **width(2)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "a sibling committed a later batch (checkpoint restored from an older copy)",
+        {"sibling_markers": (marker(partition=0, batch=BATCH + 2),)},
+        10,
+        "shows micro-batch 9 of this query committed",
+        False,
+    ),
+    (
+        "a later batch under another prefix of this query",
+        {"other_prefix_markers": (marker(prefix="old", batch=BATCH + 1),)},
+        10,
+        "is behind its output",
+        False,
+    ),
+    (
+        "a later batch accepted as written does not hide a checkpoint behind its output",
+        {"sibling_markers": (marker(partition=0, batch=BATCH + 2),), "accepted_reshaped_batch": BATCH},
+        10,
+        "is behind its output",
+        False,
+    ),
+    (
+        "the progress record is past this batch",
+        {"progress": progress(batch=BATCH + 1)},
+        10,
+        "shows micro-batch 8 of this query committed",
+        False,
+    ),
+    (
+        "another query's progress past this batch (adopted ids)",
+        {"progress": progress(batch=BATCH + 1, query=OTHER_QUERY)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "own marker of this batch planned from other input",
+        {"own_marker": marker(plan="plan-a"), "plan": "plan-b"},
+        10,
+        "was planned from other input",
+        False,
+    ),
+    (
+        "a sibling's marker of this batch planned from other input",
+        {"sibling_markers": (marker(partition=0, plan="plan-a"),), "plan": "plan-b"},
+        10,
+        "was planned from other input",
+        False,
+    ),
+    (
+        "the progress record of this batch planned from other input",
+        {"progress": progress(batch=BATCH, plan="plan-a"), "plan": "plan-b"},
+        10,
+        "was planned from other input",
+        False,
+    ),
+    (
+        "replay of the same plan",
+        {"own_marker": marker(plan="plan-a"), "plan": "plan-a"},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "plan unknown now (checkpoint unreadable): batch ids alone",
+        {"own_marker": marker(plan="plan-a"), "plan": None},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "marker from before plans were recorded",
+        {"own_marker": marker(plan=None), "plan": "plan-b"},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "nothing of the query in the marker topic, past its first batch",
+        {"history_found": False, "run_first_batch": BATCH, "marker_topic": "markers-b"},
+        10,
+        "commit-marker topic 'markers-b' holds nothing of it",
+        False,
+    ),
+    (
+        "nothing of the query in the marker topic, its first batch",
+        {"history_found": False, "batch_id": 0, "run_first_batch": 0},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "nothing of the query in the marker topic, exactly-once declared to start here",
+        {"history_found": False, "run_first_batch": BATCH, "exactly_once_from": BATCH},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "exactlyOnceFromBatch beyond the run's first batch",
+        {"history_found": False, "run_first_batch": BATCH, "exactly_once_from": BATCH + 1},
+        10,
+        "option exactlyOnceFromBatch=8 names a micro-batch this run of query q-1 has not reached",
+        False,
+    ),
+    (
+        "nothing of the query in the marker topic, a later batch of the run",
+        {"history_found": False, "run_first_batch": BATCH - 1},
         10,
         Action.WRITE,
         False,
@@ -418,3 +560,48 @@ def test_the_run_id_comes_from_the_batch_description_first(
 def test_the_sinks_write_outside_a_spark_task_is_refused() -> None:
     with pytest.raises(SparkafkaError, match="must run inside a Spark task"):
         task_identity()
+
+
+def test_a_checkpoint_behind_its_output_names_a_restart_point_and_its_exact_cost() -> None:
+    partial = (marker(partition=0, batch=BATCH, records=6), marker(partition=1, batch=BATCH, records=4))
+    view = replace(VIEW, batch_id=BATCH - 5, sibling_markers=partial, progress=progress(), marker_topic="m")
+    with pytest.raises(ReplayRefused) as refused:
+        decide(view, Rows(10))
+    message = str(refused.value)
+    for phrase in (
+        "it is at micro-batch 2, and the commit-marker topic 'm' shows micro-batch 7 of this query committed",
+        "Restore the newest copy of the checkpoint (one whose offsets log reaches micro-batch 7)",
+        """.option('startingOffsets', '{"in":{"0":120,"1":80}}')""",
+        "records written twice: 10 record(s) — the part of micro-batch 7 that committed",
+        "'p-0': 6, 'p-1': 4",
+        "nothing is lost",
+    ):
+        assert phrase in message, phrase
+
+
+def test_a_checkpoint_behind_without_a_progress_record_offers_no_restart_point() -> None:
+    view = replace(VIEW, own_marker=marker(batch=BATCH + 3))
+    with pytest.raises(ReplayRefused) as refused:
+        decide(view, Rows(10))
+    assert "no restart point can be offered that loses nothing" in str(refused.value)
+    assert "startingOffsets" not in str(refused.value)
+
+
+def test_every_refusal_that_offers_acceptance_states_the_records_written_twice() -> None:
+    first_run = (marker(partition=0, records=7, width=2), marker(partition=1, records=5, width=2))
+    wider = replace(VIEW, partition=3, sibling_markers=first_run, **width(4))
+    with pytest.raises(ReplayRefused) as refused:
+        decide(wider, Rows(3))
+    assert "records are written twice: 12 (partition 0: 7, partition 1: 5)" in str(refused.value)
+    reshaped = replace(VIEW, own_marker=marker(records=9), sibling_markers=(marker(partition=0, records=7),))
+    with pytest.raises(ReplayRefused) as refused:
+        decide(reshaped, Rows(3))
+    assert "records are written twice: at most 16 (partition 0: 7, partition 2: 9)" in str(refused.value)
+
+
+def test_accepted_as_written_never_drops_the_rows_it_counted() -> None:
+    """A task whose count differs is counted, then writes: the count must not consume its rows."""
+    counted = Rows(4)
+    view = replace(VIEW, own_marker=marker(records=10), accepted_reshaped_batch=BATCH)
+    assert decide(view, counted) is Action.WRITE
+    assert counted.asked

@@ -21,11 +21,19 @@ from sparkafka.connector.kafka_admin import (
     error_code,
     partition_watermarks,
 )
+from sparkafka.connector.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import MARKER_PARTITION, OPERATION_TIMEOUT, SinkOptions
 from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
 log = logging.getLogger(__name__)
+
+# How a query moves to another commit-marker topic without losing what its markers say.
+MOVE_MARKERS_HINT = (
+    "A new query (a new checkpoint) may name any other topic with option 'commitMarkerTopic'; a query "
+    "that has written before keeps its markers by naming the new topic with 'commitMarkerTopic' and "
+    f"this one with '{PREVIOUS_MARKER_TOPIC_OPTION}', which carries them over before its next micro-batch"
+)
 
 # -- commit markers ---------------------------------------------------------------------------------
 
@@ -44,6 +52,11 @@ class CommitMarker:
     # How many write partitions the batch had when this task committed (Spark's numTasks of the
     # write stage); None when the driver's status API could not say, and in older markers.
     write_partitions: int | None = None
+    # The digest of the input the batch was planned from (batch_plan.BatchPlan.digest); None when
+    # the checkpoint could not be read, and in older markers.
+    plan: str | None = None
+    # The query run that committed it (StreamingQuery.runId); None in older markers.
+    run_id: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -56,6 +69,8 @@ class CommitMarker:
                 "time_ms": self.time_ms,
                 "topic": self.topic,
                 "write_partitions": self.write_partitions,
+                "plan": self.plan,
+                "run_id": self.run_id,
             },
             separators=(",", ":"),
         ).encode()
@@ -72,6 +87,57 @@ class CommitMarker:
             int(data["time_ms"]),
             data.get("topic"),
             _optional_int(data.get("write_partitions")),
+            data.get("plan"),
+            data.get("run_id"),
+        )
+
+
+@dataclass(frozen=True)
+class ProgressRecord:
+    """The last micro-batch of a query that every write task and the driver committed under one
+    transactional-id prefix, and where its input ended; key ``progress/<prefix>``.
+
+    Written by the driver's commit after all of the batch's tasks committed, so it is never ahead of
+    the markers. It tells a query whose checkpoint went back where its output really ends."""
+
+    prefix: str
+    query_id: str
+    batch_id: int
+    plan: str | None
+    # The source lines of the batch's offsets-log entry (None: the checkpoint could not be read).
+    end_offsets: tuple[str, ...] | None
+    time_ms: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": 1,
+                "prefix": self.prefix,
+                "query_id": self.query_id,
+                "batch_id": self.batch_id,
+                "plan": self.plan,
+                "end_offsets": None if self.end_offsets is None else list(self.end_offsets),
+                "time_ms": self.time_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ProgressRecord:
+        data = json.loads(raw)
+        if data.get("version") != 1:
+            raise CommitMarkerError(
+                f"a progress record of the commit-marker topic has version {data.get('version')!r}, and this "
+                "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
+            )
+        end = data.get("end_offsets")
+        return cls(
+            data["prefix"],
+            data["query_id"],
+            int(data["batch_id"]),
+            data.get("plan"),
+            None if end is None else tuple(str(line) for line in end),
+            int(data["time_ms"]),
         )
 
 
@@ -101,8 +167,7 @@ def ensure_marker_topic(options: SinkOptions) -> None:
             raise CommitMarkerError(
                 f"cannot create the commit-marker topic '{options.marker_topic}' on "
                 f"{options.bootstrap_servers}: {error.args[0]}. Create it yourself with "
-                "cleanup.policy=compact, "
-                "or name an existing one with option 'commitMarkerTopic'"
+                f"cleanup.policy=compact. {MOVE_MARKERS_HINT}"
             ) from None
 
 
@@ -125,8 +190,7 @@ def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
             "deletes its records after retention.ms, and a micro-batch replayed after its marker is gone "
             "would be written a second time. Set cleanup.policy=compact on it (kafka-configs --alter "
             f"--entity-type topics --entity-name {options.marker_topic} --add-config "
-            "cleanup.policy=compact), or name a topic of the sink's own with option 'commitMarkerTopic' "
-            "(created compacted)"
+            f"cleanup.policy=compact). {MOVE_MARKERS_HINT} (a topic it creates is compacted)"
         )
 
 
@@ -187,8 +251,8 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
             "read_committed readers of that partition back and was not aborted by the broker. Every "
             "exactly-once sink writing markers to this topic shares the partition, so a crashed writer of "
             "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
-            "'sparkafka transactions list' shows the open transactions; restarting that query, or "
-            "giving queries their own commitMarkerTopic, ends the wait. If it lists none, the partition "
+            "'sparkafka transactions list' shows the open transactions; restarting that query ends the "
+            f"wait. {MOVE_MARKERS_HINT}. If it lists none, the partition "
             "holds a hanging transaction whose COMMIT or ABORT marker was never written (a lone broker "
             "killed mid-commit, or an unclean leader election): Apache Kafka's 'kafka-transactions.sh "
             "find-hanging' finds it and 'kafka-transactions.sh abort' ends it"

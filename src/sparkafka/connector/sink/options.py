@@ -15,6 +15,8 @@ from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidd
 from sparkafka.connector.replay import (
     ACCEPT_RESHAPED_OPTION,
     ADOPT_OPTION,
+    EXACTLY_ONCE_FROM_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
 )
 from sparkafka.errors import SparkafkaOptionError
 
@@ -36,6 +38,7 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 MARKER_PARTITION = 0
 REGISTRATION_KEY_PREFIX = "registration/"
+PROGRESS_KEY_PREFIX = "progress/"
 OPERATION_TIMEOUT = "operationTimeoutMs"
 
 SINK_OPTIONS = (
@@ -56,6 +59,16 @@ SINK_OPTIONS = (
         ACCEPT_RESHAPED_OPTION,
         "a micro-batch id whose replay was refused as reshaped: take that batch as it was written and "
         "go on (remove the option afterwards)",
+    ),
+    OptionSpec(
+        PREVIOUS_MARKER_TOPIC_OPTION,
+        "the commit-marker topic a running query used until now: its markers are carried over to "
+        "commitMarkerTopic before the next micro-batch writes (remove the option afterwards)",
+    ),
+    OptionSpec(
+        EXACTLY_ONCE_FROM_OPTION,
+        "a micro-batch id from which a query whose markers hold nothing of it starts its exactly-once "
+        "output (a switch from Spark's kafka format or another deliveryGuarantee, markers lost)",
     ),
     OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
     # Spark hands these to every sink: the writeStream's checkpoint, start(path) or save(path), and
@@ -93,6 +106,9 @@ class SinkOptions:
     operation_timeout_s: float
     adopted_query: str | None = None
     accepted_reshaped_batch: int | None = None
+    exactly_once_from: int | None = None
+    previous_marker_topic: str | None = None
+    checkpoint_location: str | None = None
     pause_at: str | None = None
     pause_s: float = 0.0
     pause_partitions: frozenset[int] | None = None
@@ -128,12 +144,12 @@ class SinkOptions:
         prefix = reader.string("transactionalIdPrefix")
         if prefix is not None and not prefix:
             raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
-        marker_topic = reader.string("commitMarkerTopic", DEFAULT_MARKER_TOPIC) or DEFAULT_MARKER_TOPIC
-        if not _LEGAL_TOPIC.fullmatch(marker_topic) or marker_topic in (".", ".."):
-            # Else the broker's bare "Invalid topic" surfaces from the first metadata request.
+        marker_topic = _topic_name(reader, "commitMarkerTopic") or DEFAULT_MARKER_TOPIC
+        previous_marker_topic = _topic_name(reader, PREVIOUS_MARKER_TOPIC_OPTION)
+        if previous_marker_topic == marker_topic:
             raise SparkafkaOptionError(
-                f"option 'commitMarkerTopic' is '{marker_topic}', not a legal Kafka topic name: up to "
-                "249 characters of ASCII letters, digits, '.', '_' and '-' (and not '.' or '..')"
+                f"option '{PREVIOUS_MARKER_TOPIC_OPTION}' names the commit-marker topic itself "
+                f"('{marker_topic}'): name the topic the markers are carried over from, or remove the option"
             )
         return cls(
             client_config=params,
@@ -145,6 +161,9 @@ class SinkOptions:
             operation_timeout_s=reader.duration_ms("operationTimeoutMs", "60s") / 1000,
             adopted_query=reader.string(ADOPT_OPTION) or None,
             accepted_reshaped_batch=reader.optional_integer(ACCEPT_RESHAPED_OPTION, minimum=0),
+            exactly_once_from=reader.optional_integer(EXACTLY_ONCE_FROM_OPTION, minimum=0),
+            previous_marker_topic=previous_marker_topic,
+            checkpoint_location=reader.string("checkpointLocation") or None,
             pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
             pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
             pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
@@ -188,6 +207,20 @@ class SinkOptions:
 
 
 PAUSE_POINTS = ("beforeproduce", "beforecommit", "drivercommit")
+
+
+def _topic_name(reader: OptionReader, option: str) -> str | None:
+    """A topic-name option, checked as Kafka's Topic.validate does (else the broker's bare "Invalid
+    topic" surfaces from the first metadata request)."""
+    name = reader.string(option)
+    if not name:
+        return None
+    if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
+        raise SparkafkaOptionError(
+            f"option '{reader.name(option)}' is '{name}', not a legal Kafka topic name: up to "
+            "249 characters of ASCII letters, digits, '.', '_' and '-' (and not '.' or '..')"
+        )
+    return name
 
 
 def _parse_partitions(value: str | None) -> frozenset[int] | None:

@@ -6,6 +6,7 @@ producer only while this worker initialised its id last (see :func:`transactiona
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -27,13 +28,22 @@ from sparkafka.connector.kafka_admin import (
 )
 from sparkafka.connector.replay import (
     ADOPT_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
+    ReplayRefused,
+    adopted_partial_batch,
 )
 from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
-from sparkafka.connector.sink.markers import CommitMarker, read_marker_partition
+from sparkafka.connector.sink.markers import (
+    MOVE_MARKERS_HINT,
+    CommitMarker,
+    ProgressRecord,
+    read_marker_partition,
+)
 from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
     EXACTLY_ONCE,
     MARKER_PARTITION,
+    PROGRESS_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
 )
@@ -66,6 +76,10 @@ class CachedProducer:
     # partitions, as read at that first write (streaming writes only).
     other_prefix_markers: tuple[CommitMarker, ...] = ()
     sibling_markers: tuple[CommitMarker, ...] = ()
+    # The last batch of this query every task and the driver committed under this id's prefix.
+    progress: ProgressRecord | None = None
+    # The marker topic held anything of this query at that first write (replay.TaskView).
+    history_found: bool = True
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -255,7 +269,7 @@ def _read_committed_state(
     of_this_query = [
         (key, marker)
         for key, value in found.items()
-        if not key.startswith(REGISTRATION_KEY_PREFIX)
+        if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX))
         and key != transactional_id
         and needle in value
         and (marker := CommitMarker.decode(value)).query_id == query_id
@@ -267,7 +281,19 @@ def _read_committed_state(
     )
     cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
     registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
-    if registered is None or (registered != query_id and registered == options.adopted_query):
+    progress_key = f"{PROGRESS_KEY_PREFIX}{own_prefix}"
+    cached.progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
+    cached.history_found = (
+        registered is not None
+        or bool(of_this_query)
+        or (cached.marker is not None and cached.marker.query_id == query_id)
+        or (cached.progress is not None and cached.progress.query_id == query_id)
+    )
+    adopting = registered is not None and registered != query_id and registered == options.adopted_query
+    if adopting and options.accepted_reshaped_batch != identity.batch_id:
+        assert registered is not None
+        _refuse_adopting_a_partial_batch(options, found, own_prefix, transactional_id, registered, identity)
+    if registered is None or adopting:
         if registered is not None:
             log.warning(
                 "%s: adopting transactional id %s from query %s (option %s)",
@@ -282,6 +308,51 @@ def _read_committed_state(
     cached.query_id = query_id
     cached.run_id = identity.run_id
     cached.run_first_batch = identity.batch_id
+
+
+def _refuse_adopting_a_partial_batch(
+    options: SinkOptions,
+    found: Mapping[str, bytes],
+    prefix: str,
+    transactional_id: str,
+    old_query: str,
+    identity: TaskIdentity,
+) -> None:
+    """Before this query takes over ``old_query``'s ids: the old query's markers past its last
+    complete batch (its progress record) are a batch it committed in part before it stopped. This
+    query starts where that batch's input starts at the latest (its checkpoint is new), so those
+    records would be written again: refuse, counting them, before registering anything, so that
+    every task of the adopting run sees the same and refuses too."""
+    progress_key = f"{PROGRESS_KEY_PREFIX}{prefix}"
+    progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
+    if progress is None or progress.query_id != old_query:
+        log.warning(
+            "%s: adopting the ids of %s, which left no progress record (an older sparkafka): whether its "
+            "last micro-batch was committed in part cannot be told",
+            identity.query_id,
+            old_query,
+        )
+        return
+    needle = f'"query_id":{json.dumps(old_query)}'.encode()
+    partial = sorted(
+        (
+            marker
+            for key, value in found.items()
+            if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX))
+            and write_partition_of(key, prefix) is not None
+            and needle in value
+            and (marker := CommitMarker.decode(value)).query_id == old_query
+            and marker.batch_id > progress.batch_id
+        ),
+        key=lambda m: m.partition,
+    )
+    if partial:
+        assert identity.query_id is not None and identity.batch_id is not None
+        raise ReplayRefused(
+            adopted_partial_batch(
+                identity.query_id, old_query, progress, partial, transactional_id, identity.batch_id
+            )
+        )
 
 
 def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:
@@ -306,8 +377,95 @@ def _register(options: SinkOptions, producer: Producer, key: str, query_id: str,
             f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
             f"{error.args[0]}. The sink commits this record before its first output, and a marker after "
             "every batch: the topic must accept them (its max.message.bytes, min.insync.replicas and "
-            "ACLs for this principal), or name another one with option 'commitMarkerTopic'"
+            f"ACLs for this principal). {MOVE_MARKERS_HINT}"
         ) from None
+
+
+def _marker_producer(options: SinkOptions) -> Producer:
+    """An idempotent producer of records into the marker partition outside any transaction (progress
+    records, markers carried over): committed as soon as acknowledged, never holding readers back."""
+    config = {
+        "enable.sparse.connections": False,  # see producer_config
+        **options.client_config,
+        "logger": LIBRDKAFKA_LOGGER,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    return Producer(config)
+
+
+def _produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, bytes], what: str) -> None:
+    producer = _marker_producer(options)
+    failures: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for key, value in records.items():
+        producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
+    remaining = producer.flush(options.operation_timeout_s)
+    if remaining or failures:
+        reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in time"
+        raise CommitMarkerError(
+            f"writing {what} to the commit-marker topic '{topic}' failed: {reason}. The sink needs it "
+            f"to tell a replay from new output; the batch fails, and Spark retries it. {MOVE_MARKERS_HINT}"
+        )
+
+
+def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
+    """Record that every task of ``record.batch_id`` committed (the driver's commit)."""
+    key = f"{PROGRESS_KEY_PREFIX}{record.prefix}"
+    _produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the progress record")
+
+
+def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
+    """Copy what the marker topic ``options.previous_marker_topic`` holds of ``query_id`` under
+    ``prefix`` — the registrations of the prefix's ids, the query's commit markers, the prefix's
+    progress — into ``options.marker_topic``, unless that topic holds something of the query
+    already (carried over before, or written since). Runs on the driver before the micro-batch's
+    tasks, which then read the markers where they are now. Returns the records copied.
+
+    Invariant: nothing of the query is ever overwritten in the new topic: a marker written there by
+    this query is newer than any in the old one."""
+    previous = options.previous_marker_topic
+    assert previous is not None
+    if _holds_query(read_marker_partition(options), query_id, prefix):
+        return 0
+    old = dataclasses.replace(options, marker_topic=previous)
+    found = read_marker_partition(old)
+    copied = {key: value for key, value in found.items() if _belongs_to(key, value, query_id, prefix)}
+    if not copied:
+        raise CommitMarkerError(
+            f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{previous}' names a topic that holds nothing of query "
+            f"{query_id} under transactional-id prefix '{prefix}' either: name the topic that holds its "
+            "markers, or remove the option"
+        )
+    _produce_to_markers(options, options.marker_topic, copied, f"{len(copied)} record(s) carried over")
+    log.warning(
+        "%s: carried %d commit-marker record(s) over from %s to %s (option %s; remove it now)",
+        query_id,
+        len(copied),
+        previous,
+        options.marker_topic,
+        PREVIOUS_MARKER_TOPIC_OPTION,
+    )
+    return len(copied)
+
+
+def _belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
+    if key.startswith(REGISTRATION_KEY_PREFIX):
+        return write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
+    if key.startswith(PROGRESS_KEY_PREFIX):
+        return key == f"{PROGRESS_KEY_PREFIX}{prefix}"
+    try:
+        return CommitMarker.decode(value).query_id == query_id
+    except (ValueError, KeyError):
+        return False
+
+
+def _holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
+    return any(_belongs_to(key, value, query_id, prefix) for key, value in found.items())
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:

@@ -20,6 +20,7 @@ from sparkafka.connector.kafka_admin import (
     waits_until_refused,
 )
 from sparkafka.connector.replay import (
+    ACCEPT_RESHAPED_OPTION,
     Action,
     ReplayRefused,
     TaskView,
@@ -28,12 +29,13 @@ from sparkafka.connector.replay import (
     decide,
     partitions_beyond,
 )
+from sparkafka.connector.sink.batch_plan import BatchPlan
 from sparkafka.connector.sink.failures import (
     kafka_exception_of,
     sink_unreachable_error,
     transaction_timeout_error,
 )
-from sparkafka.connector.sink.markers import CommitMarker, read_marker_partition
+from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord, read_marker_partition
 from sparkafka.connector.sink.options import AT_LEAST_ONCE, EXACTLY_ONCE, MARKER_PARTITION, SinkOptions
 from sparkafka.connector.sink.producers import (
     CachedProducer,
@@ -42,6 +44,7 @@ from sparkafka.connector.sink.producers import (
     fence_transactional_id,
     plain_producer,
     transactional_producer,
+    write_progress,
 )
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
 from sparkafka.connector.sink.task import task_identity
@@ -78,6 +81,9 @@ class SinkCommitMessage(WriterCommitMessage):
     fresh_producer: bool = False
     # The number of write partitions the task's marker records (None: unknown, or no marker written).
     write_partitions: int | None = None
+    # Records this id had committed of the batch before, written again because the user accepted the
+    # batch as written (acceptReshapedBatch): duplicates the driver logs.
+    rewritten_records: int = 0
 
 
 class _RowEncoder:
@@ -125,9 +131,14 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     ``batch_write``: the write is a ``df.write`` inside ``foreachBatch``, one of possibly several
     writes of the same micro-batch (see :class:`KafkaBatchWriter`)."""
 
-    def __init__(self, options: SinkOptions, *, batch_write: bool = False) -> None:
+    def __init__(
+        self, options: SinkOptions, *, batch_write: bool = False, plan: BatchPlan | None = None
+    ) -> None:
         self.options = options
         self.batch_write = batch_write
+        # The checkpoint's newest offsets-log entry when Spark created this writer (the driver, once
+        # per micro-batch): the batch being written and the input it was planned from.
+        self.plan = plan
 
     # -- executor side ----------------------------------------------------------------------------
 
@@ -187,6 +198,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batch_id=batch_id,
         )
         # Step 3: write, skip, or refuse.
+        plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         view = TaskView(
             query_id=query_id,
             batch_id=batch_id,
@@ -201,9 +213,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
             run_first_batch=cached.run_first_batch,
             write_partitions=width.decisive,
+            plan=None if plan is None else plan.digest,
+            run_id=identity.run_id,
+            progress=cached.progress,
+            history_found=cached.history_found,
+            marker_topic=self.options.marker_topic,
+            exactly_once_from=self.options.exactly_once_from,
+            batch_input_records=None if plan is None else plan.input_records,
         )
-        first = next(batches, None)
-        if decide(view, rows=lambda: _count_rows(first, batches)) is Action.SKIP:
+        task_input = _TaskInput(batches)
+        if decide(view, rows=task_input.count) is Action.SKIP:
             marker = cached.marker
             assert marker is not None
             log.info(
@@ -214,17 +233,26 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 marker.batch_id,
             )
             return written(records=0, skipped_replay=True)
+        rewritten = _rewritten_by_acceptance(view)
+        first, rest = task_input.first(), task_input.rest()
         if first is None:  # no rows, no transaction
             return written(records=0)
         # Step 4: rows and marker in one transaction.
-        marker = self._write_transaction(
-            cached,
-            CommitMarker(own_id, query_id, batch_id, partition, 0, 0, self.options.topic or ""),
-            width.known,
-            first,
-            batches,
+        draft = CommitMarker(
+            own_id,
+            query_id,
+            batch_id,
+            partition,
+            0,
+            0,
+            self.options.topic or "",
+            plan=view.plan,
+            run_id=identity.run_id,
         )
-        return written(records=marker.records, write_partitions=marker.write_partitions)
+        marker = self._write_transaction(cached, draft, width.known, first, rest)
+        return written(
+            records=marker.records, write_partitions=marker.write_partitions, rewritten_records=rewritten
+        )
 
     def _write_transaction(
         self,
@@ -424,9 +452,43 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             )
         if self.options.delivery_guarantee == EXACTLY_ONCE and written and not recorded:
             _warn_no_width_once()
-        if self.options.delivery_guarantee == EXACTLY_ONCE and any(r.fresh_producer for r in reports):
+        if self.options.delivery_guarantee != EXACTLY_ONCE:
+            self.options.pause("driverCommit", partition=None, batch_id=batchId)
+            return
+        rewritten = {r.partition: r.rewritten_records for r in reports if r.rewritten_records}
+        if rewritten:
+            log.warning(
+                "micro-batch %d, accepted as written (%s): %d record(s) written a second time, by write "
+                "partition: %s",
+                batchId,
+                ACCEPT_RESHAPED_OPTION,
+                sum(rewritten.values()),
+                ", ".join(f"{p}: {n}" for p, n in sorted(rewritten.items())),
+            )
+        if any(r.fresh_producer for r in reports):
             self._check_first_batch_of_run(reports, batchId)
+        self._record_progress(reports, batchId)
         self.options.pause("driverCommit", partition=None, batch_id=batchId)
+
+    def _record_progress(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
+        """Every task of ``batch_id`` committed: record it, with where its input ended, as the
+        prefix's progress (see :class:`~.markers.ProgressRecord`). Before Spark's own commit log, so
+        the record is never behind the checkpoint; a crash between the two replays a batch whose
+        tasks all skip."""
+        prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
+        query_id = next((r.query_id for r in reports if r.query_id), None)
+        if prefix is None or query_id is None:
+            return
+        plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
+        record = ProgressRecord(
+            prefix,
+            query_id,
+            batch_id,
+            None if plan is None else plan.digest,
+            None if plan is None else plan.end_offsets,
+            int(time.time() * 1000),
+        )
+        write_progress(self.options, record)
 
     def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
         """At the first batch of a query run (a restart, when the batch may be a replay):
@@ -462,6 +524,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.delivery_guarantee != EXACTLY_ONCE:
             return
+        committed = {
+            m.partition: m.records for m in messages if isinstance(m, SinkCommitMessage) and m.records
+        }
+        if committed:
+            log.warning(
+                "micro-batch %d failed after write partition(s) %s committed their part of it (records: %s): "
+                "a replay of the same shape skips them; a replay accepted as written (%s) whose tasks do not "
+                "match them writes them a second time",
+                batchId,
+                sorted(committed),
+                ", ".join(f"{p}: {n}" for p, n in sorted(committed.items())),
+                ACCEPT_RESHAPED_OPTION,
+            )
         prefix = self.options.transactional_id_prefix or next(
             (m.transactional_id_prefix for m in messages if isinstance(m, SinkCommitMessage)), None
         )
@@ -507,9 +582,48 @@ def _produce_when_queue_has_room(
             continue
 
 
-def _count_rows(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> int:
-    """The task's rows, counted (and consumed) without writing them: a replay being checked."""
-    return 0 if first is None else first.num_rows + sum(batch.num_rows for batch in rest)
+class _TaskInput:
+    """A write task's non-empty Arrow batches, counted without losing them: a replay being checked
+    is counted before it is skipped or refused, and a batch accepted as written (acceptReshapedBatch)
+    is counted and then written, so counting keeps what it read."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._kept: list[pa.RecordBatch] | None = None
+
+    def count(self) -> int:
+        if self._kept is None:
+            self._kept = list(self._batches)
+        return sum(batch.num_rows for batch in self._kept)
+
+    def first(self) -> pa.RecordBatch | None:
+        if self._kept is not None:
+            return self._kept[0] if self._kept else None
+        return next(self._batches, None)
+
+    def rest(self) -> Iterator[pa.RecordBatch]:
+        """The batches after :meth:`first` (call it first)."""
+        return iter(self._kept[1:]) if self._kept is not None else self._batches
+
+
+def _rewritten_by_acceptance(view: TaskView) -> int:
+    """The records this id committed of the batch before, now written again because the user accepted
+    the batch as written; logged here, and totalled by the driver."""
+    marker = view.own_marker
+    if view.accepted_reshaped_batch != view.batch_id or marker is None:
+        return 0
+    if marker.query_id != view.query_id or marker.batch_id != view.batch_id:
+        return 0
+    log.warning(
+        "micro-batch %d of %s, accepted as written (%s): %s committed %d record(s) of it before, "
+        "written again now, so they are in the output twice",
+        view.batch_id,
+        view.query_id,
+        ACCEPT_RESHAPED_OPTION,
+        view.transactional_id,
+        marker.records,
+    )
+    return marker.records
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,301 @@
+"""What an operator does between two runs never loses or doubles a record silently: a checkpoint
+restored from an older copy, a commit-marker topic changed or deleted. Each test counts every
+record id in the output with read_committed (read to the end, so copies show) and asserts exactly
+once, or a refusal before anything was written, then takes the way on the refusal offers and
+asserts what it said it would cost. Real Kafka processes (the embedded broker and Apache Kafka),
+real local SparkSession."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from sparkafka.tools.harness import wait_until
+from tests.integration.conftest import EMBEDDED, Kafka
+from tests.integration.kafka_clients import committed_markers, create_topic, producer, read_to_end
+
+PARTITIONS = 4
+
+
+class Topics:
+    """An input and an output topic of the test's own, and record ids sent so far."""
+
+    def __init__(self, bootstrap: str, name: str) -> None:
+        self.bootstrap = bootstrap
+        self.source, self.sink = f"{name}-in", f"{name}-out"
+        self.sent = 0
+        create_topic(bootstrap, self.source, partitions=PARTITIONS)
+        create_topic(bootstrap, self.sink, partitions=PARTITIONS)
+
+    def send(self, records: int) -> set[str]:
+        """Records ``r{n:06d}`` from the last one sent on, over the input partitions."""
+        sender = producer(self.bootstrap)
+        ids = set()
+        for i in range(self.sent, self.sent + records):
+            ids.add(f"r{i:06d}")
+            sender.produce(self.source, value=f"r{i:06d}", partition=i % PARTITIONS)
+        assert sender.flush(60) == 0
+        self.sent += records
+        return ids
+
+    def all_ids(self) -> set[str]:
+        return {f"r{i:06d}" for i in range(self.sent)}
+
+    def written(self, isolation: str = "read_committed") -> Counter[str]:
+        """How often each id is in the output for a reader of ``isolation``, read to the end."""
+        messages = read_to_end(self.bootstrap, self.sink, partitions=PARTITIONS, isolation=isolation)
+        return Counter((m.value() or b"").decode() for m in messages)
+
+
+@pytest.fixture
+def topics(kafka: Kafka, topic_name: str) -> Topics:
+    return Topics(kafka.bootstrap_servers, topic_name)
+
+
+def _start(spark: SparkSession, topics: Topics, checkpoint: Path, **options: str) -> StreamingQuery:
+    """The exactly-once map query, to the end of the input present (availableNow); ``options`` go to
+    the sink, except ``source_*`` ones, which go to the source."""
+    reader = (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", topics.bootstrap)
+        .option("subscribe", topics.source)
+        .option("startingOffsets", "earliest")
+    )
+    sink_options = {}
+    for key, value in options.items():
+        if key.startswith("source_"):
+            reader = reader.option(key.removeprefix("source_"), value)
+        else:
+            sink_options[key] = value
+    writer = (
+        reader.load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", topics.bootstrap)
+        .option("topic", topics.sink)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+    )
+    for key, value in sink_options.items():
+        writer = writer.option(key, value)
+    return writer.start()
+
+
+def _run(spark: SparkSession, topics: Topics, checkpoint: Path, **options: str) -> None:
+    _start(spark, topics, checkpoint, **options).awaitTermination()
+
+
+def _refused(spark: SparkSession, topics: Topics, checkpoint: Path, **options: str) -> str:
+    """Run the query expecting a refusal; returns its message, having checked that nothing of any
+    reader's view of the output changed."""
+    before = topics.written("read_uncommitted")
+    with pytest.raises(Exception) as refused:
+        _run(spark, topics, checkpoint, **options)
+    assert topics.written("read_uncommitted") == before, "the refused run wrote records"
+    return str(refused.value)
+
+
+def _assert_exactly_once(topics: Topics) -> None:
+    output = topics.written()
+    doubled = sorted(i for i, n in output.items() if n > 1)
+    missing = sorted(topics.all_ids() - set(output))
+    assert not doubled and not missing, f"{len(doubled)} doubled, {len(missing)} missing"
+    assert set(output) == topics.all_ids()
+
+
+def _copy(checkpoint: Path, to: Path) -> Path:
+    shutil.copytree(checkpoint, to)
+    return to
+
+
+def _restore(copy: Path, checkpoint: Path) -> None:
+    shutil.rmtree(checkpoint)
+    shutil.copytree(copy, checkpoint)
+
+
+BY_1000 = {"source_maxOffsetsPerTrigger": "1000"}
+
+
+def test_a_checkpoint_restored_from_an_older_copy_refuses_then_the_newest_copy_goes_on(
+    spark: SparkSession, topics: Topics, tmp_path: Path
+) -> None:
+    """The operator restores a copy taken after batch 0 while the output holds batches 1-3 and new
+    input arrived: Spark plans batch 1 anew from the input present, whose first 3,000 records are
+    in the output already. The query refuses before writing, naming micro-batch 3; restoring the
+    newest copy, as the message says, goes on exactly once."""
+    checkpoint = tmp_path / "checkpoint"
+    topics.send(1000)
+    _run(spark, topics, checkpoint, **BY_1000)
+    older = _copy(checkpoint, tmp_path / "after-batch-0")
+    topics.send(3000)
+    _run(spark, topics, checkpoint, **BY_1000)
+    newest = _copy(checkpoint, tmp_path / "after-batch-3")
+    _assert_exactly_once(topics)
+
+    _restore(older, checkpoint)
+    topics.send(1000)
+    message = _refused(spark, topics, checkpoint, **BY_1000)
+    assert "is behind its output: it is at micro-batch 1" in message
+    assert "shows micro-batch 3 of this query committed" in message
+    assert (
+        "Restore the newest copy of the checkpoint (one whose offsets log reaches micro-batch 3)" in message
+    )
+
+    _restore(newest, checkpoint)
+    _run(spark, topics, checkpoint, **BY_1000)
+    _assert_exactly_once(topics)
+    assert len(topics.all_ids()) == 5000
+
+
+def test_a_checkpoint_behind_its_output_restarts_where_the_message_says_at_the_cost_it_states(
+    spark: SparkSession, topics: Topics, tmp_path: Path
+) -> None:
+    """The other way on: no newer copy exists, so a new checkpoint starts from the startingOffsets
+    the refusal printed (where the last complete batch's input ended). Batch 3 was complete, so the
+    message says nothing is written twice, and nothing is."""
+    checkpoint = tmp_path / "checkpoint"
+    topics.send(1000)
+    _run(spark, topics, checkpoint, **BY_1000)
+    older = _copy(checkpoint, tmp_path / "after-batch-0")
+    topics.send(3000)
+    _run(spark, topics, checkpoint, **BY_1000)
+    _restore(older, checkpoint)
+    topics.send(1000)
+    message = _refused(spark, topics, checkpoint, **BY_1000)
+    assert "records written twice: none" in message
+    found = re.search(r"\.option\('startingOffsets', '(\{.*?\})'\)", message)
+    assert found is not None, message
+    expected = {str(p): 1000 for p in range(PARTITIONS)}
+    assert (
+        found.group(1) == '{"' + topics.source + '":' + str(expected).replace("'", '"').replace(" ", "") + "}"
+    )
+
+    _run(spark, topics, tmp_path / "new-checkpoint", source_startingOffsets=found.group(1))
+    _assert_exactly_once(topics)
+
+
+def test_a_batch_planned_anew_from_other_input_than_its_markers_refuses(
+    spark: SparkSession, topics: Topics, tmp_path: Path
+) -> None:
+    """The copy is one batch behind: the markers hold micro-batch 1 itself, and the restored query
+    plans micro-batch 1 anew over 2,000 records where the first one read 1,000. Same batch id,
+    other input: refused before writing, as the digest of its offsets differs."""
+    checkpoint = tmp_path / "checkpoint"
+    topics.send(1000)
+    _run(spark, topics, checkpoint)
+    older = _copy(checkpoint, tmp_path / "after-batch-0")
+    topics.send(1000)
+    _run(spark, topics, checkpoint)
+    _restore(older, checkpoint)
+    topics.send(1000)
+    message = _refused(spark, topics, checkpoint)
+    assert "micro-batch 1 of query" in message and "was planned from other input" in message
+    _assert_exactly_once_but_for(topics, missing=2000)
+
+
+def _assert_exactly_once_but_for(topics: Topics, *, missing: int) -> None:
+    """No id twice, and all but the newest ``missing`` ids written."""
+    output = topics.written()
+    assert max(output.values()) == 1
+    assert len(output) == len(topics.all_ids()) - missing
+
+
+def _held_batch_1(spark: SparkSession, topics: Topics, checkpoint: Path, marker_topic: str) -> int:
+    """Batch 0 (20 records) written; batch 1 (20 more) with write partition 0 committed and partition
+    1 holding its open transaction when the query stops. Returns partition 0's records of batch 1."""
+    topics.send(20)
+    _run(spark, topics, checkpoint, commitMarkerTopic=marker_topic)
+    topics.send(20)
+    held = _start(
+        spark,
+        topics,
+        checkpoint,
+        commitMarkerTopic=marker_topic,
+        source_minPartitions="2",
+        **{
+            "debug.pauseAt": "beforeCommit",
+            "debug.pausePartitions": "1",
+            "debug.pauseMs": "600s",
+            "kafka.transaction.timeout.ms": "600000",
+        },
+    )
+    prefix_0 = f"sparkafka-{held.id}-0"
+    try:
+        assert wait_until(
+            lambda: prefix_0 in committed_markers(topics.bootstrap, 1, marker_topic=marker_topic),
+            timeout_s=120,
+        )
+    finally:
+        held.stop()
+    records = committed_markers(topics.bootstrap, 1, marker_topic=marker_topic)[prefix_0]
+    assert 0 < records < 20
+    return int(records)
+
+
+def test_a_crashed_query_restarted_on_another_marker_topic_refuses_then_carries_its_markers_over(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """The marker-read timeout's old advice, followed: the query, cut short in batch 1 with write
+    partition 0 committed, is restarted with commitMarkerTopic=markers-b. Finding nothing of itself
+    there, it refuses before writing; with previousCommitMarkerTopic naming the old topic, its
+    markers are carried over and the replay writes exactly what is missing."""
+    checkpoint = tmp_path / "checkpoint"
+    old, new = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    _held_batch_1(spark, topics, checkpoint, old)
+
+    message = _refused(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=new)
+    assert f"the commit-marker topic '{new}' holds nothing of it" in message
+    assert ".option('previousCommitMarkerTopic', '<that topic>')" in message
+
+    _run(
+        spark,
+        topics,
+        checkpoint,
+        source_minPartitions="2",
+        commitMarkerTopic=new,
+        previousCommitMarkerTopic=old,
+    )
+    _assert_exactly_once(topics)
+    topics.send(20)
+    _run(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=new)
+    _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_a_deleted_marker_topic_refuses_then_starts_over_at_the_cost_it_states(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """The marker topic deleted while the query was down after a partial batch 1: the topic comes
+    back empty, the query refuses before writing; exactlyOnceFromBatch=1 then writes batch 1 whole:
+    nothing is lost, and exactly partition 0's committed part of it is in the output twice, within
+    the bound the message stated."""
+    checkpoint = tmp_path / "checkpoint"
+    markers = f"{topic_name}-markers"
+    committed = _held_batch_1(spark, topics, checkpoint, markers)
+    admin = AdminClient({"bootstrap.servers": topics.bootstrap})
+    admin.delete_topics([markers], operation_timeout=30)[markers].result(60)
+    assert wait_until(lambda: markers not in admin.list_topics(timeout=10).topics, timeout_s=60)
+
+    message = _refused(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=markers)
+    assert f"the commit-marker topic '{markers}' holds nothing of it" in message
+    assert "at most the batch's 20 input record(s)" in message
+
+    _run(
+        spark,
+        topics,
+        checkpoint,
+        source_minPartitions="2",
+        commitMarkerTopic=markers,
+        exactlyOnceFromBatch="1",
+    )
+    output = topics.written()
+    assert set(output) == topics.all_ids(), "nothing lost"
+    assert sum(1 for n in output.values() if n == 2) == committed and max(output.values()) == 2
