@@ -247,17 +247,46 @@ def _markers_of_this_query(view: TaskView) -> list[Marker]:
 
 
 def _refuse_lost_markers(view: TaskView) -> None:
-    """Step 2 of :func:`decide`: a run that starts past the query's first micro-batch and finds
-    nothing of the query in the marker topic has lost its markers (topic deleted or changed), or
-    never wrote exactly-once before; either way a replay could not be recognised."""
+    """Step 2 of :func:`decide` (see :func:`markers_lost`), at the run's first batch."""
     starts_here = view.run_first_batch is not None and view.run_first_batch == view.batch_id
-    if not starts_here or view.batch_id == 0 or view.history_found:
+    if not starts_here or view.plan is None:
         return
-    chosen = view.exactly_once_from
-    if chosen is not None and chosen > view.batch_id:
-        raise ReplayRefused(_accepted_too_early(view, EXACTLY_ONCE_FROM_OPTION, chosen))
-    if chosen != view.batch_id:
-        raise ReplayRefused(_lost_markers(view))
+    refusal = markers_lost(
+        query_id=view.query_id,
+        batch_id=view.batch_id,
+        transactional_id=view.transactional_id,
+        marker_topic=view.marker_topic,
+        history_found=view.history_found,
+        exactly_once_from=view.exactly_once_from,
+        batch_input_records=view.batch_input_records,
+    )
+    if refusal is not None:
+        raise ReplayRefused(refusal)
+
+
+def markers_lost(
+    *,
+    query_id: str,
+    batch_id: int,
+    transactional_id: str,
+    marker_topic: str,
+    history_found: bool,
+    exactly_once_from: int | None,
+    batch_input_records: int | None,
+) -> str | None:
+    """Why a run that starts at ``batch_id`` must not write, or None. A run past the query's first
+    micro-batch that finds nothing of the query in the marker topic has lost its markers (topic
+    deleted or changed), or never wrote exactly-once before; either way a replay could not be
+    recognised. Checked only where the checkpoint was read: the driver's commit records even a batch
+    without write tasks (a new query's first batch from ``latest`` or a group's offsets), so a query
+    whose earlier batches wrote nothing still leaves its progress record."""
+    if batch_id == 0 or history_found:
+        return None
+    if exactly_once_from is not None and exactly_once_from > batch_id:
+        return _accepted_too_early_text(query_id, batch_id, EXACTLY_ONCE_FROM_OPTION, exactly_once_from)
+    if exactly_once_from == batch_id:
+        return None
+    return _lost_markers(query_id, batch_id, transactional_id, marker_topic, batch_input_records)
 
 
 def _refuse_checkpoint_behind(view: TaskView) -> None:
@@ -337,6 +366,19 @@ def beyond_refusal(beyond: Sequence[Marker], *, batch_id: int, partitions: int) 
         f"'{batch_id}') on this sink and remove the option once the batch is done. The replay's tasks "
         "committed what they have, so they write nothing more: the duplicates stay these "
         f"{total}, which read_committed consumers of the output may need to drop"
+    )
+
+
+def prefix_claimed_by_another_query(query_id: str, owner: str, prefix: str, transactional_id: str) -> str:
+    """Why a query refuses a prefix another query claimed first (the claim in the marker topic)."""
+    return (
+        f"transactionalIdPrefix '{prefix}' is used by another query: query {owner} claimed it first "
+        f"(its claim in the commit-marker topic names it), and this is query {query_id}. A second query "
+        "on one prefix would overwrite the first one's commit markers, and either could then write a "
+        f"micro-batch twice, so '{transactional_id}' writes nothing and this query stops; query {owner} "
+        "goes on. Give each query a transactionalIdPrefix of its own. If this query replaces that one "
+        f"(its checkpoint was deleted or moved) and that one no longer runs, adopt its ids deliberately "
+        f"with .option('{ADOPT_OPTION}', '{owner}')"
     )
 
 
@@ -452,9 +494,13 @@ def _written_to_another_topic(view: TaskView, marker: Marker) -> str:
 
 
 def _accepted_too_early(view: TaskView, option: str, value: int) -> str:
+    return _accepted_too_early_text(view.query_id, view.run_first_batch, option, value)
+
+
+def _accepted_too_early_text(query_id: str, run_first_batch: int | None, option: str, value: int) -> str:
     return (
-        f"option {option}={value} names a micro-batch this run of query {view.query_id} "
-        f"has not reached: it starts at micro-batch {view.run_first_batch}, the only one a restart can "
+        f"option {option}={value} names a micro-batch this run of query {query_id} "
+        f"has not reached: it starts at micro-batch {run_first_batch}, the only one a restart can "
         "replay. Give it the batch id the refusal named, or remove it"
     )
 
@@ -535,17 +581,19 @@ def _width_unknown(view: TaskView, recorded: Sequence[int]) -> str:
     )
 
 
-def _lost_markers(view: TaskView) -> str:
-    topic = view.marker_topic or "the commit-marker topic"
+def _lost_markers(
+    query_id: str, batch_id: int, transactional_id: str, marker_topic: str, batch_input_records: int | None
+) -> str:
+    topic = marker_topic or "the commit-marker topic"
     bound = (
         ""
-        if view.batch_input_records is None
-        else f" (at most the batch's {view.batch_input_records} input record(s), by the checkpoint's offsets)"
+        if batch_input_records is None
+        else f" (at most the batch's {batch_input_records} input record(s), by the checkpoint's offsets)"
     )
     return (
-        f"query {view.query_id} has run before (this run starts at micro-batch {view.batch_id}), and the "
+        f"query {query_id} has run before (this run starts at micro-batch {batch_id}), and the "
         f"commit-marker topic '{topic}' holds nothing of it: no registration of transactional id "
-        f"'{view.transactional_id}', no commit marker and no progress record of this query. Its markers "
+        f"'{transactional_id}', no commit marker and no progress record of this query. Its markers "
         "are in another topic (option commitMarkerTopic changed), or this topic was deleted and created "
         "anew, or the query never wrote with deliveryGuarantee=exactly-once before. Without its markers "
         "a replayed micro-batch would be written a second time, so nothing is written and the query "
@@ -554,8 +602,8 @@ def _lost_markers(view: TaskView) -> str:
         f".option('{PREVIOUS_MARKER_TOPIC_OPTION}', '<that topic>'): nothing is lost or written twice. "
         "If the query never wrote exactly-once before (it switched from Spark's kafka format or from "
         "another deliveryGuarantee), or its markers are gone for good (no backup of the topic), start "
-        f"its exactly-once output here with .option('{EXACTLY_ONCE_FROM_OPTION}', '{view.batch_id}'): "
-        f"nothing is lost; if micro-batch {view.batch_id} was partly written before the query stopped, "
+        f"its exactly-once output here with .option('{EXACTLY_ONCE_FROM_OPTION}', '{batch_id}'): "
+        f"nothing is lost; if micro-batch {batch_id} was partly written before the query stopped, "
         f"that part is written again{bound}"
     )
 

@@ -124,13 +124,12 @@ def _restore(copy: Path, checkpoint: Path) -> None:
 BY_1000 = {"source_maxOffsetsPerTrigger": "1000"}
 
 
-def test_a_checkpoint_restored_from_an_older_copy_refuses_then_the_newest_copy_goes_on(
+def _restored_behind_its_output(
     spark: SparkSession, topics: Topics, tmp_path: Path
-) -> None:
-    """The operator restores a copy taken after batch 0 while the output holds batches 1-3 and new
-    input arrived: Spark plans batch 1 anew from the input present, whose first 3,000 records are
-    in the output already. The query refuses before writing, naming micro-batch 3; restoring the
-    newest copy, as the message says, goes on exactly once."""
+) -> tuple[Path, Path, str]:
+    """Batches 0-3 of 1,000 records written; the checkpoint then restored from a copy taken after
+    batch 0, and 1,000 more records sent. Returns the checkpoint, a copy of it after batch 3, and
+    the refusal of the next run (checked to have written nothing)."""
     checkpoint = tmp_path / "checkpoint"
     topics.send(1000)
     _run(spark, topics, checkpoint, **BY_1000)
@@ -139,10 +138,19 @@ def test_a_checkpoint_restored_from_an_older_copy_refuses_then_the_newest_copy_g
     _run(spark, topics, checkpoint, **BY_1000)
     newest = _copy(checkpoint, tmp_path / "after-batch-3")
     _assert_exactly_once(topics)
-
     _restore(older, checkpoint)
     topics.send(1000)
-    message = _refused(spark, topics, checkpoint, **BY_1000)
+    return checkpoint, newest, _refused(spark, topics, checkpoint, **BY_1000)
+
+
+def test_a_checkpoint_restored_from_an_older_copy_refuses_then_the_newest_copy_goes_on(
+    spark: SparkSession, topics: Topics, tmp_path: Path
+) -> None:
+    """The operator restores a copy taken after batch 0 while the output holds batches 1-3 and new
+    input arrived: Spark plans batch 1 anew from the input present, whose first 3,000 records are
+    in the output already. The query refuses before writing, naming micro-batch 3; restoring the
+    newest copy, as the message says, goes on exactly once."""
+    checkpoint, newest, message = _restored_behind_its_output(spark, topics, tmp_path)
     assert "is behind its output: it is at micro-batch 1" in message
     assert "shows micro-batch 3 of this query committed" in message
     assert (
@@ -161,15 +169,7 @@ def test_a_checkpoint_behind_its_output_restarts_where_the_message_says_at_the_c
     """The other way on: no newer copy exists, so a new checkpoint starts from the startingOffsets
     the refusal printed (where the last complete batch's input ended). Batch 3 was complete, so the
     message says nothing is written twice, and nothing is."""
-    checkpoint = tmp_path / "checkpoint"
-    topics.send(1000)
-    _run(spark, topics, checkpoint, **BY_1000)
-    older = _copy(checkpoint, tmp_path / "after-batch-0")
-    topics.send(3000)
-    _run(spark, topics, checkpoint, **BY_1000)
-    _restore(older, checkpoint)
-    topics.send(1000)
-    message = _refused(spark, topics, checkpoint, **BY_1000)
+    _, _, message = _restored_behind_its_output(spark, topics, tmp_path)
     assert "records written twice: none" in message
     found = re.search(r"\.option\('startingOffsets', '(\{.*?\})'\)", message)
     assert found is not None, message
@@ -198,7 +198,7 @@ def test_a_batch_planned_anew_from_other_input_than_its_markers_refuses(
     topics.send(1000)
     message = _refused(spark, topics, checkpoint)
     assert "micro-batch 1 of query" in message and "was planned from other input" in message
-    _assert_exactly_once_but_for(topics, missing=2000)
+    _assert_exactly_once_but_for(topics, missing=1000)
 
 
 def _assert_exactly_once_but_for(topics: Topics, *, missing: int) -> None:
@@ -209,8 +209,9 @@ def _assert_exactly_once_but_for(topics: Topics, *, missing: int) -> None:
 
 
 def _held_batch_1(spark: SparkSession, topics: Topics, checkpoint: Path, marker_topic: str) -> int:
-    """Batch 0 (20 records) written; batch 1 (20 more) with write partition 0 committed and partition
-    1 holding its open transaction when the query stops. Returns partition 0's records of batch 1."""
+    """Batch 0 (20 records) written; batch 1 (20 more, one write partition per input partition)
+    with write partitions 0, 2 and 3 committed and partition 1 holding its open transaction when the
+    query stops. Returns the records batch 1 committed."""
     topics.send(20)
     _run(spark, topics, checkpoint, commitMarkerTopic=marker_topic)
     topics.send(20)
@@ -227,16 +228,20 @@ def _held_batch_1(spark: SparkSession, topics: Topics, checkpoint: Path, marker_
             "kafka.transaction.timeout.ms": "600000",
         },
     )
-    prefix_0 = f"sparkafka-{held.id}-0"
+    prefix = f"sparkafka-{held.id}-"
+    expected = {f"{prefix}{p}" for p in (0, 2, 3)}
     try:
         assert wait_until(
-            lambda: prefix_0 in committed_markers(topics.bootstrap, 1, marker_topic=marker_topic),
+            lambda: (
+                set(committed_markers(topics.bootstrap, 1, prefix=prefix, marker_topic=marker_topic))
+                == expected
+            ),
             timeout_s=120,
         )
     finally:
         held.stop()
-    records = committed_markers(topics.bootstrap, 1, marker_topic=marker_topic)[prefix_0]
-    assert 0 < records < 20
+    records = sum(committed_markers(topics.bootstrap, 1, prefix=prefix, marker_topic=marker_topic).values())
+    assert records == 15, "5 records in each of the 3 committed write partitions"
     return int(records)
 
 
@@ -244,7 +249,7 @@ def test_a_crashed_query_restarted_on_another_marker_topic_refuses_then_carries_
     spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
 ) -> None:
     """The marker-read timeout's old advice, followed: the query, cut short in batch 1 with write
-    partition 0 committed, is restarted with commitMarkerTopic=markers-b. Finding nothing of itself
+    partitions 0, 2 and 3 committed, is restarted with commitMarkerTopic=markers-b. Finding nothing of itself
     there, it refuses before writing; with previousCommitMarkerTopic naming the old topic, its
     markers are carried over and the replay writes exactly what is missing."""
     checkpoint = tmp_path / "checkpoint"
@@ -275,8 +280,8 @@ def test_a_deleted_marker_topic_refuses_then_starts_over_at_the_cost_it_states(
 ) -> None:
     """The marker topic deleted while the query was down after a partial batch 1: the topic comes
     back empty, the query refuses before writing; exactlyOnceFromBatch=1 then writes batch 1 whole:
-    nothing is lost, and exactly partition 0's committed part of it is in the output twice, within
-    the bound the message stated."""
+    nothing is lost, and exactly the part of it that committed is in the output twice, within the
+    bound the message stated."""
     checkpoint = tmp_path / "checkpoint"
     markers = f"{topic_name}-markers"
     committed = _held_batch_1(spark, topics, checkpoint, markers)
@@ -296,6 +301,59 @@ def test_a_deleted_marker_topic_refuses_then_starts_over_at_the_cost_it_states(
         commitMarkerTopic=markers,
         exactlyOnceFromBatch="1",
     )
+    output = topics.written()
+    assert set(output) == topics.all_ids(), "nothing lost"
+    assert sum(1 for n in output.values() if n == 2) == committed and max(output.values()) == 2
+
+
+def test_a_query_adopting_the_ids_of_a_query_that_lost_its_checkpoint_mid_batch_refuses_then_accepts(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """The checkpoint is lost in the middle of batch 1 (write partitions 0, 2 and 3 committed); a new
+    query starts from the consumer group's offsets (where batch 0 ended) and adopts the old query's
+    ids. It refuses before writing, counting the records batch 1 already put in the output; accepted,
+    exactly those are in the output twice and nothing is missing."""
+    prefix, group = f"{topic_name}-ids", f"{topic_name}-group"
+    checkpoint = tmp_path / "checkpoint"
+    grouped = {"transactionalIdPrefix": prefix, "source_kafka.group.id": group, "source_minPartitions": "2"}
+    topics.send(20)
+    first = _start(spark, topics, checkpoint, **grouped)
+    first.awaitTermination()
+    old_query = str(first.id)
+    topics.send(20)
+    held = _start(
+        spark,
+        topics,
+        checkpoint,
+        **grouped,
+        **{
+            "debug.pauseAt": "beforeCommit",
+            "debug.pausePartitions": "1",
+            "debug.pauseMs": "600s",
+            "kafka.transaction.timeout.ms": "600000",
+        },
+    )
+    expected = {f"{prefix}-{p}" for p in (0, 2, 3)}
+    try:
+        assert wait_until(
+            lambda: set(committed_markers(topics.bootstrap, 1, prefix=f"{prefix}-")) == expected,
+            timeout_s=120,
+        )
+    finally:
+        held.stop()
+    by_id = committed_markers(topics.bootstrap, 1, prefix=f"{prefix}-")
+    committed = sum(by_id.values())
+    shutil.rmtree(checkpoint)
+
+    recovery = {**grouped, "source_startingOffsets": "group", "adoptTransactionalIdsFrom": old_query}
+    message = _refused(spark, topics, tmp_path / "new-checkpoint", **recovery)
+    assert f"adopts the transactional ids of query {old_query}" in message
+    listed = ", ".join(f"'{key}': {by_id[key]}" for key in sorted(by_id))
+    assert f"part of micro-batch 1 before it stopped: {committed} record(s) ({listed})" in message
+    accept = re.search(r"\.option\('acceptReshapedBatch', '(\d+)'\)", message)
+    assert accept is not None, message
+
+    _run(spark, topics, tmp_path / "new-checkpoint", **recovery, acceptReshapedBatch=accept.group(1))
     output = topics.written()
     assert set(output) == topics.all_ids(), "nothing lost"
     assert sum(1 for n in output.values() if n == 2) == committed and max(output.values()) == 2

@@ -214,7 +214,9 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
     first_id = _run(spark, bootstrap, source, sink, tmp_path / "first", transactionalIdPrefix=prefix)
     assert len(_everything_written(bootstrap, sink)) == ROWS
 
-    with pytest.raises(Exception, match=f"belongs to query {first_id}") as refused:
+    with pytest.raises(
+        Exception, match=f"is used by another query: query {first_id} claimed it first"
+    ) as refused:
         _run(spark, bootstrap, source, sink, tmp_path / "second", transactionalIdPrefix=prefix)
     assert f".option('adoptTransactionalIdsFrom', '{first_id}')" in str(refused.value)
     assert len(_everything_written(bootstrap, sink)) == ROWS, "the refused query wrote records"
@@ -235,7 +237,7 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
     sender = producer(bootstrap)
     sender.produce(source, value=b"late", partition=0)
     assert sender.flush(30) == 0
-    with pytest.raises(Exception, match=f"belongs to query {second_id}"):
+    with pytest.raises(Exception, match=f"is used by another query: query {second_id} claimed it first"):
         _run(spark, bootstrap, source, sink, tmp_path / "first", transactionalIdPrefix=prefix)
 
 

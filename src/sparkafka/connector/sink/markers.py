@@ -197,8 +197,13 @@ def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
 _MARKER_READ_CHUNK = 10_000
 
 
-def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None) -> dict[str, bytes]:
+def read_marker_partition(
+    options: SinkOptions, *, want: set[str] | None = None, stable_only: bool = False
+) -> dict[str, bytes]:
     """Latest committed value per key of the marker partition (restricted to ``want`` when given).
+
+    ``stable_only``: read to the last stable offset seen at the start instead, never waiting for an
+    open transaction: a quick look that may miss what was committed after one still open.
 
     Reads with read_committed up to the high watermark seen at the start. Until every transaction
     open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
@@ -207,7 +212,7 @@ def read_marker_partition(options: SinkOptions, *, want: set[str] | None = None)
     partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
     # The watermarks come first: a consumer assigned a while after it was created (here: after
     # another client's round trips) waited up to a second for the partition's leader.
-    low, high = _watermarks_uncommitted(options, partition)
+    low, high = _watermarks(options, partition, "read_committed" if stable_only else "read_uncommitted")
     latest: dict[str, bytes] = {}
     if high <= low:
         return latest
@@ -278,8 +283,10 @@ def _unreadable_markers(options: SinkOptions, offset: int | None, failure: Kafka
     )
 
 
-def _watermarks_uncommitted(options: SinkOptions, partition: TopicPartition) -> tuple[int, int]:
-    config = _marker_consumer_config(options, {"isolation.level": "read_uncommitted"})
+def _watermarks(options: SinkOptions, partition: TopicPartition, isolation: str) -> tuple[int, int]:
+    """The low watermark, and the high watermark (read_uncommitted) or last stable offset
+    (read_committed: Kafka answers a read_committed ListOffsets for the end with it)."""
+    config = _marker_consumer_config(options, {"isolation.level": isolation})
     with CONSUMERS.borrow(config) as probe:
         try:
             marks = partition_watermarks(

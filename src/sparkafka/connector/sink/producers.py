@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
+import random
 import tempfile
 import threading
 import time
@@ -31,6 +33,8 @@ from sparkafka.connector.replay import (
     PREVIOUS_MARKER_TOPIC_OPTION,
     ReplayRefused,
     adopted_partial_batch,
+    markers_lost,
+    prefix_claimed_by_another_query,
 )
 from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
 from sparkafka.connector.sink.markers import (
@@ -41,6 +45,7 @@ from sparkafka.connector.sink.markers import (
 )
 from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
+    CLAIM_KEY_PREFIX,
     EXACTLY_ONCE,
     MARKER_PARTITION,
     PROGRESS_KEY_PREFIX,
@@ -48,7 +53,7 @@ from sparkafka.connector.sink.options import (
     SinkOptions,
 )
 from sparkafka.connector.sink.task import TaskIdentity
-from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
+from sparkafka.connector.sink.transactional_ids import claim_transactional_id, prefix_of, write_partition_of
 from sparkafka.errors import CommitMarkerError, SparkafkaError
 
 log = logging.getLogger(__name__)
@@ -211,7 +216,13 @@ def discard_producer(options: SinkOptions, transactional_id: str | None) -> None
 
 
 def transactional_producer(
-    options: SinkOptions, identity: TaskIdentity, transactional_id: str, *, other_prefixes: bool
+    options: SinkOptions,
+    identity: TaskIdentity,
+    transactional_id: str,
+    *,
+    other_prefixes: bool,
+    checkpoint_read: bool = False,
+    batch_input_records: int | None = None,
 ) -> CachedProducer:
     """The producer of ``transactional_id`` for this task, with what the id committed.
 
@@ -224,17 +235,26 @@ def transactional_producer(
     3. Read, with read_committed, the id's latest marker and registration, the markers of this
        query under the id's prefix, and (``other_prefixes``) under other prefixes; register the id
        when it has no registration, or when this write adopts it from the query its registration
-       names."""
+       names. ``checkpoint_read``: the writer read the batch's plan from the checkpoint, so a run
+       past the query's first batch that finds nothing of the query is refused here, before it
+       registers anything (``batch_input_records`` for the message)."""
+    state = functools.partial(
+        _read_committed_state,
+        other_prefixes=other_prefixes,
+        checkpoint_read=checkpoint_read,
+        batch_input_records=batch_input_records,
+    )
     key = _cache_key(options, transactional_id)
     cached = PRODUCERS.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
         if cached.run_id == identity.run_id and cached.query_id == identity.query_id:
             return cached
-        _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
+        state(options, cached, identity)
         return cached
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
         discard_producer(options, transactional_id)
+    _settle_prefix_owner(options, identity, transactional_id)
     cached = _new_cached_producer(options, transactional_id)
     producer = cached.producer
     try:
@@ -251,13 +271,19 @@ def transactional_producer(
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
-    _read_committed_state(options, cached, identity, other_prefixes=other_prefixes)
+    state(options, cached, identity)
     PRODUCERS.put(key, cached)
     return cached
 
 
 def _read_committed_state(
-    options: SinkOptions, cached: CachedProducer, identity: TaskIdentity, *, other_prefixes: bool
+    options: SinkOptions,
+    cached: CachedProducer,
+    identity: TaskIdentity,
+    *,
+    other_prefixes: bool,
+    checkpoint_read: bool,
+    batch_input_records: int | None,
 ) -> None:
     """Step 3 of :func:`transactional_producer`."""
     transactional_id, query_id = cached.transactional_id, identity.query_id
@@ -269,7 +295,7 @@ def _read_committed_state(
     of_this_query = [
         (key, marker)
         for key, value in found.items()
-        if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX))
+        if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX, CLAIM_KEY_PREFIX))
         and key != transactional_id
         and needle in value
         and (marker := CommitMarker.decode(value)).query_id == query_id
@@ -289,10 +315,23 @@ def _read_committed_state(
         or (cached.marker is not None and cached.marker.query_id == query_id)
         or (cached.progress is not None and cached.progress.query_id == query_id)
     )
+    if checkpoint_read and identity.batch_id is not None:
+        refusal = markers_lost(
+            query_id=query_id,
+            batch_id=identity.batch_id,
+            transactional_id=transactional_id,
+            marker_topic=options.marker_topic,
+            history_found=cached.history_found,
+            exactly_once_from=options.exactly_once_from,
+            batch_input_records=batch_input_records,
+        )
+        if refusal is not None:  # before registering: a refused run must leave no trace to pass by
+            raise ReplayRefused(refusal)
     adopting = registered is not None and registered != query_id and registered == options.adopted_query
     if adopting and options.accepted_reshaped_batch != identity.batch_id:
         assert registered is not None
         _refuse_adopting_a_partial_batch(options, found, own_prefix, transactional_id, registered, identity)
+    _require_prefix_claim(options, found, own_prefix, query_id, transactional_id)
     if registered is None or adopting:
         if registered is not None:
             log.warning(
@@ -308,6 +347,124 @@ def _read_committed_state(
     cached.query_id = query_id
     cached.run_id = identity.run_id
     cached.run_first_batch = identity.batch_id
+
+
+# Prefixes this process saw claimed by the query writing with them: (cluster, marker topic, prefix, query).
+_OWNED_PREFIXES: set[tuple[str, str, str, str]] = set()
+
+
+def _settle_prefix_owner(options: SinkOptions, identity: TaskIdentity, transactional_id: str) -> None:
+    """Before the id is initialised (which would fence another query's producer of it): learn which
+    query owns the prefix, claiming it for this one when nobody has, and refuse if it is another
+    query this write does not adopt. A quick read to the last stable offset finds an existing claim;
+    a claim hidden behind an open transaction is found by the claim itself, which reads to the end."""
+    query_id = identity.query_id
+    assert query_id is not None
+    prefix = prefix_of(transactional_id, identity.partition)
+    owned = (options.bootstrap_servers, options.marker_topic, prefix, query_id)
+    if owned in _OWNED_PREFIXES:
+        return
+    found = read_marker_partition(options, stable_only=True)
+    owner = _claim_owner(found, prefix)
+    if owner is None and not any(_registration_of_prefix(key, prefix) for key in found):
+        owner = _claim_prefix(options, prefix, query_id, replace=None)
+    if owner is not None and owner not in (query_id, options.adopted_query):
+        raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
+
+
+def _require_prefix_claim(
+    options: SinkOptions, found: Mapping[str, bytes], prefix: str, query_id: str, transactional_id: str
+) -> None:
+    """One query per prefix, decided once for the whole prefix: the first query to commit its claim
+    (``claim/<prefix>``) owns every id of it, and another query refuses at its first write, before it
+    registers any id, unless it adopts the owner's ids. A prefix whose ids were registered before
+    claims existed keeps the per-id check alone (:func:`~sparkafka.connector.replay.decide`)."""
+    owner = _claim_owner(found, prefix)
+    if owner is None:
+        if any(_registration_of_prefix(key, prefix) for key in found):
+            return
+        owner = _claim_prefix(options, prefix, query_id, replace=None)
+    if owner is not None and owner == options.adopted_query and owner != query_id:
+        owner = _claim_prefix(options, prefix, query_id, replace=owner)
+    if owner is None:
+        return
+    if owner != query_id:
+        raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
+    _OWNED_PREFIXES.add((options.bootstrap_servers, options.marker_topic, prefix, query_id))
+
+
+def _claim_owner(found: Mapping[str, bytes], prefix: str) -> str | None:
+    raw = found.get(f"{CLAIM_KEY_PREFIX}{prefix}")
+    if raw is None:
+        return None
+    owner = json.loads(raw).get("query_id")
+    return str(owner) if owner else None
+
+
+def _registration_of_prefix(key: str, prefix: str) -> bool:
+    return key.startswith(REGISTRATION_KEY_PREFIX) and (
+        write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
+    )
+
+
+_CLAIM_ATTEMPTS = 20
+
+
+def _claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: str | None) -> str | None:
+    """Commit ``claim/<prefix>`` naming ``query_id`` unless another claim is there (or, adopting,
+    unless it names another query than ``replace``); returns the query the claim names, None for a
+    prefix whose ids were registered before claims existed.
+
+    Steps, with the prefix's claim id (:func:`claim_transactional_id`):
+    1. Initialise it: Kafka fences every other producer of the id and completes whatever claim
+       transaction is in flight before it answers.
+    2. Read the marker partition to its end: a claim committed before step 1 is seen here.
+    3. None there: commit ours in a transaction of the claim id. It commits only if nobody
+       initialised the id since step 1, so of two queries racing, exactly one claim commits; the
+       other's commit is fenced, and it starts again at step 1, now seeing the winner's claim.
+    Tasks of one query race the same way and find their own query's claim."""
+    claim_id = claim_transactional_id(prefix)
+    key = f"{CLAIM_KEY_PREFIX}{prefix}"
+    value = json.dumps({"prefix": prefix, "query_id": query_id, "time_ms": int(time.time() * 1000)})
+    for _ in range(_CLAIM_ATTEMPTS):
+        producer = Producer(producer_config(options, claim_id))
+        try:
+            producer.init_transactions(options.operation_timeout_s)
+            found = read_marker_partition(options)
+            owner = _claim_owner(found, prefix)
+            if owner is not None and owner != replace:
+                return owner
+            if owner is None and any(_registration_of_prefix(key, prefix) for key in found):
+                return None  # ids registered before claims existed: the per-id check decides
+            producer.begin_transaction()
+            producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+            producer.commit_transaction(options.operation_timeout_s)
+            log.info("%s claimed transactional-id prefix %s", query_id, prefix)
+            return query_id
+        except KafkaException as error:
+            if error_code(error) not in _CLAIM_RACE_CODES:
+                raise CommitMarkerError(
+                    f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "
+                    f"'{options.marker_topic}' failed: {error.args[0]}. {MOVE_MARKERS_HINT}"
+                ) from None
+            time.sleep(random.uniform(0.02, 0.2))  # another claimer won this round; look again
+        finally:
+            with contextlib.suppress(KafkaException):  # a fenced producer fails even to flush
+                producer.flush(0)
+    raise CommitMarkerError(
+        f"claiming transactional-id prefix '{prefix}' did not settle in {_CLAIM_ATTEMPTS} attempts: "
+        "other writers kept initialising its claim id; Spark retries the task"
+    )
+
+
+# What a claimer sees when another one initialised the claim id since its own initialisation.
+_CLAIM_RACE_CODES = (
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.CONCURRENT_TRANSACTIONS,
+    KafkaError._STATE,
+)
 
 
 def _refuse_adopting_a_partial_batch(
@@ -338,7 +495,7 @@ def _refuse_adopting_a_partial_batch(
         (
             marker
             for key, value in found.items()
-            if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX))
+            if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX, CLAIM_KEY_PREFIX))
             and write_partition_of(key, prefix) is not None
             and needle in value
             and (marker := CommitMarker.decode(value)).query_id == old_query
@@ -458,6 +615,8 @@ def _belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
         return write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
     if key.startswith(PROGRESS_KEY_PREFIX):
         return key == f"{PROGRESS_KEY_PREFIX}{prefix}"
+    if key.startswith(CLAIM_KEY_PREFIX):
+        return key == f"{CLAIM_KEY_PREFIX}{prefix}"
     try:
         return CommitMarker.decode(value).query_id == query_id
     except (ValueError, KeyError):
@@ -465,7 +624,13 @@ def _belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
 
 
 def _holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
-    return any(_belongs_to(key, value, query_id, prefix) for key, value in found.items())
+    """Whether the query's markers are in ``found`` already: a claim alone is not (a run refused for
+    want of its markers may have claimed the prefix there)."""
+    return any(
+        _belongs_to(key, value, query_id, prefix)
+        for key, value in found.items()
+        if not key.startswith(CLAIM_KEY_PREFIX)
+    )
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:

@@ -11,6 +11,12 @@ def transactional_id(prefix: str, write_partition: int) -> str:
     return f"{prefix}-{write_partition}"
 
 
+def claim_transactional_id(prefix: str) -> str:
+    """The transactional id through which queries race for ``prefix`` (never an id of a write
+    partition: those end in ``-<number>``)."""
+    return f"{prefix}.claim"
+
+
 def write_partition_of(transactional_id: str, prefix: str) -> int | None:
     """The write partition ``transactional_id`` was built for with ``prefix``; None when it is not an
     id of that prefix (another prefix that merely starts the same, or no partition number)."""

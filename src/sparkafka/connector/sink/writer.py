@@ -186,7 +186,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # from a crash now, not at the broker's timeout. No transaction is open while rows are awaited.
         prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
         own_id = transactional_id(prefix, partition)
-        cached = transactional_producer(self.options, identity, own_id, other_prefixes=not self.batch_write)
+        plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
+        cached = transactional_producer(
+            self.options,
+            identity,
+            own_id,
+            other_prefixes=not self.batch_write,
+            checkpoint_read=plan is not None,
+            batch_input_records=None if plan is None else plan.input_records,
+        )
         written = functools.partial(
             SinkCommitMessage,
             partition=partition,
@@ -198,7 +206,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batch_id=batch_id,
         )
         # Step 3: write, skip, or refuse.
-        plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         view = TaskView(
             query_id=query_id,
             batch_id=batch_id,
@@ -456,17 +463,17 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.pause("driverCommit", partition=None, batch_id=batchId)
             return
         rewritten = {r.partition: r.rewritten_records for r in reports if r.rewritten_records}
+        if any(r.fresh_producer for r in reports):
+            rewritten.update(self._check_first_batch_of_run(reports, batchId))
         if rewritten:
             log.warning(
                 "micro-batch %d, accepted as written (%s): %d record(s) written a second time, by write "
-                "partition: %s",
+                "partition of the batch's first run: %s",
                 batchId,
                 ACCEPT_RESHAPED_OPTION,
                 sum(rewritten.values()),
                 ", ".join(f"{p}: {n}" for p, n in sorted(rewritten.items())),
             )
-        if any(r.fresh_producer for r in reports):
-            self._check_first_batch_of_run(reports, batchId)
         self._record_progress(reports, batchId)
         self.options.pause("driverCommit", partition=None, batch_id=batchId)
 
@@ -475,11 +482,17 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         prefix's progress (see :class:`~.markers.ProgressRecord`). Before Spark's own commit log, so
         the record is never behind the checkpoint; a crash between the two replays a batch whose
         tasks all skip."""
+        plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
+        # A batch without write tasks (a new query's first from latest or a group's offsets) has no
+        # report: the checkpoint names the query then.
+        query_id = next((r.query_id for r in reports if r.query_id), None) or (
+            None if plan is None else plan.query_id
+        )
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
-        query_id = next((r.query_id for r in reports if r.query_id), None)
+        if prefix is None and query_id is not None and not self.batch_write:
+            prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
         if prefix is None or query_id is None:
             return
-        plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         record = ProgressRecord(
             prefix,
             query_id,
@@ -490,7 +503,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
         write_progress(self.options, record)
 
-    def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
+    def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> dict[int, int]:
         """At the first batch of a query run (a restart, when the batch may be a replay):
 
         1. fence the registered ids of write partitions this batch does not have (a restart with
@@ -498,11 +511,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         2. fail the batch if any of them committed this very batch: the replay was split otherwise
            than the first run, and the tasks could not tell, because the markers of the first run
            or the tasks of this one do not know the batch's number of write partitions
-           (:func:`~sparkafka.connector.replay.partitions_beyond`)."""
+           (:func:`~sparkafka.connector.replay.partitions_beyond`) — unless the user accepted the
+           batch as written: then returns those partitions' records, now in the output twice."""
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
         query_id = next((r.query_id for r in reports if r.query_id), None)
         if prefix is None or query_id is None:
-            return
+            return {}
         found = read_marker_partition(self.options)
         fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
         beyond = partitions_beyond(
@@ -518,8 +532,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 batch_id,
                 beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports)),
             )
-        elif beyond:
+            return {m.partition: m.records for m in beyond}
+        if beyond:
             raise beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports))
+        return {}
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.delivery_guarantee != EXACTLY_ONCE:

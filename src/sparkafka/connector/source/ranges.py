@@ -79,7 +79,7 @@ def split_offset_ranges(
         result = [
             piece for r in result for piece in _split_evenly(r, math.ceil(r.size / max_records_per_partition))
         ]
-    if min_partitions is None or len(result) >= min_partitions:
+    if min_partitions is None or len(result) >= min_partitions or not result:
         return result
 
     total = sum(r.size for r in result)
