@@ -21,6 +21,7 @@ from sparkafka.connector.source.options import (
 )
 from sparkafka.connector.source.ranges import (
     LEGACY_CALCULATOR,
+    SPARK_CALCULATOR,
     OffsetRange,
     offset_ranges,
     rate_limit,
@@ -299,6 +300,17 @@ def test_rate_limit_is_proportional_to_backlog() -> None:
 def test_split_keeps_ranges_whole_without_min_partitions() -> None:
     ranges = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 5, 5)]
     assert split_offset_ranges(ranges, min_partitions=None, max_records_per_partition=None) == ranges[:1]
+
+
+@pytest.mark.parametrize("calculator", [LEGACY_CALCULATOR, SPARK_CALCULATOR])
+def test_a_batch_without_records_splits_into_no_ranges_whatever_min_partitions(calculator: int) -> None:
+    """A new query's first batch from latest or a group's offsets reads nothing; with minPartitions
+    its planning once failed ("max() arg is an empty sequence")."""
+    empty = [OffsetRange("t", 0, 5, 5), OffsetRange("t", 1, 7, 7)]
+    assert (
+        split_offset_ranges(empty, min_partitions=2, max_records_per_partition=None, calculator=calculator)
+        == []
+    )
 
 
 def test_split_proportionally_to_at_least_min_partitions() -> None:

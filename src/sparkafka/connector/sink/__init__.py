@@ -8,30 +8,41 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
    share a prefix unless a user sets the same ``transactionalIdPrefix`` for both. A ``df.write``
    inside ``foreachBatch`` has no default: a call may write several times, and each write needs ids
    of its own (:func:`require_batch_write_prefix`).
-2. The Python worker keeps one producer per transactional id across micro-batches. A new producer
-   calls ``init_transactions()``: the broker aborts whatever a crashed or zombie attempt with the same
-   id left open and fences it (its later requests fail with PRODUCER_FENCED).
+2. The Python worker keeps one producer per transactional id across micro-batches. Before a new
+   producer initialises its id, the prefix's owner is settled: the first query to commit
+   ``claim/<prefix>`` (through the prefix's own transactional id ``{prefix}.claim``, whose fencing
+   lets one of two racing claims commit) owns every id of it; another query refuses here, before it
+   could fence the owner's producers. The new producer then calls ``init_transactions()``: the
+   broker aborts whatever a crashed or zombie attempt with the same id left open and fences it (its
+   later requests fail with PRODUCER_FENCED).
 3. At the id's first write of a query run (a restart, possibly in the same application: the only
    time a batch can be a replay), the task reads, with read_committed, the id's latest commit marker
-   and registration from the compacted commit-marker topic (key = transactional id), and for a
-   streaming write the markers of the same query under other prefixes. It tracks its marker locally
-   from then on.
+   and registration from the compacted commit-marker topic (key = transactional id), the markers of
+   the same query under its prefix and, for a streaming write, under other prefixes, and the
+   prefix's progress record. A run past the query's first batch that finds nothing of the query
+   there refuses before registering (markers deleted or moved); a query adopting another's ids
+   refuses while that query's last batch is partly committed. It tracks its marker locally from
+   then on.
 4. :func:`sparkafka.connector.replay.decide` takes it from there: a marker of this query and batch ``b`` with
    the row count the task has now means ``b`` is a replay this id already committed, and the task
-   writes nothing; an id registered to another query, a row count that differs, or ``b`` committed
-   under another prefix fail the task (a replay of another shape would lose or double records).
-   Before all this the task refuses while adaptive execution could split a replay otherwise.
+   writes nothing; an id registered to another query, a row count that differs, ``b`` committed
+   under another prefix, a marker or progress record past ``b``, or a marker of ``b`` planned from
+   other input (the checkpoint went back behind its output: :mod:`.batch_plan`) fail the task (a
+   replay of another shape would lose or double records). Before all this the task refuses while
+   adaptive execution could split a replay otherwise.
 5. Otherwise: begin a transaction, produce the rows, produce the new marker (id, query, batch,
-   partition, record count, topic, time) in the same transaction, commit. Output and marker become
-   visible together or not at all. An empty partition opens no transaction.
+   partition, record count, topic, write partitions, plan digest, run, time) in the same
+   transaction, commit. Output and marker become visible together or not at all. An empty partition
+   opens no transaction.
 6. Any failure aborts the transaction when the producer still can; a fenced or failed producer is
    discarded, and the task fails so Spark retries it — the retry starts again at step 2.
 
 The driver's ``commit`` checks every task reported; on the first batch of a run it also fences
 transactional ids of partitions the query no longer has (a restart with fewer partitions), found
 through the registration record each id commits to the marker topic, in a transaction of its own,
-before its first output, and fails the batch if one of them committed this very batch. ``abort``
-re-initialises the ids of failed tasks, so read_committed readers are not held back until the
-transaction times out.
+before its first output, and fails the batch if one of them committed this very batch; then it
+records the batch, with where its input ended, as the prefix's progress (``progress/<prefix>``).
+``abort`` logs what tasks of the failed batch committed and re-initialises the ids of failed
+tasks, so read_committed readers are not held back until the transaction times out.
 No transaction ever spans two processes.
 """
