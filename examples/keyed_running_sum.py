@@ -86,6 +86,9 @@ def run_pipeline(spark: SparkSession, bootstrap: str, checkpoint: Path) -> None:
             .option("deliveryGuarantee", "exactly-once")
             # A df.write names its transactional ids: one prefix per exactly-once write of a batch.
             .option("transactionalIdPrefix", "running-sums")
+            # The query's checkpoint, which Spark hands only a writeStream's own sink: the sink tells
+            # a replayed batch from one planned anew after the checkpoint went back.
+            .option("checkpointLocation", str(checkpoint))
             .mode("append")
             .save()
         )

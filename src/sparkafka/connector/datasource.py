@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+
 from pyspark.sql.types import StructType
 
 from sparkafka.connector.replay import PREVIOUS_MARKER_TOPIC_OPTION
@@ -17,6 +20,8 @@ from sparkafka.connector.sink.writer import KafkaBatchWriter, KafkaStreamWriter
 from sparkafka.connector.source.data_source import KafkaDataSource as _SourceDataSource
 from sparkafka.errors import SparkafkaOptionError
 
+log = logging.getLogger(__name__)
+
 
 def _carry_markers_over(options: SinkOptions, plan: BatchPlan | None) -> None:
     if plan is None or plan.query_id is None:
@@ -29,6 +34,16 @@ def _carry_markers_over(options: SinkOptions, plan: BatchPlan | None) -> None:
     carry_markers_over(options, plan.query_id, prefix)
 
 
+@functools.cache
+def _warn_batch_write_without_checkpoint_once() -> None:
+    log.warning(
+        "an exactly-once df.write inside foreachBatch without .option('checkpointLocation', <the "
+        "streaming query's checkpoint>): a micro-batch planned anew after the checkpoint went back "
+        "(restored from an older copy) is then recognised by its batch id only, and one planned "
+        "anew with the same id and row counts would be skipped or written twice (docs/guarantees.md)"
+    )
+
+
 class KafkaDataSource(_SourceDataSource):
     """``spark.readStream.format("sparkafka")`` and ``df.writeStream.format("sparkafka")``."""
 
@@ -39,6 +54,15 @@ class KafkaDataSource(_SourceDataSource):
         validate_input_schema(schema, options)
         if options.delivery_guarantee != "exactly-once":
             return KafkaStreamWriter(options)
+        if options.checkpoint_location is None:
+            raise SparkafkaOptionError(
+                "deliveryGuarantee=exactly-once needs the query's checkpoint named on the writeStream with "
+                ".option('checkpointLocation', ...): Spark hands a sink only that option, not a location "
+                "derived from spark.sql.streaming.checkpointLocation, and the sink reads the checkpoint's "
+                "offsets log to tell a replayed micro-batch from one planned anew after the checkpoint "
+                "went back (restored from an older copy); without it such a batch could be skipped or "
+                "written twice"
+            )
         ensure_marker_topic(options)
         plan = read_batch_plan(options.checkpoint_location)
         if options.previous_marker_topic is not None:
@@ -55,6 +79,9 @@ class KafkaDataSource(_SourceDataSource):
         options = SinkOptions.parse(self.options)
         require_batch_write_prefix(options)
         validate_input_schema(schema, options)
-        if options.delivery_guarantee == "exactly-once":
-            ensure_marker_topic(options)
-        return KafkaBatchWriter(options)
+        if options.delivery_guarantee != "exactly-once":
+            return KafkaBatchWriter(options)
+        ensure_marker_topic(options)
+        if options.checkpoint_location is None:
+            _warn_batch_write_without_checkpoint_once()
+        return KafkaBatchWriter(options, read_batch_plan(options.checkpoint_location))

@@ -247,9 +247,13 @@ def _markers_of_this_query(view: TaskView) -> list[Marker]:
 
 
 def _refuse_lost_markers(view: TaskView) -> None:
-    """Step 2 of :func:`decide` (see :func:`markers_lost`), at the run's first batch."""
+    """Step 2 of :func:`decide` (see :func:`markers_lost`), at the run's first batch; and, for a
+    streaming write whose checkpoint was read, markers that stop short of the checkpoint: Spark
+    commits batch ``b - 1`` only after the driver recorded its progress, so a progress record of this
+    query older than ``b - 1`` comes from a marker topic (or prefix) the query used before, and its
+    markers of the batches since are elsewhere."""
     starts_here = view.run_first_batch is not None and view.run_first_batch == view.batch_id
-    if not starts_here or view.plan is None:
+    if not starts_here:
         return
     refusal = markers_lost(
         query_id=view.query_id,
@@ -262,6 +266,38 @@ def _refuse_lost_markers(view: TaskView) -> None:
     )
     if refusal is not None:
         raise ReplayRefused(refusal)
+    progress = view.progress
+    stale = (
+        not view.batch_write
+        and view.plan is not None
+        and progress is not None
+        and progress.query_id == view.query_id
+        and progress.batch_id < view.batch_id - 1
+        and view.exactly_once_from != view.batch_id
+    )
+    if stale and progress is not None:
+        raise ReplayRefused(_stale_markers(view, progress.batch_id))
+
+
+def _stale_markers(view: TaskView, recorded: int) -> str:
+    topic = view.marker_topic or "the commit-marker topic"
+    return (
+        f"the commit-marker topic '{topic}' holds query {view.query_id}'s progress up to micro-batch "
+        f"{recorded} only, and its checkpoint committed up to micro-batch {view.batch_id - 1}: the markers "
+        "of the batches since are in another topic (the query went back to a marker topic it used before, "
+        "or this one was restored from an old copy, or previousCommitMarkerTopic carried old markers over) "
+        "or under another transactionalIdPrefix. A replay judged by these stale markers could write a "
+        "batch twice, so nothing is written and the query stops. Ways on: restart with "
+        ".option('commitMarkerTopic', '<the topic it wrote its latest batches to>') (and the "
+        "transactionalIdPrefix it used then): nothing is lost or written twice; or start the exactly-once "
+        f"output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', '{view.batch_id}'): "
+        f"nothing is lost; what an earlier run committed of micro-batch {view.batch_id} is written again"
+        + (
+            ""
+            if view.batch_input_records is None
+            else f" (at most its {view.batch_input_records} input record(s), by the checkpoint's offsets)"
+        )
+    )
 
 
 def markers_lost(
@@ -277,16 +313,19 @@ def markers_lost(
     """Why a run that starts at ``batch_id`` must not write, or None. A run past the query's first
     micro-batch that finds nothing of the query in the marker topic has lost its markers (topic
     deleted or changed), or never wrote exactly-once before; either way a replay could not be
-    recognised. Checked only where the checkpoint was read: the driver's commit records even a batch
-    without write tasks (a new query's first batch from ``latest`` or a group's offsets), so a query
-    whose earlier batches wrote nothing still leaves its progress record."""
+    recognised. The driver's commit records even a batch without write tasks (a new query's first
+    batch from ``latest`` or a group's offsets) where it could read the checkpoint, so such a query
+    still leaves its progress record; where it could not, its first writing batch is refused once,
+    and ``exactlyOnceFromBatch`` then costs nothing."""
     if batch_id == 0 or history_found:
         return None
     if exactly_once_from is not None and exactly_once_from > batch_id:
         return _accepted_too_early_text(query_id, batch_id, EXACTLY_ONCE_FROM_OPTION, exactly_once_from)
     if exactly_once_from == batch_id:
         return None
-    return _lost_markers(query_id, batch_id, transactional_id, marker_topic, batch_input_records)
+    return _lost_markers(
+        query_id, batch_id, transactional_id, marker_topic, batch_input_records, exactly_once_from
+    )
 
 
 def _refuse_checkpoint_behind(view: TaskView) -> None:
@@ -389,32 +428,51 @@ def adopted_partial_batch(
     partial: Sequence[Marker],
     transactional_id: str,
     batch_id: int,
+    gap: tuple[int, int] | None,
 ) -> str:
     """Why a query adopting ``old_query``'s ids refuses (``adoptTransactionalIdsFrom``): the old
-    query committed part of the batch after its last complete one, ``progress``."""
+    query committed part of the batch after its last complete one, ``progress``, or this query
+    starts elsewhere than where that batch's input ended (``gap``: records read again, records
+    never read, from this query's start in its checkpoint; None when unknown)."""
     from sparkafka.connector.sink.batch_plan import starting_offsets_of
 
     listed = ", ".join(f"'{m.transactional_id}': {m.records}" for m in partial)
-    total = sum(m.records for m in partial)
-    partial_batch = max(m.batch_id for m in partial)
+    in_part = sum(m.records for m in partial)
+    again, skipped = gap if gap is not None else (0, 0)
     ended = None if progress.end_offsets is None else starting_offsets_of(progress.end_offsets)
-    where = (
+    where = "" if ended is None else f" (its input ended at {ended})"
+    found = []
+    if partial:
+        found.append(
+            f"it then committed part of micro-batch {max(m.batch_id for m in partial)} before it stopped: "
+            f"{in_part} record(s) ({listed}), which this query reads again"
+        )
+    if again:
+        found.append(
+            f"this query starts {again} input record(s) before where that batch ended (a consumer "
+            "group's offsets lag the output: the source publishes them for monitoring only), whose "
+            "output is there already"
+        )
+    if skipped:
+        found.append(f"this query starts {skipped} input record(s) past where that batch ended, never read")
+    doubled = again + in_part
+    bound = "at most " if skipped else ""
+    start_there = (
         ""
         if ended is None
-        else f" (its input ended at {ended}, where its consumer group's offsets stand as well)"
+        else f" Or start this query on a new checkpoint with .option('startingOffsets', '{ended}'), "
+        f"where the old query's output ends: {in_part} record(s) written twice."
     )
+    lost = f" and {skipped} never read (lost)" if skipped else ""
     return (
         f"query {query_id} adopts the transactional ids of query {old_query} ({ADOPT_OPTION}), which "
-        f"committed micro-batch {progress.batch_id} completely{where} and then part of micro-batch "
-        f"{partial_batch} before it stopped: {total} record(s) ({listed}). This query reads that input "
-        "again from where the old one's last complete batch ended (startingOffsets=group, or those "
-        "offsets), so writing would put those records in the output a second time, and the old "
-        f"query's markers cannot tell this query's batches apart; '{transactional_id}' writes nothing "
-        "and the query stops, before any of its ids is registered. Ways on: if the old query's "
-        "checkpoint can be found again, run the old query on it: it finishes its batch exactly once. "
-        "Otherwise accept the duplicates with "
+        f"committed micro-batch {progress.batch_id} completely{where}; " + "; ".join(found) + ". "
+        "Writing would lose or double records, and the old query's markers cannot tell this query's "
+        f"batches apart, so '{transactional_id}' writes nothing and the query stops, before any of its "
+        "ids is registered. Ways on: if the old query's checkpoint can be found again, run the old query "
+        f"on it: it finishes its batch exactly once.{start_there} Or accept this start with "
         f".option('{ACCEPT_RESHAPED_OPTION}', '{batch_id}') (this query's micro-batch {batch_id}): "
-        f"nothing is lost, and exactly those {total} record(s) are written twice"
+        f"{bound}{doubled} record(s) written twice{lost}"
     )
 
 
@@ -582,7 +640,12 @@ def _width_unknown(view: TaskView, recorded: Sequence[int]) -> str:
 
 
 def _lost_markers(
-    query_id: str, batch_id: int, transactional_id: str, marker_topic: str, batch_input_records: int | None
+    query_id: str,
+    batch_id: int,
+    transactional_id: str,
+    marker_topic: str,
+    batch_input_records: int | None,
+    exactly_once_from: int | None,
 ) -> str:
     topic = marker_topic or "the commit-marker topic"
     bound = (
@@ -604,7 +667,14 @@ def _lost_markers(
         "another deliveryGuarantee), or its markers are gone for good (no backup of the topic), start "
         f"its exactly-once output here with .option('{EXACTLY_ONCE_FROM_OPTION}', '{batch_id}'): "
         f"nothing is lost; if micro-batch {batch_id} was partly written before the query stopped, "
-        f"that part is written again{bound}"
+        f"that part is written again{bound}. A query whose earlier micro-batches had no rows to write "
+        "(a new query's first batch from startingOffsets latest or group) takes this way at no cost"
+        + (
+            ""
+            if exactly_once_from is None
+            else f". The option {EXACTLY_ONCE_FROM_OPTION}={exactly_once_from} given names an earlier "
+            "micro-batch than this run's first and has no effect"
+        )
     )
 
 

@@ -254,7 +254,9 @@ def build_query(spark: SparkSession, config: PipelineConfig, gate: BatchGate | N
         # foreachBatch, whose write tasks still know the query and batch ids, so the sink's
         # exactly-once protocol applies unchanged.
         def write_batch(batch: DataFrame, batch_id: int) -> None:
-            options = dict(sink_options)
+            # The query's checkpoint, which Spark hands the streaming sink but not a df.write: the sink
+            # reads the batch's plan there (docs/guarantees.md, "Between two runs").
+            options = {**sink_options, "checkpointLocation": config.checkpoint}
             if keeps_default_ids:
                 options["transactionalIdPrefix"] = default_transactional_id_prefix(_running_query_id(batch))
             with gate.writing() if gate is not None else contextlib.nullcontext():

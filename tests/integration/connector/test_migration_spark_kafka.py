@@ -118,7 +118,9 @@ def test_the_way_back_to_sparks_format_needs_the_checkpoint_rewritten(bootstrap:
         _map("sparkafka", "sparkafka", produce=[0, 100]),
         _map("kafka", "kafka", produce=[100, 100]),
         _map("kafka", "kafka", rewrite=True),
-        _map("sparkafka", "sparkafka", produce=[200, 100]),
+        # Spark's sink wrote micro-batch 1: the markers stop short of the checkpoint, so sparkafka's
+        # exactly-once output is declared to start again at 2 (at no cost: batch 2 is new).
+        _map("sparkafka", "sparkafka", produce=[200, 100], sink_options={"exactlyOnceFromBatch": "2"}),
     )
     assert steps[0]["input_rows"] == 100
     refused = steps[1]["message"]

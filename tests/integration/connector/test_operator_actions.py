@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sparkafka.tools.harness import wait_until
@@ -59,9 +59,12 @@ def topics(kafka: Kafka, topic_name: str) -> Topics:
     return Topics(kafka.bootstrap_servers, topic_name)
 
 
-def _start(spark: SparkSession, topics: Topics, checkpoint: Path, **options: str) -> StreamingQuery:
+def _start(
+    spark: SparkSession, topics: Topics, checkpoint: Path, *, foreach_batch: bool = False, **options: str
+) -> StreamingQuery:
     """The exactly-once map query, to the end of the input present (availableNow); ``options`` go to
-    the sink, except ``source_*`` ones, which go to the source."""
+    the sink, except ``source_*`` ones, which go to the source. ``foreach_batch``: written by a
+    ``df.write`` in ``foreachBatch`` (its prefix named after the output topic)."""
     reader = (
         spark.readStream.format("sparkafka")
         .option("kafka.bootstrap.servers", topics.bootstrap)
@@ -74,19 +77,23 @@ def _start(spark: SparkSession, topics: Topics, checkpoint: Path, **options: str
             reader = reader.option(key.removeprefix("source_"), value)
         else:
             sink_options[key] = value
-    writer = (
-        reader.load()
-        .selectExpr("CAST(value AS STRING) AS value")
-        .writeStream.format("sparkafka")
-        .option("kafka.bootstrap.servers", topics.bootstrap)
-        .option("topic", topics.sink)
-        .option("deliveryGuarantee", "exactly-once")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-    )
-    for key, value in sink_options.items():
-        writer = writer.option(key, value)
-    return writer.start()
+    sink_options = {
+        "kafka.bootstrap.servers": topics.bootstrap,
+        "topic": topics.sink,
+        "deliveryGuarantee": "exactly-once",
+        **sink_options,
+    }
+    rows = reader.load().selectExpr("CAST(value AS STRING) AS value")
+    if foreach_batch:
+        batch_options = {"transactionalIdPrefix": f"{topics.sink}-writes", **sink_options}
+
+        def write(batch: DataFrame, _batch_id: int) -> None:
+            batch.write.format("sparkafka").options(**batch_options).mode("append").save()
+
+        writer = rows.writeStream.foreachBatch(write)
+    else:
+        writer = rows.writeStream.format("sparkafka").options(**sink_options)
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
 
 
 def _run(spark: SparkSession, topics: Topics, checkpoint: Path, **options: str) -> None:
@@ -214,6 +221,13 @@ def _held_batch_1(spark: SparkSession, topics: Topics, checkpoint: Path, marker_
     query stops. Returns the records batch 1 committed."""
     topics.send(20)
     _run(spark, topics, checkpoint, commitMarkerTopic=marker_topic)
+    return _held_batch(spark, topics, checkpoint, marker_topic, batch=1)
+
+
+def _held_batch(
+    spark: SparkSession, topics: Topics, checkpoint: Path, marker_topic: str, *, batch: int
+) -> int:
+    """20 more records, and micro-batch ``batch`` held as :func:`_held_batch_1` describes."""
     topics.send(20)
     held = _start(
         spark,
@@ -233,14 +247,16 @@ def _held_batch_1(spark: SparkSession, topics: Topics, checkpoint: Path, marker_
     try:
         assert wait_until(
             lambda: (
-                set(committed_markers(topics.bootstrap, 1, prefix=prefix, marker_topic=marker_topic))
+                set(committed_markers(topics.bootstrap, batch, prefix=prefix, marker_topic=marker_topic))
                 == expected
             ),
             timeout_s=120,
         )
     finally:
         held.stop()
-    records = sum(committed_markers(topics.bootstrap, 1, prefix=prefix, marker_topic=marker_topic).values())
+    records = sum(
+        committed_markers(topics.bootstrap, batch, prefix=prefix, marker_topic=marker_topic).values()
+    )
     assert records == 15, "5 records in each of the 3 committed write partitions"
     return int(records)
 
@@ -357,3 +373,123 @@ def test_a_query_adopting_the_ids_of_a_query_that_lost_its_checkpoint_mid_batch_
     output = topics.written()
     assert set(output) == topics.all_ids(), "nothing lost"
     assert sum(1 for n in output.values() if n == 2) == committed and max(output.values()) == 2
+
+
+def test_going_back_to_a_marker_topic_used_before_refuses_as_stale(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Batch 0 on topic A, batch 1 moved to B (previousCommitMarkerTopic), batch 2 cut short on B;
+    then the operator goes back to A, which holds the query's markers of batch 0 only. Judged by
+    them the replay would write batch 2's committed part again: refused before writing, and going
+    on with B finishes the batch exactly once."""
+    checkpoint = tmp_path / "checkpoint"
+    a, b = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    topics.send(20)
+    _run(spark, topics, checkpoint, commitMarkerTopic=a)
+    topics.send(20)
+    _run(spark, topics, checkpoint, commitMarkerTopic=b, previousCommitMarkerTopic=a)
+    _held_batch(spark, topics, checkpoint, b, batch=2)
+
+    message = _refused(spark, topics, checkpoint, commitMarkerTopic=a, previousCommitMarkerTopic=b)
+    assert f"'{a}' holds query" in message
+    assert "progress up to micro-batch 0 only, and its checkpoint committed up to micro-batch 1" in message
+    _run(spark, topics, checkpoint, commitMarkerTopic=b)
+    _assert_exactly_once(topics)
+
+
+def test_an_exactly_once_stream_without_its_checkpoint_named_on_the_sink_is_refused(
+    spark: SparkSession, topics: Topics, tmp_path: Path
+) -> None:
+    """Spark hands a sink the checkpoint only as the option: one derived from
+    spark.sql.streaming.checkpointLocation stays unknown to it, and with it whether a batch is a
+    replay or planned anew. Refused before anything is written, naming the option."""
+    session = spark.newSession()
+    session.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "root"))
+    topics.send(20)
+    query = (
+        session.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", topics.bootstrap)
+        .option("subscribe", topics.source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("sparkafka")
+        .queryName(f"named-{topics.sink}")
+        .option("kafka.bootstrap.servers", topics.bootstrap)
+        .option("topic", topics.sink)
+        .option("deliveryGuarantee", "exactly-once")
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match=r"needs the query's checkpoint named on the writeStream"):
+        query.awaitTermination()
+    assert topics.written("read_uncommitted") == Counter()
+
+
+def test_an_adopting_query_that_starts_before_where_the_old_output_ends_refuses_counting_them(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """The old query completed batches 0 and 1 and lost its checkpoint; the new one adopts its ids
+    but starts where batch 0 ended, as a consumer group's offsets lagging by a batch would have it.
+    It refuses before writing, counting the 20 records it would read again, and starts where the
+    message says: exactly once."""
+    prefix = f"{topic_name}-ids"
+    topics.send(20)
+    first = _start(spark, topics, tmp_path / "old", transactionalIdPrefix=prefix)
+    first.awaitTermination()
+    topics.send(20)
+    _run(spark, topics, tmp_path / "old", transactionalIdPrefix=prefix)
+    _assert_exactly_once(topics)
+    shutil.rmtree(tmp_path / "old")
+
+    lagging = '{"' + topics.source + '":{"0":5,"1":5,"2":5,"3":5}}'
+    recovery = {"transactionalIdPrefix": prefix, "adoptTransactionalIdsFrom": str(first.id)}
+    message = _refused(spark, topics, tmp_path / "new", source_startingOffsets=lagging, **recovery)
+    assert "this query starts 20 input record(s) before where that batch ended" in message
+    found = re.search(r"\.option\('startingOffsets', '(\{.*?\})'\)", message)
+    assert found is not None, message
+    _run(spark, topics, tmp_path / "newer", source_startingOffsets=found.group(1), **recovery)
+    _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_a_foreach_batch_write_given_the_checkpoint_refuses_a_batch_planned_anew(
+    spark: SparkSession, topics: Topics, tmp_path: Path
+) -> None:
+    """A df.write in foreachBatch that names the query's checkpoint: restored one batch behind, the
+    batch planned anew is refused like a streaming write's (without the option only batch ids
+    protect it, a stated limit)."""
+    checkpoint = tmp_path / "checkpoint"
+    named = {"foreach_batch": True, "checkpointLocation": str(checkpoint)}
+    topics.send(1000)
+    _start(spark, topics, checkpoint, **named).awaitTermination()  # type: ignore[arg-type]
+    older = _copy(checkpoint, tmp_path / "after-batch-0")
+    topics.send(1000)
+    _start(spark, topics, checkpoint, **named).awaitTermination()  # type: ignore[arg-type]
+    _restore(older, checkpoint)
+    topics.send(1000)
+    before = topics.written("read_uncommitted")
+    with pytest.raises(Exception, match="was planned from other input"):
+        _start(spark, topics, checkpoint, **named).awaitTermination()  # type: ignore[arg-type]
+    assert topics.written("read_uncommitted") == before
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_a_foreach_batch_write_whose_marker_topic_was_deleted_refuses(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """A df.write in foreachBatch without the checkpoint option: after two batches the marker topic
+    is deleted; the next run finds nothing of the query there and refuses before writing."""
+    checkpoint, markers = tmp_path / "checkpoint", f"{topic_name}-markers"
+    topics.send(20)
+    _start(spark, topics, checkpoint, foreach_batch=True, commitMarkerTopic=markers).awaitTermination()
+    topics.send(20)
+    _start(spark, topics, checkpoint, foreach_batch=True, commitMarkerTopic=markers).awaitTermination()
+    admin = AdminClient({"bootstrap.servers": topics.bootstrap})
+    admin.delete_topics([markers], operation_timeout=30)[markers].result(60)
+    assert wait_until(lambda: markers not in admin.list_topics(timeout=10).topics, timeout_s=60)
+    topics.send(20)
+    before = topics.written("read_uncommitted")
+    with pytest.raises(Exception, match=f"the commit-marker topic '{markers}' holds nothing of it"):
+        _start(spark, topics, checkpoint, foreach_batch=True, commitMarkerTopic=markers).awaitTermination()
+    assert topics.written("read_uncommitted") == before

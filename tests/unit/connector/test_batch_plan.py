@@ -11,6 +11,7 @@ import pytest
 
 from sparkafka.connector.sink.batch_plan import (
     input_records_between,
+    offsets_gap,
     plan_digest,
     read_batch_plan,
     starting_offsets_of,
@@ -47,6 +48,7 @@ def test_the_newest_entry_is_the_batch_being_written(tmp_path: Path) -> None:
     assert plan.input_records == 5
     assert plan.end_offsets == ('{"in": {"0": 9, "1": 4}, "sparkafka:split": {"calculator": 2}}',)
     assert plan.digest == plan_digest(('{"in": {"0": 5, "1": 3}}',), plan.end_offsets)
+    assert plan.start_offsets == ('{"in": {"0": 5, "1": 3}}',)
     assert read_batch_plan(f"file://{checkpoint}") == plan
 
 
@@ -68,8 +70,6 @@ def test_a_batch_planned_anew_has_another_digest(tmp_path: Path) -> None:
 def test_no_checkpoint_or_no_entry_yet_means_no_plan(tmp_path: Path) -> None:
     assert read_batch_plan(None) is None
     assert read_batch_plan(str(tmp_path / "missing")) is None
-    (tmp_path / "empty" / "offsets").mkdir(parents=True)
-    assert read_batch_plan(str(tmp_path / "empty")) is None
 
 
 def test_an_unreadable_checkpoint_is_said_once_in_the_log(
@@ -105,3 +105,33 @@ def test_a_progress_record_round_trips_and_refuses_a_newer_version() -> None:
     newer = json.dumps({**json.loads(record.encode()), "version": 2}).encode()
     with pytest.raises(CommitMarkerError, match="written by a newer sparkafka"):
         ProgressRecord.decode(newer)
+
+
+def test_an_offsets_gap_counts_records_read_again_and_never_read() -> None:
+    end = ('{"in":{"0":120,"1":80},"sparkafka:split":{"calculator":2}}',)
+    assert offsets_gap(('{"in":{"0":120,"1":80}}',), end) == (0, 0)
+    assert offsets_gap(('{"in":{"0":100,"1":90}}',), end) == (20, 10)
+    assert offsets_gap(('{"in":{"0":100}}',), end) is None, "a partition missing from the start"
+    assert offsets_gap((), end) is None
+
+
+def test_no_offsets_entry_where_spark_wrote_one_is_said_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The writer exists only after Spark wrote the batch's entry: finding none means the sink reads
+    another place than Spark writes (a path resolved against another default file system)."""
+    (tmp_path / "elsewhere" / "offsets").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING):
+        assert read_batch_plan(str(tmp_path / "elsewhere")) is None
+    assert any("no offsets-log entry found there" in r.getMessage() for r in caplog.records)
+
+
+def test_a_querys_first_batch_starts_where_its_own_entry_says(tmp_path: Path) -> None:
+    """The source resolves startingOffsets into the first batch's end offsets
+    (``sparkafka:firstBatchStart:<topic>``): that is where the query starts."""
+    first = {"sparkafka:firstBatchStart:in": {"0": 5, "1": 5}, "in": {"0": 10, "1": 12}}
+    plan = read_batch_plan(str(_checkpoint(tmp_path / "c", first)))
+    assert plan is not None
+    assert plan.start_offsets == ('{"in":{"0":5,"1":5}}',)
+    assert plan.input_records == 12
+    assert offsets_gap(plan.start_offsets, ('{"in":{"0":10,"1":10}}',)) == (10, 0)

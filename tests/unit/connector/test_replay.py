@@ -13,10 +13,12 @@ from sparkafka.connector.replay import (
     ReplayRefused,
     TaskView,
     adaptive_execution_refusal,
+    adopted_partial_batch,
     beyond_refusal,
     decide,
     partitions_beyond,
 )
+from sparkafka.connector.sink.batch_plan import offsets_gap
 from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord
 from sparkafka.connector.sink.task import query_run_id, task_identity
 from sparkafka.errors import SparkafkaError
@@ -462,8 +464,43 @@ CASES = [
         False,
     ),
     (
-        "nothing of the query in the marker topic, the checkpoint unread (no evidence of a past)",
+        "nothing of the query in the marker topic, the checkpoint unread: refused all the same",
         {"history_found": False, "run_first_batch": BATCH, "plan": None},
+        10,
+        "takes this way at no cost",
+        False,
+    ),
+    (
+        "exactlyOnceFromBatch below the run's first batch is said to have no effect",
+        {"history_found": False, "run_first_batch": BATCH, "exactly_once_from": 2},
+        10,
+        "option exactlyOnceFromBatch=2 given names an earlier micro-batch",
+        False,
+    ),
+    (
+        "progress two batches behind the checkpoint (a marker topic used before)",
+        {"progress": progress(batch=BATCH - 3), "run_first_batch": BATCH, "plan": "d"},
+        10,
+        "progress up to micro-batch 4 only, and its checkpoint committed up to micro-batch 6",
+        False,
+    ),
+    (
+        "progress of the batch before this one",
+        {"progress": progress(batch=BATCH - 1), "run_first_batch": BATCH, "plan": "d"},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "stale progress, exactly-once declared to start here",
+        {"progress": progress(batch=1), "run_first_batch": BATCH, "plan": "d", "exactly_once_from": BATCH},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "stale progress of a df.write (no progress for batches without tasks)",
+        {"progress": progress(batch=1), "run_first_batch": BATCH, "plan": "d", "batch_write": True},
         10,
         Action.WRITE,
         False,
@@ -612,3 +649,23 @@ def test_accepted_as_written_never_drops_the_rows_it_counted() -> None:
     view = replace(VIEW, own_marker=marker(records=10), accepted_reshaped_batch=BATCH)
     assert decide(view, counted) is Action.WRITE
     assert counted.asked
+
+
+def test_an_adopting_query_counts_what_a_lagging_start_reads_again() -> None:
+    """The old query's last complete batch ended at 120/80; the adopting query starts at 100/80 (a
+    consumer group's offsets a batch behind): 20 records read again, named with the way on."""
+    message = adopted_partial_batch(
+        "q-new",
+        "q-old",
+        progress(batch=3),
+        (),
+        "p-0",
+        1,
+        offsets_gap(('{"in":{"0":100,"1":80}}',), END_OFFSETS),
+    )
+    assert "this query starts 20 input record(s) before where that batch ended" in message
+    assert """.option('startingOffsets', '{"in":{"0":120,"1":80}}')""" in message
+    assert (
+        ".option('acceptReshapedBatch', '1') (this query's micro-batch 1): 20 record(s) written twice"
+        in message
+    )

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from sparkafka.connector.source.offsets import OWN_ENTRY_PREFIX
+from sparkafka.connector.source.offsets import FIRST_BATCH_START_PREFIX, OWN_ENTRY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class BatchPlan:
     query_id: str | None
     # The input records between the batch's start and end offsets (Kafka sources), None when unknown.
     input_records: int | None = None
+    # The source lines of offsets/<batch_id - 1>: where each source starts this batch (None for 0).
+    start_offsets: tuple[str, ...] | None = None
 
 
 class _Reader:
@@ -101,18 +103,24 @@ def read_batch_plan(checkpoint_location: str | None) -> BatchPlan | None:
         reader = _Reader(checkpoint_location)
         batches = sorted(int(name) for name in reader.names(_OFFSETS) if name.isdigit())
         if not batches:
+            # Spark wrote the batch's entry before it created this writer: the sink reads elsewhere
+            # (a path Spark resolves against another default file system, say).
+            _warn_unreadable_once(checkpoint_location, "no offsets-log entry found there")
             return None
         newest = batches[-1]
         end = _source_lines(reader.text(f"{_OFFSETS}/{newest}"))
         start = _source_lines(reader.text(f"{_OFFSETS}/{newest - 1}")) if newest > 0 else ()
         if end is None:
             return None
+        # A query's first batch carries its own start (the source resolved startingOffsets into it).
+        begins = (start or None) if newest > 0 else _first_batch_starts(end)
         return BatchPlan(
             newest,
             plan_digest(start or (), end),
             end,
             _query_id(reader.text(_METADATA)),
-            input_records_between(start, end),
+            input_records_between(begins, end),
+            begins,
         )
     except Exception as error:  # an unreadable checkpoint leaves the check to the batch ids alone
         _warn_unreadable_once(checkpoint_location, f"{type(error).__name__}: {error}")
@@ -150,6 +158,60 @@ def input_records_between(start: Sequence[str] | None, end: Sequence[str]) -> in
                     return None
                 total += max(0, int(offset) - int(begun[partition]))
     return total
+
+
+def _first_batch_starts(end: Sequence[str]) -> tuple[str, ...] | None:
+    """The start of a query's first batch, from the ``sparkafka:firstBatchStart:<topic>`` entries of
+    its end offsets, as source lines of Spark's shape; None where a source line has none."""
+    lines = []
+    for line in end:
+        try:
+            parsed = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        starts = {
+            key[len(FIRST_BATCH_START_PREFIX) :]: value
+            for key, value in parsed.items()
+            if key.startswith(FIRST_BATCH_START_PREFIX)
+        }
+        if not starts:
+            return None
+        lines.append(json.dumps(starts, separators=(",", ":"), sort_keys=True))
+    return tuple(lines)
+
+
+def offsets_gap(start: Sequence[str], end: Sequence[str]) -> tuple[int, int] | None:
+    """How a query starting at ``start`` stands to input that ended at ``end`` (source lines of
+    the offsets log, Kafka sources): the records of ``end`` it reads again (start below end) and
+    those it never reads (start above end), summed over partitions; None when they cannot be
+    compared (other sources, a partition missing from either)."""
+    if len(start) != len(end):
+        return None
+    again = skipped = 0
+    for start_line, end_line in zip(start, end, strict=True):
+        try:
+            starts, ends = json.loads(start_line), json.loads(end_line)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(starts, dict) or not isinstance(ends, dict):
+            return None
+        for topic, partitions in ends.items():
+            if topic.startswith(OWN_ENTRY_PREFIX):
+                continue
+            begun = starts.get(topic)
+            if (
+                not isinstance(partitions, dict)
+                or not isinstance(begun, dict)
+                or set(begun) != set(partitions)
+            ):
+                return None
+            for partition, offset in partitions.items():
+                difference = int(offset) - int(begun[partition])
+                again += max(0, difference)
+                skipped += max(0, -difference)
+    return again, skipped
 
 
 def _source_lines(text: str | None) -> tuple[str, ...] | None:

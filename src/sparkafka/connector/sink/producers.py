@@ -36,6 +36,7 @@ from sparkafka.connector.replay import (
     markers_lost,
     prefix_claimed_by_another_query,
 )
+from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
 from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
 from sparkafka.connector.sink.markers import (
     MOVE_MARKERS_HINT,
@@ -221,8 +222,7 @@ def transactional_producer(
     transactional_id: str,
     *,
     other_prefixes: bool,
-    checkpoint_read: bool = False,
-    batch_input_records: int | None = None,
+    plan: BatchPlan | None = None,
 ) -> CachedProducer:
     """The producer of ``transactional_id`` for this task, with what the id committed.
 
@@ -235,15 +235,10 @@ def transactional_producer(
     3. Read, with read_committed, the id's latest marker and registration, the markers of this
        query under the id's prefix, and (``other_prefixes``) under other prefixes; register the id
        when it has no registration, or when this write adopts it from the query its registration
-       names. ``checkpoint_read``: the writer read the batch's plan from the checkpoint, so a run
-       past the query's first batch that finds nothing of the query is refused here, before it
-       registers anything (``batch_input_records`` for the message)."""
-    state = functools.partial(
-        _read_committed_state,
-        other_prefixes=other_prefixes,
-        checkpoint_read=checkpoint_read,
-        batch_input_records=batch_input_records,
-    )
+       names. A run past the query's first batch that finds nothing of the query is refused here,
+       before it registers anything; ``plan``, the batch's entry of the checkpoint when the writer
+       read it, counts what ways on cost and where an adopting query starts."""
+    state = functools.partial(_read_committed_state, other_prefixes=other_prefixes, plan=plan)
     key = _cache_key(options, transactional_id)
     cached = PRODUCERS.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
@@ -282,8 +277,7 @@ def _read_committed_state(
     identity: TaskIdentity,
     *,
     other_prefixes: bool,
-    checkpoint_read: bool,
-    batch_input_records: int | None,
+    plan: BatchPlan | None,
 ) -> None:
     """Step 3 of :func:`transactional_producer`."""
     transactional_id, query_id = cached.transactional_id, identity.query_id
@@ -315,7 +309,7 @@ def _read_committed_state(
         or (cached.marker is not None and cached.marker.query_id == query_id)
         or (cached.progress is not None and cached.progress.query_id == query_id)
     )
-    if checkpoint_read and identity.batch_id is not None:
+    if identity.batch_id is not None:
         refusal = markers_lost(
             query_id=query_id,
             batch_id=identity.batch_id,
@@ -323,14 +317,14 @@ def _read_committed_state(
             marker_topic=options.marker_topic,
             history_found=cached.history_found,
             exactly_once_from=options.exactly_once_from,
-            batch_input_records=batch_input_records,
+            batch_input_records=None if plan is None else plan.input_records,
         )
         if refusal is not None:  # before registering: a refused run must leave no trace to pass by
             raise ReplayRefused(refusal)
     adopting = registered is not None and registered != query_id and registered == options.adopted_query
     if adopting and options.accepted_reshaped_batch != identity.batch_id:
         assert registered is not None
-        _refuse_adopting_a_partial_batch(options, found, own_prefix, transactional_id, registered, identity)
+        _refuse_adopting_a_partial_batch(found, own_prefix, transactional_id, registered, identity, plan)
     _require_prefix_claim(options, found, own_prefix, query_id, transactional_id)
     if registered is None or adopting:
         if registered is not None:
@@ -442,10 +436,17 @@ def _claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: 
             log.info("%s claimed transactional-id prefix %s", query_id, prefix)
             return query_id
         except KafkaException as error:
-            if error_code(error) not in _CLAIM_RACE_CODES:
+            code = error_code(error)
+            if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                raise transaction_timeout_error(options) from None
+            if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+                raise sink_unreachable_error(
+                    options, f"claim transactional-id prefix '{prefix}'", error
+                ) from None
+            if code not in _CLAIM_RACE_CODES:
                 raise CommitMarkerError(
                     f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "
-                    f"'{options.marker_topic}' failed: {error.args[0]}. {MOVE_MARKERS_HINT}"
+                    f"'{options.marker_topic}' failed: {error.args[0]}. {_MARKER_TOPIC_MUST_ACCEPT}"
                 ) from None
             time.sleep(random.uniform(0.02, 0.2))  # another claimer won this round; look again
         finally:
@@ -456,6 +457,13 @@ def _claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: 
         "other writers kept initialising its claim id; Spark retries the task"
     )
 
+
+# What the sink writes to the marker topic, and what the topic must allow for it.
+_MARKER_TOPIC_MUST_ACCEPT = (
+    "The sink commits a claim per transactional-id prefix and a registration per id before any "
+    "output, and a marker after every batch: the topic must accept them (its max.message.bytes, "
+    f"min.insync.replicas and ACLs for this principal). {MOVE_MARKERS_HINT}"
+)
 
 # What a claimer sees when another one initialised the claim id since its own initialisation.
 _CLAIM_RACE_CODES = (
@@ -468,18 +476,19 @@ _CLAIM_RACE_CODES = (
 
 
 def _refuse_adopting_a_partial_batch(
-    options: SinkOptions,
     found: Mapping[str, bytes],
     prefix: str,
     transactional_id: str,
     old_query: str,
     identity: TaskIdentity,
+    plan: BatchPlan | None,
 ) -> None:
     """Before this query takes over ``old_query``'s ids: the old query's markers past its last
-    complete batch (its progress record) are a batch it committed in part before it stopped. This
-    query starts where that batch's input starts at the latest (its checkpoint is new), so those
-    records would be written again: refuse, counting them, before registering anything, so that
-    every task of the adopting run sees the same and refuses too."""
+    complete batch (its progress record) are a batch it committed in part before it stopped, and
+    this query reads that input again; and where this query's checkpoint says where it starts
+    (``plan``), any distance from where the old query's last complete batch ended is input read
+    twice or never. Refuse, counting them, before registering anything, so that every task of the
+    adopting run sees the same and refuses too."""
     progress_key = f"{PROGRESS_KEY_PREFIX}{prefix}"
     progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
     if progress is None or progress.query_id != old_query:
@@ -503,11 +512,24 @@ def _refuse_adopting_a_partial_batch(
         ),
         key=lambda m: m.partition,
     )
-    if partial:
+    starts_at = None if plan is None or plan.batch_id != identity.batch_id else plan.start_offsets
+    gap = (
+        None
+        if starts_at is None or progress.end_offsets is None
+        else offsets_gap(starts_at, progress.end_offsets)
+    )
+    if gap is None and starts_at is not None:
+        log.warning(
+            "%s: cannot compare where this query starts with where query %s's output ends; records "
+            "between the two are not counted",
+            identity.query_id,
+            old_query,
+        )
+    if partial or (gap is not None and any(gap)):
         assert identity.query_id is not None and identity.batch_id is not None
         raise ReplayRefused(
             adopted_partial_batch(
-                identity.query_id, old_query, progress, partial, transactional_id, identity.batch_id
+                identity.query_id, old_query, progress, partial, transactional_id, identity.batch_id, gap
             )
         )
 
@@ -532,9 +554,8 @@ def _register(options: SinkOptions, producer: Producer, key: str, query_id: str,
             producer.abort_transaction(options.operation_timeout_s)
         raise CommitMarkerError(
             f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
-            f"{error.args[0]}. The sink commits this record before its first output, and a marker after "
-            "every batch: the topic must accept them (its max.message.bytes, min.insync.replicas and "
-            f"ACLs for this principal). {MOVE_MARKERS_HINT}"
+            f"{error.args[0]}. The sink commits this record before its first output. "
+            f"{_MARKER_TOPIC_MUST_ACCEPT}"
         ) from None
 
 

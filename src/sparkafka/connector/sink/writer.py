@@ -188,12 +188,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         own_id = transactional_id(prefix, partition)
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         cached = transactional_producer(
-            self.options,
-            identity,
-            own_id,
-            other_prefixes=not self.batch_write,
-            checkpoint_read=plan is not None,
-            batch_input_records=None if plan is None else plan.input_records,
+            self.options, identity, own_id, other_prefixes=not self.batch_write, plan=plan
         )
         written = functools.partial(
             SinkCommitMessage,
@@ -661,9 +656,9 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     ``df.write`` outside a streaming query has no batch id a retry could be matched against; there
     exactly-once fails with a clear message in the tasks."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, plan: BatchPlan | None = None) -> None:
         self.options = options
-        self._writer = KafkaStreamWriter(options, batch_write=True)
+        self._writer = KafkaStreamWriter(options, batch_write=True, plan=plan)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self._writer.write(iterator)
