@@ -223,15 +223,13 @@ def test_a_second_query_on_the_same_prefix_refuses_until_it_adopts_the_ids(
 
     # Adopted deliberately (the first query's checkpoint is gone), the second query writes; it reads
     # its input from the start, as any new query with startingOffsets=earliest does.
-    second_id = _run(
-        spark,
-        bootstrap,
-        source,
-        sink,
-        tmp_path / "second",
-        transactionalIdPrefix=prefix,
-        adoptTransactionalIdsFrom=first_id,
-    )
+    # It starts from the beginning, where the first query's output ends at ROWS records: refused,
+    # counting them, until that cost is accepted for its first batch.
+    adopting = {"transactionalIdPrefix": prefix, "adoptTransactionalIdsFrom": first_id}
+    with pytest.raises(Exception, match=f"this query starts {ROWS} input record\\(s\\) before where"):
+        _run(spark, bootstrap, source, sink, tmp_path / "second", **adopting)
+    assert len(_everything_written(bootstrap, sink)) == ROWS, "the refused query wrote records"
+    second_id = _run(spark, bootstrap, source, sink, tmp_path / "second", **adopting, acceptReshapedBatch="0")
     assert len(_everything_written(bootstrap, sink)) == 2 * ROWS
     # From then on the ids are the second query's: the first one, restarted, refuses.
     sender = producer(bootstrap)

@@ -402,6 +402,11 @@ def _registration_of_prefix(key: str, prefix: str) -> bool:
 
 
 _CLAIM_ATTEMPTS = 20
+# The claim producers' own client log: racing claimers fence each other by design, which librdkafka
+# reports as errors; what matters reaches _claim_prefix as an exception and is raised from there.
+_CLAIM_CLIENT_LOG = logging.getLogger("sparkafka.librdkafka.claim")
+_CLAIM_CLIENT_LOG.setLevel(logging.CRITICAL + 1)
+_CLAIM_CLIENT_LOG.propagate = False
 
 
 def _claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: str | None) -> str | None:
@@ -421,7 +426,7 @@ def _claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: 
     key = f"{CLAIM_KEY_PREFIX}{prefix}"
     value = json.dumps({"prefix": prefix, "query_id": query_id, "time_ms": int(time.time() * 1000)})
     for _ in range(_CLAIM_ATTEMPTS):
-        producer = Producer(producer_config(options, claim_id))
+        producer = Producer({**producer_config(options, claim_id), "logger": _CLAIM_CLIENT_LOG})
         try:
             producer.init_transactions(options.operation_timeout_s)
             found = read_marker_partition(options)
