@@ -137,9 +137,20 @@ def input_records_between(start: Sequence[str] | None, end: Sequence[str]) -> in
     """The offsets between two offsets-log entries of Kafka sources (``{"topic": {"partition":
     offset}}``, ``sparkafka:`` entries left out), summed; None when a source line is not of that shape
     or a partition has no start (a batch's first, for one)."""
-    if start is None or len(start) != len(end):
+    if start is None:
         return None
-    total = 0
+    compared = _offset_differences(start, end)
+    return None if compared is None else sum(max(0, difference) for difference in compared[0])
+
+
+def _offset_differences(start: Sequence[str], end: Sequence[str]) -> tuple[list[int], bool] | None:
+    """End minus start for every partition of ``end`` (source lines of the offsets log, Kafka
+    sources, ``sparkafka:`` entries left out), and whether ``start`` names exactly those partitions;
+    None when a line is not of that shape or a partition of ``end`` has no start."""
+    if len(start) != len(end):
+        return None
+    differences: list[int] = []
+    same_partitions = True
     for start_line, end_line in zip(start, end, strict=True):
         try:
             starts, ends = json.loads(start_line), json.loads(end_line)
@@ -153,11 +164,13 @@ def input_records_between(start: Sequence[str] | None, end: Sequence[str]) -> in
             begun = starts.get(topic)
             if not isinstance(partitions, dict) or not isinstance(begun, dict):
                 return None
-            for partition, offset in partitions.items():
-                if partition not in begun:
-                    return None
-                total += max(0, int(offset) - int(begun[partition]))
-    return total
+            if not set(partitions) <= set(begun):
+                return None
+            same_partitions = same_partitions and set(begun) == set(partitions)
+            differences.extend(
+                int(offset) - int(begun[partition]) for partition, offset in partitions.items()
+            )
+    return differences, same_partitions
 
 
 def _first_batch_starts(end: Sequence[str]) -> tuple[str, ...] | None:
@@ -187,31 +200,11 @@ def offsets_gap(start: Sequence[str], end: Sequence[str]) -> tuple[int, int] | N
     the offsets log, Kafka sources): the records of ``end`` it reads again (start below end) and
     those it never reads (start above end), summed over partitions; None when they cannot be
     compared (other sources, a partition missing from either)."""
-    if len(start) != len(end):
+    compared = _offset_differences(start, end)
+    if compared is None or not compared[1]:
         return None
-    again = skipped = 0
-    for start_line, end_line in zip(start, end, strict=True):
-        try:
-            starts, ends = json.loads(start_line), json.loads(end_line)
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(starts, dict) or not isinstance(ends, dict):
-            return None
-        for topic, partitions in ends.items():
-            if topic.startswith(OWN_ENTRY_PREFIX):
-                continue
-            begun = starts.get(topic)
-            if (
-                not isinstance(partitions, dict)
-                or not isinstance(begun, dict)
-                or set(begun) != set(partitions)
-            ):
-                return None
-            for partition, offset in partitions.items():
-                difference = int(offset) - int(begun[partition])
-                again += max(0, difference)
-                skipped += max(0, -difference)
-    return again, skipped
+    differences = compared[0]
+    return sum(max(0, d) for d in differences), sum(max(0, -d) for d in differences)
 
 
 def _source_lines(text: str | None) -> tuple[str, ...] | None:
