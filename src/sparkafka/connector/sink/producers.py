@@ -471,11 +471,17 @@ _MARKER_TOPIC_MUST_ACCEPT = (
 )
 
 # What a claimer sees when another one initialised the claim id since its own initialisation.
+# Apache Kafka's coordinator under transactions v2 may answer a commit that races the fencing
+# abort with INVALID_TXN_STATE or an unknown server error instead of PRODUCER_FENCED
+# (KAFKA-20785). Retrying any of them is safe: every attempt initialises the id again and reads
+# the partition to its end, so a claim that did commit despite the error is found there.
 _CLAIM_RACE_CODES = (
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
     KafkaError.INVALID_PRODUCER_EPOCH,
     KafkaError.CONCURRENT_TRANSACTIONS,
+    KafkaError.INVALID_TXN_STATE,
+    KafkaError.UNKNOWN,
     KafkaError._STATE,
 )
 
