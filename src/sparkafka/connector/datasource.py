@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from pyspark.sql.types import StructType
 
 from sparkafka.connector.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.batch_plan import BatchPlan, read_batch_plan
+from sparkafka.connector.sink.claims import settle_checkpoint_claim
 from sparkafka.connector.sink.markers import ensure_marker_topic
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
 from sparkafka.connector.sink.producers import carry_markers_over
@@ -34,14 +34,36 @@ def _carry_markers_over(options: SinkOptions, plan: BatchPlan | None) -> None:
     carry_markers_over(options, plan.query_id, prefix)
 
 
-@functools.cache
-def _warn_batch_write_without_checkpoint_once() -> None:
-    log.warning(
-        "an exactly-once df.write inside foreachBatch without .option('checkpointLocation', <the "
-        "streaming query's checkpoint>): a micro-batch planned anew after the checkpoint went back "
-        "(restored from an older copy) is then recognised by its batch id only, and one planned "
-        "anew with the same id and row counts would be skipped or written twice (docs/guarantees.md)"
+def _require_checkpoint(options: SinkOptions, *, batch_write: bool) -> None:
+    """The sink reads the checkpoint's offsets log to tell a replayed micro-batch from one planned
+    anew after the checkpoint went back, and records its prefix claim there (claims module)."""
+    if options.checkpoint_location is not None:
+        return
+    where = (
+        "in df.write (inside foreachBatch, the only place it works) needs the streaming query's "
+        "checkpoint named on the write too, .option('checkpointLocation', <the path given to "
+        "writeStream>): Spark hands a batch write nothing of the query"
+        if batch_write
+        else "needs the query's checkpoint named on the writeStream with .option('checkpointLocation', "
+        "...): Spark hands a sink only that option, not a location derived from "
+        "spark.sql.streaming.checkpointLocation"
     )
+    raise SparkafkaOptionError(
+        f"deliveryGuarantee=exactly-once {where}. The sink reads the checkpoint's offsets log to tell a "
+        "replayed micro-batch from one planned anew after the checkpoint went back (restored from an "
+        "older copy), and records there which commit-marker topic holds the query's markers; without "
+        "it such a batch could be skipped or written twice"
+    )
+
+
+def _settled_plan(options: SinkOptions) -> BatchPlan | None:
+    """On the driver, before the batch's tasks: the batch's plan from the checkpoint, the markers
+    carried over where asked, and the prefix's claim settled and recorded in the checkpoint."""
+    ensure_marker_topic(options)
+    plan = read_batch_plan(options.checkpoint_location)
+    if options.previous_marker_topic is not None:
+        _carry_markers_over(options, plan)
+    return settle_checkpoint_claim(options, plan)
 
 
 class KafkaDataSource(_SourceDataSource):
@@ -54,20 +76,8 @@ class KafkaDataSource(_SourceDataSource):
         validate_input_schema(schema, options)
         if options.delivery_guarantee != "exactly-once":
             return KafkaStreamWriter(options)
-        if options.checkpoint_location is None:
-            raise SparkafkaOptionError(
-                "deliveryGuarantee=exactly-once needs the query's checkpoint named on the writeStream with "
-                ".option('checkpointLocation', ...): Spark hands a sink only that option, not a location "
-                "derived from spark.sql.streaming.checkpointLocation, and the sink reads the checkpoint's "
-                "offsets log to tell a replayed micro-batch from one planned anew after the checkpoint "
-                "went back (restored from an older copy); without it such a batch could be skipped or "
-                "written twice"
-            )
-        ensure_marker_topic(options)
-        plan = read_batch_plan(options.checkpoint_location)
-        if options.previous_marker_topic is not None:
-            _carry_markers_over(options, plan)
-        return KafkaStreamWriter(options, plan=plan)
+        _require_checkpoint(options, batch_write=False)
+        return KafkaStreamWriter(options, plan=_settled_plan(options))
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         if overwrite:
@@ -81,7 +91,5 @@ class KafkaDataSource(_SourceDataSource):
         validate_input_schema(schema, options)
         if options.delivery_guarantee != "exactly-once":
             return KafkaBatchWriter(options)
-        ensure_marker_topic(options)
-        if options.checkpoint_location is None:
-            _warn_batch_write_without_checkpoint_once()
-        return KafkaBatchWriter(options, read_batch_plan(options.checkpoint_location))
+        _require_checkpoint(options, batch_write=True)
+        return KafkaBatchWriter(options, _settled_plan(options))

@@ -179,6 +179,9 @@ class TaskView:
     exactly_once_from: int | None = None
     # The input records of this batch by the checkpoint's offsets (None when unknown), for messages.
     batch_input_records: int | None = None
+    # The checkpoint recorded a claim of this prefix in the marker topic, and the topic holds none
+    # of this query (claims.claim_missing): its markers are lost, even at the query's first batch.
+    claim_missing: bool = False
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -263,6 +266,7 @@ def _refuse_lost_markers(view: TaskView) -> None:
         history_found=view.history_found,
         exactly_once_from=view.exactly_once_from,
         batch_input_records=view.batch_input_records,
+        claim_recorded=view.claim_missing,
     )
     if refusal is not None:
         raise ReplayRefused(refusal)
@@ -309,22 +313,31 @@ def markers_lost(
     history_found: bool,
     exactly_once_from: int | None,
     batch_input_records: int | None,
+    claim_recorded: bool = False,
 ) -> str | None:
     """Why a run that starts at ``batch_id`` must not write, or None. A run past the query's first
     micro-batch that finds nothing of the query in the marker topic has lost its markers (topic
     deleted or changed), or never wrote exactly-once before; either way a replay could not be
-    recognised. The driver's commit records even a batch without write tasks (a new query's first
-    batch from ``latest`` or a group's offsets) where it could read the checkpoint, so such a query
-    still leaves its progress record; where it could not, its first writing batch is refused once,
-    and ``exactlyOnceFromBatch`` then costs nothing."""
-    if batch_id == 0 or history_found:
+    recognised. ``claim_recorded``: the checkpoint recorded the query's claim in this topic and the
+    topic lost it, which tells lost markers apart at the first micro-batch too. The driver's commit
+    records even a batch without write tasks (a new query's first batch from ``latest`` or a
+    group's offsets) where it could read the checkpoint, so such a query still leaves its progress
+    record; where it could not, its first writing batch is refused once, and
+    ``exactlyOnceFromBatch`` then costs nothing."""
+    if history_found or (batch_id == 0 and not claim_recorded):
         return None
     if exactly_once_from is not None and exactly_once_from > batch_id:
         return _accepted_too_early_text(query_id, batch_id, EXACTLY_ONCE_FROM_OPTION, exactly_once_from)
     if exactly_once_from == batch_id:
         return None
     return _lost_markers(
-        query_id, batch_id, transactional_id, marker_topic, batch_input_records, exactly_once_from
+        query_id,
+        batch_id,
+        transactional_id,
+        marker_topic,
+        batch_input_records,
+        exactly_once_from,
+        claim_recorded=claim_recorded,
     )
 
 
@@ -646,17 +659,25 @@ def _lost_markers(
     marker_topic: str,
     batch_input_records: int | None,
     exactly_once_from: int | None,
+    *,
+    claim_recorded: bool = False,
 ) -> str:
     topic = marker_topic or "the commit-marker topic"
+    evidence = (
+        "its checkpoint records that it claimed its transactional-id prefix in this topic"
+        if claim_recorded
+        else f"this run starts at micro-batch {batch_id}"
+    )
     bound = (
         ""
         if batch_input_records is None
         else f" (at most the batch's {batch_input_records} input record(s), by the checkpoint's offsets)"
     )
     return (
-        f"query {query_id} has run before (this run starts at micro-batch {batch_id}), and the "
-        f"commit-marker topic '{topic}' holds nothing of it: no registration of transactional id "
-        f"'{transactional_id}', no commit marker and no progress record of this query. Its markers "
+        f"query {query_id} has run before ({evidence}), and the commit-marker topic '{topic}' holds "
+        f"nothing of it: {'no claim, ' if claim_recorded else ''}no registration of transactional id "
+        f"'{transactional_id}', no "
+        "commit marker and no progress record of this query. Its markers "
         "are in another topic (option commitMarkerTopic changed), or this topic was deleted and created "
         "anew, or the query never wrote with deliveryGuarantee=exactly-once before. Without its markers "
         "a replayed micro-batch would be written a second time, so nothing is written and the query "

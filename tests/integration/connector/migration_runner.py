@@ -47,6 +47,8 @@ def run_query(spark: SparkSession, bootstrap: str, checkpoint: str, step: dict[s
     sink_options = {"kafka.bootstrap.servers": bootstrap, "topic": OUTPUT, **step.get("sink_options", {})}
     if step["sink"] == "sparkafka":
         sink_options.update(deliveryGuarantee="exactly-once", transactionalIdPrefix=PREFIX)
+        if step["mode"] != "map":  # a df.write in foreachBatch names the query's checkpoint
+            sink_options["checkpointLocation"] = checkpoint
     if step["mode"] == "map":
         rows = source.select("key", F.col("value").cast("string").alias("value"))
         writer = rows.writeStream.outputMode("append").format(step["sink"]).options(**sink_options)

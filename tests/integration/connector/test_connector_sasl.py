@@ -126,7 +126,7 @@ def test_wrong_password_fails_naming_the_authentication(
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once", "none"])
 def test_sink_with_a_wrong_password_fails_naming_the_authentication(
-    spark: SparkSession, sasl_broker: BrokerProcess, guarantee: str
+    spark: SparkSession, sasl_broker: BrokerProcess, guarantee: str, tmp_path: Path
 ) -> None:
     rows = spark.createDataFrame([("v",)], "value string")
     writer = (
@@ -137,6 +137,7 @@ def test_sink_with_a_wrong_password_fails_naming_the_authentication(
         .option("deliveryGuarantee", guarantee)
         .option("operationTimeoutMs", "60000")
         .option("transactionalIdPrefix", "wrong-password")  # needed by an exactly-once df.write
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))  # and so is this
     )
     started = time.monotonic()
     with pytest.raises(Exception) as failure:

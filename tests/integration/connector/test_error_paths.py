@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from sparkafka.errors import SparkafkaError
 from sparkafka.eventtime import drop_heartbeats
 from tests.integration.conftest import EMBEDDED, Kafka
-from tests.integration.kafka_clients import create_topic, producer
+from tests.integration.kafka_clients import create_topic, producer, read_all
 
 pytestmark = pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
 
@@ -126,8 +126,10 @@ def test_a_custom_schema_is_refused(spark: SparkSession, kafka: Kafka, topic: st
 
 
 def test_exactly_once_in_a_plain_batch_write_is_refused(
-    spark: SparkSession, kafka: Kafka, topic: str
+    spark: SparkSession, kafka: Kafka, topic: str, tmp_path: Path
 ) -> None:
+    """Refused on the driver for want of a checkpoint, and, given a path anyway, in the tasks, which
+    find no streaming query; nothing is written either way."""
     frame = spark.createDataFrame([("a",)], "value STRING")
     writer = (
         frame.write.format("sparkafka")
@@ -137,8 +139,14 @@ def test_exactly_once_in_a_plain_batch_write_is_refused(
         .option("transactionalIdPrefix", f"plain-{topic}")
         .mode("append")
     )
-    with pytest.raises(Exception, match="deliveryGuarantee=exactly-once needs a streaming query"):
+    with pytest.raises(Exception, match=r"inside foreachBatch, the only place it works\) needs"):
         writer.save()
+    with pytest.raises(Exception, match="deliveryGuarantee=exactly-once needs a streaming query"):
+        writer.option("checkpointLocation", str(tmp_path / "not-a-query")).save()
+    written = read_all(
+        kafka.bootstrap_servers, topic, isolation="read_uncommitted", partitions=2, timeout_s=2
+    )
+    assert len(written) == 5  # the fixture's own records only
 
 
 def test_a_marker_topic_the_broker_refuses_to_create(

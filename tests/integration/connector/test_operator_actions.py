@@ -85,7 +85,11 @@ def _start(
     }
     rows = reader.load().selectExpr("CAST(value AS STRING) AS value")
     if foreach_batch:
-        batch_options = {"transactionalIdPrefix": f"{topics.sink}-writes", **sink_options}
+        batch_options = {
+            "transactionalIdPrefix": f"{topics.sink}-writes",
+            "checkpointLocation": str(checkpoint),
+            **sink_options,
+        }
 
         def write(batch: DataFrame, _batch_id: int) -> None:
             batch.write.format("sparkafka").options(**batch_options).mode("append").save()
@@ -273,8 +277,8 @@ def test_a_crashed_query_restarted_on_another_marker_topic_refuses_then_carries_
     _held_batch_1(spark, topics, checkpoint, old)
 
     message = _refused(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=new)
-    assert f"the commit-marker topic '{new}' holds nothing of it" in message
-    assert ".option('previousCommitMarkerTopic', '<that topic>')" in message
+    assert f"this run names '{new}', which holds nothing of the query: its markers are in '{old}'" in message
+    assert f".option('previousCommitMarkerTopic', '{old}')" in message
 
     _run(
         spark,
@@ -320,6 +324,69 @@ def test_a_deleted_marker_topic_refuses_then_starts_over_at_the_cost_it_states(
     output = topics.written()
     assert set(output) == topics.all_ids(), "nothing lost"
     assert sum(1 for n in output.values() if n == 2) == committed and max(output.values()) == 2
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_a_deleted_marker_topic_is_found_out_when_the_first_batch_itself_is_replayed(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Cut short in micro-batch 0 (3 of 4 write partitions committed), the marker topic deleted while
+    the query is down: nothing in Kafka says a run came before, but the checkpoint records the
+    query's claim, so the replay refuses before writing; exactlyOnceFromBatch=0 then costs what it
+    said."""
+    checkpoint = tmp_path / "checkpoint"
+    markers = f"{topic_name}-markers"
+    committed = _held_batch(spark, topics, checkpoint, markers, batch=0)
+    admin = AdminClient({"bootstrap.servers": topics.bootstrap})
+    admin.delete_topics([markers], operation_timeout=30)[markers].result(60)
+    assert wait_until(lambda: markers not in admin.list_topics(timeout=10).topics, timeout_s=60)
+
+    message = _refused(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=markers)
+    assert "its checkpoint records that it claimed its transactional-id prefix in this topic" in message
+    assert f"the commit-marker topic '{markers}' holds nothing of it" in message
+    assert "at most the batch's 20 input record(s)" in message
+    assert "exactlyOnceFromBatch', '0'" in message
+
+    _run(
+        spark,
+        topics,
+        checkpoint,
+        source_minPartitions="2",
+        commitMarkerTopic=markers,
+        exactlyOnceFromBatch="0",
+    )
+    output = topics.written()
+    assert set(output) == topics.all_ids(), "nothing lost"
+    assert sum(1 for n in output.values() if n == 2) == committed and max(output.values()) == 2
+    topics.send(20)
+    _run(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=markers)
+    assert sum(1 for n in topics.written().values() if n == 2) == committed, "later batches once"
+
+
+def test_a_first_batch_replayed_on_another_marker_topic_refuses_then_carries_its_markers_over(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Cut short in micro-batch 0, restarted with another commitMarkerTopic: refused on the driver,
+    naming the topic the checkpoint recorded; carried over from it, the replay writes exactly what
+    is missing, and the next runs need no option."""
+    checkpoint = tmp_path / "checkpoint"
+    old, new = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    _held_batch(spark, topics, checkpoint, old, batch=0)
+
+    message = _refused(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=new)
+    assert f"this run names '{new}', which holds nothing of the query: its markers are in '{old}'" in message
+    _run(
+        spark,
+        topics,
+        checkpoint,
+        source_minPartitions="2",
+        commitMarkerTopic=new,
+        previousCommitMarkerTopic=old,
+    )
+    _assert_exactly_once(topics)
+    topics.send(20)
+    _run(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=new)
+    _assert_exactly_once(topics)
 
 
 def test_a_query_adopting_the_ids_of_a_query_that_lost_its_checkpoint_mid_batch_refuses_then_accepts(
@@ -453,14 +520,13 @@ def test_an_adopting_query_that_starts_before_where_the_old_output_ends_refuses_
 
 
 @pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
-def test_a_foreach_batch_write_given_the_checkpoint_refuses_a_batch_planned_anew(
+def test_a_foreach_batch_write_refuses_a_batch_planned_anew(
     spark: SparkSession, topics: Topics, tmp_path: Path
 ) -> None:
-    """A df.write in foreachBatch that names the query's checkpoint: restored one batch behind, the
-    batch planned anew is refused like a streaming write's (without the option only batch ids
-    protect it, a stated limit)."""
+    """A df.write in foreachBatch names the query's checkpoint: restored one batch behind, the batch
+    planned anew is refused like a streaming write's."""
     checkpoint = tmp_path / "checkpoint"
-    named = {"foreach_batch": True, "checkpointLocation": str(checkpoint)}
+    named = {"foreach_batch": True}
     topics.send(1000)
     _start(spark, topics, checkpoint, **named).awaitTermination()  # type: ignore[arg-type]
     older = _copy(checkpoint, tmp_path / "after-batch-0")
@@ -478,8 +544,8 @@ def test_a_foreach_batch_write_given_the_checkpoint_refuses_a_batch_planned_anew
 def test_a_foreach_batch_write_whose_marker_topic_was_deleted_refuses(
     spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
 ) -> None:
-    """A df.write in foreachBatch without the checkpoint option: after two batches the marker topic
-    is deleted; the next run finds nothing of the query there and refuses before writing."""
+    """A df.write in foreachBatch: after two batches the marker topic is deleted; the next run finds
+    nothing of the query there and refuses before writing."""
     checkpoint, markers = tmp_path / "checkpoint", f"{topic_name}-markers"
     topics.send(20)
     _start(spark, topics, checkpoint, foreach_batch=True, commitMarkerTopic=markers).awaitTermination()

@@ -41,12 +41,13 @@ def _input(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
     )
 
 
-def _write(batch: DataFrame, bootstrap: str, topic: str, prefix: str | None) -> None:
+def _write(batch: DataFrame, bootstrap: str, topic: str, prefix: str | None, checkpoint: Path) -> None:
     writer = (
         batch.write.format("sparkafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
         .option("deliveryGuarantee", "exactly-once")
+        .option("checkpointLocation", str(checkpoint))
         .mode("append")
     )
     if prefix is not None:
@@ -75,7 +76,7 @@ def _fan_out(
 
     def fan_out(batch: DataFrame, _batch_id: int) -> None:
         for output in outputs:
-            _write(batch, bootstrap, output, prefix=prefix_of(output))
+            _write(batch, bootstrap, output, prefix=prefix_of(output), checkpoint=checkpoint)
 
     _run(frame, fan_out, checkpoint)
     return outputs
@@ -109,10 +110,11 @@ def test_an_exactly_once_write_without_a_prefix_is_refused_before_any_task(
     create_topic(bootstrap, f"{topic_name}-out", partitions=2)
 
     def write(batch: DataFrame, _batch_id: int) -> None:
-        _write(batch, bootstrap, f"{topic_name}-out", prefix=None)
+        _write(batch, bootstrap, f"{topic_name}-out", prefix=None, checkpoint=checkpoint)
 
+    checkpoint = tmp_path / "checkpoint"
     with pytest.raises(Exception, match="needs option 'transactionalIdPrefix'"):
-        _run(frame, write, tmp_path / "checkpoint")
+        _run(frame, write, checkpoint)
     output = f"{topic_name}-out"
     assert read_to_end(bootstrap, output, partitions=2, isolation="read_uncommitted") == []
 
@@ -133,15 +135,23 @@ def test_a_batch_replayed_by_a_restart_with_another_topic_fails_naming_the_way_f
     prefix = f"moved-{topic_name}"
 
     def write_then_fail(batch: DataFrame, _batch_id: int) -> None:
-        _write(batch, bootstrap, first, prefix=prefix)
+        _write(batch, bootstrap, first, prefix=prefix, checkpoint=checkpoint)
         raise RuntimeError("crash after the write, before the batch is committed")
 
     with pytest.raises(Exception, match="crash after the write"):
         _run(frame, write_then_fail, checkpoint)
     moved_away = f"already in topic '{first}', and skipping would leave it out of the new one"
     with pytest.raises(Exception, match=moved_away):
-        _run(frame, lambda batch, _id: _write(batch, bootstrap, second, prefix=prefix), checkpoint)
-    _run(frame, lambda batch, _id: _write(batch, bootstrap, first, prefix=prefix), checkpoint)
+        _run(
+            frame,
+            lambda batch, _id: _write(batch, bootstrap, second, prefix=prefix, checkpoint=checkpoint),
+            checkpoint,
+        )
+    _run(
+        frame,
+        lambda batch, _id: _write(batch, bootstrap, first, prefix=prefix, checkpoint=checkpoint),
+        checkpoint,
+    )
     assert len(read_to_end(bootstrap, first, partitions=2)) == ROWS
     assert read_to_end(bootstrap, second, partitions=2) == []
 
@@ -173,13 +183,14 @@ def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_ever
         flaky = batch.select(fails_partition_1_once("value").alias("value"))
         for attempt in range(3):
             try:
-                _write(flaky, bootstrap, output, prefix=f"retried-{topic_name}")
+                _write(flaky, bootstrap, output, prefix=f"retried-{topic_name}", checkpoint=checkpoint)
                 return
             except Exception:
                 if attempt == 2:
                     raise
 
-    _run(frame, write_with_retries, tmp_path / "checkpoint")
+    checkpoint = tmp_path / "checkpoint"
+    _run(frame, write_with_retries, checkpoint)
     assert failed_once.exists()
     committed = values(read_all(bootstrap, output, partitions=2, expect=ROWS + 1, timeout_s=5))
     assert sorted(committed) == sorted(f"r{i}".encode() for i in range(ROWS))

@@ -190,6 +190,7 @@ def test_foreach_batch_write_refuses_while_adaptive_execution_is_on(
             .option("topic", sink)
             .option("deliveryGuarantee", "exactly-once")
             .option("transactionalIdPrefix", f"aqe-{sink}")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
             .mode("append")
             .save()
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.connector.sink.batch_plan import (
+    CheckpointFiles,
     input_records_between,
     offsets_gap,
     plan_digest,
@@ -135,3 +136,13 @@ def test_a_querys_first_batch_starts_where_its_own_entry_says(tmp_path: Path) ->
     assert plan.start_offsets == ('{"in":{"0":5,"1":5}}',)
     assert plan.input_records == 12
     assert offsets_gap(plan.start_offsets, ('{"in":{"0":10,"1":10}}',)) == (10, 0)
+
+
+def test_checkpoint_files_are_replaced_whole_and_read_back(tmp_path: Path) -> None:
+    files = CheckpointFiles(str(tmp_path))
+    files.write("sparkafka/claims/a.json", "first")
+    files.write("sparkafka/claims/a.json", "second")
+    assert files.text("sparkafka/claims/a.json") == "second"
+    assert files.names("sparkafka/claims") == ["a.json"], "no temporary file left behind"
+    assert CheckpointFiles(f"file://{tmp_path}").text("sparkafka/claims/a.json") == "second"
+    assert files.text("sparkafka/claims/b.json") is None

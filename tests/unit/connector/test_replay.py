@@ -443,6 +443,27 @@ CASES = [
         False,
     ),
     (
+        "its first batch, a claim the checkpoint recorded gone from the marker topic",
+        {"history_found": False, "batch_id": 0, "run_first_batch": 0, "plan": "d", "claim_missing": True},
+        10,
+        "its checkpoint records that it claimed its transactional-id prefix in this topic",
+        False,
+    ),
+    (
+        "its first batch, the recorded claim gone, exactly-once declared to start there",
+        {
+            "history_found": False,
+            "batch_id": 0,
+            "run_first_batch": 0,
+            "plan": "d",
+            "claim_missing": True,
+            "exactly_once_from": 0,
+        },
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
         "nothing of the query in the marker topic, exactly-once declared to start here",
         {"history_found": False, "run_first_batch": BATCH, "exactly_once_from": BATCH, "plan": "d"},
         10,

@@ -13,9 +13,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.markers import CommitMarker
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
-from sparkafka.connector.sink.producers import producer_config
 from sparkafka.errors import SparkafkaOptionError
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "topic": "out"}

@@ -12,9 +12,11 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
    producer initialises its id, the prefix's owner is settled: the first query to commit
    ``claim/<prefix>`` (through the prefix's own transactional id ``{prefix}.claim``, whose fencing
    lets one of two racing claims commit) owns every id of it; another query refuses here, before it
-   could fence the owner's producers. The new producer then calls ``init_transactions()``: the
-   broker aborts whatever a crashed or zombie attempt with the same id left open and fences it (its
-   later requests fail with PRODUCER_FENCED).
+   could fence the owner's producers. The driver claims before the query's first tasks and records
+   the claim in the checkpoint (:mod:`.claims`); a topic that lost a recorded claim lost the
+   query's markers, refused here even for a replay of the first batch. The new producer then calls
+   ``init_transactions()``: the broker aborts whatever a crashed or zombie attempt with the same id
+   left open and fences it (its later requests fail with PRODUCER_FENCED).
 3. At the id's first write of a query run (a restart, possibly in the same application: the only
    time a batch can be a replay), the task reads, with read_committed, the id's latest commit marker
    and registration from the compacted commit-marker topic (key = transactional id), the markers of

@@ -55,10 +55,13 @@ class BatchPlan:
     input_records: int | None = None
     # The source lines of offsets/<batch_id - 1>: where each source starts this batch (None for 0).
     start_offsets: tuple[str, ...] | None = None
+    # The commit-marker topic in which the checkpoint recorded, before this batch's writer was
+    # created, that the query claimed its transactional-id prefix (claims.settle_checkpoint_claim).
+    claimed_in: str | None = None
 
 
-class _Reader:
-    """Reads files of a checkpoint on the local file system or through pyarrow's file systems."""
+class CheckpointFiles:
+    """Files of a checkpoint, on the local file system or through pyarrow's file systems."""
 
     def __init__(self, location: str) -> None:
         parsed = urlparse(location)
@@ -93,6 +96,24 @@ class _Reader:
         except FileNotFoundError:
             return None
 
+    def write(self, name: str, text: str) -> None:
+        """Replace the file ``name`` with ``text``, whole: a reader sees the old text or the new."""
+        path = f"{self.root.rstrip('/')}/{name}"
+        parent = path.rsplit("/", 1)[0]
+        if self._fs is None:
+            os.makedirs(parent, exist_ok=True)
+            temporary = f"{path}.{os.getpid()}.tmp"
+            with open(temporary, "w", encoding="utf-8") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+            return
+        self._fs.create_dir(parent, recursive=True)
+        # Object stores write an object whole on close; HDFS's rename would not replace.
+        with self._fs.open_output_stream(path) as stream:
+            stream.write(text.encode("utf-8"))
+
 
 def read_batch_plan(checkpoint_location: str | None) -> BatchPlan | None:
     """The newest offsets-log entry of ``checkpoint_location``; None when there is none or it cannot
@@ -100,7 +121,7 @@ def read_batch_plan(checkpoint_location: str | None) -> BatchPlan | None:
     if not checkpoint_location:
         return None
     try:
-        reader = _Reader(checkpoint_location)
+        reader = CheckpointFiles(checkpoint_location)
         batches = sorted(int(name) for name in reader.names(_OFFSETS) if name.isdigit())
         if not batches:
             # Spark wrote the batch's entry before it created this writer: the sink reads elsewhere

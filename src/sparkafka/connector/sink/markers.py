@@ -35,6 +35,13 @@ MOVE_MARKERS_HINT = (
     f"this one with '{PREVIOUS_MARKER_TOPIC_OPTION}', which carries them over before its next micro-batch"
 )
 
+# What the sink writes to the marker topic, and what the topic must allow for it.
+MARKER_TOPIC_MUST_ACCEPT = (
+    "The sink commits a claim per transactional-id prefix and a registration per id before any "
+    "output, and a marker after every batch: the topic must accept them (its max.message.bytes, "
+    f"min.insync.replicas and ACLs for this principal). {MOVE_MARKERS_HINT}"
+)
+
 # -- commit markers ---------------------------------------------------------------------------------
 
 

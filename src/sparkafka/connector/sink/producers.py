@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import tempfile
 import threading
 import time
@@ -34,27 +33,33 @@ from sparkafka.connector.replay import (
     ReplayRefused,
     adopted_partial_batch,
     markers_lost,
-    prefix_claimed_by_another_query,
 )
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
+from sparkafka.connector.sink.claims import (
+    belongs_to,
+    claim_missing,
+    holds_query,
+    require_prefix_claim,
+    settle_prefix_owner,
+)
+from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
 from sparkafka.connector.sink.markers import (
+    MARKER_TOPIC_MUST_ACCEPT,
     MOVE_MARKERS_HINT,
     CommitMarker,
     ProgressRecord,
     read_marker_partition,
 )
 from sparkafka.connector.sink.options import (
-    AT_LEAST_ONCE,
     CLAIM_KEY_PREFIX,
-    EXACTLY_ONCE,
     MARKER_PARTITION,
     PROGRESS_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
 )
 from sparkafka.connector.sink.task import TaskIdentity
-from sparkafka.connector.sink.transactional_ids import claim_transactional_id, prefix_of, write_partition_of
+from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
 from sparkafka.errors import CommitMarkerError, SparkafkaError
 
 log = logging.getLogger(__name__)
@@ -86,6 +91,8 @@ class CachedProducer:
     progress: ProgressRecord | None = None
     # The marker topic held anything of this query at that first write (replay.TaskView).
     history_found: bool = True
+    # The checkpoint recorded a claim the marker topic no longer holds (replay.TaskView).
+    claim_missing: bool = False
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -157,37 +164,6 @@ PRODUCERS = ProducerCache()
 _WORKER_STARTED_NS = time.time_ns()
 
 
-def producer_config(options: SinkOptions, transactional_id: str | None) -> dict[str, Any]:
-    config: dict[str, Any] = {**options.client_config, "logger": LIBRDKAFKA_LOGGER}
-    config.setdefault("linger.ms", 5)
-    # Spark's sink leaves the partition of a keyed row to the Java client's default partitioner,
-    # murmur2 of the key (BuiltInPartitioner.partitionForKey); librdkafka's default hashes with CRC32,
-    # which would put the same key on another partition than Spark or any Java producer does.
-    config.setdefault("partitioner", "murmur2_random")
-    # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
-    # successful record cost about a microsecond of the write task's time per row.
-    config.setdefault("delivery.report.only.error", True)
-    # With sparse connections librdkafka drops the bootstrap connection after the first metadata and
-    # retries the next lookup (transaction coordinator, producer id, partition leader) only on a
-    # 500 ms timer: 0.5 s for every new producer, and Spark runs a write task in whichever Python
-    # worker is idle, so an exactly-once task often needs a new producer (its transactional id moved
-    # to a worker whose producer for it is fenced). Connecting right away makes it milliseconds.
-    config.setdefault("enable.sparse.connections", False)
-    if options.delivery_guarantee == EXACTLY_ONCE:
-        config["transactional.id"] = transactional_id
-        config["transaction.timeout.ms"] = options.transaction_timeout_ms
-        config.setdefault("message.timeout.ms", min(options.transaction_timeout_ms, 300_000))
-    elif options.delivery_guarantee == AT_LEAST_ONCE:
-        # The Java producer's defaults, which Spark's sink writes with; a user's own settings win,
-        # as there. Like the Java producer, an explicit acks other than all turns idempotence off
-        # unless it was asked for (librdkafka would refuse the combination).
-        acks = str(config.setdefault("acks", "all")).strip().lower()
-        config.setdefault("enable.idempotence", acks in ("all", "-1"))
-    else:
-        config.setdefault("acks", 0)
-    return config
-
-
 def _cache_key(options: SinkOptions, transactional_id: str | None) -> CacheKey:
     return (options.bootstrap_servers, transactional_id, options.delivery_guarantee)
 
@@ -249,7 +225,7 @@ def transactional_producer(
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
         discard_producer(options, transactional_id)
-    _settle_prefix_owner(options, identity, transactional_id)
+    settle_prefix_owner(options, identity, transactional_id, plan)
     cached = _new_cached_producer(options, transactional_id)
     producer = cached.producer
     try:
@@ -309,6 +285,7 @@ def _read_committed_state(
         or (cached.marker is not None and cached.marker.query_id == query_id)
         or (cached.progress is not None and cached.progress.query_id == query_id)
     )
+    cached.claim_missing = claim_missing(options, found, own_prefix, plan)
     if identity.batch_id is not None:
         refusal = markers_lost(
             query_id=query_id,
@@ -318,6 +295,7 @@ def _read_committed_state(
             history_found=cached.history_found,
             exactly_once_from=options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,
+            claim_recorded=cached.claim_missing,
         )
         if refusal is not None:  # before registering: a refused run must leave no trace to pass by
             raise ReplayRefused(refusal)
@@ -325,7 +303,7 @@ def _read_committed_state(
     if adopting and options.accepted_reshaped_batch != identity.batch_id:
         assert registered is not None
         _refuse_adopting_a_partial_batch(found, own_prefix, transactional_id, registered, identity, plan)
-    _require_prefix_claim(options, found, own_prefix, query_id, transactional_id)
+    require_prefix_claim(options, found, own_prefix, query_id, transactional_id)
     if registered is None or adopting:
         if registered is not None:
             log.warning(
@@ -341,149 +319,6 @@ def _read_committed_state(
     cached.query_id = query_id
     cached.run_id = identity.run_id
     cached.run_first_batch = identity.batch_id
-
-
-# Prefixes this process saw claimed by the query writing with them: (cluster, marker topic, prefix, query).
-_OWNED_PREFIXES: set[tuple[str, str, str, str]] = set()
-
-
-def _settle_prefix_owner(options: SinkOptions, identity: TaskIdentity, transactional_id: str) -> None:
-    """Before the id is initialised (which would fence another query's producer of it): learn which
-    query owns the prefix, claiming it for this one when nobody has, and refuse if it is another
-    query this write does not adopt. A quick read to the last stable offset finds an existing claim;
-    a claim hidden behind an open transaction is found by the claim itself, which reads to the end."""
-    query_id = identity.query_id
-    assert query_id is not None
-    prefix = prefix_of(transactional_id, identity.partition)
-    owned = (options.bootstrap_servers, options.marker_topic, prefix, query_id)
-    if owned in _OWNED_PREFIXES:
-        return
-    found = read_marker_partition(options, stable_only=True)
-    owner = _claim_owner(found, prefix)
-    if owner is None and not any(_registration_of_prefix(key, prefix) for key in found):
-        owner = _claim_prefix(options, prefix, query_id, replace=None)
-    if owner is not None and owner not in (query_id, options.adopted_query):
-        raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
-
-
-def _require_prefix_claim(
-    options: SinkOptions, found: Mapping[str, bytes], prefix: str, query_id: str, transactional_id: str
-) -> None:
-    """One query per prefix, decided once for the whole prefix: the first query to commit its claim
-    (``claim/<prefix>``) owns every id of it, and another query refuses at its first write, before it
-    registers any id, unless it adopts the owner's ids. A prefix whose ids were registered before
-    claims existed keeps the per-id check alone (:func:`~sparkafka.connector.replay.decide`)."""
-    owner = _claim_owner(found, prefix)
-    if owner is None:
-        if any(_registration_of_prefix(key, prefix) for key in found):
-            return
-        owner = _claim_prefix(options, prefix, query_id, replace=None)
-    if owner is not None and owner == options.adopted_query and owner != query_id:
-        owner = _claim_prefix(options, prefix, query_id, replace=owner)
-    if owner is None:
-        return
-    if owner != query_id:
-        raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
-    _OWNED_PREFIXES.add((options.bootstrap_servers, options.marker_topic, prefix, query_id))
-
-
-def _claim_owner(found: Mapping[str, bytes], prefix: str) -> str | None:
-    raw = found.get(f"{CLAIM_KEY_PREFIX}{prefix}")
-    if raw is None:
-        return None
-    owner = json.loads(raw).get("query_id")
-    return str(owner) if owner else None
-
-
-def _registration_of_prefix(key: str, prefix: str) -> bool:
-    return key.startswith(REGISTRATION_KEY_PREFIX) and (
-        write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
-    )
-
-
-_CLAIM_ATTEMPTS = 20
-# The claim producers' own client log: racing claimers fence each other by design, which librdkafka
-# reports as errors; what matters reaches _claim_prefix as an exception and is raised from there.
-_CLAIM_CLIENT_LOG = logging.getLogger("sparkafka.librdkafka.claim")
-_CLAIM_CLIENT_LOG.setLevel(logging.CRITICAL + 1)
-_CLAIM_CLIENT_LOG.propagate = False
-
-
-def _claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: str | None) -> str | None:
-    """Commit ``claim/<prefix>`` naming ``query_id`` unless another claim is there (or, adopting,
-    unless it names another query than ``replace``); returns the query the claim names, None for a
-    prefix whose ids were registered before claims existed.
-
-    Steps, with the prefix's claim id (:func:`claim_transactional_id`):
-    1. Initialise it: Kafka fences every other producer of the id and completes whatever claim
-       transaction is in flight before it answers.
-    2. Read the marker partition to its end: a claim committed before step 1 is seen here.
-    3. None there: commit ours in a transaction of the claim id. It commits only if nobody
-       initialised the id since step 1, so of two queries racing, exactly one claim commits; the
-       other's commit is fenced, and it starts again at step 1, now seeing the winner's claim.
-    Tasks of one query race the same way and find their own query's claim."""
-    claim_id = claim_transactional_id(prefix)
-    key = f"{CLAIM_KEY_PREFIX}{prefix}"
-    value = json.dumps({"prefix": prefix, "query_id": query_id, "time_ms": int(time.time() * 1000)})
-    for _ in range(_CLAIM_ATTEMPTS):
-        producer = Producer({**producer_config(options, claim_id), "logger": _CLAIM_CLIENT_LOG})
-        try:
-            producer.init_transactions(options.operation_timeout_s)
-            found = read_marker_partition(options)
-            owner = _claim_owner(found, prefix)
-            if owner is not None and owner != replace:
-                return owner
-            if owner is None and any(_registration_of_prefix(key, prefix) for key in found):
-                return None  # ids registered before claims existed: the per-id check decides
-            producer.begin_transaction()
-            producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
-            producer.commit_transaction(options.operation_timeout_s)
-            log.info("%s claimed transactional-id prefix %s", query_id, prefix)
-            return query_id
-        except KafkaException as error:
-            code = error_code(error)
-            if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
-                raise transaction_timeout_error(options) from None
-            if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
-                raise sink_unreachable_error(
-                    options, f"claim transactional-id prefix '{prefix}'", error
-                ) from None
-            if code not in _CLAIM_RACE_CODES:
-                raise CommitMarkerError(
-                    f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "
-                    f"'{options.marker_topic}' failed: {error.args[0]}. {_MARKER_TOPIC_MUST_ACCEPT}"
-                ) from None
-            time.sleep(random.uniform(0.02, 0.2))  # another claimer won this round; look again
-        finally:
-            with contextlib.suppress(KafkaException):  # a fenced producer fails even to flush
-                producer.flush(0)
-    raise CommitMarkerError(
-        f"claiming transactional-id prefix '{prefix}' did not settle in {_CLAIM_ATTEMPTS} attempts: "
-        "other writers kept initialising its claim id; Spark retries the task"
-    )
-
-
-# What the sink writes to the marker topic, and what the topic must allow for it.
-_MARKER_TOPIC_MUST_ACCEPT = (
-    "The sink commits a claim per transactional-id prefix and a registration per id before any "
-    "output, and a marker after every batch: the topic must accept them (its max.message.bytes, "
-    f"min.insync.replicas and ACLs for this principal). {MOVE_MARKERS_HINT}"
-)
-
-# What a claimer sees when another one initialised the claim id since its own initialisation.
-# Apache Kafka's coordinator under transactions v2 may answer a commit that races the fencing
-# abort with INVALID_TXN_STATE or an unknown server error instead of PRODUCER_FENCED
-# (KAFKA-20785). Retrying any of them is safe: every attempt initialises the id again and reads
-# the partition to its end, so a claim that did commit despite the error is found there.
-_CLAIM_RACE_CODES = (
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.CONCURRENT_TRANSACTIONS,
-    KafkaError.INVALID_TXN_STATE,
-    KafkaError.UNKNOWN,
-    KafkaError._STATE,
-)
 
 
 def _refuse_adopting_a_partial_batch(
@@ -566,7 +401,7 @@ def _register(options: SinkOptions, producer: Producer, key: str, query_id: str,
         raise CommitMarkerError(
             f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
             f"{error.args[0]}. The sink commits this record before its first output. "
-            f"{_MARKER_TOPIC_MUST_ACCEPT}"
+            f"{MARKER_TOPIC_MUST_ACCEPT}"
         ) from None
 
 
@@ -619,11 +454,11 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
     this query is newer than any in the old one."""
     previous = options.previous_marker_topic
     assert previous is not None
-    if _holds_query(read_marker_partition(options), query_id, prefix):
+    if holds_query(read_marker_partition(options), query_id, prefix):
         return 0
     old = dataclasses.replace(options, marker_topic=previous)
     found = read_marker_partition(old)
-    copied = {key: value for key, value in found.items() if _belongs_to(key, value, query_id, prefix)}
+    copied = {key: value for key, value in found.items() if belongs_to(key, value, query_id, prefix)}
     if not copied:
         raise CommitMarkerError(
             f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{previous}' names a topic that holds nothing of query "
@@ -640,29 +475,6 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
         PREVIOUS_MARKER_TOPIC_OPTION,
     )
     return len(copied)
-
-
-def _belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
-    if key.startswith(REGISTRATION_KEY_PREFIX):
-        return write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
-    if key.startswith(PROGRESS_KEY_PREFIX):
-        return key == f"{PROGRESS_KEY_PREFIX}{prefix}"
-    if key.startswith(CLAIM_KEY_PREFIX):
-        return key == f"{CLAIM_KEY_PREFIX}{prefix}"
-    try:
-        return CommitMarker.decode(value).query_id == query_id
-    except (ValueError, KeyError):
-        return False
-
-
-def _holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
-    """Whether the query's markers are in ``found`` already: a claim alone is not (a run refused for
-    want of its markers may have claimed the prefix there)."""
-    return any(
-        _belongs_to(key, value, query_id, prefix)
-        for key, value in found.items()
-        if not key.startswith(CLAIM_KEY_PREFIX)
-    )
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:

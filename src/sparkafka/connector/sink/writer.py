@@ -219,6 +219,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             run_id=identity.run_id,
             progress=cached.progress,
             history_found=cached.history_found,
+            claim_missing=cached.claim_missing,
             marker_topic=self.options.marker_topic,
             exactly_once_from=self.options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,

@@ -1,0 +1,361 @@
+"""One query per transactional-id prefix: the claim a query commits in the commit-marker topic before
+any id of the prefix is initialised, and the record of it the sink keeps in the query's checkpoint.
+
+Why the checkpoint record. A query's markers are what tell a replayed micro-batch from a new one;
+lost (the topic deleted, the query pointed at another one), a replay would be written again. From
+its second micro-batch on a query finds that out by itself (it has run before and finds nothing of
+its own). A replay of its *first* micro-batch cannot: nothing in Kafka says a run came before. The
+checkpoint can, as Spark replays that batch from it: the driver claims the prefix before any task
+of the query runs, then records the claim under ``sparkafka/claims/`` in the checkpoint. A later
+run whose checkpoint holds the record and whose marker topic does not hold the claim has lost its
+markers, at any batch, and refuses before writing.
+
+Steps on the driver, for every exactly-once writer Spark creates (:func:`settle_checkpoint_claim`):
+1. Read the record of the prefix. Present and naming this marker topic: hand it to the tasks, done.
+2. Naming another topic: unless the markers were carried over from it
+   (``previousCommitMarkerTopic``), the output restarts at a batch (``exactlyOnceFromBatch``), or
+   this topic holds the query's markers already, refuse, naming the recorded topic.
+3. Absent, or moving to this topic: claim the prefix here (refusing when another query owns it and
+   is not adopted), then write the record. Tasks of this writer know it was recorded just now.
+
+Invariant: a record exists only after its claim committed in the topic it names, so a topic that
+lost the claim lost everything the query wrote there after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from sparkafka.connector.kafka_admin import error_code
+from sparkafka.connector.replay import (
+    EXACTLY_ONCE_FROM_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
+    ReplayRefused,
+    markers_lost,
+    prefix_claimed_by_another_query,
+)
+from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
+from sparkafka.connector.sink.client_config import producer_config
+from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
+from sparkafka.connector.sink.markers import (
+    MARKER_TOPIC_MUST_ACCEPT,
+    CommitMarker,
+    read_marker_partition,
+)
+from sparkafka.connector.sink.options import (
+    CLAIM_KEY_PREFIX,
+    MARKER_PARTITION,
+    PROGRESS_KEY_PREFIX,
+    REGISTRATION_KEY_PREFIX,
+    SinkOptions,
+)
+from sparkafka.connector.sink.task import TaskIdentity
+from sparkafka.connector.sink.transactional_ids import (
+    claim_transactional_id,
+    default_transactional_id_prefix,
+    prefix_of,
+    transactional_id,
+    write_partition_of,
+)
+from sparkafka.errors import CommitMarkerError, SparkafkaError
+
+log = logging.getLogger(__name__)
+
+# -- the claim in the commit-marker topic ----------------------------------------------------------
+
+# Prefixes this process saw claimed by the query writing with them: (cluster, marker topic, prefix, query).
+_OWNED_PREFIXES: set[tuple[str, str, str, str]] = set()
+
+
+def settle_prefix_owner(
+    options: SinkOptions, identity: TaskIdentity, transactional_id: str, plan: BatchPlan | None
+) -> None:
+    """Before a task initialises ``transactional_id`` (which would fence another query's producer of
+    it): learn which query owns the prefix, claiming it for this one when nobody has, and refuse if
+    it is another query this write does not adopt. A quick read to the last stable offset finds an
+    existing claim; a claim hidden behind an open transaction is found by the claim itself, which
+    reads to the end. A claim missing where the checkpoint recorded one (``plan.claimed_in``) means
+    lost markers: refused here, before claiming anew would hide it."""
+    query_id = identity.query_id
+    assert query_id is not None
+    prefix = prefix_of(transactional_id, identity.partition)
+    owned = (options.bootstrap_servers, options.marker_topic, prefix, query_id)
+    if owned in _OWNED_PREFIXES:
+        return
+    found = read_marker_partition(options, stable_only=True)
+    owner = claim_owner(found, prefix)
+    if owner is None and not any(registration_of_prefix(key, prefix) for key in found):
+        if identity.batch_id is not None and claim_missing(options, found, prefix, plan):
+            refuse_lost_claim(options, identity.batch_id, query_id, transactional_id, plan)
+        owner = claim_prefix(options, prefix, query_id, replace=None)
+    if owner is not None and owner not in (query_id, options.adopted_query):
+        raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
+
+
+def claim_missing(
+    options: SinkOptions, found: Mapping[str, bytes], prefix: str, plan: BatchPlan | None
+) -> bool:
+    """Whether the checkpoint recorded a claim of ``prefix`` in this marker topic (before the writer
+    of this batch was created) and ``found`` (the topic's partition) holds no claim of it at all.
+    Another query's claim there is refused as such (:func:`require_prefix_claim`)."""
+    if plan is None or plan.claimed_in != options.marker_topic:
+        return False
+    return claim_owner(found, prefix) is None
+
+
+def refuse_lost_claim(
+    options: SinkOptions, batch_id: int, query_id: str, transactional_id: str, plan: BatchPlan | None
+) -> None:
+    refusal = markers_lost(
+        query_id=query_id,
+        batch_id=batch_id,
+        transactional_id=transactional_id,
+        marker_topic=options.marker_topic,
+        history_found=False,
+        exactly_once_from=options.exactly_once_from,
+        batch_input_records=None if plan is None else plan.input_records,
+        claim_recorded=True,
+    )
+    if refusal is not None:
+        raise ReplayRefused(refusal)
+
+
+def require_prefix_claim(
+    options: SinkOptions, found: Mapping[str, bytes], prefix: str, query_id: str, transactional_id: str
+) -> None:
+    """One query per prefix, decided once for the whole prefix: the first query to commit its claim
+    (``claim/<prefix>``) owns every id of it, and another query refuses at its first write, before it
+    registers any id, unless it adopts the owner's ids. A prefix whose ids were registered before
+    claims existed keeps the per-id check alone (:func:`~sparkafka.connector.replay.decide`)."""
+    owner = claim_owner(found, prefix)
+    if owner is None:
+        if any(registration_of_prefix(key, prefix) for key in found):
+            return
+        owner = claim_prefix(options, prefix, query_id, replace=None)
+    if owner is not None and owner == options.adopted_query and owner != query_id:
+        owner = claim_prefix(options, prefix, query_id, replace=owner)
+    if owner is None:
+        return
+    if owner != query_id:
+        raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
+    _OWNED_PREFIXES.add((options.bootstrap_servers, options.marker_topic, prefix, query_id))
+
+
+def claim_owner(found: Mapping[str, bytes], prefix: str) -> str | None:
+    raw = found.get(f"{CLAIM_KEY_PREFIX}{prefix}")
+    if raw is None:
+        return None
+    owner = json.loads(raw).get("query_id")
+    return str(owner) if owner else None
+
+
+def registration_of_prefix(key: str, prefix: str) -> bool:
+    return key.startswith(REGISTRATION_KEY_PREFIX) and (
+        write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
+    )
+
+
+_CLAIM_ATTEMPTS = 20
+# The claim producers' own client log: racing claimers fence each other by design, which librdkafka
+# reports as errors; what matters reaches claim_prefix as an exception and is raised from there.
+_CLAIM_CLIENT_LOG = logging.getLogger("sparkafka.librdkafka.claim")
+_CLAIM_CLIENT_LOG.setLevel(logging.CRITICAL + 1)
+_CLAIM_CLIENT_LOG.propagate = False
+
+
+def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: str | None) -> str | None:
+    """Commit ``claim/<prefix>`` naming ``query_id`` unless another claim is there (or, adopting,
+    unless it names another query than ``replace``); returns the query the claim names, None for a
+    prefix whose ids were registered before claims existed.
+
+    Steps, with the prefix's claim id (:func:`claim_transactional_id`):
+    1. Initialise it: Kafka fences every other producer of the id and completes whatever claim
+       transaction is in flight before it answers.
+    2. Read the marker partition to its end: a claim committed before step 1 is seen here.
+    3. None there: commit ours in a transaction of the claim id. It commits only if nobody
+       initialised the id since step 1, so of two queries racing, exactly one claim commits; the
+       other's commit is fenced, and it starts again at step 1, now seeing the winner's claim.
+    Tasks of one query race the same way and find their own query's claim."""
+    claim_id = claim_transactional_id(prefix)
+    key = f"{CLAIM_KEY_PREFIX}{prefix}"
+    value = json.dumps({"prefix": prefix, "query_id": query_id, "time_ms": int(time.time() * 1000)})
+    for _ in range(_CLAIM_ATTEMPTS):
+        producer = Producer({**producer_config(options, claim_id), "logger": _CLAIM_CLIENT_LOG})
+        try:
+            producer.init_transactions(options.operation_timeout_s)
+            found = read_marker_partition(options)
+            owner = claim_owner(found, prefix)
+            if owner is not None and owner != replace:
+                return owner
+            if owner is None and any(registration_of_prefix(key, prefix) for key in found):
+                return None  # ids registered before claims existed: the per-id check decides
+            producer.begin_transaction()
+            producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+            producer.commit_transaction(options.operation_timeout_s)
+            log.info("%s claimed transactional-id prefix %s", query_id, prefix)
+            return query_id
+        except KafkaException as error:
+            code = error_code(error)
+            if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                raise transaction_timeout_error(options) from None
+            if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+                raise sink_unreachable_error(
+                    options, f"claim transactional-id prefix '{prefix}'", error
+                ) from None
+            if code not in _CLAIM_RACE_CODES:
+                raise CommitMarkerError(
+                    f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "
+                    f"'{options.marker_topic}' failed: {error.args[0]}. {MARKER_TOPIC_MUST_ACCEPT}"
+                ) from None
+            time.sleep(random.uniform(0.02, 0.2))  # another claimer won this round; look again
+        finally:
+            with contextlib.suppress(KafkaException):  # a fenced producer fails even to flush
+                producer.flush(0)
+    raise CommitMarkerError(
+        f"claiming transactional-id prefix '{prefix}' did not settle in {_CLAIM_ATTEMPTS} attempts: "
+        "other writers kept initialising its claim id; Spark retries the task"
+    )
+
+
+# What a claimer sees when another one initialised the claim id since its own initialisation.
+# Apache Kafka's coordinator under transactions v2 may answer a commit that races the fencing
+# abort with INVALID_TXN_STATE or an unknown server error instead of PRODUCER_FENCED
+# (KAFKA-20785). Retrying any of them is safe: every attempt initialises the id again and reads
+# the partition to its end, so a claim that did commit despite the error is found there.
+_CLAIM_RACE_CODES = (
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.CONCURRENT_TRANSACTIONS,
+    KafkaError.INVALID_TXN_STATE,
+    KafkaError.UNKNOWN,
+    KafkaError._STATE,
+)
+
+
+# -- the record in the checkpoint ------------------------------------------------------------------
+
+_RECORDS = "sparkafka/claims"
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """The checkpoint's record that ``query_id`` claimed ``prefix`` in ``marker_topic``."""
+
+    prefix: str
+    marker_topic: str
+    query_id: str
+
+    def encode(self) -> str:
+        return json.dumps({"version": 1, **dataclasses.asdict(self)}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> ClaimRecord:
+        fields = json.loads(text)
+        return cls(str(fields["prefix"]), str(fields["marker_topic"]), str(fields["query_id"]))
+
+
+def _record_name(prefix: str) -> str:
+    # Transactional ids may hold any character; a file name may not.
+    return f"{_RECORDS}/{hashlib.sha256(prefix.encode()).hexdigest()[:32]}.json"
+
+
+def read_claim_record(files: CheckpointFiles, prefix: str) -> ClaimRecord | None:
+    text = files.text(_record_name(prefix))
+    if text is None:
+        return None
+    record = ClaimRecord.decode(text)
+    return record if record.prefix == prefix else None
+
+
+def settle_checkpoint_claim(options: SinkOptions, plan: BatchPlan | None) -> BatchPlan | None:
+    """The driver's steps (module docstring) for the writer of ``plan``'s micro-batch; returns the
+    plan the tasks get, with ``claimed_in`` set when the checkpoint held the record already."""
+    if plan is None or plan.query_id is None or not options.checkpoint_location:
+        return plan
+    query_id = plan.query_id
+    prefix = options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+    files = CheckpointFiles(options.checkpoint_location)
+    record = read_claim_record(files, prefix)
+    if record is not None and record.marker_topic == options.marker_topic:
+        return dataclasses.replace(plan, claimed_in=record.marker_topic)
+    if record is not None and not _moves_here(options, record, plan):
+        found = read_marker_partition(options, stable_only=True)
+        if not holds_query(found, query_id, prefix):
+            raise ReplayRefused(_markers_elsewhere(options, record, plan))
+    owner = claim_prefix(options, prefix, query_id, replace=None)
+    if owner is not None and owner not in (query_id, options.adopted_query):
+        raise ReplayRefused(
+            prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id(prefix, 0))
+        )
+    name = _record_name(prefix)
+    try:
+        files.write(name, ClaimRecord(prefix, options.marker_topic, query_id).encode())
+    except OSError as error:
+        raise SparkafkaError(
+            f"the exactly-once sink cannot record its claim of transactional-id prefix '{prefix}' in the "
+            f"checkpoint ({options.checkpoint_location}/{name}: {error}): the driver's Python must be able "
+            "to write the query's checkpoint, as Spark does; nothing was written to the output"
+        ) from None
+    log.info("%s: recorded its claim of prefix %s in %s", query_id, prefix, options.marker_topic)
+    return plan
+
+
+def _moves_here(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> bool:
+    """Whether this run moves the query's markers from the recorded topic to this one on purpose."""
+    return options.previous_marker_topic == record.marker_topic or options.exactly_once_from == plan.batch_id
+
+
+def holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
+    """Whether the query's markers are in ``found`` already: a claim alone is not (a run refused for
+    want of its markers may have claimed the prefix there)."""
+    return any(
+        belongs_to(key, value, query_id, prefix)
+        for key, value in found.items()
+        if not key.startswith(CLAIM_KEY_PREFIX)
+    )
+
+
+def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
+    """Whether a record of the marker topic is the query's under ``prefix``."""
+    if key.startswith(REGISTRATION_KEY_PREFIX):
+        return write_partition_of(key[len(REGISTRATION_KEY_PREFIX) :], prefix) is not None
+    if key.startswith(PROGRESS_KEY_PREFIX):
+        return key == f"{PROGRESS_KEY_PREFIX}{prefix}"
+    if key.startswith(CLAIM_KEY_PREFIX):
+        return key == f"{CLAIM_KEY_PREFIX}{prefix}"
+    try:
+        return CommitMarker.decode(value).query_id == query_id
+    except (ValueError, KeyError):
+        return False
+
+
+def _markers_elsewhere(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> str:
+    bound = (
+        ""
+        if plan.input_records is None
+        else f" (at most its {plan.input_records} input record(s), by the checkpoint's offsets)"
+    )
+    return (
+        f"the checkpoint of query {record.query_id} records that its transactional-id prefix "
+        f"'{record.prefix}' was claimed in the commit-marker topic '{record.marker_topic}', and this run "
+        f"names '{options.marker_topic}', which holds nothing of the query: its markers are in "
+        f"'{record.marker_topic}'. Judged without them a replayed micro-batch would be written a second "
+        "time, so nothing is written and the query stops. Ways on: restart with "
+        f".option('commitMarkerTopic', '{record.marker_topic}'), or keep '{options.marker_topic}' and "
+        f"carry the markers over with .option('{PREVIOUS_MARKER_TOPIC_OPTION}', '{record.marker_topic}'): "
+        f"nothing is lost or written twice. If '{record.marker_topic}' is gone for good, start the "
+        f"exactly-once output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', "
+        f"'{plan.batch_id}'): nothing is lost; what an earlier run committed of micro-batch "
+        f"{plan.batch_id} before it stopped is written again{bound}"
+    )
