@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from pyspark.sql.types import StructType
@@ -56,14 +57,17 @@ def _require_checkpoint(options: SinkOptions, *, batch_write: bool) -> None:
     )
 
 
-def _settled_plan(options: SinkOptions) -> BatchPlan | None:
+def _settled_plan(options: SinkOptions, *, batch_write: bool) -> BatchPlan | None:
     """On the driver, before the batch's tasks: the batch's plan from the checkpoint, the markers
     carried over where asked, and the prefix's claim settled and recorded in the checkpoint."""
     ensure_marker_topic(options)
     plan = read_batch_plan(options.checkpoint_location)
-    if options.previous_marker_topic is not None:
-        _carry_markers_over(options, plan)
-    return settle_checkpoint_claim(options, plan)
+    return settle_checkpoint_claim(
+        options,
+        plan,
+        batch_write=batch_write,
+        carry_over=functools.partial(_carry_markers_over, options),
+    )
 
 
 class KafkaDataSource(_SourceDataSource):
@@ -77,7 +81,7 @@ class KafkaDataSource(_SourceDataSource):
         if options.delivery_guarantee != "exactly-once":
             return KafkaStreamWriter(options)
         _require_checkpoint(options, batch_write=False)
-        return KafkaStreamWriter(options, plan=_settled_plan(options))
+        return KafkaStreamWriter(options, plan=_settled_plan(options, batch_write=False))
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         if overwrite:
@@ -92,4 +96,4 @@ class KafkaDataSource(_SourceDataSource):
         if options.delivery_guarantee != "exactly-once":
             return KafkaBatchWriter(options)
         _require_checkpoint(options, batch_write=True)
-        return KafkaBatchWriter(options, _settled_plan(options))
+        return KafkaBatchWriter(options, _settled_plan(options, batch_write=True))

@@ -229,9 +229,17 @@ def _held_batch_1(spark: SparkSession, topics: Topics, checkpoint: Path, marker_
 
 
 def _held_batch(
-    spark: SparkSession, topics: Topics, checkpoint: Path, marker_topic: str, *, batch: int
+    spark: SparkSession,
+    topics: Topics,
+    checkpoint: Path,
+    marker_topic: str,
+    *,
+    batch: int,
+    prefix: str | None = None,
+    **options: str,
 ) -> int:
-    """20 more records, and micro-batch ``batch`` held as :func:`_held_batch_1` describes."""
+    """20 more records, and micro-batch ``batch`` held as :func:`_held_batch_1` describes
+    (``prefix``: the transactionalIdPrefix the run writes with, when it sets one in ``options``)."""
     topics.send(20)
     held = _start(
         spark,
@@ -244,9 +252,10 @@ def _held_batch(
             "debug.pausePartitions": "1",
             "debug.pauseMs": "600s",
             "kafka.transaction.timeout.ms": "600000",
+            **options,
         },
     )
-    prefix = f"sparkafka-{held.id}-"
+    prefix = f"{prefix or f'sparkafka-{held.id}'}-"
     expected = {f"{prefix}{p}" for p in (0, 2, 3)}
     try:
         assert wait_until(
@@ -387,6 +396,109 @@ def test_a_first_batch_replayed_on_another_marker_topic_refuses_then_carries_its
     topics.send(20)
     _run(spark, topics, checkpoint, source_minPartitions="2", commitMarkerTopic=new)
     _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_going_back_on_a_marker_topic_move_after_a_crash_refuses_then_carries_the_newer_markers_back(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Batch 0 on A; moved to B (carried over, as documented); cut short in batch 1 on B. The
+    operator undoes the move (commitMarkerTopic=A): A holds the query, but only up to batch 0, and
+    the checkpoint records B, which holds batch 1: refused. Carrying B back into A copies the newer
+    markers over A's older ones, and the replay writes exactly what is missing."""
+    checkpoint = tmp_path / "checkpoint"
+    a, b = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    topics.send(20)
+    _run(spark, topics, checkpoint, commitMarkerTopic=a, source_minPartitions="2")
+    _held_batch(spark, topics, checkpoint, b, batch=1, previousCommitMarkerTopic=a)
+
+    message = _refused(spark, topics, checkpoint, commitMarkerTopic=a, source_minPartitions="2")
+    assert f"which holds nothing of the query or less than '{b}': its markers are in '{b}'" in message
+    assert f".option('previousCommitMarkerTopic', '{b}')" in message
+    _run(
+        spark, topics, checkpoint, commitMarkerTopic=a, previousCommitMarkerTopic=b, source_minPartitions="2"
+    )
+    _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_carrying_markers_over_from_another_topic_than_the_checkpoint_records_refuses(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Batch 0 on B; moved to A; cut short in batch 1 on A. Moving on to C, the operator names the
+    wrong old topic (previousCommitMarkerTopic=B): refused before anything is copied; named right,
+    the replay writes exactly what is missing."""
+    checkpoint = tmp_path / "checkpoint"
+    a, b, c = (f"{topic_name}-markers-{x}" for x in "abc")
+    topics.send(20)
+    _run(spark, topics, checkpoint, commitMarkerTopic=b, source_minPartitions="2")
+    _held_batch(spark, topics, checkpoint, a, batch=1, previousCommitMarkerTopic=b)
+
+    message = _refused(
+        spark, topics, checkpoint, commitMarkerTopic=c, previousCommitMarkerTopic=b, source_minPartitions="2"
+    )
+    assert f"option previousCommitMarkerTopic names '{b}'" in message
+    assert "records its markers (prefix 'sparkafka-" in message and f"in '{a}'" in message
+    assert committed_markers(topics.bootstrap, 1, prefix="", marker_topic=c) == {}, "nothing copied"
+    _run(
+        spark, topics, checkpoint, commitMarkerTopic=c, previousCommitMarkerTopic=a, source_minPartitions="2"
+    )
+    _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_prefix_and_marker_topic_changed_together_in_the_middle_of_the_first_batch_refuses(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Batch 0 cut short on A under the default prefix; restarted with a prefix of its own and marker
+    topic B: B holds nothing, and batch 0 needs no history, but the checkpoint records the old prefix
+    on A, which holds part of batch 0: refused, counting it. Back on the first run's prefix and topic
+    the batch completes exactly once."""
+    checkpoint = tmp_path / "checkpoint"
+    a, b = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    _held_batch(spark, topics, checkpoint, a, batch=0)
+
+    message = _refused(
+        spark,
+        topics,
+        checkpoint,
+        commitMarkerTopic=b,
+        source_minPartitions="2",
+        transactionalIdPrefix=f"{topic_name}-ids",
+    )
+    assert "both changed while micro-batch 0 was partly committed under the old ones" in message
+    assert "write partition 0: 5 record(s) of micro-batch 0" in message
+    _run(spark, topics, checkpoint, commitMarkerTopic=a, source_minPartitions="2")
+    _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_adopting_the_ids_of_a_query_on_another_marker_topic_than_it_used_refuses(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """A query (own prefix, markers in A) loses its checkpoint in the middle of batch 1; the one
+    adopting its ids names marker topic B, which holds nothing of it: refused before anything is
+    claimed or written; on A the adoption's own checks take over (the partial batch is refused)."""
+    prefix, group = f"{topic_name}-ids", f"{topic_name}-group"
+    a, b = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    checkpoint = tmp_path / "checkpoint"
+    grouped = {"transactionalIdPrefix": prefix, "source_kafka.group.id": group}
+    topics.send(20)
+    first = _start(spark, topics, checkpoint, commitMarkerTopic=a, source_minPartitions="2", **grouped)
+    first.awaitTermination()
+    _held_batch(spark, topics, checkpoint, a, batch=1, prefix=prefix, **grouped)
+    shutil.rmtree(checkpoint)
+    adopting = {
+        "source_startingOffsets": "group",
+        "adoptTransactionalIdsFrom": str(first.id),
+        "source_minPartitions": "2",
+        **grouped,
+    }
+
+    message = _refused(spark, topics, tmp_path / "new", commitMarkerTopic=b, **adopting)
+    assert f"the commit-marker topic '{b}' holds nothing of it under transactional-id prefix" in message
+    message = _refused(spark, topics, tmp_path / "new", commitMarkerTopic=a, **adopting)
+    assert "committed part of micro-batch 1" in message, message
 
 
 def test_a_query_adopting_the_ids_of_a_query_that_lost_its_checkpoint_mid_batch_refuses_then_accepts(

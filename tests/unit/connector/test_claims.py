@@ -60,3 +60,53 @@ def test_a_claim_alone_does_not_hold_a_query() -> None:
     assert holds_query({"registration/p-3": b"{}"}, "q-1", "p")
     assert not belongs_to("registration/p-x", b"{}", "q-1", "p")
     assert not belongs_to("p-0", b"not json", "q-1", "p")
+
+
+def test_the_newest_batch_counts_markers_of_the_query_and_the_prefixs_progress() -> None:
+    from sparkafka.connector.sink.claims import newest_batch
+    from sparkafka.connector.sink.markers import ProgressRecord
+
+    found = {
+        "p-0": CommitMarker("p-0", "q-1", 3, 0, 10, 0, "out").encode(),
+        "p-1": CommitMarker("p-1", "q-0", 9, 1, 10, 0, "out").encode(),  # another query's
+        "progress/p": ProgressRecord("p", "q-1", 4, None, None, 0).encode(),
+        "progress/other": ProgressRecord("other", "q-1", 8, None, None, 0).encode(),
+        **_claim("q-1"),
+    }
+    assert newest_batch(found, "q-1", "p") == 4
+    assert newest_batch({}, "q-1", "p") == -1
+
+
+def test_an_unreadable_record_names_the_file_and_what_deleting_it_costs(tmp_path: Path) -> None:
+    import pytest
+
+    from sparkafka.connector.sink.claims import read_claim_records
+    from sparkafka.errors import SparkafkaError
+
+    files = CheckpointFiles(str(tmp_path))
+    files.write("sparkafka/claims/abc.json", '{"version": 1, "prefix": "p"')
+    files.write("sparkafka/claims/abc.json.77.tmp", "left by a write cut short")
+    with pytest.raises(SparkafkaError, match=r"sparkafka/claims/abc.json .*Delete that file"):
+        read_claim_records(files, "q-1")
+    files.write("sparkafka/claims/abc.json", ClaimRecord("p", "m", "q-0").encode())
+    assert read_claim_records(files, "q-1") == {}, "another query's record (a copied checkpoint)"
+    files.write(
+        "sparkafka/claims/abc.json", '{"version": 2, "prefix": "p", "marker_topic": "m", "query_id": "q"}'
+    )
+    with pytest.raises(SparkafkaError, match="version 2, this sparkafka reads 1"):
+        read_claim_records(files, "q")
+
+
+def test_carrying_over_keeps_the_newer_record_of_each_key() -> None:
+    from sparkafka.connector.sink.markers import ProgressRecord
+    from sparkafka.connector.sink.producers import _newer
+
+    old, new = CommitMarker("p-0", "q", 1, 0, 5, 0, "out"), CommitMarker("p-0", "q", 2, 0, 5, 0, "out")
+    assert _newer("p-0", new.encode(), old.encode())
+    assert not _newer("p-0", old.encode(), new.encode())
+    assert _newer("p-0", old.encode(), None)
+    assert not _newer("registration/p-0", b"{}", b"{}")
+    assert not _newer("claim/p", b"{}", b"{}")
+    progress = [ProgressRecord("p", "q", b, None, None, 0).encode() for b in (1, 2)]
+    assert _newer("progress/p", progress[1], progress[0])
+    assert not _newer("progress/p", progress[0], progress[1])

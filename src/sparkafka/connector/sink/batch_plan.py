@@ -100,6 +100,8 @@ class CheckpointFiles:
         """Replace the file ``name`` with ``text``, whole: a reader sees the old text or the new."""
         path = f"{self.root.rstrip('/')}/{name}"
         parent = path.rsplit("/", 1)[0]
+        from pyarrow import fs
+
         if self._fs is None:
             os.makedirs(parent, exist_ok=True)
             temporary = f"{path}.{os.getpid()}.tmp"
@@ -110,9 +112,14 @@ class CheckpointFiles:
             os.replace(temporary, path)
             return
         self._fs.create_dir(parent, recursive=True)
-        # Object stores write an object whole on close; HDFS's rename would not replace.
-        with self._fs.open_output_stream(path) as stream:
+        # Written aside, then moved: a reader never sees part of it (an object store's move is a
+        # copy of a complete object; HDFS's rename does not replace, hence the delete before it).
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with self._fs.open_output_stream(temporary) as stream:
             stream.write(text.encode("utf-8"))
+        if self._fs.get_file_info(path).type != fs.FileType.NotFound:
+            self._fs.delete_file(path)
+        self._fs.move(temporary, path)
 
 
 def read_batch_plan(checkpoint_location: str | None) -> BatchPlan | None:

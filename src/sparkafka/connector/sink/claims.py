@@ -11,12 +11,18 @@ run whose checkpoint holds the record and whose marker topic does not hold the c
 markers, at any batch, and refuses before writing.
 
 Steps on the driver, for every exactly-once writer Spark creates (:func:`settle_checkpoint_claim`):
-1. Read the record of the prefix. Present and naming this marker topic: hand it to the tasks, done.
-2. Naming another topic: unless the markers were carried over from it
-   (``previousCommitMarkerTopic``), the output restarts at a batch (``exactlyOnceFromBatch``), or
-   this topic holds the query's markers already, refuse, naming the recorded topic.
-3. Absent, or moving to this topic: claim the prefix here (refusing when another query owns it and
-   is not adopted), then write the record. Tasks of this writer know it was recorded just now.
+1. Read the checkpoint's records of the query. The prefix's own names this marker topic: hand it to
+   the tasks, done (a ``previousCommitMarkerTopic`` left set has nothing more to carry).
+2. It names another topic: ``previousCommitMarkerTopic`` must name the recorded topic; without it,
+   go on only where this topic holds the query and the recorded one nothing newer of it, else
+   refuse naming the recorded topic (``exactlyOnceFromBatch`` at this batch skips this step).
+3. No record of the prefix, on a streaming write: a record of another prefix of the query in
+   another topic that holds this batch, in part, or a later one means prefix and topic changed
+   together in the middle of a batch: refuse. An adopting query
+   (``adoptTransactionalIdsFrom``) must find the old query in this marker topic.
+4. Carry the markers over when asked (every record newer than this topic's), claim the prefix here
+   (refusing when another query owns it and is not adopted), then write the record. Tasks of this
+   writer know it was recorded just now.
 
 Invariant: a record exists only after its claim committed in the topic it names, so a topic that
 lost the claim lost everything the query wrote there after it.
@@ -31,12 +37,12 @@ import json
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from sparkafka.connector.kafka_admin import error_code
+from sparkafka.connector.kafka_admin import KafkaAdmin, error_code
 from sparkafka.connector.replay import (
     EXACTLY_ONCE_FROM_OPTION,
     PREVIOUS_MARKER_TOPIC_OPTION,
@@ -50,11 +56,13 @@ from sparkafka.connector.sink.failures import sink_unreachable_error, transactio
 from sparkafka.connector.sink.markers import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
+    ProgressRecord,
     read_marker_partition,
 )
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
     MARKER_PARTITION,
+    OPERATION_TIMEOUT,
     PROGRESS_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
@@ -262,12 +270,40 @@ class ClaimRecord:
     @classmethod
     def decode(cls, text: str) -> ClaimRecord:
         fields = json.loads(text)
+        if fields.get("version") != 1:
+            raise ValueError(f"claim record version {fields.get('version')!r}, this sparkafka reads 1")
         return cls(str(fields["prefix"]), str(fields["marker_topic"]), str(fields["query_id"]))
 
 
 def _record_name(prefix: str) -> str:
     # Transactional ids may hold any character; a file name may not.
     return f"{_RECORDS}/{hashlib.sha256(prefix.encode()).hexdigest()[:32]}.json"
+
+
+def read_claim_records(files: CheckpointFiles, query_id: str) -> dict[str, ClaimRecord]:
+    """The checkpoint's claim records of ``query_id``, by prefix. A record that cannot be read stops
+    the query with the way on: deleting it costs only the first micro-batch's check, until the
+    driver records the claim again."""
+    records: dict[str, ClaimRecord] = {}
+    for name in sorted(files.names(_RECORDS)):
+        if not name.endswith(".json"):
+            continue  # a temporary file of a write cut short
+        path = f"{_RECORDS}/{name}"
+        try:
+            text = files.text(path)
+            if text is None:
+                continue
+            record = ClaimRecord.decode(text)
+        except (OSError, ValueError, KeyError) as error:
+            raise SparkafkaError(
+                f"the exactly-once sink cannot read its claim record {path} in the checkpoint "
+                f"({type(error).__name__}: {error}); nothing was written. Delete that file: the driver "
+                "records the claim again at the next micro-batch. Until then a replay of the query's "
+                "first micro-batch after its commit-marker topic was lost is not told from a first run"
+            ) from None
+        if record.query_id == query_id:
+            records[record.prefix] = record
+    return records
 
 
 def read_claim_record(files: CheckpointFiles, prefix: str) -> ClaimRecord | None:
@@ -278,21 +314,45 @@ def read_claim_record(files: CheckpointFiles, prefix: str) -> ClaimRecord | None
     return record if record.prefix == prefix else None
 
 
-def settle_checkpoint_claim(options: SinkOptions, plan: BatchPlan | None) -> BatchPlan | None:
+def settle_checkpoint_claim(
+    options: SinkOptions,
+    plan: BatchPlan | None,
+    *,
+    batch_write: bool,
+    carry_over: Callable[[BatchPlan | None], object],
+) -> BatchPlan | None:
     """The driver's steps (module docstring) for the writer of ``plan``'s micro-batch; returns the
-    plan the tasks get, with ``claimed_in`` set when the checkpoint held the record already."""
+    plan the tasks get, with ``claimed_in`` set when the checkpoint held the record already.
+    ``carry_over`` copies the markers from ``previousCommitMarkerTopic``; it runs after the checks
+    that tell whether that topic is the one the checkpoint recorded."""
     if plan is None or plan.query_id is None or not options.checkpoint_location:
+        if options.previous_marker_topic is not None:
+            carry_over(plan)
         return plan
     query_id = plan.query_id
     prefix = options.transactional_id_prefix or default_transactional_id_prefix(query_id)
     files = CheckpointFiles(options.checkpoint_location)
-    record = read_claim_record(files, prefix)
-    if record is not None and record.marker_topic == options.marker_topic:
-        return dataclasses.replace(plan, claimed_in=record.marker_topic)
-    if record is not None and not _moves_here(options, record, plan):
-        found = read_marker_partition(options, stable_only=True)
-        if not holds_query(found, query_id, prefix):
-            raise ReplayRefused(_markers_elsewhere(options, record, plan))
+    records = read_claim_records(files, query_id)
+    own = records.get(prefix)
+    if own is not None and own.marker_topic == options.marker_topic:
+        # Moved here already: a previousCommitMarkerTopic left set has nothing more to carry.
+        return dataclasses.replace(plan, claimed_in=own.marker_topic)
+    restarts_here = options.exactly_once_from == plan.batch_id
+    previous = options.previous_marker_topic
+    if own is not None and not restarts_here:
+        if previous is not None and previous != own.marker_topic:
+            raise ReplayRefused(_carried_from_another_topic(options, own, plan))
+        if previous is None:
+            _refuse_unless_current_here(options, own, plan)
+    if own is None and not restarts_here:
+        if not batch_write:
+            for other in records.values():
+                if other.marker_topic != options.marker_topic:
+                    _refuse_partial_batch_elsewhere(options, other, plan)
+        if options.adopted_query is not None:
+            _require_adopted_query_here(options, prefix, plan)
+    if previous is not None:
+        carry_over(plan)
     owner = claim_prefix(options, prefix, query_id, replace=None)
     if owner is not None and owner not in (query_id, options.adopted_query):
         raise ReplayRefused(
@@ -311,9 +371,101 @@ def settle_checkpoint_claim(options: SinkOptions, plan: BatchPlan | None) -> Bat
     return plan
 
 
-def _moves_here(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> bool:
-    """Whether this run moves the query's markers from the recorded topic to this one on purpose."""
-    return options.previous_marker_topic == record.marker_topic or options.exactly_once_from == plan.batch_id
+def newest_batch(found: Mapping[str, bytes], query_id: str, prefix: str) -> int:
+    """The newest micro-batch of ``query_id`` that ``found`` (a marker partition) shows committed,
+    by any write partition or by the prefix's progress record; -1 for none."""
+    newest = -1
+    needle = f'"query_id":{json.dumps(query_id)}'.encode()
+    for key, value in found.items():
+        if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX)) or needle not in value:
+            continue
+        if key.startswith(PROGRESS_KEY_PREFIX):
+            if key == f"{PROGRESS_KEY_PREFIX}{prefix}":
+                newest = max(newest, ProgressRecord.decode(value).batch_id)
+            continue
+        with contextlib.suppress(ValueError, KeyError):
+            marker = CommitMarker.decode(value)
+            if marker.query_id == query_id:
+                newest = max(newest, marker.batch_id)
+    return newest
+
+
+def _read_topic(options: SinkOptions, topic: str) -> dict[str, bytes]:
+    """The marker partition of ``topic`` (empty when the topic is gone), read to its stable end."""
+    other = dataclasses.replace(options, marker_topic=topic)
+    admin = KafkaAdmin(
+        other.client_config, timeout_s=other.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
+    )
+    if topic not in admin.topic_partitions([topic]):
+        return {}
+    return read_marker_partition(other, stable_only=True)
+
+
+def _refuse_unless_current_here(options: SinkOptions, own: ClaimRecord, plan: BatchPlan) -> None:
+    """The checkpoint records the markers in another topic than this run names: go on only where
+    this topic holds the query and nothing newer of it is in the recorded one (a checkpoint restored
+    from before a move to this topic: the tasks then judge the batch by the markers here)."""
+    here = read_marker_partition(options, stable_only=True)
+    query_id = own.query_id
+    if holds_query(here, query_id, own.prefix):
+        recorded = newest_batch(_read_topic(options, own.marker_topic), query_id, own.prefix)
+        if recorded <= newest_batch(here, query_id, own.prefix):
+            log.warning(
+                "%s: the checkpoint recorded the markers of prefix %s in %s; %s holds them as far as %s "
+                "does, so the query goes on with %s",
+                query_id,
+                own.prefix,
+                own.marker_topic,
+                options.marker_topic,
+                own.marker_topic,
+                options.marker_topic,
+            )
+            return
+    raise ReplayRefused(_markers_elsewhere(options, own, plan))
+
+
+def _refuse_partial_batch_elsewhere(options: SinkOptions, other: ClaimRecord, plan: BatchPlan) -> None:
+    """A prefix new to the checkpoint on another marker topic than an earlier prefix of the query:
+    both changed together. Fine between two batches; if the earlier prefix committed this batch
+    (in part) or a later one in its topic, this one would write it again."""
+    found = _read_topic(options, other.marker_topic)
+    ahead = sorted(
+        (marker.partition, marker.records, marker.batch_id)
+        for key, value in found.items()
+        if write_partition_of(key, other.prefix) is not None
+        and (marker := CommitMarker.decode(value)).query_id == other.query_id
+        and marker.batch_id >= plan.batch_id
+    )
+    if ahead:
+        raise ReplayRefused(_prefix_and_topic_changed(options, other, plan, ahead))
+
+
+def _require_adopted_query_here(options: SinkOptions, prefix: str, plan: BatchPlan) -> None:
+    """An adopting query reads what the old query committed from this marker topic: one that holds
+    nothing of the old query (its claim, a registration or progress record of the prefix, a marker)
+    is not the topic the old query wrote to, and its partial batch would go unseen."""
+    adopted = options.adopted_query
+    assert adopted is not None
+    found = read_marker_partition(options, stable_only=True)
+    needle = f'"query_id":{json.dumps(adopted)}'.encode()
+    if claim_owner(found, prefix) == adopted or any(
+        belongs_to(key, value, adopted, prefix) and needle in value
+        for key, value in found.items()
+        if not key.startswith(CLAIM_KEY_PREFIX)
+    ):
+        return
+    raise ReplayRefused(
+        f"option adoptTransactionalIdsFrom names query {adopted}, and the commit-marker topic "
+        f"'{options.marker_topic}' holds nothing of it under transactional-id prefix '{prefix}': no claim, "
+        "registration, progress record or commit marker. The ids would be taken over without what that "
+        "query committed, and a micro-batch it committed in part would be written again; nothing is "
+        "written and the query stops. Ways on: name the topic that query wrote its markers to with "
+        ".option('commitMarkerTopic', '<that topic>'): nothing is lost or written twice. If its markers "
+        f"are gone for good, .option('{EXACTLY_ONCE_FROM_OPTION}', '{plan.batch_id}') starts this query's "
+        "exactly-once output at this batch without them: nothing is lost, and what the old query "
+        "committed of the input this batch reads is written again"
+        + ("" if plan.input_records is None else f" (at most its {plan.input_records} input record(s))")
+    )
 
 
 def holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
@@ -340,22 +492,56 @@ def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
         return False
 
 
-def _markers_elsewhere(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> str:
+def _restart_cost(plan: BatchPlan) -> str:
     bound = (
         ""
         if plan.input_records is None
         else f" (at most its {plan.input_records} input record(s), by the checkpoint's offsets)"
     )
     return (
-        f"the checkpoint of query {record.query_id} records that its transactional-id prefix "
-        f"'{record.prefix}' was claimed in the commit-marker topic '{record.marker_topic}', and this run "
-        f"names '{options.marker_topic}', which holds nothing of the query: its markers are in "
-        f"'{record.marker_topic}'. Judged without them a replayed micro-batch would be written a second "
-        "time, so nothing is written and the query stops. Ways on: restart with "
-        f".option('commitMarkerTopic', '{record.marker_topic}'), or keep '{options.marker_topic}' and "
-        f"carry the markers over with .option('{PREVIOUS_MARKER_TOPIC_OPTION}', '{record.marker_topic}'): "
-        f"nothing is lost or written twice. If '{record.marker_topic}' is gone for good, start the "
-        f"exactly-once output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', "
+        f"start the exactly-once output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', "
         f"'{plan.batch_id}'): nothing is lost; what an earlier run committed of micro-batch "
         f"{plan.batch_id} before it stopped is written again{bound}"
+    )
+
+
+def _markers_elsewhere(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> str:
+    return (
+        f"the checkpoint of query {record.query_id} records that its transactional-id prefix "
+        f"'{record.prefix}' was claimed in the commit-marker topic '{record.marker_topic}', and this run "
+        f"names '{options.marker_topic}', which holds nothing of the query or less than "
+        f"'{record.marker_topic}': its markers are in '{record.marker_topic}'. Judged without them a "
+        "replayed micro-batch would be written a second time, so nothing is written and the query "
+        f"stops. Ways on: restart with .option('commitMarkerTopic', '{record.marker_topic}'), or keep "
+        f"'{options.marker_topic}' and carry the markers over with "
+        f".option('{PREVIOUS_MARKER_TOPIC_OPTION}', '{record.marker_topic}'), which copies every record "
+        f"of the query newer than this topic's: nothing is lost or written twice. If "
+        f"'{record.marker_topic}' is gone for good, {_restart_cost(plan)}"
+    )
+
+
+def _carried_from_another_topic(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> str:
+    return (
+        f"option {PREVIOUS_MARKER_TOPIC_OPTION} names '{options.previous_marker_topic}', and the checkpoint "
+        f"of query {record.query_id} records its markers (prefix '{record.prefix}') in "
+        f"'{record.marker_topic}': carrying over the markers of another topic would judge a replay by "
+        "markers that are not the newest, so nothing is copied or written and the query stops. Way on: "
+        f".option('{PREVIOUS_MARKER_TOPIC_OPTION}', '{record.marker_topic}') (or no option and "
+        f".option('commitMarkerTopic', '{record.marker_topic}')): nothing is lost or written twice. If "
+        f"'{record.marker_topic}' is gone for good, {_restart_cost(plan)}"
+    )
+
+
+def _prefix_and_topic_changed(
+    options: SinkOptions, other: ClaimRecord, plan: BatchPlan, ahead: Sequence[tuple[int, int, int]]
+) -> str:
+    listed = ", ".join(f"write partition {p}: {n} record(s) of micro-batch {b}" for p, n, b in ahead)
+    return (
+        f"query {other.query_id} wrote under transactional-id prefix '{other.prefix}' with its markers in "
+        f"'{other.marker_topic}', and this run names another prefix and the commit-marker topic "
+        f"'{options.marker_topic}': both changed while micro-batch {plan.batch_id} was partly committed "
+        f"under the old ones ({listed}). Writing it under the new ones would write that part twice, so "
+        "nothing is written and the query stops. Way on: restart with the prefix and marker topic of "
+        f"the first run until micro-batch {plan.batch_id} is done, then change them: nothing is lost or "
+        f"written twice. If that cannot be, {_restart_cost(plan)}"
     )

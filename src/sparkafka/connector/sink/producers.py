@@ -445,26 +445,29 @@ def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
 
 def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
     """Copy what the marker topic ``options.previous_marker_topic`` holds of ``query_id`` under
-    ``prefix`` — the registrations of the prefix's ids, the query's commit markers, the prefix's
-    progress — into ``options.marker_topic``, unless that topic holds something of the query
-    already (carried over before, or written since). Runs on the driver before the micro-batch's
-    tasks, which then read the markers where they are now. Returns the records copied.
+    ``prefix`` — the claim, the registrations of the prefix's ids, the query's commit markers, the
+    prefix's progress — into ``options.marker_topic``, each record unless the new topic's record of
+    the same key is as new (a later batch, or any claim or registration). Runs on the driver before
+    the micro-batch's tasks, which then read the markers where they are now. Returns the records
+    copied.
 
-    Invariant: nothing of the query is ever overwritten in the new topic: a marker written there by
-    this query is newer than any in the old one."""
+    Invariant: nothing newer of the query is ever overwritten in the new topic, and afterwards it
+    holds, for every key, the newest of the two topics' records: going back to a topic used before
+    (whose records are older) takes the newer ones along."""
     previous = options.previous_marker_topic
     assert previous is not None
-    if holds_query(read_marker_partition(options), query_id, prefix):
-        return 0
-    old = dataclasses.replace(options, marker_topic=previous)
-    found = read_marker_partition(old)
-    copied = {key: value for key, value in found.items() if belongs_to(key, value, query_id, prefix)}
-    if not copied:
+    here = read_marker_partition(options)
+    found = read_marker_partition(dataclasses.replace(options, marker_topic=previous))
+    of_query = {key: value for key, value in found.items() if belongs_to(key, value, query_id, prefix)}
+    if not of_query and not holds_query(here, query_id, prefix):
         raise CommitMarkerError(
             f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{previous}' names a topic that holds nothing of query "
             f"{query_id} under transactional-id prefix '{prefix}' either: name the topic that holds its "
             "markers, or remove the option"
         )
+    copied = {key: value for key, value in of_query.items() if _newer(key, value, here.get(key))}
+    if not copied:
+        return 0
     _produce_to_markers(options, options.marker_topic, copied, f"{len(copied)} record(s) carried over")
     log.warning(
         "%s: carried %d commit-marker record(s) over from %s to %s (option %s; remove it now)",
@@ -475,6 +478,20 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
         PREVIOUS_MARKER_TOPIC_OPTION,
     )
     return len(copied)
+
+
+def _newer(key: str, value: bytes, existing: bytes | None) -> bool:
+    """Whether ``value`` should replace ``existing`` under ``key`` when carrying markers over."""
+    if existing is None:
+        return True
+    if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX)):
+        return False
+    try:
+        if key.startswith(PROGRESS_KEY_PREFIX):
+            return ProgressRecord.decode(value).batch_id > ProgressRecord.decode(existing).batch_id
+        return CommitMarker.decode(value).batch_id > CommitMarker.decode(existing).batch_id
+    except (ValueError, KeyError):
+        return False
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:
