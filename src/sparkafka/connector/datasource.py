@@ -10,6 +10,7 @@ from pyspark.sql.types import StructType
 from sparkafka.connector.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.batch_plan import BatchPlan, read_batch_plan
 from sparkafka.connector.sink.claims import settle_checkpoint_claim
+from sparkafka.connector.sink.lease import hold_checkpoint_lease
 from sparkafka.connector.sink.markers import ensure_marker_topic
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
 from sparkafka.connector.sink.producers import carry_markers_over
@@ -78,6 +79,8 @@ class KafkaDataSource(_SourceDataSource):
         the offsets log: the writer takes the batch's plan from the checkpoint with it."""
         options = SinkOptions.parse(self.options)
         validate_input_schema(schema, options)
+        if options.checkpoint_location is not None:
+            hold_checkpoint_lease(options.checkpoint_location, options.lease_timeout_ms)
         if options.delivery_guarantee != "exactly-once":
             return KafkaStreamWriter(options)
         _require_checkpoint(options, batch_write=False)
@@ -93,6 +96,8 @@ class KafkaDataSource(_SourceDataSource):
         options = SinkOptions.parse(self.options)
         require_batch_write_prefix(options)
         validate_input_schema(schema, options)
+        if options.checkpoint_location is not None:
+            hold_checkpoint_lease(options.checkpoint_location, options.lease_timeout_ms)
         if options.delivery_guarantee != "exactly-once":
             return KafkaBatchWriter(options)
         _require_checkpoint(options, batch_write=True)

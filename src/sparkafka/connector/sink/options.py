@@ -41,6 +41,8 @@ REGISTRATION_KEY_PREFIX = "registration/"
 PROGRESS_KEY_PREFIX = "progress/"
 CLAIM_KEY_PREFIX = "claim/"
 OPERATION_TIMEOUT = "operationTimeoutMs"
+LEASE_TIMEOUT_OPTION = "leaseTimeoutMs"
+DEFAULT_LEASE_TIMEOUT_MS = 120_000
 
 SINK_OPTIONS = (
     OptionSpec("topic", "topic to write every row to (else each row's 'topic' column)"),
@@ -84,6 +86,11 @@ SINK_OPTIONS = (
     OptionSpec("debug.pauseFromBatch", hidden=True),
     OptionSpec("debug.failFirstAttemptAt", hidden=True),
     OptionSpec(OPERATION_TIMEOUT, "bound on each Kafka call of the sink (default 60s)"),
+    OptionSpec(
+        LEASE_TIMEOUT_OPTION,
+        "how long the driver's lease on the checkpoint outlives its last renewal, for a process on "
+        "another host (default 2m; renewed every micro-batch)",
+    ),
 )
 
 # Producer properties the sink owns, with what to do instead (Spark's sink rejects the same keys).
@@ -110,6 +117,7 @@ class SinkOptions:
     exactly_once_from: int | None = None
     previous_marker_topic: str | None = None
     checkpoint_location: str | None = None
+    lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS
     pause_at: str | None = None
     pause_s: float = 0.0
     pause_partitions: frozenset[int] | None = None
@@ -165,6 +173,7 @@ class SinkOptions:
             exactly_once_from=reader.optional_integer(EXACTLY_ONCE_FROM_OPTION, minimum=0),
             previous_marker_topic=previous_marker_topic,
             checkpoint_location=reader.string("checkpointLocation") or None,
+            lease_timeout_ms=_lease_timeout_ms(reader),
             pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
             pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
             pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
@@ -272,3 +281,13 @@ def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
         raise SparkafkaOptionError(
             "no topic to write to: set .option('topic', ...) or provide a 'topic' column in each row"
         )
+
+
+def _lease_timeout_ms(reader: OptionReader) -> int:
+    timeout_ms = reader.duration_ms(LEASE_TIMEOUT_OPTION, f"{DEFAULT_LEASE_TIMEOUT_MS}ms")
+    if timeout_ms < 1000:
+        raise SparkafkaOptionError(
+            f"option '{LEASE_TIMEOUT_OPTION}' is {timeout_ms} ms: the checkpoint's lease must outlive the "
+            "time between two renewals by far; give at least 1s (default 2m)"
+        )
+    return timeout_ms

@@ -1,0 +1,106 @@
+"""The driver's lease on its checkpoint: renewed by its holder, refused to a live other process,
+taken over from a dead or expired one, and settled between two processes starting together."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from sparkafka.connector.replay import ReplayRefused
+from sparkafka.connector.sink import lease as lease_module
+from sparkafka.connector.sink.batch_plan import CheckpointFiles
+from sparkafka.connector.sink.lease import LEASE_FILE, Holder, Lease, hold_checkpoint_lease, this_driver
+
+HOST = socket.gethostname()
+
+
+def _read(checkpoint: Path) -> Lease:
+    text = CheckpointFiles(str(checkpoint)).text(LEASE_FILE)
+    assert text is not None
+    return Lease.decode(text)
+
+
+def _write(checkpoint: Path, lease: Lease) -> None:
+    CheckpointFiles(str(checkpoint)).write(LEASE_FILE, lease.encode())
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.fixture(autouse=True)
+def _quick_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lease_module, "SETTLE_S", 0.05)
+
+
+def test_the_holder_renews_its_lease_only_once_a_third_of_the_timeout_passed(tmp_path: Path) -> None:
+    me = Holder(HOST, os.getpid(), 1)
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    first = _read(tmp_path)
+    assert first.holder == me and first.timeout_ms == 60_000
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    assert _read(tmp_path) == first, "renewed too early"
+    _write(tmp_path, Lease(me, first.acquired_ms, first.renewed_ms - 30_000, 60_000))
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    renewed = _read(tmp_path)
+    assert renewed.renewed_ms >= first.renewed_ms and renewed.acquired_ms == first.acquired_ms
+
+
+def test_a_live_process_on_this_host_keeps_its_lease_and_is_named(tmp_path: Path) -> None:
+    alive = this_driver()  # this test's own parent: alive, its start time read from /proc
+    _write(tmp_path, Lease(alive, 1_000, 2_000, 1_000))  # long expired: on this host only life counts
+    with pytest.raises(ReplayRefused) as refused:
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=Holder(HOST, os.getpid(), 1))
+    message = str(refused.value)
+    assert f"process {alive.pid} on host {HOST}" in message
+    assert "is in use by another process" in message and "stop it first" in message
+
+
+def test_a_dead_process_on_this_host_loses_its_lease_at_once(tmp_path: Path) -> None:
+    _write(tmp_path, Lease(Holder(HOST, _dead_pid(), 1_000), 1_000, 2**41, 60_000))
+    me = Holder(HOST, os.getpid(), 5)
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    assert _read(tmp_path).holder == me
+
+
+def test_a_process_on_another_host_holds_until_its_lease_expires(tmp_path: Path) -> None:
+    other = Holder("elsewhere.example", 4242, 1_000)
+    now_ms = lease_module._now_ms()
+    _write(tmp_path, Lease(other, now_ms - 5_000, now_ms, 120_000))
+    me = Holder(HOST, os.getpid(), 5)
+    with pytest.raises(
+        ReplayRefused, match=r"start again after .* when its lease expires \(option leaseTimeoutMs=120000"
+    ):
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    _write(tmp_path, Lease(other, now_ms - 200_000, now_ms - 130_000, 120_000))
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    assert _read(tmp_path).holder == me
+
+
+def test_of_two_processes_taking_the_lease_together_the_last_writer_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other process writes its lease while this one waits to read its own back."""
+    monkeypatch.setattr(lease_module, "SETTLE_S", 0.3)
+    other = Holder("elsewhere.example", 4242, 1_000)
+    now_ms = lease_module._now_ms()
+    writer = threading.Timer(0.1, lambda: _write(tmp_path, Lease(other, now_ms, now_ms, 120_000)))
+    writer.start()
+    with pytest.raises(ReplayRefused, match=r"process 4242 on host elsewhere\.example"):
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=Holder(HOST, os.getpid(), 5))
+    writer.join()
+
+
+def test_an_unreadable_lease_is_taken_as_absent(tmp_path: Path) -> None:
+    CheckpointFiles(str(tmp_path)).write(LEASE_FILE, "{not json")
+    me = Holder(HOST, os.getpid(), 5)
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    assert _read(tmp_path).holder == me
