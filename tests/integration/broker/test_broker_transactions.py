@@ -699,3 +699,45 @@ def test_idle_transactional_ids_expire_as_kafka_expires_them(tmp_path, topic_nam
         short_broker.start()
         assert known() == (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, False)
         assert values(read_all(short_broker.bootstrap_servers, topic_name, expect=1)) == [b"kept"]
+
+
+def _epoch_end_offsets(
+    broker: Any, topic: str, leader_epoch: int, *, current_leader_epoch: int = -1, version: int = 4
+) -> tuple[int, int, int]:
+    """(error code, leader epoch, end offset) of partition 0 in one raw OffsetForLeaderEpoch request."""
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
+    topic_class = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    wanted = topic_class.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch
+    )
+    request = OffsetForLeaderEpochRequest(
+        replica_id=-1, topics=[topic_class(topic=topic, partitions=[wanted])]
+    )
+    with RawConnection(broker.port) as connection:
+        response = connection.roundtrip(request, OffsetForLeaderEpochResponse, version)
+    answer = response.topics[0].partitions[0]
+    return answer.error_code, answer.leader_epoch, answer.end_offset
+
+
+def test_offset_for_leader_epoch_answers_as_kafkas_leader_epoch_cache(broker: Any, topic_name: str) -> None:
+    """KIP-320, as a consumer (replica_id -1) asks it of a partition led since its creation in epoch
+    0: that epoch ends at the log end offset; a later or undefined epoch has no end (-1, -1); a
+    current leader epoch newer than the leader's is UNKNOWN_LEADER_EPOCH; an unknown partition is
+    UNKNOWN_TOPIC_OR_PARTITION. The same from every version the broker offers."""
+    create_topic(broker.bootstrap_servers, topic_name)
+    writer = producer(broker.bootstrap_servers)
+    for _ in range(3):
+        writer.produce(topic_name, value=b"v", partition=0)
+    assert writer.flush(30) == 0
+    for version in (2, 3, 4):
+        assert _epoch_end_offsets(broker, topic_name, 0, version=version) == (0, 0, 3)
+        assert _epoch_end_offsets(broker, topic_name, 1, version=version) == (0, -1, -1)
+        assert _epoch_end_offsets(broker, topic_name, -1, version=version) == (0, -1, -1)
+    assert _epoch_end_offsets(broker, topic_name, 0, current_leader_epoch=0) == (0, 0, 3)
+    assert _epoch_end_offsets(broker, topic_name, 0, current_leader_epoch=5) == (75, -1, -1)
+    assert _epoch_end_offsets(broker, f"never-{topic_name}", 0) == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        -1,
+        -1,
+    )

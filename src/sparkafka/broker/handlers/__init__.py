@@ -27,6 +27,7 @@ HANDLERS: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     ApiKey.PRODUCE: data.produce,
     ApiKey.FETCH: data.fetch,
     ApiKey.LIST_OFFSETS: data.list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: data.offset_for_leader_epoch,
     ApiKey.DELETE_RECORDS: data.delete_records,
     ApiKey.INIT_PRODUCER_ID: txn.init_producer_id,
     ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,

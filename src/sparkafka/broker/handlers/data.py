@@ -1,4 +1,4 @@
-"""Produce, Fetch, ListOffsets and DeleteRecords."""
+"""Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and DeleteRecords."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from kafka.protocol.admin import DeleteRecordsResponse
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
 from kafka.protocol.producer import ProduceResponse
 
 from sparkafka.broker import fastpath, records
@@ -509,6 +509,52 @@ async def list_offsets(broker: Broker, request: Any, context: RequestContext) ->
             )
     topics = [topic_class(name=name, partitions=partitions) for name, partitions in answers.items()]
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+# A single-node broker leads every partition from its creation, in leader epoch 0 (the epoch its
+# Metadata, ListOffsets and record batches carry): Kafka's leader-epoch cache holds one entry, (0, 0).
+_LEADER_EPOCH = 0
+_UNDEFINED_EPOCH = -1
+_UNDEFINED_EPOCH_OFFSET = -1
+
+
+async def offset_for_leader_epoch(broker: Broker, request: Any, context: RequestContext) -> Any:
+    """KIP-320: where each asked leader epoch ends in the partition's log, as Kafka's
+    ``Partition.lastOffsetForLeaderEpoch`` answers a consumer (``replica_id`` -1), for a log with one
+    epoch. Steps, per partition: an unknown partition is UNKNOWN_TOPIC_OR_PARTITION; a
+    ``current_leader_epoch`` other than -1 must be the leader's (older: FENCED_LEADER_EPOCH, newer:
+    UNKNOWN_LEADER_EPOCH); then ``LeaderEpochFileCache.endOffsetFor``: the latest epoch ends at the
+    log end offset, an epoch past it or undefined has no end (-1, -1)."""
+    topic_class = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+    partition_class = topic_class.EpochEndOffset
+    topics = []
+    for wanted_topic in request.topics:
+        answers = []
+        for wanted in wanted_topic.partitions:
+            error, epoch, end_offset = ErrorCode.NONE, _UNDEFINED_EPOCH, _UNDEFINED_EPOCH_OFFSET
+            try:
+                partition = broker.partition(wanted_topic.topic, wanted.partition)
+                current = wanted.current_leader_epoch
+                if current not in (-1, _LEADER_EPOCH):
+                    code = (
+                        ErrorCode.FENCED_LEADER_EPOCH
+                        if current < _LEADER_EPOCH
+                        else ErrorCode.UNKNOWN_LEADER_EPOCH
+                    )
+                    raise BrokerError(
+                        code, f"current leader epoch {current}, the leader's is {_LEADER_EPOCH}"
+                    )
+                if wanted.leader_epoch == _LEADER_EPOCH:
+                    epoch, end_offset = _LEADER_EPOCH, partition.log.log_end_offset
+            except BrokerError as exc:
+                error = exc.code
+            answers.append(
+                partition_class(
+                    error_code=error, partition=wanted.partition, leader_epoch=epoch, end_offset=end_offset
+                )
+            )
+        topics.append(topic_class(topic=wanted_topic.topic, partitions=answers))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
 
 async def delete_records(broker: Broker, request: Any, context: RequestContext) -> Any:
