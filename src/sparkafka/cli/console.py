@@ -64,6 +64,7 @@ from sparkafka.connector.kafka_admin import (
     most_telling_reason,
     quiet_librdkafka_logger,
 )
+from sparkafka.connector.kafka_python import KAFKA_PYTHON_SETTINGS
 from sparkafka.errors import SparkafkaOptionError
 
 T = TypeVar("T")
@@ -90,18 +91,6 @@ _GROUP_STATE_NAMES = {
 _OPEN_TRANSACTION_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 # kafka-python (used by `transactions list`) names its settings differently from librdkafka.
-_KAFKA_PYTHON_SETTINGS = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "client.id": "client_id",
-}
 
 # -- options every tool shares ----------------------------------------------------------------------
 
@@ -1158,7 +1147,7 @@ def _committed_offsets(cluster: Cluster, admin: AdminClient, group: str) -> dict
 def _kafka_python_settings(cluster: Cluster) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for key, value in cluster.client_properties.items():
-        setting = _KAFKA_PYTHON_SETTINGS.get(key)
+        setting = KAFKA_PYTHON_SETTINGS.get(key)
         if setting is None:
             typer.echo(f"sparkafka transactions list: warning: ignoring client property {key}", err=True)
         else:

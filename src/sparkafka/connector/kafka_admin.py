@@ -459,12 +459,18 @@ class KafkaAdmin:
         )
 
     def latest_offsets(
-        self, partitions: Iterable[TopicPartitionKey], *, read_committed: bool
+        self,
+        partitions: Iterable[TopicPartitionKey],
+        *,
+        read_committed: bool,
+        epochs: dict[TopicPartitionKey, int] | None = None,
     ) -> PartitionOffsets:
         """End offset of each partition: the last stable offset with ``read_committed`` (so never past
-        an open transaction), else the high watermark. Partitions that do not exist are left out."""
+        an open transaction), else the high watermark. Partitions that do not exist are left out.
+        ``epochs`` receives the leader epoch each answer came with (Kafka answers the partition's
+        current leader epoch, ListOffsets v4+), where the cluster gave one."""
         isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-        return self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, isolation)
+        return self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, isolation, epochs)
 
     def offsets_for_timestamps(
         self, timestamps: Mapping[TopicPartitionKey, int], *, read_committed: bool
@@ -477,7 +483,10 @@ class KafkaAdmin:
         return {tp: (found[tp] if found.get(tp, -1) >= 0 else None) for tp in timestamps}
 
     def _list_offsets(
-        self, specs: Mapping[TopicPartitionKey, OffsetSpec], isolation: IsolationLevel
+        self,
+        specs: Mapping[TopicPartitionKey, OffsetSpec],
+        isolation: IsolationLevel,
+        epochs: dict[TopicPartitionKey, int] | None = None,
     ) -> PartitionOffsets:
         if not specs:
             return {}
@@ -513,6 +522,8 @@ class KafkaAdmin:
                     unanswered.append((tp.topic, tp.partition))
                     continue
                 result[(tp.topic, tp.partition)] = int(info.offset)
+                if epochs is not None and info.leader_epoch is not None and info.leader_epoch >= 0:
+                    epochs[(tp.topic, tp.partition)] = int(info.leader_epoch)
             return unknown, unanswered
 
         def fetch() -> PartitionOffsets:

@@ -2,7 +2,7 @@
 on a 3-node cluster (replication factor 3, ``min.insync.replicas=2``): two nodes lost at once (no
 controller quorum, no in-sync quorum); a pipeline crash combined with the loss of the commit-marker
 partition's leader, or of the coordinator of a transaction left open; and an unclean leader election
-truncating the input log (xfail: the source does not detect it). Pass criterion: every input record
+truncating the input log (the source's leader epochs show it). Pass criterion: every input record
 once for read_committed readers, and the pipeline either carries on or fails loudly and completes
 from its checkpoint."""
 
@@ -13,8 +13,6 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
@@ -234,53 +232,40 @@ def _one_partition_pipeline(kafka: ApacheKafka, tmp_path: Path, *source_options:
     return PipelineProcess(tmp_path / "pipeline.log", args)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the source keeps bare offsets (no leader epochs): after an unclean leader election "
-    "truncates the input log and new records refill it past the query's position, the refilled "
-    "offsets below that position are skipped with no data-loss report",
-)
 def test_input_log_truncated_by_an_unclean_election_and_refilled(tmp_path: Path) -> None:
     """After :func:`_truncated_input`, producers go on: r200-r349 land at offsets 100-249. The
-    pipeline restarts from its checkpoint, whose position is offset 200. Kafka's own consumer would
-    detect the truncation by leader epoch (KIP-320); the source must either report data loss or read
-    r200-r349, which the input now holds. It does neither: r200-r299 (offsets 100-199) are silently
-    never read."""
+    pipeline restarts from its checkpoint, whose position is offset 200 in the epoch before the
+    election. Bare offsets would skip offsets 100-199 silently; the leader epoch recorded with the
+    position shows the log truncated at 100 (KIP-320): with failOnDataLoss (the default) the query
+    fails before planning past it, naming the partition and the offsets lost. Restarted with
+    failOnDataLoss=false it reads on from the truncation: every record the input now holds, and
+    r100-r199 (gone from Kafka) as written before, each exactly once."""
     with ApacheKafka(tmp_path / "kafka", nodes=3) as kafka:
         pipeline = _one_partition_pipeline(kafka, tmp_path)
         _truncated_input(kafka, pipeline)
         input_now = _send_to(kafka, range(200, 350)) | {f"r{i:05d}" for i in range(0, 100)}
-        # 250 records when the skip happens, 350 when all is read; exiting is a loud failure.
-        output, log = _rerun(kafka, pipeline, 250)
-    reported = "failOnDataLoss" in log  # DataLossError and the failOnDataLoss=false warning name it
-    missing = sorted(input_now - set(output))
-    print(
-        f"loss reported: {reported}; input records never written: {len(missing)} {missing[:1]}…{missing[-1:]}"
-    )
-    assert reported or not missing, f"{len(missing)} records of the input silently skipped"
+        output, log = _rerun(kafka, pipeline, 350, timeout_s=120)
+        assert "topic 'in' partition 0: the log was truncated below the query's position" in log, log[-3000:]
+        assert "offsets 100 to 199" in log and "failOnDataLoss" in log
+        assert set(output) == {f"r{i:05d}" for i in range(200)}, "nothing written past the truncation"
+        going_on = _one_partition_pipeline(kafka, tmp_path, "failOnDataLoss=false")
+        output, log = _rerun(kafka, going_on, 350)
+    assert "Reading on from 100" in log
+    assert_exactly_once(output, input_now | {f"r{i:05d}" for i in range(100, 200)})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with failOnDataLoss=false a partition whose end offset went back below the query's "
-    "position is read again from its earliest offset, as if the topic had been recreated: after a "
-    "truncation (unclean leader election) the records below the new end, already written, are "
-    "written a second time",
-)
 def test_input_log_truncated_by_an_unclean_election_with_fail_on_data_loss_off(tmp_path: Path) -> None:
     """After :func:`_truncated_input` (the log ends at offset 100, the query's position is 200)
-    and new records r200-r249 at offsets 100-149, the pipeline restarts with ``failOnDataLoss=false``:
-    the source warns that the end went back, as documented, and may go on. Records r100-r199 are
-    gone from Kafka (they were written once). r0-r99, which survived the truncation and were written
-    before, must not be written again."""
+    and new records r200-r249 at offsets 100-149, the pipeline restarts with ``failOnDataLoss=false``.
+    Records r100-r199 are gone from Kafka (they were written once). The recorded leader epoch shows
+    where the log was truncated: the query reads on from offset 100, so r0-r99, which survived the
+    truncation and were written before, are not written again, and r200-r249 are written once."""
     with ApacheKafka(tmp_path / "kafka", nodes=3) as kafka:
         pipeline = _one_partition_pipeline(kafka, tmp_path, "failOnDataLoss=false")
         _truncated_input(kafka, pipeline)
         _send_to(kafka, range(200, 250))  # offsets 100-149: the end is still below the position 200
-        # 250 records if each is written once; 350 once r0-r99 and r200-r249 are read from offset 0
-        output, _ = _rerun(kafka, pipeline, 350, timeout_s=90)
-    doubled = sorted(i for i, n in output.items() if n > 1)
-    print(f"doubled after the truncation: {len(doubled)} {doubled[:1]}…{doubled[-1:]}")
+        output, log = _rerun(kafka, pipeline, 250, timeout_s=90)
+    assert "the log was truncated below the query's position: offsets 100 to 199" in log
     assert_exactly_once(output, {f"r{i:05d}" for i in range(250)})
 
 

@@ -36,6 +36,10 @@ HELD_START_PREFIX = "sparkafka:heldStart:"
 # that a replay splits them as the first run did: {SPLIT_KEY: {"calculator": n, "minPartitions": n,
 # "maxRecordsPerPartition": n}}, 0 where the option is not set (ranges.SPARK_CALCULATOR et al.).
 SPLIT_KEY = "sparkafka:split"
+# The leader epoch (KIP-320) each partition's leader had when the end offset was planned:
+# {LEADER_EPOCH_PREFIX + topic: {partition: epoch}}. The next micro-batch asks the leader where that
+# epoch ends now: below the offset, the log was truncated under the query (an unclean election).
+LEADER_EPOCH_PREFIX = "sparkafka:leaderEpoch:"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
 OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
@@ -90,6 +94,19 @@ def with_held_starts(
 def held_starts(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
     """The held starting offsets an offset carries (:func:`with_held_starts`)."""
     return _entries(encoded, HELD_START_PREFIX)
+
+
+def with_leader_epochs(
+    end: Mapping[str, Mapping[str, int]], epochs: Mapping[TopicPartitionKey, int]
+) -> dict[str, dict[str, int]]:
+    """``end`` plus the leader epoch of each partition it ends in, in entries of their own."""
+    return _with_entries(end, LEADER_EPOCH_PREFIX, epochs)
+
+
+def leader_epochs(encoded: Mapping[str, Mapping[str, int]]) -> dict[TopicPartitionKey, int]:
+    """The leader epochs an offset carries (:func:`with_leader_epochs`); empty in offsets checkpointed
+    before sparkafka recorded them, and in Spark's kafka format's."""
+    return _entries(encoded, LEADER_EPOCH_PREFIX)
 
 
 def _with_entries(

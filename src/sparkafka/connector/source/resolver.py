@@ -88,8 +88,12 @@ class OffsetResolver:
                 f"'{self.options.bootstrap_servers}'" + ("" if len(missing) == 1 else " (none of them do)")
             )
 
-    def latest(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
-        return self.admin.latest_offsets(partitions, read_committed=self.options.read_committed)
+    def latest(
+        self, partitions: Sequence[TopicPartitionKey], epochs: dict[TopicPartitionKey, int] | None = None
+    ) -> PartitionOffsets:
+        return self.admin.latest_offsets(
+            partitions, read_committed=self.options.read_committed, epochs=epochs
+        )
 
     def high_watermarks(self, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
         """End offsets past any open transaction, whatever the isolation level: what :meth:`latest`

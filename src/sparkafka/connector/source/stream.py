@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
     TopicPartitionKey,
 )
+from sparkafka.connector.source.epochs import LeaderEpochEnds
 from sparkafka.connector.source.heartbeat import (
     HeartbeatPartition,
     heartbeat_batch,
@@ -41,9 +43,11 @@ from sparkafka.connector.source.offsets import (
     encode_offsets,
     first_batch_start,
     held_starts,
+    leader_epochs,
     recorded_split,
     with_first_batch_start,
     with_held_starts,
+    with_leader_epochs,
     with_split,
 )
 from sparkafka.connector.source.options import (
@@ -67,6 +71,25 @@ from sparkafka.errors import SparkafkaError
 logger = logging.getLogger(__name__)
 
 # -- streaming --------------------------------------------------------------------------------------
+
+
+def _truncation(tp: TopicPartitionKey, at: int, position: int) -> str:
+    return (
+        f"topic '{tp[0]}' partition {tp[1]}: the log was truncated below the query's position: offsets "
+        f"{at} to {position - 1}, which the query had planned or read, are gone, and records written since "
+        "take those offsets (an unclean leader election: the partition's leader epoch changed and the "
+        f"epoch the position was recorded in now ends at {at}). Reading on from {at} reads the records "
+        "written since and none twice"
+    )
+
+
+@functools.cache
+def _note_no_leader_epochs_once() -> None:
+    logger.info(
+        "the checkpoint's offsets carry no leader epochs (written by an earlier sparkafka, or Spark's "
+        "kafka format): a log truncated below them is seen only when its end falls below them; the "
+        "next micro-batch records them"
+    )
 
 
 def _resolves_the_same_later(boundary: OffsetBoundary) -> bool:
@@ -116,11 +139,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._idle_reported = False
         # Partitions whose starting offsets open transactions hold back (logged once per hold).
         self._holding: frozenset[TopicPartitionKey] = frozenset()
+        # Where leader epochs end now (KIP-320), asked only where a partition's epoch changed.
+        self._epoch_ends: LeaderEpochEnds | None = None
+        # The end offset this process planned last: partitions() checks any other one (a replay).
+        self._planned_end: dict[str, dict[str, int]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_admin"] = None
+        state["_epoch_ends"] = None
         return state
+
+    @property
+    def epoch_ends(self) -> LeaderEpochEnds:
+        if self._epoch_ends is None:
+            self._epoch_ends = LeaderEpochEnds(
+                self.options.client_config, timeout_s=self.options.api_timeout_ms / 1000
+            )
+        return self._epoch_ends
 
     @property
     def resolver(self) -> OffsetResolver:
@@ -211,9 +247,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partitions = sorted(set(target) | set(start_offsets))
         else:
             partitions = self._partitions(require_topics=False)
-        latest = resolver.latest(partitions)
+        epochs: dict[TopicPartitionKey, int] = {}
+        latest = resolver.latest(partitions, epochs)
         self._latest = latest
         end: PartitionOffsets = {}
+        truncated = self._truncated_below(start_offsets, leader_epochs(start), epochs)
 
         gone = sorted(tp for tp in start_offsets if tp not in latest)
         if gone:
@@ -234,6 +272,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         held_back = self._held_back_by_open_transactions(start_offsets, latest, may_hold)
         for tp, begin in start_offsets.items():
             if tp not in latest:
+                continue
+            if tp in truncated:
+                # Empty range this batch (end < start); the next batch reads on from the truncation.
+                end[tp] = report_data_loss(
+                    self.options, _truncation(tp, truncated[tp], begin), resume_at=truncated[tp]
+                )
                 continue
             if tp in held_back:
                 end[tp] = begin
@@ -271,7 +315,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(limit, ReadAllAvailable):
             # A changed set of partitions is never delayed: the warnings above would repeat every
             # trigger until the batch runs.
-            partitions_changed = bool(gone or reset or discovered)
+            partitions_changed = bool(gone or reset or discovered or truncated)
             end = self._apply_read_limits(start_offsets, end, limit, may_wait=not partitions_changed)
         heartbeat_ms = heartbeat_of(start)
         if self._heartbeat_due(start_offsets, end, latest, partitions):
@@ -283,7 +327,39 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             encoded = with_first_batch_start(encoded, start_offsets)
         if held_back:
             encoded = with_held_starts(encoded, {tp: start_offsets[tp] for tp in held_back})
-        return with_split(encoded, self.options.split)
+        encoded = with_leader_epochs(encoded, {tp: epoch for tp, epoch in epochs.items() if tp in end})
+        planned = with_split(encoded, self.options.split)
+        self._planned_end = planned
+        return planned
+
+    def _truncated_below(
+        self,
+        positions: PartitionOffsets,
+        recorded: Mapping[TopicPartitionKey, int],
+        current: Mapping[TopicPartitionKey, int],
+    ) -> dict[TopicPartitionKey, int]:
+        """Partitions whose log was truncated below their position, with where it now ends.
+
+        Steps (KIP-320, as Kafka's consumers validate a position):
+        1. Only a partition whose leader epoch changed since the position was recorded can have
+           been truncated under it (a leader change): the others cost no request.
+        2. Ask the current leaders where the recorded epoch ends now.
+        3. An end below the position means the records from that end to the position are gone and
+           new ones take their offsets. An epoch the log does not know (-1: the topic deleted and
+           created again) is left to the check of the latest offset against the position."""
+        if not recorded:
+            if positions:
+                _note_no_leader_epochs_once()
+            return {}
+        asked = {
+            tp: epoch
+            for tp, epoch in recorded.items()
+            if tp in positions and tp in current and current[tp] != epoch
+        }
+        ends = self.epoch_ends.ends(asked) if asked else None
+        if not ends:
+            return {}
+        return {tp: found.end_offset for tp, found in ends.items() if 0 <= found.end_offset < positions[tp]}
 
     def _held_back_by_open_transactions(
         self, start: PartitionOffsets, latest: PartitionOffsets, may_hold: set[TopicPartitionKey]
@@ -441,9 +517,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 split.encode(),
                 self.options.split.encode(),
             )
+        ends = decode_offsets(end)
+        if end != self._planned_end:  # a replay: its input may have been truncated since
+            ends = self._intact_part(ends, leader_epochs(end))
         ranges: list[InputPartition] = list(
             split_offset_ranges(
-                offset_ranges(decode_offsets(start) if begin is None else begin, decode_offsets(end)),
+                offset_ranges(decode_offsets(start) if begin is None else begin, ends),
                 min_partitions=split.min_partitions,
                 max_records_per_partition=split.max_records_per_partition,
                 calculator=split.calculator,
@@ -453,6 +532,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if heartbeat is not None:
             ranges.append(heartbeat)
         return ranges
+
+    def _intact_part(
+        self, ends: PartitionOffsets, recorded: Mapping[TopicPartitionKey, int]
+    ) -> PartitionOffsets:
+        """``ends`` of a replayed micro-batch, each cut where its log was truncated since it was
+        planned (:meth:`_truncated_below` against the latest leader epochs): failOnDataLoss fails the
+        batch, otherwise it reads what is left and the next batch reads on from the truncation."""
+        if not recorded:
+            return ends
+        current: dict[TopicPartitionKey, int] = {}
+        self.resolver.latest(sorted(recorded), current)
+        intact = dict(ends)
+        for tp, at in self._truncated_below(ends, recorded, current).items():
+            intact[tp] = report_data_loss(self.options, _truncation(tp, at, ends[tp]), resume_at=at)
+        return intact
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, HeartbeatPartition):
