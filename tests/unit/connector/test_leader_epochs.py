@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
 from sparkafka.connector.kafka_python import kafka_python_settings
+from sparkafka.connector.source.epochs import EpochEnd
 from sparkafka.connector.source.offsets import decode_offsets, leader_epochs, with_leader_epochs
+from sparkafka.errors import DataLossError
+
+from .test_source_heartbeat import T0, T1, FakeAdmin, reader_with
 
 
 def test_leader_epochs_travel_in_entries_of_their_own() -> None:
@@ -31,3 +38,91 @@ def test_kafka_python_settings_name_the_connection_properties_it_cannot_take() -
         "sasl_plain_username": "u",
     }
     assert unsupported == ["ssl.endpoint.identification.algorithm"]
+
+
+# -- the stream reader's check, over the reader tests' admin -----------------------------------------
+
+
+class RecordedEpochEnds:
+    """Where each asked epoch ends, as a leader answers; records what was asked."""
+
+    def __init__(self, ends: dict) -> None:
+        self.answers = ends
+        self.asked: list[dict] = []
+
+    def ends(self, positions: dict) -> dict:
+        self.asked.append(dict(positions))
+        return {tp: self.answers[tp] for tp in positions if tp in self.answers}
+
+
+def _planned_at_100(**options: str) -> tuple:
+    admin = FakeAdmin()
+    admin.stable = {T0: 100, T1: 100}
+    admin.leader_epochs = {T0: 3, T1: 3}
+    reader = reader_with(admin, **options)
+    start = {"t": {"0": 0, "1": 0}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert leader_epochs(end) == {T0: 3, T1: 3}
+    return admin, reader, end
+
+
+def test_an_unchanged_leader_epoch_costs_no_request() -> None:
+    admin, reader, end = _planned_at_100()
+    ends = RecordedEpochEnds({})
+    reader._epoch_ends = ends  # type: ignore[assignment]
+    admin.stable = {T0: 150, T1: 150}
+    planned = reader.latestOffset(end, ReadAllAvailable())
+    assert decode_offsets(planned) == {T0: 150, T1: 150}
+    assert ends.asked == []
+
+
+def test_a_truncation_below_the_position_fails_naming_the_offsets_lost() -> None:
+    admin, reader, end = _planned_at_100()
+    reader._epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 60)})  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 4, T1: 3}  # an unclean election on partition 0, refilled past 100
+    admin.stable = {T0: 180, T1: 120}
+    with pytest.raises(DataLossError) as lost:
+        reader.latestOffset(end, ReadAllAvailable())
+    assert "topic 't' partition 0: the log was truncated below the query's position: offsets 60 to 99" in str(
+        lost.value
+    )
+    assert "failOnDataLoss" in str(lost.value)
+
+
+def test_with_fail_on_data_loss_off_the_query_reads_on_from_the_truncation() -> None:
+    admin, reader, end = _planned_at_100(failOnDataLoss="false")
+    ends = RecordedEpochEnds({T0: EpochEnd(3, 60), T1: EpochEnd(3, 120)})
+    reader._epoch_ends = ends  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 4, T1: 4}
+    admin.stable = {T0: 180, T1: 120}
+    planned = reader.latestOffset(end, ReadAllAvailable())
+    assert ends.asked == [{T0: 3, T1: 3}]
+    # Partition 0: an empty range this batch, from 60 on the next; partition 1 was not truncated.
+    assert decode_offsets(planned) == {T0: 60, T1: 120}
+    assert leader_epochs(planned) == {T0: 4, T1: 4}
+    ranges = reader.partitions(end, planned)
+    assert [(r.partition, r.start, r.end) for r in ranges] == [(1, 100, 120)]
+    admin.stable = {T0: 180, T1: 120}
+    following = reader.latestOffset(planned, ReadAllAvailable())
+    assert [(r.partition, r.start, r.end) for r in reader.partitions(planned, following)] == [(0, 60, 180)]
+
+
+def test_a_replayed_batch_is_cut_where_its_log_was_truncated_since() -> None:
+    admin, _, end = _planned_at_100(failOnDataLoss="false")
+    restarted = reader_with(admin, failOnDataLoss="false")  # a new run: the batch is a replay
+    restarted._epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 70)})  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 4, T1: 3}
+    ranges = restarted.partitions({"t": {"0": 0, "1": 0}}, end)
+    assert sorted((r.partition, r.start, r.end) for r in ranges) == [(0, 0, 70), (1, 0, 100)]
+    failing = reader_with(admin)
+    failing._epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 70)})  # type: ignore[assignment]
+    with pytest.raises(DataLossError, match="offsets 70 to 99"):
+        failing.partitions({"t": {"0": 0, "1": 0}}, end)
+
+
+def test_an_epoch_the_log_does_not_know_is_left_to_the_latest_offset_check() -> None:
+    admin, reader, end = _planned_at_100()
+    reader._epoch_ends = RecordedEpochEnds({T0: EpochEnd(-1, -1)})  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 0, T1: 3}  # the topic deleted and created again, say
+    admin.stable = {T0: 150, T1: 100}
+    assert decode_offsets(reader.latestOffset(end, ReadAllAvailable())) == {T0: 150, T1: 100}

@@ -72,15 +72,24 @@ class FakeAdmin:
         self.stable: dict[TopicPartitionKey, int] = {T0: 0, T1: 0}
         self.open_until: dict[TopicPartitionKey, int] = {}
         self.group_commits: list[PartitionOffsets] = []
+        # Each partition's current leader epoch, None for a cluster that answers none.
+        self.leader_epochs: dict[TopicPartitionKey, int] | None = None
 
     def topic_partitions(self, topics: Collection[str] | None = None) -> dict[str, list[int]]:
         return {name: [0, 1] for name in ["t"] if topics is None or name in topics}
 
     def latest_offsets(
-        self, partitions: Iterable[TopicPartitionKey], *, read_committed: bool
+        self,
+        partitions: Iterable[TopicPartitionKey],
+        *,
+        read_committed: bool,
+        epochs: dict[TopicPartitionKey, int] | None = None,
     ) -> PartitionOffsets:
         ends = self.stable if read_committed else {**self.stable, **self.open_until}
-        return {tp: ends[tp] for tp in partitions if tp in ends}
+        answered = {tp: ends[tp] for tp in partitions if tp in ends}
+        if epochs is not None and self.leader_epochs is not None:
+            epochs.update({tp: self.leader_epochs[tp] for tp in answered if tp in self.leader_epochs})
+        return answered
 
     def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         return {tp: 0 for tp in partitions if tp in self.stable}

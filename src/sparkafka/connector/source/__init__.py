@@ -76,6 +76,13 @@ Exactly-once reading rests on three invariants:
 3. End offsets never pass the last stable offset (``read_committed``, the default) so a range never
    covers records of a transaction that is still open and might later abort.
 
+Invariant 1 assumes the log under a planned range never changes. An unclean leader election
+breaks that: it truncates records the query read, and new records take their offsets. End offsets
+therefore carry each partition's leader epoch, ``{"sparkafka:leaderEpoch:<topic>": {"partition":
+epoch}}`` (KIP-320); where a partition's epoch changed, ``latestOffset`` and the ``partitions`` of a
+replay ask its leader where the recorded epoch ends (:mod:`.epochs`), and a truncation below the
+position fails the query (``failOnDataLoss``) or is read on from the truncation point.
+
 Idle heartbeats (``idleHeartbeatIntervalMs``)
     Spark's watermark only moves when rows arrive, so once the whole input is idle the last
     event-time window of an append-mode query never closes. With the option set, ``latestOffset``
