@@ -348,6 +348,9 @@ class KafkaAdmin:
         # (refused login, refused connection, unknown host), which a failed request reports only as a
         # transport failure.
         self._client_errors: list[KafkaError] = []
+        # Topic ids (msb, lsb) seen in the last description of each topic by name (DescribeTopics):
+        # they tell a topic deleted and created again from the one a position was planned in.
+        self.known_topic_ids: dict[str, tuple[int, int]] = {}
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
@@ -421,6 +424,12 @@ class KafkaAdmin:
                             raise
                         continue
                     found[name] = sorted(partition.id for partition in description.partitions)
+                    topic_id = getattr(description, "topic_id", None)
+                    if topic_id is not None:
+                        self.known_topic_ids[name] = (
+                            topic_id.get_most_significant_bits(),
+                            topic_id.get_least_significant_bits(),
+                        )
             except KafkaException as error:
                 if error_code(error) not in _UNAVAILABLE_CODES:
                     raise

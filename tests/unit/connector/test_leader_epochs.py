@@ -126,3 +126,61 @@ def test_an_epoch_the_log_does_not_know_is_left_to_the_latest_offset_check() -> 
     admin.leader_epochs = {T0: 0, T1: 3}  # the topic deleted and created again, say
     admin.stable = {T0: 150, T1: 100}
     assert decode_offsets(reader.latestOffset(end, ReadAllAvailable())) == {T0: 150, T1: 100}
+
+
+def test_a_recreated_topic_is_told_from_a_truncation_by_its_id() -> None:
+    """The topic deleted and created again, its new log led in epochs 0 (offsets 0-39) and 4: the
+    recorded epoch 3 ends at 40 there, which alone reads as a truncation. The topic's id changed:
+    the new topic is read from its earliest offset, nothing of it skipped."""
+    admin = FakeAdmin()
+    admin.stable = {T0: 100, T1: 100}
+    admin.leader_epochs = {T0: 3, T1: 3}
+    admin.topic_ids = {"t": (1, 1)}
+    reader = reader_with(admin, failOnDataLoss="false")
+    end = reader.latestOffset({"t": {"0": 0, "1": 0}}, ReadAllAvailable())
+    assert end["sparkafka:topicId:t"] == {"lsb": 1, "msb": 1}
+    reader._epoch_ends = RecordedEpochEnds({T0: EpochEnd(0, 40)})  # type: ignore[assignment]
+    admin.topic_ids = {"t": (2, 2)}
+    admin.leader_epochs = {T0: 4, T1: 3}
+    admin.stable = {T0: 60, T1: 100}
+    planned = reader.latestOffset(end, ReadAllAvailable())
+    assert decode_offsets(planned)[T0] == 0
+    following = reader.latestOffset(planned, ReadAllAvailable())
+    assert [(r.partition, r.start, r.end) for r in reader.partitions(planned, following)] == [(0, 0, 60)]
+
+
+def test_a_position_its_leader_does_not_answer_for_is_held_until_it_does() -> None:
+    """No answer within the timeout: the partition is not read past, and keeps its recorded epoch,
+    so the next batch asks again and finds the truncation."""
+    admin, reader, end = _planned_at_100(failOnDataLoss="false")
+    reader._epoch_ends = RecordedEpochEnds({})  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 4, T1: 3}
+    admin.stable = {T0: 180, T1: 150}
+    planned = reader.latestOffset(end, ReadAllAvailable())
+    assert decode_offsets(planned) == {T0: 100, T1: 150}
+    assert leader_epochs(planned) == {T0: 3, T1: 3}
+    answering = RecordedEpochEnds({T0: EpochEnd(3, 60)})
+    reader._epoch_ends = answering  # type: ignore[assignment]
+    assert decode_offsets(reader.latestOffset(planned, ReadAllAvailable()))[T0] == 60
+    assert answering.asked == [{T0: 3}]
+
+
+def test_a_replay_whose_leader_does_not_answer_is_not_read_unchecked() -> None:
+    from sparkafka.errors import KafkaUnavailableError
+
+    admin, _, end = _planned_at_100()
+    restarted = reader_with(admin)
+    restarted._epoch_ends = RecordedEpochEnds({})  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 4, T1: 3}
+    with pytest.raises(KafkaUnavailableError, match="it is not read unchecked"):
+        restarted.partitions({"t": {"0": 0, "1": 0}}, end)
+
+
+def test_a_clean_leader_change_on_an_idle_input_is_asked_about_once() -> None:
+    admin, reader, end = _planned_at_100()
+    ends = RecordedEpochEnds({T0: EpochEnd(3, 100), T1: EpochEnd(3, 100)})
+    reader._epoch_ends = ends  # type: ignore[assignment]
+    admin.leader_epochs = {T0: 4, T1: 4}  # clean elections, no new records
+    for _ in range(5):  # Spark asks for the latest offset every trigger while the input idles
+        assert reader.latestOffset(end, ReadAllAvailable()) == end
+    assert ends.asked == [{T0: 3, T1: 3}]

@@ -18,6 +18,12 @@ from sparkafka.connector.sink.batch_plan import CheckpointFiles
 from sparkafka.connector.sink.lease import LEASE_FILE, Holder, Lease, hold_checkpoint_lease, this_driver
 
 HOST = socket.gethostname()
+MACHINE = lease_module._machine()
+
+
+def _here(pid: int, started_ms: int) -> Holder:
+    """A holder on this host, in this process table."""
+    return Holder(HOST, pid, started_ms, MACHINE)
 
 
 def _read(checkpoint: Path) -> Lease:
@@ -42,7 +48,7 @@ def _quick_settle(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_holder_renews_its_lease_only_once_a_third_of_the_timeout_passed(tmp_path: Path) -> None:
-    me = Holder(HOST, os.getpid(), 1)
+    me = _here(os.getpid(), 1)
     hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
     first = _read(tmp_path)
     assert first.holder == me and first.timeout_ms == 60_000
@@ -58,15 +64,16 @@ def test_a_live_process_on_this_host_keeps_its_lease_and_is_named(tmp_path: Path
     alive = this_driver()  # this test's own parent: alive, its start time read from /proc
     _write(tmp_path, Lease(alive, 1_000, 2_000, 1_000))  # long expired: on this host only life counts
     with pytest.raises(ReplayRefused) as refused:
-        hold_checkpoint_lease(str(tmp_path), 60_000, me=Holder(HOST, os.getpid(), 1))
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), 1))
     message = str(refused.value)
     assert f"process {alive.pid} on host {HOST}" in message
     assert "is in use by another process" in message and "stop it first" in message
+    assert "if no such process runs" in message and "sparkafka/lease.json" in message
 
 
 def test_a_dead_process_on_this_host_loses_its_lease_at_once(tmp_path: Path) -> None:
-    _write(tmp_path, Lease(Holder(HOST, _dead_pid(), 1_000), 1_000, 2**41, 60_000))
-    me = Holder(HOST, os.getpid(), 5)
+    _write(tmp_path, Lease(_here(_dead_pid(), 1_000), 1_000, 2**41, 60_000))
+    me = _here(os.getpid(), 5)
     hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
     assert _read(tmp_path).holder == me
 
@@ -104,3 +111,32 @@ def test_an_unreadable_lease_is_taken_as_absent(tmp_path: Path) -> None:
     me = Holder(HOST, os.getpid(), 5)
     hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
     assert _read(tmp_path).holder == me
+
+
+def test_the_holder_keeps_its_lease_when_its_start_time_reads_seconds_off(tmp_path: Path) -> None:
+    """Linux derives a process's start time from the boot time, which a wall-clock step moves: the
+    same driver reads a start some seconds off between two micro-batches, and is still the holder."""
+    started = lease_module._started_ms(os.getpid())
+    assert started is not None
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), started))
+    hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), started + 3000))
+    assert _read(tmp_path).holder.pid == os.getpid()
+
+
+def test_a_holder_in_another_process_table_counts_until_its_lease_expires(tmp_path: Path) -> None:
+    """A container sharing the host's name but not its processes: its process id means nothing
+    here, so its lease holds until it expires, even if no process here has that id."""
+    elsewhere = Holder(HOST, _dead_pid(), 1_000, "another-boot/pid:[1]")
+    now_ms = lease_module._now_ms()
+    _write(tmp_path, Lease(elsewhere, now_ms, now_ms, 120_000))
+    with pytest.raises(ReplayRefused, match="when its lease expires"):
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), 5))
+
+
+def test_a_lease_that_cannot_be_read_back_refuses_with_a_way_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store another starter's delete and move leave no file for a moment."""
+    monkeypatch.setattr(lease_module, "_read", lambda files: None)
+    with pytest.raises(ReplayRefused, match=r"another process is taking it at this moment.*start again"):
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), 5))

@@ -74,8 +74,15 @@ class FakeAdmin:
         self.group_commits: list[PartitionOffsets] = []
         # Each partition's current leader epoch, None for a cluster that answers none.
         self.leader_epochs: dict[TopicPartitionKey, int] | None = None
+        # Topic ids as a description by name finds them (KafkaAdmin.known_topic_ids).
+        self.topic_ids: dict[str, tuple[int, int]] = {}
+        self.known_topic_ids: dict[str, tuple[int, int]] = {}
 
     def topic_partitions(self, topics: Collection[str] | None = None) -> dict[str, list[int]]:
+        if topics is not None:
+            self.known_topic_ids.update(
+                {name: self.topic_ids[name] for name in topics if name in self.topic_ids}
+            )
         return {name: [0, 1] for name in ["t"] if topics is None or name in topics}
 
     def latest_offsets(

@@ -48,14 +48,32 @@ SETTLE_S = 0.5
 
 @dataclass(frozen=True)
 class Holder:
-    """A process, told apart from a later one that reuses its id by its start time."""
+    """A process, told apart from a later one that reuses its id by its start time. ``machine``
+    tells whether two holders see the same process table: the host's boot id and the process id
+    namespace ("" where they cannot be read), since containers can share a host name but not
+    their processes."""
 
     host: str
     pid: int
     started_ms: int
+    machine: str = ""
 
     def described(self) -> str:
         return f"process {self.pid} on host {self.host}, started {_when(self.started_ms)}"
+
+    def same_process(self, other: Holder) -> bool:
+        """The same process, whatever a wall-clock step since did to the start time read from it
+        (Linux derives it from the boot time, which moves with the clock)."""
+        return (
+            self.host == other.host
+            and self.machine == other.machine
+            and self.pid == other.pid
+            and (0 in (self.started_ms, other.started_ms) or abs(self.started_ms - other.started_ms) < 5000)
+        )
+
+    def sees_processes_of(self, other: Holder) -> bool:
+        """Whether ``other``'s process id means the same process here (same host and process table)."""
+        return self.host == other.host and self.machine == other.machine and bool(self.machine)
 
 
 @dataclass(frozen=True)
@@ -79,7 +97,12 @@ class Lease:
             raise ValueError(f"lease version {fields.get('version')!r}, this sparkafka reads 1")
         holder = fields["holder"]
         return cls(
-            Holder(str(holder["host"]), int(holder["pid"]), int(holder["started_ms"])),
+            Holder(
+                str(holder["host"]),
+                int(holder["pid"]),
+                int(holder["started_ms"]),
+                str(holder.get("machine", "")),
+            ),
             int(fields["acquired_ms"]),
             int(fields["renewed_ms"]),
             int(fields["timeout_ms"]),
@@ -92,26 +115,30 @@ def hold_checkpoint_lease(checkpoint_location: str, timeout_ms: int, *, me: Hold
     files = CheckpointFiles(checkpoint_location)
     now = _now_ms()
     lease = _read(files)
-    if lease is not None and lease.holder == me:
+    if lease is not None and lease.holder.same_process(me):
         if now - lease.renewed_ms >= lease.timeout_ms // 3 or lease.timeout_ms != timeout_ms:
             _write(files, dataclasses.replace(lease, renewed_ms=now, timeout_ms=timeout_ms))
         return
-    if lease is not None and _in_force(lease, now):
-        raise ReplayRefused(_held_by_another(checkpoint_location, lease))
+    if lease is not None and _in_force(lease, me, now):
+        raise ReplayRefused(_held_by_another(checkpoint_location, lease, me))
     if lease is not None:
         log.warning(
             "taking over the lease of checkpoint %s from %s (%s)",
             checkpoint_location,
             lease.holder.described(),
-            "gone" if lease.holder.host == me.host else f"expired {_when(lease.expires_ms)}",
+            "gone" if me.sees_processes_of(lease.holder) else f"expired {_when(lease.expires_ms)}",
         )
     _write(files, Lease(me, now, now, timeout_ms))
     time.sleep(SETTLE_S)
-    settled = _read(files)
-    if settled is None or settled.holder != me:
-        winner = settled or lease
-        assert winner is not None
-        raise ReplayRefused(_held_by_another(checkpoint_location, winner))
+    settled = _read_back(files)
+    if settled is None:
+        raise ReplayRefused(
+            f"the lease of checkpoint {checkpoint_location} could not be read back after this process "
+            f"wrote it ({LEASE_FILE}): another process is taking it at this moment. Nothing was written; "
+            "start again, and the one of the two that holds the lease goes on"
+        )
+    if not settled.holder.same_process(me):
+        raise ReplayRefused(_held_by_another(checkpoint_location, settled, me))
 
 
 def this_driver() -> Holder:
@@ -119,7 +146,18 @@ def this_driver() -> Holder:
     driver's Python workers from daemons of its own, one per kind of worker); where the process
     table cannot be read, this process's parent."""
     driver = _java_ancestor() or os.getppid()
-    return Holder(socket.gethostname(), driver, _started_ms(driver) or 0)
+    return Holder(socket.gethostname(), driver, _started_ms(driver) or 0, _machine())
+
+
+def _machine() -> str:
+    """This host's boot id and process id namespace ("" where Linux's /proc does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            boot_id = boot.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return f"{boot_id}/{namespace}"
 
 
 def _java_ancestor() -> int | None:
@@ -140,8 +178,10 @@ def _java_ancestor() -> int | None:
     return None
 
 
-def _in_force(lease: Lease, now_ms: int) -> bool:
-    if lease.holder.host == socket.gethostname():
+def _in_force(lease: Lease, me: Holder, now_ms: int) -> bool:
+    """Where this process sees the holder's process table, while the holder lives; elsewhere, until
+    the lease expires."""
+    if me.sees_processes_of(lease.holder):
         return _alive(lease.holder)
     return now_ms < lease.expires_ms
 
@@ -154,8 +194,8 @@ def _alive(holder: Holder) -> bool:
     except PermissionError:
         pass  # exists, owned by another user
     started = _started_ms(holder.pid)
-    # A process id reused by a later process is not the holder (start times to the second).
-    return started is None or holder.started_ms == 0 or abs(started - holder.started_ms) < 2000
+    # A process id reused by a later process is not the holder (start times within seconds).
+    return started is None or holder.started_ms == 0 or abs(started - holder.started_ms) < 5000
 
 
 def _started_ms(pid: int) -> int | None:
@@ -171,6 +211,17 @@ def _started_ms(pid: int) -> int | None:
     return int((boot_s + int(fields[19]) / ticks) * 1000)
 
 
+def _read_back(files: CheckpointFiles) -> Lease | None:
+    """The lease just written, read again a few times: on an object store another writer's delete
+    and move leave no file for a moment."""
+    for _ in range(5):
+        found = _read(files)
+        if found is not None:
+            return found
+        time.sleep(SETTLE_S / 5)
+    return None
+
+
 def _read(files: CheckpointFiles) -> Lease | None:
     try:
         text = files.text(LEASE_FILE)
@@ -184,11 +235,11 @@ def _write(files: CheckpointFiles, lease: Lease) -> None:
     files.write(LEASE_FILE, lease.encode())
 
 
-def _held_by_another(checkpoint_location: str, lease: Lease) -> str:
-    same_host = lease.holder.host == socket.gethostname()
+def _held_by_another(checkpoint_location: str, lease: Lease, me: Holder) -> str:
     until = (
-        "stop it first"
-        if same_host
+        f"stop it first (if no such process runs, its id taken by another program, delete "
+        f"{checkpoint_location}/{LEASE_FILE}: nothing else is lost with it)"
+        if me.sees_processes_of(lease.holder)
         else f"stop it first; if it is gone, start again after {_when(lease.expires_ms)}, when its lease "
         f"expires (option {LEASE_TIMEOUT_OPTION}={lease.timeout_ms} after its last renewal, "
         f"{_when(lease.renewed_ms)})"

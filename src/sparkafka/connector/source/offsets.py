@@ -40,6 +40,10 @@ SPLIT_KEY = "sparkafka:split"
 # {LEADER_EPOCH_PREFIX + topic: {partition: epoch}}. The next micro-batch asks the leader where that
 # epoch ends now: below the offset, the log was truncated under the query (an unclean election).
 LEADER_EPOCH_PREFIX = "sparkafka:leaderEpoch:"
+# The id of each topic an end offset reads, where the cluster described the topic by name:
+# {TOPIC_ID_PREFIX + topic: {"msb": int, "lsb": int}}. A truncation candidate in a topic whose id
+# changed is a topic deleted and created again, not an unclean election.
+TOPIC_ID_PREFIX = "sparkafka:topicId:"
 # Offset entries of sparkafka's own: never a topic (':' cannot occur in a topic name).
 OWN_ENTRY_PREFIX = "sparkafka:"
 # What a heartbeat row carries where a record has its Kafka coordinates: "none" sentinels throughout
@@ -107,6 +111,27 @@ def leader_epochs(encoded: Mapping[str, Mapping[str, int]]) -> dict[TopicPartiti
     """The leader epochs an offset carries (:func:`with_leader_epochs`); empty in offsets checkpointed
     before sparkafka recorded them, and in Spark's kafka format's."""
     return _entries(encoded, LEADER_EPOCH_PREFIX)
+
+
+def with_topic_ids(
+    end: Mapping[str, Mapping[str, int]], ids: Mapping[str, tuple[int, int]]
+) -> dict[str, dict[str, int]]:
+    """``end`` plus the id of each of its topics in ``ids`` (:data:`TOPIC_ID_PREFIX`)."""
+    merged = {key: dict(value) for key, value in end.items()}
+    read = {topic for topic, _ in decode_offsets(end)}
+    for topic in sorted(read & set(ids)):
+        msb, lsb = ids[topic]
+        merged[TOPIC_ID_PREFIX + topic] = {"lsb": int(lsb), "msb": int(msb)}
+    return dict(sorted(merged.items()))
+
+
+def topic_ids(encoded: Mapping[str, Mapping[str, int]]) -> dict[str, tuple[int, int]]:
+    """The topic ids an offset carries (:func:`with_topic_ids`)."""
+    return {
+        key[len(TOPIC_ID_PREFIX) :]: (int(value["msb"]), int(value["lsb"]))
+        for key, value in encoded.items()
+        if key.startswith(TOPIC_ID_PREFIX) and "msb" in value and "lsb" in value
+    }
 
 
 def _with_entries(

@@ -45,10 +45,12 @@ from sparkafka.connector.source.offsets import (
     held_starts,
     leader_epochs,
     recorded_split,
+    topic_ids,
     with_first_batch_start,
     with_held_starts,
     with_leader_epochs,
     with_split,
+    with_topic_ids,
 )
 from sparkafka.connector.source.options import (
     LATEST,
@@ -66,7 +68,7 @@ from sparkafka.connector.source.ranges import (
 )
 from sparkafka.connector.source.reader import read_offset_range
 from sparkafka.connector.source.resolver import OffsetResolver, report_data_loss
-from sparkafka.errors import SparkafkaError
+from sparkafka.errors import KafkaUnavailableError, SparkafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +81,25 @@ def _truncation(tp: TopicPartitionKey, at: int, position: int) -> str:
         f"{at} to {position - 1}, which the query had planned or read, are gone, and records written since "
         "take those offsets (an unclean leader election: the partition's leader epoch changed and the "
         f"epoch the position was recorded in now ends at {at}). Reading on from {at} reads the records "
-        "written since and none twice"
+        "written since the election"
     )
+
+
+def _recreated(tp: TopicPartitionKey, position: int) -> str:
+    return (
+        f"topic '{tp[0]}' partition {tp[1]}: the topic was deleted and created again (its id changed) "
+        f"while the query was at offset {position}: what it had not read of the old topic is gone, and "
+        "the new topic is read from its earliest offset"
+    )
+
+
+@dataclasses.dataclass
+class _LogCheck:
+    """What :meth:`KafkaStreamReader._check_positions` found, by partition."""
+
+    truncated: dict[TopicPartitionKey, int] = dataclasses.field(default_factory=dict)
+    recreated: set[TopicPartitionKey] = dataclasses.field(default_factory=set)
+    unchecked: set[TopicPartitionKey] = dataclasses.field(default_factory=set)
 
 
 @functools.cache
@@ -143,6 +162,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._epoch_ends: LeaderEpochEnds | None = None
         # The end offset this process planned last: partitions() checks any other one (a replay).
         self._planned_end: dict[str, dict[str, int]] | None = None
+        # Positions found intact under (recorded, current) leader epochs: not asked again.
+        self._intact: set[tuple[TopicPartitionKey, int, int, int]] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -251,7 +272,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = resolver.latest(partitions, epochs)
         self._latest = latest
         end: PartitionOffsets = {}
-        truncated = self._truncated_below(start_offsets, leader_epochs(start), epochs)
+        recorded = leader_epochs(start)
+        check = self._check_positions(
+            start_offsets, recorded, epochs, topic_ids(start), note_missing=INITIAL_OFFSET_KEY not in start
+        )
+        truncated = check.truncated
 
         gone = sorted(tp for tp in start_offsets if tp not in latest)
         if gone:
@@ -273,11 +298,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, begin in start_offsets.items():
             if tp not in latest:
                 continue
+            if tp in check.unchecked:
+                # Not read past until its leader answers: the position keeps its recorded epoch.
+                end[tp], epochs[tp] = begin, recorded[tp]
+                continue
             if tp in truncated:
                 # Empty range this batch (end < start); the next batch reads on from the truncation.
-                end[tp] = report_data_loss(
-                    self.options, _truncation(tp, truncated[tp], begin), resume_at=truncated[tp]
-                )
+                message = _truncation(tp, truncated[tp], begin)
+                end[tp] = report_data_loss(self.options, message, resume_at=truncated[tp])
+                continue
+            if tp in check.recreated:
+                report_data_loss(self.options, _recreated(tp, begin), resume_at=0)
+                reset.append(tp)
                 continue
             if tp in held_back:
                 end[tp] = begin
@@ -315,7 +347,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(limit, ReadAllAvailable):
             # A changed set of partitions is never delayed: the warnings above would repeat every
             # trigger until the batch runs.
-            partitions_changed = bool(gone or reset or discovered or truncated)
+            partitions_changed = bool(gone or reset or discovered or truncated or check.unchecked)
             end = self._apply_read_limits(start_offsets, end, limit, may_wait=not partitions_changed)
         heartbeat_ms = heartbeat_of(start)
         if self._heartbeat_due(start_offsets, end, latest, partitions):
@@ -328,38 +360,67 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if held_back:
             encoded = with_held_starts(encoded, {tp: start_offsets[tp] for tp in held_back})
         encoded = with_leader_epochs(encoded, {tp: epoch for tp, epoch in epochs.items() if tp in end})
+        encoded = with_topic_ids(encoded, resolver.admin.known_topic_ids)
         planned = with_split(encoded, self.options.split)
         self._planned_end = planned
         return planned
 
-    def _truncated_below(
+    def _check_positions(
         self,
         positions: PartitionOffsets,
         recorded: Mapping[TopicPartitionKey, int],
         current: Mapping[TopicPartitionKey, int],
-    ) -> dict[TopicPartitionKey, int]:
-        """Partitions whose log was truncated below their position, with where it now ends.
+        recorded_ids: Mapping[str, tuple[int, int]],
+        *,
+        note_missing: bool = True,
+    ) -> _LogCheck:
+        """Partitions whose log went back under their position since it was recorded.
 
         Steps (KIP-320, as Kafka's consumers validate a position):
         1. Only a partition whose leader epoch changed since the position was recorded can have
-           been truncated under it (a leader change): the others cost no request.
-        2. Ask the current leaders where the recorded epoch ends now.
-        3. An end below the position means the records from that end to the position are gone and
-           new ones take their offsets. An epoch the log does not know (-1: the topic deleted and
-           created again) is left to the check of the latest offset against the position."""
+           been truncated under it (a leader change): the others cost no request, and neither does
+           a position this process found intact already under the same epochs.
+        2. Ask the current leaders where the recorded epoch ends now; a partition its leader does
+           not answer in time stays unchecked (the caller holds it where it is).
+        3. An end below the position: the records from that end to the position are gone and new
+           ones take their offsets. Where the topic's id changed since (both known), the topic was
+           deleted and created again instead. An epoch the log does not know (-1) is left to the
+           check of the latest offset against the position."""
+        found = _LogCheck()
         if not recorded:
-            if positions:
+            if positions and note_missing:
                 _note_no_leader_epochs_once()
-            return {}
+            return found
         asked = {
             tp: epoch
             for tp, epoch in recorded.items()
-            if tp in positions and tp in current and current[tp] != epoch
+            if tp in positions
+            and tp in current
+            and current[tp] != epoch
+            and (tp, positions[tp], epoch, current[tp]) not in self._intact
         }
         ends = self.epoch_ends.ends(asked) if asked else None
-        if not ends:
-            return {}
-        return {tp: found.end_offset for tp, found in ends.items() if 0 <= found.end_offset < positions[tp]}
+        if ends is None:
+            return found
+        below: dict[TopicPartitionKey, int] = {}
+        for tp, epoch in asked.items():
+            answer = ends.get(tp)
+            if answer is None:
+                found.unchecked.add(tp)
+            elif 0 <= answer.end_offset < positions[tp]:
+                below[tp] = answer.end_offset
+            else:
+                self._intact.add((tp, positions[tp], epoch, current[tp]))
+        if below:
+            described = self.resolver.admin
+            described.topic_partitions(sorted({topic for topic, _ in below}))
+            for tp, at in below.items():
+                was, now = recorded_ids.get(tp[0]), described.known_topic_ids.get(tp[0])
+                if was is not None and now is not None and was != now:
+                    found.recreated.add(tp)
+                else:
+                    found.truncated[tp] = at
+        return found
 
     def _held_back_by_open_transactions(
         self, start: PartitionOffsets, latest: PartitionOffsets, may_hold: set[TopicPartitionKey]
@@ -519,7 +580,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         ends = decode_offsets(end)
         if end != self._planned_end:  # a replay: its input may have been truncated since
-            ends = self._intact_part(ends, leader_epochs(end))
+            ends = self._intact_part(ends, leader_epochs(end), topic_ids(end))
         ranges: list[InputPartition] = list(
             split_offset_ranges(
                 offset_ranges(decode_offsets(start) if begin is None else begin, ends),
@@ -534,7 +595,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def _intact_part(
-        self, ends: PartitionOffsets, recorded: Mapping[TopicPartitionKey, int]
+        self,
+        ends: PartitionOffsets,
+        recorded: Mapping[TopicPartitionKey, int],
+        recorded_ids: Mapping[str, tuple[int, int]],
     ) -> PartitionOffsets:
         """``ends`` of a replayed micro-batch, each cut where its log was truncated since it was
         planned (:meth:`_truncated_below` against the latest leader epochs): failOnDataLoss fails the
@@ -543,9 +607,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ends
         current: dict[TopicPartitionKey, int] = {}
         self.resolver.latest(sorted(recorded), current)
+        check = self._check_positions(ends, recorded, current, recorded_ids)
+        if check.unchecked:
+            raise KafkaUnavailableError(
+                f"the leaders of {_format_partitions(sorted(check.unchecked))} did not say within "
+                f"{self.options.api_timeout_ms} ms (kafka.default.api.timeout.ms) whether the log under "
+                "this replayed micro-batch was truncated since it was planned; it is not read unchecked. "
+                "The query stops; restart it once the cluster answers"
+            )
         intact = dict(ends)
-        for tp, at in self._truncated_below(ends, recorded, current).items():
+        for tp, at in check.truncated.items():
             intact[tp] = report_data_loss(self.options, _truncation(tp, at, ends[tp]), resume_at=at)
+        for tp in check.recreated:
+            report_data_loss(self.options, _recreated(tp, ends[tp]), resume_at=0)
+            intact[tp] = 0  # nothing of the old topic is left to read
         return intact
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
