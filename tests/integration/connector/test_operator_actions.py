@@ -659,3 +659,45 @@ def test_a_foreach_batch_write_whose_marker_topic_was_deleted_refuses(
     with pytest.raises(Exception, match=f"the commit-marker topic '{markers}' holds nothing of it"):
         _start(spark, topics, checkpoint, foreach_batch=True, commitMarkerTopic=markers).awaitTermination()
     assert topics.written("read_uncommitted") == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stated limit (docs/guarantees.md): a foreachBatch df.write whose transactionalIdPrefix "
+    "changes in the middle of a batch is not told from a sibling write of the same batch",
+)
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_a_foreach_batch_write_whose_prefix_changes_in_the_middle_of_a_batch(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Cut short in batch 1 (15 of 20 records committed), restarted with another prefix on the same
+    marker topic: the batch is written again under the new ids."""
+    checkpoint, markers = tmp_path / "checkpoint", f"{topic_name}-markers"
+    topics.send(20)
+    _start(
+        spark, topics, checkpoint, foreach_batch=True, commitMarkerTopic=markers, source_minPartitions="2"
+    ).awaitTermination()
+    _held_batch(
+        spark,
+        topics,
+        checkpoint,
+        markers,
+        batch=1,
+        prefix=f"{topics.sink}-writes",
+        foreach_batch=True,  # type: ignore[arg-type]
+    )
+    before = topics.written("read_uncommitted")
+    try:
+        _start(
+            spark,
+            topics,
+            checkpoint,
+            foreach_batch=True,
+            commitMarkerTopic=markers,
+            source_minPartitions="2",
+            transactionalIdPrefix=f"{topic_name}-other",
+        ).awaitTermination()
+    except Exception:  # a refusal: what the limit would become once closed
+        assert topics.written("read_uncommitted") == before
+        return
+    _assert_exactly_once(topics)
