@@ -18,7 +18,14 @@ from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess
 from tests.integration.apache_kafka import ApacheKafka
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
-from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer, values
+from tests.integration.kafka_clients import (
+    create_topic,
+    producer,
+    read_all,
+    read_to_end,
+    transactional_producer,
+    values,
+)
 
 RECORDS = 40
 
@@ -119,7 +126,9 @@ def topics(fresh_broker: BrokerProcess) -> BrokerProcess:
 
 
 def _count(broker: Kafka, isolation: str) -> int:
-    return len(read_all(broker.bootstrap_servers, "out", isolation=isolation, timeout_s=3, partitions=2))
+    """The records of ``out`` a reader of ``isolation`` sees now, read to the partitions' ends: zero
+    means none, not a consumer still connecting."""
+    return len(read_to_end(broker.bootstrap_servers, "out", isolation=isolation, partitions=2))
 
 
 def _kill_when_paused(pipeline: PipelineProcess, pause_line: str) -> None:

@@ -424,7 +424,9 @@ def test_an_output_topic_changed_mid_replay_is_refused_by_every_task(topics: Kaf
     finally:
         moved.kill_group()
     assert (
-        read_all(broker.bootstrap_servers, "out2", partitions=OUTPUT_PARTITIONS, isolation="read_uncommitted")
+        read_to_end(
+            broker.bootstrap_servers, "out2", partitions=OUTPUT_PARTITIONS, isolation="read_uncommitted"
+        )
         == []
     )
 
