@@ -293,14 +293,22 @@ def _stale_markers(view: TaskView, recorded: int) -> str:
         "or under another transactionalIdPrefix. A replay judged by these stale markers could write a "
         "batch twice, so nothing is written and the query stops. Ways on: restart with "
         ".option('commitMarkerTopic', '<the topic it wrote its latest batches to>') (and the "
-        "transactionalIdPrefix it used then): nothing is lost or written twice; or start the exactly-once "
-        f"output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', '{view.batch_id}'): "
-        f"nothing is lost; what an earlier run committed of micro-batch {view.batch_id} is written again"
-        + (
-            ""
-            if view.batch_input_records is None
-            else f" (at most its {view.batch_input_records} input record(s), by the checkpoint's offsets)"
-        )
+        "transactionalIdPrefix it used then): nothing is lost or written twice; or "
+        + restart_output_here(view.batch_id, view.batch_input_records)
+    )
+
+
+def restart_output_here(batch_id: int, input_records: int | None) -> str:
+    """The way on that starts a query's exactly-once output anew at ``batch_id``, with its cost."""
+    bound = (
+        ""
+        if input_records is None
+        else f" (at most its {input_records} input record(s), by the checkpoint's offsets)"
+    )
+    return (
+        f"start the exactly-once output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', "
+        f"'{batch_id}'): nothing is lost; what an earlier run committed of micro-batch {batch_id} is "
+        f"written again{bound}"
     )
 
 

@@ -49,6 +49,7 @@ from sparkafka.connector.replay import (
     ReplayRefused,
     markers_lost,
     prefix_claimed_by_another_query,
+    restart_output_here,
 )
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
@@ -57,6 +58,7 @@ from sparkafka.connector.sink.markers import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
     ProgressRecord,
+    query_needle,
     read_marker_partition,
 )
 from sparkafka.connector.sink.options import (
@@ -375,7 +377,7 @@ def newest_batch(found: Mapping[str, bytes], query_id: str, prefix: str) -> int:
     """The newest micro-batch of ``query_id`` that ``found`` (a marker partition) shows committed,
     by any write partition or by the prefix's progress record; -1 for none."""
     newest = -1
-    needle = f'"query_id":{json.dumps(query_id)}'.encode()
+    needle = query_needle(query_id)
     for key, value in found.items():
         if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX)) or needle not in value:
             continue
@@ -447,7 +449,7 @@ def _require_adopted_query_here(options: SinkOptions, prefix: str, plan: BatchPl
     adopted = options.adopted_query
     assert adopted is not None
     found = read_marker_partition(options, stable_only=True)
-    needle = f'"query_id":{json.dumps(adopted)}'.encode()
+    needle = query_needle(adopted)
     if claim_owner(found, prefix) == adopted or any(
         belongs_to(key, value, adopted, prefix) and needle in value
         for key, value in found.items()
@@ -493,16 +495,7 @@ def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
 
 
 def _restart_cost(plan: BatchPlan) -> str:
-    bound = (
-        ""
-        if plan.input_records is None
-        else f" (at most its {plan.input_records} input record(s), by the checkpoint's offsets)"
-    )
-    return (
-        f"start the exactly-once output anew at this batch with .option('{EXACTLY_ONCE_FROM_OPTION}', "
-        f"'{plan.batch_id}'): nothing is lost; what an earlier run committed of micro-batch "
-        f"{plan.batch_id} before it stopped is written again{bound}"
-    )
+    return restart_output_here(plan.batch_id, plan.input_records)
 
 
 def _markers_elsewhere(options: SinkOptions, record: ClaimRecord, plan: BatchPlan) -> str:

@@ -42,6 +42,14 @@ MARKER_TOPIC_MUST_ACCEPT = (
     f"min.insync.replicas and ACLs for this principal). {MOVE_MARKERS_HINT}"
 )
 
+
+def query_needle(query_id: str) -> bytes:
+    """Bytes that every commit marker and progress record of ``query_id`` holds as encoded here
+    (compact JSON): one without them is another query's, told without decoding it. Registrations
+    are encoded otherwise: decode them."""
+    return f'"query_id":{json.dumps(query_id)}'.encode()
+
+
 # -- commit markers ---------------------------------------------------------------------------------
 
 

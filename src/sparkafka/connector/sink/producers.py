@@ -49,6 +49,7 @@ from sparkafka.connector.sink.markers import (
     MOVE_MARKERS_HINT,
     CommitMarker,
     ProgressRecord,
+    query_needle,
     read_marker_partition,
 )
 from sparkafka.connector.sink.options import (
@@ -261,7 +262,7 @@ def _read_committed_state(
     registration_key = f"{REGISTRATION_KEY_PREFIX}{transactional_id}"
     found = read_marker_partition(options)
     own_prefix = prefix_of(transactional_id, identity.partition)
-    needle = f'"query_id":{json.dumps(query_id)}'.encode()
+    needle = query_needle(query_id)
     of_this_query = [
         (key, marker)
         for key, value in found.items()
@@ -345,7 +346,7 @@ def _refuse_adopting_a_partial_batch(
             old_query,
         )
         return
-    needle = f'"query_id":{json.dumps(old_query)}'.encode()
+    needle = query_needle(old_query)
     partial = sorted(
         (
             marker
