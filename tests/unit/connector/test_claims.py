@@ -110,3 +110,24 @@ def test_carrying_over_keeps_the_newer_record_of_each_key() -> None:
     progress = [ProgressRecord("p", "q", b, None, None, 0).encode() for b in (1, 2)]
     assert _newer("progress/p", progress[1], progress[0])
     assert not _newer("progress/p", progress[0], progress[1])
+
+
+def test_a_query_shows_in_a_marker_partition_by_its_claim_registration_progress_or_marker() -> None:
+    """What an adopting query looks for of the query it adopts. A registration is encoded with
+    spaces after its separators, unlike markers and progress records: it is decoded, not searched."""
+    import json as json_module
+
+    from sparkafka.connector.sink.claims import shows_query
+    from sparkafka.connector.sink.markers import ProgressRecord
+
+    registration = {
+        "registration/p-0": json_module.dumps({"transactional_id": "p-0", "query_id": "q-0"}).encode()
+    }
+    assert shows_query(registration, "q-0", "p")
+    assert not shows_query(registration, "q-1", "p")
+    assert shows_query(_claim("q-0"), "q-0", "p") and not shows_query(_claim("q-0"), "q-1", "p")
+    progress = {"progress/p": ProgressRecord("p", "q-0", 3, None, None, 0).encode()}
+    assert shows_query(progress, "q-0", "p") and not shows_query(progress, "q-0", "other")
+    marker = {"p-0": CommitMarker("p-0", "q-0", 3, 0, 10, 0, "out").encode()}
+    assert shows_query(marker, "q-0", "p") and not shows_query(marker, "q-1", "p")
+    assert not shows_query({}, "q-0", "p")

@@ -448,13 +448,7 @@ def _require_adopted_query_here(options: SinkOptions, prefix: str, plan: BatchPl
     is not the topic the old query wrote to, and its partial batch would go unseen."""
     adopted = options.adopted_query
     assert adopted is not None
-    found = read_marker_partition(options, stable_only=True)
-    needle = query_needle(adopted)
-    if claim_owner(found, prefix) == adopted or any(
-        belongs_to(key, value, adopted, prefix) and needle in value
-        for key, value in found.items()
-        if not key.startswith(CLAIM_KEY_PREFIX)
-    ):
+    if shows_query(read_marker_partition(options, stable_only=True), adopted, prefix):
         return
     raise ReplayRefused(
         f"option adoptTransactionalIdsFrom names query {adopted}, and the commit-marker topic "
@@ -468,6 +462,23 @@ def _require_adopted_query_here(options: SinkOptions, prefix: str, plan: BatchPl
         "committed of the input this batch reads is written again"
         + ("" if plan.input_records is None else f" (at most its {plan.input_records} input record(s))")
     )
+
+
+def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
+    """Whether ``found`` (a marker partition) holds anything written by ``query_id`` under
+    ``prefix``: its claim, a registration of one of the prefix's ids naming it, the prefix's progress
+    record or a commit marker of it."""
+    needle = query_needle(query_id)
+    for key, value in found.items():
+        if key.startswith(CLAIM_KEY_PREFIX):
+            if key == f"{CLAIM_KEY_PREFIX}{prefix}" and claim_owner(found, prefix) == query_id:
+                return True
+        elif key.startswith(REGISTRATION_KEY_PREFIX):
+            if registration_of_prefix(key, prefix) and json.loads(value).get("query_id") == query_id:
+                return True
+        elif needle in value and belongs_to(key, value, query_id, prefix):
+            return True
+    return False
 
 
 def holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
