@@ -64,7 +64,7 @@ from sparkafka.connector.kafka_admin import (
     most_telling_reason,
     quiet_librdkafka_logger,
 )
-from sparkafka.connector.kafka_python import KAFKA_PYTHON_SETTINGS
+from sparkafka.connector.kafka_python import kafka_python_settings
 from sparkafka.errors import SparkafkaOptionError
 
 T = TypeVar("T")
@@ -1145,13 +1145,9 @@ def _committed_offsets(cluster: Cluster, admin: AdminClient, group: str) -> dict
 
 
 def _kafka_python_settings(cluster: Cluster) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
-    for key, value in cluster.client_properties.items():
-        setting = KAFKA_PYTHON_SETTINGS.get(key)
-        if setting is None:
-            typer.echo(f"sparkafka transactions list: warning: ignoring client property {key}", err=True)
-        else:
-            settings[setting] = value.upper() if setting in ("security_protocol", "sasl_mechanism") else value
+    settings, ignored = kafka_python_settings(cluster.client_properties)
+    for key in ignored:
+        typer.echo(f"sparkafka transactions list: warning: ignoring client property {key}", err=True)
     return settings
 
 

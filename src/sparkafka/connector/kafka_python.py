@@ -22,19 +22,19 @@ KAFKA_PYTHON_SETTINGS = {
 
 # Properties of how to reach and log in to the cluster: one kafka-python cannot take means it
 # cannot connect the way librdkafka does.
-_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.")
+CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.")
 
 
 def kafka_python_settings(client_properties: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """kafka-python's settings for ``client_properties`` (librdkafka's names), and the connection
-    properties among them it has no setting for."""
+    """kafka-python's settings for ``client_properties`` (librdkafka's names), and the properties
+    among them it has no setting for (those starting with :data:`CONNECTION_PREFIXES` change how it
+    would connect)."""
     settings: dict[str, Any] = {}
-    unsupported = []
+    ignored = []
     for key, value in client_properties.items():
         setting = KAFKA_PYTHON_SETTINGS.get(key)
         if setting is None:
-            if key.startswith(_CONNECTION_PREFIXES):
-                unsupported.append(key)
+            ignored.append(key)
             continue
         settings[setting] = value.upper() if setting in ("security_protocol", "sasl_mechanism") else value
-    return settings, unsupported
+    return settings, ignored

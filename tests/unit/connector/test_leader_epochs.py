@@ -22,22 +22,36 @@ def test_leader_epochs_travel_in_entries_of_their_own() -> None:
     assert leader_epochs(end) == {}, "offsets checkpointed before epochs were recorded"
 
 
-def test_kafka_python_settings_name_the_connection_properties_it_cannot_take() -> None:
-    settings, unsupported = kafka_python_settings(
-        {
-            "security.protocol": "sasl_ssl",
-            "sasl.mechanism": "plain",
-            "sasl.username": "u",
-            "ssl.endpoint.identification.algorithm": "https",
-            "linger.ms": "5",
-        }
-    )
+PROPERTIES = {
+    "security.protocol": "sasl_ssl",
+    "sasl.mechanism": "plain",
+    "sasl.username": "u",
+    "ssl.endpoint.identification.algorithm": "https",
+    "linger.ms": "5",
+}
+
+
+def test_kafka_python_settings_name_the_properties_it_cannot_take() -> None:
+    settings, ignored = kafka_python_settings(PROPERTIES)
     assert settings == {
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "PLAIN",
         "sasl_plain_username": "u",
     }
-    assert unsupported == ["ssl.endpoint.identification.algorithm"]
+    assert ignored == ["ssl.endpoint.identification.algorithm", "linger.ms"]
+
+
+def test_a_connection_property_kafka_python_cannot_take_turns_the_epoch_check_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only connection properties count: a producer setting kafka-python ignores changes nothing of
+    how it would reach the cluster. The check is off before any connection is tried."""
+    from sparkafka.connector.source.epochs import LeaderEpochEnds
+
+    ends = LeaderEpochEnds({"bootstrap.servers": "localhost:1", **PROPERTIES}, timeout_s=1)
+    with caplog.at_level("WARNING"):
+        assert ends.ends({T0: 3}) is None
+    assert "ssl.endpoint.identification.algorithm" in caplog.text and "linger.ms" not in caplog.text
 
 
 # -- the stream reader's check, over the reader tests' admin -----------------------------------------

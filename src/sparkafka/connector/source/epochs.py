@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkafka.connector.kafka_admin import TopicPartitionKey
-from sparkafka.connector.kafka_python import kafka_python_settings
+from sparkafka.connector.kafka_python import CONNECTION_PREFIXES, kafka_python_settings
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +113,10 @@ class LeaderEpochEnds:
             from kafka import KafkaAdminClient
             from kafka.errors import KafkaError
 
-            settings, unsupported = kafka_python_settings(
+            settings, ignored = kafka_python_settings(
                 {k: v for k, v in self.client_properties.items() if k != "bootstrap.servers"}
             )
+            unsupported = [key for key in ignored if key.startswith(CONNECTION_PREFIXES)]
             if unsupported:
                 raise _CheckUnavailable(
                     f"the client properties {', '.join(sorted(unsupported))} have no kafka-python setting"
