@@ -11,7 +11,7 @@ from sparkafka.connector.sink.claims import (
     belongs_to,
     claim_missing,
     holds_query,
-    read_claim_record,
+    read_claim_records,
 )
 from sparkafka.connector.sink.markers import CommitMarker
 from sparkafka.connector.sink.options import SinkOptions
@@ -37,8 +37,8 @@ def test_a_record_round_trips_under_a_file_name_any_prefix_can_have(tmp_path: Pa
     from sparkafka.connector.sink.claims import _record_name
 
     files.write(_record_name(record.prefix), record.encode())
-    assert read_claim_record(files, "odd/prefix: ü") == record
-    assert read_claim_record(files, "another") is None
+    assert read_claim_records(files, "q-1") == {"odd/prefix: ü": record}
+    assert read_claim_records(files, "q-2") == {}
     assert json.loads(record.encode())["version"] == 1
 
 

@@ -308,14 +308,6 @@ def read_claim_records(files: CheckpointFiles, query_id: str) -> dict[str, Claim
     return records
 
 
-def read_claim_record(files: CheckpointFiles, prefix: str) -> ClaimRecord | None:
-    text = files.text(_record_name(prefix))
-    if text is None:
-        return None
-    record = ClaimRecord.decode(text)
-    return record if record.prefix == prefix else None
-
-
 def settle_checkpoint_claim(
     options: SinkOptions,
     plan: BatchPlan | None,
