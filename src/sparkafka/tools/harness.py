@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from sparkafka.connector.kafka_admin import quiet_librdkafka_logger
-from sparkafka.errors import KafkaUnavailableError
+from sparkafka.errors import KafkaUnavailableError, SparkafkaError
 
 if TYPE_CHECKING:
     from sparkafka.broker.runner import BrokerProcess
@@ -127,9 +127,30 @@ class Seen:
     value: bytes
 
 
+def latest_offsets(
+    bootstrap_servers: str, topic: str, partitions: int, isolation_level: str
+) -> dict[int, int]:
+    """Each partition's latest offset for a reader of ``isolation_level``: the high watermark for
+    read_uncommitted, the last stable offset (the first offset of the oldest open transaction) for
+    read_committed."""
+    admin = AdminClient(client_config(bootstrap_servers))
+    committed = isolation_level == "read_committed"
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    answers = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+        isolation_level=level,
+        request_timeout=30,
+    )
+    return {tp.partition: answer.result().offset for tp, answer in answers.items()}
+
+
 @dataclass
 class TopicReader:
-    """Reads every partition of a topic from the beginning in a background thread."""
+    """Reads every partition of a topic from the beginning in a background thread.
+
+    A count of records is no proof that no more will come: a duplicate can arrive after it. Once
+    the writer has stopped, :meth:`read_to_latest` reads on until the reader's position reaches the
+    broker's latest offsets, so everything the topic holds for this isolation level has been seen."""
 
     bootstrap_servers: str
     topic: str
@@ -139,11 +160,36 @@ class TopicReader:
     error: BaseException | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _targets: dict[int, int] | None = None
+    _reached: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> TopicReader:
         self._thread = threading.Thread(target=self._run, name=f"reader-{self.isolation_level}", daemon=True)
         self._thread.start()
         return self
+
+    def read_to_latest(self, timeout_s: float = 60) -> None:
+        """Until this reader has read up to the latest offsets the broker answers now (see
+        :func:`latest_offsets`); raises :class:`SparkafkaError` naming the partitions it could not
+        reach within ``timeout_s``."""
+        targets = latest_offsets(self.bootstrap_servers, self.topic, self.partitions, self.isolation_level)
+        self._reached.clear()
+        self._targets = targets
+        if not self._reached.wait(timeout_s) and self.error is None:
+            raise SparkafkaError(
+                f"the {self.isolation_level} reader of {self.topic} did not reach the latest offsets "
+                f"{targets} within {timeout_s} s" + last_connection_failure()
+            )
+
+    def _check_reached(self, consumer: Consumer) -> None:
+        targets = self._targets
+        if targets is None or self._reached.is_set():
+            return
+        positions = consumer.position([TopicPartition(self.topic, p) for p in targets])
+        # A partition nothing was read from has no position yet (a negative logical offset): it has
+        # reached its latest offset only when that is 0.
+        if all(max(tp.offset, 0) >= targets[tp.partition] for tp in positions):
+            self._reached.set()
 
     def _run(self) -> None:
         consumer = Consumer(
@@ -161,6 +207,7 @@ class TopicReader:
             consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
             while not self._stop.is_set():
                 message = consumer.poll(0.2)
+                self._check_reached(consumer)
                 if message is None:
                     continue
                 failure = message.error()
@@ -180,6 +227,7 @@ class TopicReader:
                 )
         except BaseException as error:  # reported by the caller, never lost in the thread
             self.error = error
+            self._reached.set()  # nobody waits for a reader that has failed
         finally:
             consumer.close()
 

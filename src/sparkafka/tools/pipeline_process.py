@@ -32,10 +32,12 @@ class PipelineProcess:
         self.command = command or [sys.executable, "-m", "sparkafka", "run"]
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None  # of the last run, once :meth:`terminate` stopped it
         self._log_offset = 0
 
     def start(self) -> PipelineProcess:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.exit_code = None
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
                 [*self.command, *self.args],
@@ -81,12 +83,16 @@ class PipelineProcess:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        self.exit_code = self.process.wait(timeout=30)
         self.process = None
 
     def terminate(self, timeout_s: float = 120) -> int:
-        """SIGTERM the pipeline (a clean stop) and wait for it to exit; returns its exit code."""
-        assert self.process is not None
+        """SIGTERM the pipeline (a clean stop) and wait for it to exit; returns its exit code. Once
+        stopped, it answers the same exit code again, so a cleanup may call it whatever ran before."""
+        if self.process is None:
+            if self.exit_code is None:
+                raise SparkafkaError(f"the pipeline logging to {self.log_path} was never started")
+            return self.exit_code
         self.process.send_signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout=timeout_s)
@@ -94,6 +100,7 @@ class PipelineProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
         self.process = None
+        self.exit_code = code
         return code
 
 

@@ -27,8 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Producer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -39,6 +38,7 @@ from sparkafka.tools.harness import (
     Verdict,
     judge,
     last_connection_failure,
+    latest_offsets,
     readers,
     wait_until,
 )
@@ -203,10 +203,14 @@ class ChaosRun:
                     return len(committed.records) >= settings.records
 
                 caught_up = wait_until(all_arrived, settings.catch_up_timeout_s)
-                time.sleep(3)  # duplicates arrive after the count is reached: give them time to show
-                progress.update(task, completed=len(committed.records))
                 pipeline.terminate()
                 pipeline = None
+                # A duplicate can arrive after the count was reached: the verdict counts everything the
+                # output holds once its writer has stopped, read up to the latest offsets.
+                progress.update(task, description="reading the output to its latest offsets")
+                for reader in (uncommitted, committed):
+                    reader.read_to_latest()
+                progress.update(task, completed=len(committed.records))
                 for reader in (uncommitted, committed):
                     if reader.error is not None:
                         raise SparkafkaError(
@@ -236,17 +240,8 @@ def transaction_open(cluster: Cluster, topic: str, partitions: int) -> bool:
     """Whether a transaction is open on an output partition now: its last stable offset (the latest
     offset for read_committed readers) below its high watermark. Asked with the high watermarks first,
     so a transaction that ends between the two answers is not counted."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    wanted = [TopicPartition(topic, p) for p in range(partitions)]
-
-    def latest(level: IsolationLevel) -> dict[int, int]:
-        answers = admin.list_offsets(
-            {tp: OffsetSpec.latest() for tp in wanted}, isolation_level=level, request_timeout=30
-        )
-        return {tp.partition: answer.result().offset for tp, answer in answers.items()}
-
-    high = latest(IsolationLevel.READ_UNCOMMITTED)
-    stable = latest(IsolationLevel.READ_COMMITTED)
+    high = latest_offsets(cluster.bootstrap_servers, topic, partitions, "read_uncommitted")
+    stable = latest_offsets(cluster.bootstrap_servers, topic, partitions, "read_committed")
     return any(stable[p] < high[p] for p in high)
 
 
