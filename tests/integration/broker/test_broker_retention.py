@@ -331,7 +331,14 @@ def test_the_cleaner_waits_for_min_cleanable_dirty_ratio_or_max_compaction_lag(
         return len(_read_to_end(bootstrap, topic, "read_uncommitted"))
 
     _wait_for(lambda: records_of(eager) == 2, what="the eager topic's compaction", timeout_s=20)
-    time.sleep(1)  # five more cleaner rounds, each of which weighed the patient topic too
+    # A witness that the cleaner went on choosing, weighing the patient topic each round: a topic
+    # made dirty only now is cleaned, and the patient one is still not.
+    later = f"{topic_name}-later"
+    create_topic(bootstrap, later, config={"cleanup.policy": "compact", "internal.segment.bytes": "300"})
+    for version in range(6):
+        _deliver(sender, later, [(b"key", b"v%d" % version)])
+    _deliver(sender, later, [(b"filler", b"x" * 100)])
+    _wait_for(lambda: records_of(later) == 2, what="the later topic's compaction", timeout_s=20)
     assert records_of(patient) == 7
     alter = AdminClient({"bootstrap.servers": bootstrap})
     lag = ConfigEntry("max.compaction.lag.ms", "1", incremental_operation=AlterConfigOpType.SET)

@@ -11,7 +11,14 @@ from pathlib import Path
 
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import Kafka
-from tests.integration.kafka_clients import assert_exactly_once, committed_ids, create_topic, producer
+from tests.integration.kafka_clients import (
+    assert_exactly_once,
+    committed_ids,
+    create_topic,
+    producer,
+    record_ids,
+    wait_for_committed,
+)
 
 PAUSE = "sparkafka debug pause: beforeCommit"
 
@@ -62,7 +69,7 @@ def test_a_second_process_on_a_running_querys_checkpoint_is_refused_naming_the_f
     sent = _send(bootstrap, source, range(200))
     first.start()
     try:
-        committed_ids(bootstrap, sink, expect=200, partitions=2)
+        wait_for_committed(bootstrap, sink, expect=200, partitions=2)
         first_holder = _holder(checkpoint)
         assert first_holder["host"] == socket.gethostname()
         sent |= _send(bootstrap, source, range(200, 400))
@@ -74,15 +81,16 @@ def test_a_second_process_on_a_running_querys_checkpoint_is_refused_naming_the_f
         assert "is in use by another process" in refusal, refusal[-3000:]
         assert f"process {first_holder['pid']} on host {socket.gethostname()}, started" in refusal
         second.process = None
-        assert_exactly_once(committed_ids(bootstrap, sink, expect=400, partitions=2), sent)
+        assert_exactly_once(record_ids(wait_for_committed(bootstrap, sink, expect=400, partitions=2)), sent)
         assert first.process is not None and first.process.poll() is None, "the first one runs on"
         assert _holder(checkpoint) == first_holder
 
         first.kill_group()
         second.start()  # at once: the first's driver is gone, on this very host
         sent |= _send(bootstrap, source, range(400, 500))
-        output = committed_ids(bootstrap, sink, expect=500, partitions=2)
+        wait_for_committed(bootstrap, sink, expect=500, partitions=2)
         assert _holder(checkpoint)["pid"] != first_holder["pid"], "the restart took the lease over"
+        output = committed_ids(bootstrap, sink, expect=500, partitions=2, stop=second.terminate)
     finally:
         for run in (first, second):
             if run.process is not None:

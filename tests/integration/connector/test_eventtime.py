@@ -8,6 +8,7 @@ group of their own, as tests/integration/connector/test_sink_exactly_once.py doe
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import Counter
@@ -138,7 +139,14 @@ def test_idle_input_closes_the_last_window_only_with_heartbeats(
     try:
         wait_for(lambda: len(with_heartbeats.windows()) == 2, "heartbeats to close the last window", 60)
         wait_for(lambda: len(plain.windows()) == 1, "the watermark to close the first window", 30)
-        time.sleep(3)  # several more triggers: W1 would show up now if anything could close it
+        # Without heartbeats nothing can close W1: the watermark stays at the newest record's time
+        # less 5 s, below W1's end, and the query has read all its input.
+        progress = queries[0].lastProgress
+        watermark = datetime.fromisoformat(progress["eventTime"]["watermark"].replace("Z", "+00:00"))
+        assert watermark == utc(base + 18 - 5) < utc(base + 2 * WINDOW_S), progress
+        end = progress["sources"][0]["endOffset"]
+        end = json.loads(end) if isinstance(end, str) else end
+        assert {int(p): offset for p, offset in end[topic_name].items()} == {0: 3, 1: 2}, progress
         assert plain.windows() == {(utc(base), 3): 1}, "without heartbeats the last window stays open"
         assert with_heartbeats.windows() == expected
         heartbeat_batches = len(with_heartbeats.by_batch)

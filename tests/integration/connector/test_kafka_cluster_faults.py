@@ -116,7 +116,9 @@ def test_output_leader_and_transaction_coordinator_killed_under_a_running_pipeli
 
         feeder.join(timeout=300)
         assert feeder.undelivered == 0, "the input producer could not deliver every record"
-        output = committed_ids(cluster.bootstrap_servers, "out", expect=RECORDS, partitions=PARTITIONS)
+        output = committed_ids(
+            cluster.bootstrap_servers, "out", expect=RECORDS, partitions=PARTITIONS, stop=pipeline.terminate
+        )
     finally:
         pipeline.terminate()
     assert_exactly_once(output, {f"r{i:05d}" for i in range(RECORDS)})
@@ -149,7 +151,8 @@ def test_a_single_broker_killed_with_a_transaction_open_and_restarted(tmp_path: 
             kafka.kill()
             kafka.start()
             ids |= _send(kafka, range(200, 400))
-            output = committed_ids(kafka.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+            bootstrap, stop = kafka.bootstrap_servers, pipeline.terminate
+            output = committed_ids(bootstrap, "out", expect=len(ids), partitions=PARTITIONS, stop=stop)
         finally:
             pipeline.terminate()
     assert_exactly_once(output, ids)

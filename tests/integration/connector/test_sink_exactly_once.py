@@ -3,11 +3,13 @@ automated): real broker process, real Spark in a `sparkafka run` process group, 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,13 @@ from sparkafka.tools.pipeline_process import PipelineProcess
 from tests.integration.apache_kafka import ApacheKafka
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
 from tests.integration.kafka_clients import (
+    committed_markers,
     create_topic,
     producer,
-    read_all,
     read_to_end,
     transactional_producer,
     values,
+    wait_for_committed,
 )
 
 RECORDS = 40
@@ -67,18 +70,17 @@ def _pipeline(broker: Kafka, tmp_path: Path, *extra: str) -> PipelineProcess:
     return PipelineProcess(tmp_path / "pipeline.log", args)
 
 
-def _wait_committed(broker: Kafka, expected: int, partitions: int, timeout_s: float = 120) -> list[bytes]:
-    deadline = time.monotonic() + timeout_s
-    got: list[bytes] = []
-    while time.monotonic() < deadline:
-        got = values(
-            read_all(broker.bootstrap_servers, "out", expect=expected, timeout_s=5, partitions=partitions)
-        )
-        if len(got) >= expected:
-            time.sleep(2)  # anything beyond `expected` would be a duplicate: give it time to show
-            return values(read_all(broker.bootstrap_servers, "out", timeout_s=5, partitions=partitions))
-        time.sleep(1)
-    return got
+def _wait_committed(
+    broker: Kafka, expected: int, partitions: int, stop: Callable[[], object], timeout_s: float = 120
+) -> list[bytes]:
+    """The values read_committed readers see in ``out`` once ``expected`` records are there and the
+    pipeline is stopped (``stop``), read to the partitions' ends: a copy written after the count was
+    reached is there too."""
+    wait_for_committed(
+        broker.bootstrap_servers, "out", expect=expected, partitions=partitions, timeout_s=timeout_s
+    )
+    stop()
+    return values(read_to_end(broker.bootstrap_servers, "out", partitions=partitions))
 
 
 def _dump_log(broker: Kafka) -> str:
@@ -186,7 +188,7 @@ def test_sigkill_at_every_protocol_point_in_a_row_is_exactly_once(
     assert sender.flush(60) == 0, "the new input was not delivered"
     final = _pipeline(broker, tmp_path).start()
     try:
-        committed = _wait_committed(broker, RECORDS + len(more), 2)
+        committed = _wait_committed(broker, RECORDS + len(more), 2, final.terminate)
     finally:
         final.terminate()
 
@@ -194,7 +196,7 @@ def test_sigkill_at_every_protocol_point_in_a_row_is_exactly_once(
         -4000:
     ]
     uncommitted = values(
-        read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
+        read_to_end(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
     )
     # Aborted: run 2's 40 rows and run 3's partition-1 half.
     assert len(uncommitted) == len(committed) + RECORDS + RECORDS // 2
@@ -244,7 +246,7 @@ def test_restart_with_fewer_partitions_leaves_no_open_transaction(
         assert _no_open_transactions(broker, "out", 2), (
             "id -1 of the wider run still holds a transaction open"
         )
-        committed = _wait_committed(broker, RECORDS, 2)
+        committed = _wait_committed(broker, RECORDS, 2, second.terminate)
     finally:
         second.terminate()
     assert sorted(committed) == sorted(expected)
@@ -261,7 +263,7 @@ def test_zombie_with_the_same_transactional_id_cannot_commit(topics: BrokerProce
 
     pipeline = _pipeline(broker, tmp_path, "--sink-option", "transactionalIdPrefix=fixed-prefix").start()
     try:
-        committed = _wait_committed(broker, RECORDS, 2)
+        committed = _wait_committed(broker, RECORDS, 2, pipeline.terminate)
     finally:
         pipeline.terminate()
     with pytest.raises(Exception, match=r"(?i)fenc|epoch"):
@@ -273,7 +275,7 @@ def test_sigterm_stops_cleanly_and_keeps_the_checkpoint(topics: BrokerProcess, t
     broker = topics
     expected = _send_input(broker.bootstrap_servers, "in", 2)
     pipeline = _pipeline(broker, tmp_path).start()
-    assert len(_wait_committed(broker, RECORDS, 2)) == RECORDS
+    assert len(_wait_committed(broker, RECORDS, 2, pipeline.terminate)) == RECORDS
     assert pipeline.terminate() == 0
     assert "checkpoint kept" in pipeline.output()
     assert _no_open_transactions(broker, "out", 2)
@@ -285,7 +287,7 @@ def test_sigterm_stops_cleanly_and_keeps_the_checkpoint(topics: BrokerProcess, t
     assert sender.flush(60) == 0
     resumed = _pipeline(broker, tmp_path).start()
     try:
-        committed = _wait_committed(broker, RECORDS + 10, 2)
+        committed = _wait_committed(broker, RECORDS + 10, 2, resumed.terminate)
     finally:
         resumed.terminate()
     assert sorted(committed) == sorted(expected + [b"EVENT(" + line + b")" for line in more])
@@ -330,11 +332,17 @@ def test_sigterm_under_steady_input_finishes_the_batch_writing(
     for noise in ("ERROR", "Traceback", "StackOverflowError", "TaskKilledException"):
         assert output_mode == "append" or noise not in output, output[-3000:]
     assert _no_open_transactions(broker, "out", 2)
-    assert read_all(broker.bootstrap_servers, "out", partitions=2)  # the paused batch was committed
+    # The batch paused in its commit when the stop came is committed, and nothing after it: the
+    # output holds exactly the records its markers and those of the batches before it count.
+    paused = max(int(b) for b in re.findall(r"debug pause: beforeCommit partition=\d+ batch=(\d+)", output))
+    assert committed_markers(broker.bootstrap_servers, paused), f"batch {paused} was not committed"
+    assert not committed_markers(broker.bootstrap_servers, paused + 1)
+    written = sum(sum(committed_markers(broker.bootstrap_servers, b).values()) for b in range(paused + 1))
+    assert len(read_to_end(broker.bootstrap_servers, "out", partitions=2)) == written > 0
 
     resumed = _pipeline(broker, tmp_path, *args).start()
     try:
-        committed = _wait_committed(broker, len(sent), 2)
+        committed = _wait_committed(broker, len(sent), 2, resumed.terminate)
     finally:
         resumed.terminate()
     assert sorted(committed) == sorted(b"EVENT(" + line + b")" for line in sent)
@@ -350,13 +358,13 @@ def test_task_failing_on_its_first_attempt_is_retried_exactly_once(
         broker, tmp_path, "--master", "local[2,2]", "--sink-option", "debug.failFirstAttemptAt=beforeCommit"
     ).start()
     try:
-        committed = _wait_committed(broker, RECORDS, 2)
+        committed = _wait_committed(broker, RECORDS, 2, pipeline.terminate)
     finally:
         pipeline.terminate()
     assert "injected failure of the first attempt" in pipeline.output()
     assert sorted(committed) == sorted(expected)
     uncommitted = values(
-        read_all(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
+        read_to_end(broker.bootstrap_servers, "out", isolation="read_uncommitted", partitions=2)
     )
     assert len(uncommitted) == 2 * RECORDS  # each first attempt's rows, aborted, then the retry's
     assert "endTxnMarker: ABORT" in _dump_log(broker)
@@ -399,7 +407,7 @@ def test_running_count_survives_a_crash_exactly_once(any_kafka_topics: Kafka, tm
         deadline = time.monotonic() + 120
         final: dict[str, int] = {}
         while time.monotonic() < deadline:
-            updates = read_all(broker.bootstrap_servers, "out", timeout_s=3, partitions=2)
+            updates = read_to_end(broker.bootstrap_servers, "out", partitions=2)
             final = {
                 m.key().decode(): int(m.value()) for m in sorted(updates, key=lambda m: m.timestamp()[1])
             }
@@ -409,7 +417,7 @@ def test_running_count_survives_a_crash_exactly_once(any_kafka_topics: Kafka, tm
     finally:
         second.terminate()
     assert final == dict.fromkeys(keys, 8)
-    updates = read_all(broker.bootstrap_servers, "out", timeout_s=3, partitions=2)
+    updates = read_to_end(broker.bootstrap_servers, "out", partitions=2)
     pairs = [(m.key(), m.value()) for m in updates]
     assert len(pairs) == len(set(pairs)), "an update was committed twice"
 
@@ -494,10 +502,9 @@ def test_restart_strategy_restarts_the_query_from_its_checkpoint(
             assert "more than --restart-attempts=0" in pipeline.output()
             return
         pipeline.wait_for("restarting from checkpoint")
-        committed = _wait_committed(broker, RECORDS, 2)
+        committed = _wait_committed(broker, RECORDS, 2, pipeline.terminate)
     finally:
-        if pipeline.process is not None:
-            pipeline.terminate()
+        pipeline.terminate()
     assert sorted(committed) == sorted(expected)
 
 
@@ -518,9 +525,9 @@ def test_many_batches_over_more_partitions_than_cores(fresh_broker: BrokerProces
                 expected.append(b"EVENT(" + line + b")")
             assert sender.flush(60) == 0
             time.sleep(1.5)
-        committed = _wait_committed(broker, len(expected), 4)
+        committed = _wait_committed(broker, len(expected), 4, pipeline.terminate)
     finally:
-        code = pipeline.terminate() if pipeline.process is not None else None
+        code = pipeline.terminate()
     assert code == 0, pipeline.output()[-3000:]
     assert sorted(committed) == sorted(expected)
     assert "fenced" not in pipeline.output()

@@ -4,6 +4,7 @@ rows as a replay (real broker, real local SparkSession)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import udf
 
 from tests.integration.conftest import Kafka
-from tests.integration.kafka_clients import create_topic, producer, read_all, read_to_end, values
+from tests.integration.kafka_clients import create_topic, producer, read_to_end, values
 
 
 @pytest.fixture(scope="module")
@@ -174,10 +175,29 @@ def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_ever
 
         context = TaskContext.get()
         if context is not None and context.partitionId() == 1 and not failed_once.exists():
-            time.sleep(3)  # partition 0 commits meanwhile
-            failed_once.touch()
+            # Fail only once partition 0's transaction and commit marker are committed: a partial
+            # commit, as the broker shows it to read_committed readers.
+            failed_once.write_text(committed_marker_of_partition_0())
             raise RuntimeError("transient failure of partition 1")
         return value
+
+    def committed_marker_of_partition_0() -> str:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"witness-{time.monotonic_ns()}",
+             "isolation.level": "read_committed", "auto.offset.reset": "earliest"}
+        )  # fmt: skip
+        consumer.assign([TopicPartition("_sparkafka_commit_markers", 0, 0)])
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and not message.error() and message.key() == marker_key:
+                    return (message.value() or b"").decode()
+        finally:
+            consumer.close()
+        raise AssertionError("partition 0 did not commit its marker within 60 s")
 
     def write_with_retries(batch: DataFrame, _batch_id: int) -> None:
         flaky = batch.select(fails_partition_1_once("value").alias("value"))
@@ -189,8 +209,10 @@ def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_ever
                 if attempt == 2:
                     raise
 
+    marker_key = f"retried-{topic_name}-0".encode()
     checkpoint = tmp_path / "checkpoint"
     _run(frame, write_with_retries, checkpoint)
-    assert failed_once.exists()
-    committed = values(read_all(bootstrap, output, partitions=2, expect=ROWS + 1, timeout_s=5))
+    partial = json.loads(failed_once.read_text())
+    assert partial["batch_id"] == 0 and partial["records"] > 0, partial
+    committed = values(read_to_end(bootstrap, output, partitions=2))
     assert sorted(committed) == sorted(f"r{i}".encode() for i in range(ROWS))

@@ -22,6 +22,7 @@ from tests.integration.kafka_clients import (
     create_topic,
     producer,
     read_all,
+    wait_for_committed,
 )
 from tests.integration.spark_cluster import StandaloneCluster
 
@@ -111,7 +112,9 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
 
     replay = _pipeline(broker, standalone, tmp_path, 1).start()
     try:
-        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+        output = committed_ids(
+            broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS, stop=replay.terminate
+        )
     finally:
         replay.terminate()
     assert_exactly_once(output, ids)
@@ -139,8 +142,11 @@ def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exa
         assert wait_until(lambda: bool(set(standalone.executor_pids()) - first_executors), timeout_s=120), (
             "the worker launched no new executor"
         )
-        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+        wait_for_committed(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
         assert run.process is not None and run.process.poll() is None, run.output()[-3000:]
+        output = committed_ids(
+            broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS, stop=run.terminate
+        )
     finally:
         run.terminate()
     assert_exactly_once(output, ids)
@@ -165,7 +171,9 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
     slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
     run = _pipeline(broker, standalone, tmp_path, 2, *speculation, sink_options=slow).start()
     try:
-        output = committed_ids(broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS)
+        output = committed_ids(
+            broker.bootstrap_servers, "out", expect=len(ids), partitions=PARTITIONS, stop=run.terminate
+        )
     finally:
         run.terminate()
     assert_exactly_once(output, ids)

@@ -11,7 +11,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,8 @@ from tests.integration.kafka_clients import (
     committed_markers,
     create_topic,
     producer,
-    read_all,
     read_to_end,
+    record_ids,
 )
 
 INPUT_PARTITIONS = 4
@@ -142,14 +142,15 @@ def _kill_after_commits(
 
 def _output_ids(broker: Kafka, *, isolation: str = "read_committed") -> Counter[str]:
     """How often each record id is in the output now, for readers of ``isolation``."""
-    messages = read_all(
-        broker.bootstrap_servers, "out", timeout_s=10, partitions=OUTPUT_PARTITIONS, isolation=isolation
+    return record_ids(
+        read_to_end(broker.bootstrap_servers, "out", partitions=OUTPUT_PARTITIONS, isolation=isolation)
     )
-    return Counter((m.value() or b"").decode().split("|")[0] for m in messages)
 
 
-def _committed_ids(broker: Kafka, expect: int) -> Counter[str]:
-    return committed_ids(broker.bootstrap_servers, "out", expect=expect, partitions=OUTPUT_PARTITIONS)
+def _committed_ids(broker: Kafka, expect: int, *, stop: Callable[[], object] | None) -> Counter[str]:
+    return committed_ids(
+        broker.bootstrap_servers, "out", expect=expect, partitions=OUTPUT_PARTITIONS, stop=stop
+    )
 
 
 SHUFFLED = "SELECT /*+ REPARTITION(key) */ key, value FROM input"
@@ -169,7 +170,7 @@ def test_partly_committed_shuffled_batch_replayed_on_fewer_cores_is_exactly_once
 
     replay = _pipeline(broker, tmp_path, SHUFFLED, master="local[2]").start()
     try:
-        output = _committed_ids(broker, len(ids))
+        output = _committed_ids(broker, len(ids), stop=replay.terminate)
     finally:
         replay.terminate()
     assert_exactly_once(output, ids)
@@ -232,7 +233,7 @@ def test_a_users_own_session_with_register_replays_on_fewer_cores_exactly_once(
 
     replay = _user_session(broker, tmp_path, master="local[1]").start()
     try:
-        output = _committed_ids(broker, len(ids))
+        output = _committed_ids(broker, len(ids), stop=replay.kill_group)
     finally:
         replay.kill_group()
     assert_exactly_once(output, ids)
@@ -263,7 +264,7 @@ def test_source_split_options_changed_between_kill_and_restart_are_exactly_once(
     replay = _pipeline(broker, tmp_path, UNSHUFFLED, "--source-option", "minPartitions=2", master="local[2]")
     replay.start()
     try:
-        output = _committed_ids(broker, len(ids))
+        output = _committed_ids(broker, len(ids), stop=replay.terminate)
     finally:
         replay.terminate()
     assert_exactly_once(output, ids)
@@ -353,7 +354,7 @@ def test_query_repartitioned_between_kill_and_restart_fails_loudly_and_writes_no
 
     again = _pipeline(broker, tmp_path, wide, master="local[2]").start()
     try:
-        output = _committed_ids(broker, len(ids))
+        output = _committed_ids(broker, len(ids), stop=again.terminate)
     finally:
         again.terminate()
     assert_exactly_once(output, ids)
@@ -388,7 +389,7 @@ def test_a_narrower_replay_unchecked_by_its_first_run_is_refused_by_the_driver_u
     finally:
         refused.kill_group()
     assert ".option('acceptReshapedBatch', '0')" in refused.output()
-    output = _committed_ids(broker, len(ids) + committed[2])
+    output = _committed_ids(broker, len(ids) + committed[2], stop=None)
     assert set(output) == ids, "nothing of the batch is lost"
     assert sum(1 for n in output.values() if n == 2) == committed[2], "partition 2's records, twice"
     assert max(output.values()) == 2
@@ -398,7 +399,7 @@ def test_a_narrower_replay_unchecked_by_its_first_run_is_refused_by_the_driver_u
         broker, tmp_path, narrow, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
     ).start()
     try:
-        output = _committed_ids(broker, len(ids) + committed[2] + len(later))
+        output = _committed_ids(broker, len(ids) + committed[2] + len(later), stop=accepted.terminate)
     finally:
         accepted.terminate()
     assert all(output[record_id] == 1 for record_id in later), "the batches after it, exactly once"
@@ -432,7 +433,7 @@ def test_an_output_topic_changed_mid_replay_is_refused_by_every_task(topics: Kaf
 
     back = _pipeline(broker, tmp_path, wide, master="local[2]").start()
     try:
-        output = _committed_ids(broker, len(ids))
+        output = _committed_ids(broker, len(ids), stop=back.terminate)
     finally:
         back.terminate()
     assert_exactly_once(output, ids)
@@ -452,19 +453,21 @@ def test_nondeterministic_output_values_raise_no_false_alarm(topics: Kafka, tmp_
 
     replay = _pipeline(broker, tmp_path, sql, master="local[2]").start()
     try:
-        output = _committed_ids(broker, len(ids))
+        output = _committed_ids(broker, len(ids), stop=replay.terminate)
     finally:
         replay.terminate()
     assert_exactly_once(output, ids)
     assert "another shape" not in replay.output()
 
 
-def _written_twice_as_stated(refusal: str, broker: Kafka, ids: set[str], total: int) -> Counter[str]:
-    """The ids in the output once ``total`` records are there: every id present, and exactly as many
-    twice as the refusal said accepting would write twice."""
+def _written_twice_as_stated(
+    refusal: str, broker: Kafka, ids: set[str], total: int, stop: Callable[[], object]
+) -> Counter[str]:
+    """The ids in the output once ``total`` records are there and the writer is stopped (``stop``):
+    every id present, and exactly as many twice as the refusal said accepting would write twice."""
     stated = re.search(r"records are written twice: (\d+) \(", refusal)
     assert stated is not None, refusal
-    output = _committed_ids(broker, total)
+    output = _committed_ids(broker, total, stop=stop)
     assert set(output) == ids, "nothing of the batch is lost"
     assert sum(1 for n in output.values() if n == 2) == int(stated.group(1)) and max(output.values()) == 2
     return output
@@ -502,7 +505,9 @@ def test_a_reshaped_replay_accepted_as_written_loses_nothing_and_doubles_what_it
         broker, tmp_path, reshaped, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
     ).start()
     try:
-        _written_twice_as_stated(refused.output(), broker, ids, len(ids) + sum(committed.values()))
+        _written_twice_as_stated(
+            refused.output(), broker, ids, len(ids) + sum(committed.values()), accepted.terminate
+        )
     finally:
         accepted.terminate()
     assert f"{sum(committed.values())} record(s) written a second time" in accepted.output()
@@ -540,7 +545,7 @@ def test_a_wider_replay_without_the_web_ui_accepted_as_written_loses_nothing(
         broker, tmp_path, wide, *without_ui, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
     ).start()
     try:
-        output = _committed_ids(broker, len(ids) + committed[0])
+        output = _committed_ids(broker, len(ids) + committed[0], stop=accepted.terminate)
     finally:
         accepted.terminate()
     assert set(output) == ids, "nothing of the batch is lost"

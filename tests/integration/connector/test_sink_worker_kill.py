@@ -14,7 +14,13 @@ import pytest
 
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import EMBEDDED, Kafka
-from tests.integration.kafka_clients import assert_exactly_once, committed_ids, create_topic, producer
+from tests.integration.kafka_clients import (
+    assert_exactly_once,
+    committed_ids,
+    create_topic,
+    producer,
+    wait_for_committed,
+)
 
 RECORDS = 400
 PAUSE = "sparkafka debug pause: beforeCommit partition=0 batch=0"
@@ -90,8 +96,9 @@ def test_a_python_worker_killed_alone_mid_transaction_is_retried_exactly_once(
         assert workers, "no Python worker found below the pipeline's process"
         for pid in workers:
             os.kill(pid, signal.SIGKILL)
-        output = committed_ids(bootstrap, "out", expect=RECORDS, partitions=2)
+        wait_for_committed(bootstrap, "out", expect=RECORDS, partitions=2)
         assert run.process.poll() is None, "the pipeline itself must live on: only workers were killed"
+        output = committed_ids(bootstrap, "out", expect=RECORDS, partitions=2, stop=run.terminate)
     finally:
         run.terminate()
     assert_exactly_once(output, ids)

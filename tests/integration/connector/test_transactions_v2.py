@@ -38,7 +38,7 @@ from sparkafka.errors import ProducerFencedError
 from sparkafka.tools.harness import wait_until
 from tests.conftest import FAST_BROKER_ARGS
 from tests.integration.apache_kafka import ApacheKafka
-from tests.integration.kafka_clients import create_topic, read_all, read_to_end, values
+from tests.integration.kafka_clients import create_topic, read_to_end, values
 from tests.integration.raw_kafka import RawConnection
 
 # How often the coordinator looks for transactions older than their timeout (Kafka's default is 10 s).
@@ -201,9 +201,7 @@ def test_librdkafka_speaks_transaction_version_1_to_kafka_4_and_3(
 
     # The log as the broker wrote it: both transactions of the first instance, their records and
     # their COMMIT markers, carry one epoch; the second instance's, the next.
-    assert wait_until(
-        lambda: len(read_all(kafka.bootstrap_servers, topic_name, timeout_s=3)) == 3, timeout_s=30
-    )
+    assert wait_until(lambda: len(read_to_end(kafka.bootstrap_servers, topic_name)) == 3, timeout_s=30)
     dumped = kafka.dump_log(topic_name)
     batches = re.findall(r"producerId: (\d+) producerEpoch: (\d+) .*?isControl: (\w+)", dumped)
     expected = [(producer_id, e, c) for e in (epoch, epoch, epoch + 1) for c in ("false", "true")]
@@ -239,7 +237,10 @@ def test_a_zombie_is_fenced_at_commit(any_kafka: Any, topic_name: str) -> None:
     # (answering CONCURRENT_TRANSACTIONS), and the client's retried InitProducerId bumps once more.
     [(producer_id, epoch)] = zombie_log.producer_ids()
     assert successor_log.producer_ids() == [(producer_id, epoch + 2)]
-    assert values(read_all(any_kafka.bootstrap_servers, topic_name, expect=1)) == [b"successor"]
+    # The COMMIT marker may land just after the commit returned: until then the LSO holds the record.
+    assert wait_until(
+        lambda: values(read_to_end(any_kafka.bootstrap_servers, topic_name)) == [b"successor"], timeout_s=30
+    )
 
 
 def test_a_zombie_is_fenced_on_produce(any_kafka: Any, topic_name: str) -> None:
@@ -401,11 +402,18 @@ def test_without_partition_verification_a_late_write_hangs_the_partition(
         resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[entry])
         admin.incremental_alter_configs([resource])[resource].result(30)
 
+    def verification() -> str | None:
+        """The setting as the broker applies it (DescribeConfigs answers from the broker's own
+        current configuration)."""
+        resource = ConfigResource(ResourceType.BROKER, "1")
+        entries = admin.describe_configs([resource])[resource].result(30)
+        return entries[VERIFICATION].value
+
     create_topic(kafka_4.bootstrap_servers, topic_name, partitions=2)
     transactional_id = f"hanging-{topic_name}"
     set_verification(AlterConfigOpType.SET, "false")
     try:
-        time.sleep(1)  # the dynamic setting reaches the broker's produce path
+        assert wait_until(lambda: verification() == "false", timeout_s=30), "the broker kept verifying"
         _writer, producer = _timed_out_transaction(kafka_4, topic_name, transactional_id)
         # Where the aborted transaction wrote, the epoch still refuses the late batch.
         assert (
@@ -424,11 +432,15 @@ def test_without_partition_verification_a_late_write_hangs_the_partition(
         writer.commit_transaction(30)
 
     commit_to_partition_1(f"other-{topic_name}", b"other")
-    time.sleep((SHORT_TRANSACTION_MS + 3 * ABORT_CHECK_MS) / 1000)
+    # A witness: another transaction timed out and aborted by the coordinator's periodic check, which
+    # has run since the stray write (a "still stuck" read before it ran would prove nothing).
+    witness_topic = f"{topic_name}-witness"
+    create_topic(kafka_4.bootstrap_servers, witness_topic, partitions=1)
+    _timed_out_transaction(kafka_4, witness_topic, f"witness-{topic_name}")
     assert _offsets(kafka_4, topic_name, 1) == (0, 3)
     assert read_to_end(kafka_4.bootstrap_servers, topic_name, partitions=2) == []
 
     commit_to_partition_1(transactional_id, b"retry")
     assert wait_until(lambda: _offsets(kafka_4, topic_name, 1) == (5, 5), timeout_s=30)
-    committed = read_all(kafka_4.bootstrap_servers, topic_name, expect=3, partitions=2)
+    committed = read_to_end(kafka_4.bootstrap_servers, topic_name, partitions=2)
     assert values(committed) == [b"late", b"other", b"retry"]

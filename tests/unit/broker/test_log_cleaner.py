@@ -153,7 +153,7 @@ def test_stopping_the_broker_drops_a_pass_that_had_not_started(
         broker = _broker(tmp_path / "data")
         broker._cleaner.submit(busy.wait, 10)  # the one cleaner thread is taken
         await broker.start()
-        await asyncio.get_running_loop().run_in_executor(None, chosen.wait, 10)
+        assert await asyncio.get_running_loop().run_in_executor(None, chosen.wait, 10), "no pass was chosen"
         threading.Timer(0.3, busy.set).start()
         await broker.stop()
 

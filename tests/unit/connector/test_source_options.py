@@ -190,7 +190,10 @@ def test_values_are_checked() -> None:
     message = parse_error(minOffsetsPerTrigger="100", maxOffsetsPerTrigger="10")
     assert "minOffsetsPerTrigger(100) is higher than the maxOffsetsPerTrigger(10)" in message
     assert "groupOffsetsFallback" in parse_error(groupOffsetsFallback="oldest")
-    assert "duration" in parse_error(maxTriggerDelay="soon")
+    assert parse_error(maxTriggerDelay="soon") == (
+        "option 'maxTriggerDelay' must be a duration such as 100ms, 30s, 15m, 1h or a number of "
+        "milliseconds, got 'soon'"
+    )
 
 
 def test_starting_offsets_forms() -> None:
