@@ -1,6 +1,6 @@
 """Transactions that outlive a timeout, and what the sink says: a write task whose transaction outlives
 kafka.transaction.timeout.ms (the broker aborts it and fences the producer) fails naming the option,
-not another attempt of the task; and another writer's transaction left open on the shared
+not another attempt of the task, and the restarted query writes the batch once; and another writer's transaction left open on the shared
 commit-marker partition is named as the cause of the wait (real broker, real local SparkSession)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import DataStreamWriter
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.markers import ensure_marker_topic, read_marker_partition
@@ -31,16 +32,11 @@ def quick_aborting_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
 
 
-def test_a_transaction_open_longer_than_its_timeout_fails_naming_the_timeout(
-    spark: SparkSession, quick_aborting_broker: BrokerProcess, topic_name: str, tmp_path: Path
-) -> None:
-    bootstrap = quick_aborting_broker.bootstrap_servers
-    create_topic(bootstrap, topic_name)
-    create_topic(bootstrap, f"{topic_name}-out")
-    sender = producer(bootstrap)
-    sender.produce(topic_name, value=b"v")
-    assert sender.flush(30) == 0
-    query = (
+def _query(
+    spark: SparkSession, bootstrap: str, topic_name: str, tmp_path: Path, *, timeout_ms: str, **sink: str
+) -> DataStreamWriter:
+    """``topic_name`` copied to ``{topic_name}-out`` exactly once, to the end of its input."""
+    return (
         spark.readStream.format("sparkafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic_name)
@@ -51,19 +47,38 @@ def test_a_transaction_open_longer_than_its_timeout_fails_naming_the_timeout(
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", f"{topic_name}-out")
         .option("deliveryGuarantee", "exactly-once")
-        .option("kafka.transaction.timeout.ms", "1000")
-        # The transaction is open (its record produced) while the task pauses, as while Spark
-        # computes a slow task's rows.
-        .option("debug.pauseAt", "beforeCommit")
-        .option("debug.pauseMs", "3000")
+        .option("kafka.transaction.timeout.ms", timeout_ms)
+        .options(**sink)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
-        .start()
     )
+
+
+def test_a_transaction_open_longer_than_its_timeout_fails_naming_the_timeout_and_loses_nothing(
+    spark: SparkSession, quick_aborting_broker: BrokerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    bootstrap = quick_aborting_broker.bootstrap_servers
+    create_topic(bootstrap, topic_name)
+    create_topic(bootstrap, f"{topic_name}-out")
+    sender = producer(bootstrap)
+    sender.produce(topic_name, value=b"v")
+    assert sender.flush(30) == 0
+    # The transaction is open (its record produced) while the task pauses, as while Spark computes
+    # a slow task's rows.
+    slow = {"debug.pauseAt": "beforeCommit", "debug.pauseMs": "3000"}
+    query = _query(spark, bootstrap, topic_name, tmp_path, timeout_ms="1000", **slow).start()
     expected = r"was open for \d+\.\d s, longer than kafka\.transaction\.timeout\.ms=1000"
     with pytest.raises(Exception, match=expected):
         query.awaitTermination()
     assert read_to_end(bootstrap, f"{topic_name}-out") == []
+
+    # Guarantees precondition 5: the abort never loses data. The batch is not in Spark's commit log,
+    # so a restart from the checkpoint, with the task now quick enough, writes it exactly once.
+    restarted = _query(spark, bootstrap, topic_name, tmp_path, timeout_ms="1000").start()
+    restarted.awaitTermination()
+    assert [m.value() for m in read_to_end(bootstrap, f"{topic_name}-out")] == [b"v"]
+    uncommitted = read_to_end(bootstrap, f"{topic_name}-out", isolation="read_uncommitted")
+    assert [m.value() for m in uncommitted] == [b"v", b"v"], "the aborted first write, then the replay"
 
 
 def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named(
