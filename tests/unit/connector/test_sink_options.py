@@ -62,6 +62,11 @@ def test_options_are_case_insensitive_and_pass_kafka_properties() -> None:
         ({**BASE, "debug.pausePartitions": "one"}, "partition numbers"),
         ({**BASE, "debug.pauseAt": "sometime"}, "debug.pauseAt"),
         (
+            {**BASE, "leaseTimeoutMs": "500ms"},
+            r"option 'leaseTimeoutMs' is 500 ms: the checkpoint's lease must outlive the time between two "
+            r"renewals by far; give at least 1s \(default 2m\)",
+        ),
+        (
             {**BASE, "deliveryGuarantee": "exactly-once", "kafka.enable.idempotence": "false"},
             "Kafka transactions need enable.idempotence=true",
         ),

@@ -44,3 +44,8 @@ def test_an_id_of_another_prefix_has_no_partition(candidate: str, prefix: str) -
 def test_the_prefix_of_an_id_built_for_another_partition_is_refused() -> None:
     with pytest.raises(ValueError, match="not the transactional id of write partition 4"):
         prefix_of(transactional_id("orders", 3), 4)
+
+
+def test_an_id_of_another_write_partition_has_no_prefix_for_this_one() -> None:
+    with pytest.raises(ValueError, match=r"^'orders-3' is not the transactional id of write partition 4$"):
+        prefix_of("orders-3", 4)
