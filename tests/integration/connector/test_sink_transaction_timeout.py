@@ -1,7 +1,8 @@
 """Transactions that outlive a timeout, and what the sink says: a write task whose transaction outlives
 kafka.transaction.timeout.ms (the broker aborts it and fences the producer) fails naming the option,
-not another attempt of the task, and the restarted query writes the batch once; and another writer's transaction left open on the shared
-commit-marker partition is named as the cause of the wait (real broker, real local SparkSession)."""
+not another attempt of the task, and the restarted query writes the batch once; and another
+writer's transaction left open on the shared commit-marker partition is named as the cause of the
+wait (real broker, real local SparkSession)."""
 
 from __future__ import annotations
 
