@@ -14,7 +14,10 @@ run builds the virtualenvs of Quix Streams and PyFlink in ``.bench-venvs/`` (``-
 that and exits):
 
     python -m benchmarks                                   # 1,000,000 records, 3 repetitions
-    python -m benchmarks --update-docs docs/benchmarks.md  # also rewrite its compare section + charts
+    python -m benchmarks --update-docs docs/benchmarks.md  # also rewrite its compare section + charts,
+                                                           # raw results in docs/benchmarks/compare.json
+    python -m benchmarks.compare.results docs/benchmarks/compare.json --update-docs docs/benchmarks.md
+                                                           # the same section again, running nothing
     python -m benchmarks --systems sparkafka,quix --workloads map --records 200000 --repeats 1
 
 Every run of every system gets a fresh 4-partition input topic with ``--records`` records of 100 B
@@ -66,6 +69,7 @@ from pathlib import Path
 
 from benchmarks.common import REPO, load_average, machine_line
 from benchmarks.compare import docs
+from benchmarks.compare import results as saved_results
 from benchmarks.compare.measure import Config, RunResult, Settings, measure
 from benchmarks.compare.report import rows, table, targets
 from benchmarks.compare.systems import SYSTEMS, System, prepare, select, versions
@@ -245,9 +249,13 @@ def main(argv: list[str] | None = None) -> int:
             skipped=skipped,
         )
         plot_dir = args.update_docs.parent / "benchmarks"
-        section = docs.render_section(all_rows, context, args.update_docs, plot_dir, args.workloads)
+        results_file = plot_dir / "compare.json"
+        saved_results.save(results_file, results, context, args.workloads)
+        section = docs.render_section(
+            all_rows, context, args.update_docs, plot_dir, args.workloads, results_file
+        )
         docs.write(args.update_docs, section)
-        print(f"updated {args.update_docs} (charts in {plot_dir})", file=sys.stderr)
+        print(f"updated {args.update_docs} (charts and raw results in {plot_dir})", file=sys.stderr)
     return 0 if all(result.ok for result in results) else 1
 
 
