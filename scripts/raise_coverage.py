@@ -123,10 +123,26 @@ class _Sites(ast.NodeVisitor):
                 node.lineno,
                 self.lines[node.lineno - 1].strip(),
                 exception,
-                _fragments(self._texts(node.exc, depth=2)),
+                _fragments(self._texts(node.exc, depth=2) + self._said_before(node)),
                 code,
             )
         )
+
+    def _said_before(self, node: ast.Raise) -> list[str]:
+        """What the statements before ``node`` in its block print or log: an exit such as
+        ``typer.Exit(1)`` carries no text, the message went out just before it."""
+        fields = ("body", "orelse", "handlers", "finalbody")
+        for block in ast.walk(self.scope[-1]):
+            for statements in (getattr(block, name, None) for name in fields):
+                if isinstance(statements, list) and node in statements:
+                    # Only what is printed or logged: a loop or branch before an exit says nothing of it.
+                    said = [
+                        statement
+                        for statement in statements[: statements.index(node)]
+                        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+                    ]
+                    return [text for statement in said for text in self._texts(statement, depth=1)]
+        return []
 
     def _texts(self, expression: ast.AST, depth: int) -> list[str]:
         """The string constants ``expression`` is made of: its own, those assigned to the names it
