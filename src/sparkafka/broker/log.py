@@ -6,7 +6,7 @@ Files in a partition directory:
     {base:020d}.index      sparse offset index: (batch lastOffset - base int32, position int32) entries
     {base:020d}.timeindex  time index: (max timestamp so far int64, lastOffset - base int32) entries
     log-start-offset       checkpoint of log_start_offset (DeleteRecords and retention move it)
-    .clean_shutdown        exists only between close() and the next open
+    .clean_shutdown        exists only between close() and the next open; holds the log end offset then
 
 Durability: append() has called write() before it returns, so a killed process loses nothing the page
 cache holds; fsync happens on segment roll, on close and once `flush_messages` records were appended
@@ -15,7 +15,9 @@ since the last fsync. After a crash
 tails are cut and the indexes are rebuilt; cutting anything but a torn last write is an ERROR that
 says what was lost. Index files are a cache, trusted only after a clean shutdown or below the recovery
 point. Batches not scanned since the log was opened have their CRC checked when first fetched, so a
-damaged batch is refused (CORRUPT_MESSAGE), never served.
+damaged batch is refused (CORRUPT_MESSAGE), never served. After a clean shutdown nothing is cut:
+every write was fsynced before the marker, so nothing can be torn, and damage a start finds (a
+batch that does not parse, or whose length runs past the end of the file) is kept and refused.
 
 Every public method takes the log's lock, so one PartitionLog may be shared between threads.
 """
@@ -466,13 +468,21 @@ class PartitionLog:
         """Open the log in `directory`, creating it, or recovering it after a crash.
 
         Recovery steps: drop leftovers of interrupted work (*.cleaned, *.tmp, index files without a .log);
-        load every segment; scan the last segment, and, if the clean-shutdown marker is absent, every
-        segment from the recovery point on, validating each batch's CRC and offsets, cutting anything
-        after the last valid batch (with a warning naming file and byte count) and rebuilding its
-        indexes; trust the index files of the other segments after sanity checks (a segment whose
-        index files are missing or fail them is scanned too). Then log_start_offset =
+        load every segment; if the clean-shutdown marker is absent, scan every segment from the
+        recovery point on, validating each batch's CRC and offsets, cutting anything after the last
+        valid batch (see `_report_cut` for what is logged how) and rebuilding its indexes; trust the
+        index files of the other segments after sanity checks, and read the active segment's batch
+        headers after its last index entry (a segment whose index files are missing or fail them,
+        or whose tail does not read as whole batches, is scanned too). Then log_start_offset =
         max(checkpoint, first segment base) and log_end_offset = next offset after the last batch
         (or the last segment's base if it is empty).
+
+        Invariant after a clean shutdown (the marker holds the log end offset then): no byte the
+        log held is cut, since nothing can be torn. A scan that meets a damaged batch whose segment
+        held records past it keeps the file as it is, logs an ERROR naming the file, the byte and
+        the offsets, and leaves the batch to fetches to refuse (CORRUPT_MESSAGE); a damaged active
+        segment is closed and a new one started at the recorded log end offset, so that no append
+        lands after bytes a scan cannot get past (see `_keep_damage`).
         """
         self.directory = Path(directory)
         self.config = config
@@ -485,6 +495,10 @@ class PartitionLog:
         self._closed = False
         self._needs_recovery = False  # set when the disk may hold what only a full recovery sorts out
         self.rolls = 0  # how many times the log rolled a new segment since it was opened
+        # Set by _load for the scans of the start: whether the clean-shutdown marker was there, and the
+        # log end offset it recorded (None after a crash, or from a marker written without it).
+        self._after_clean_stop = False
+        self._clean_stop_end: int | None = None
         self._load()
         self._first_dirty_offset = self._read_cleaner_checkpoint()
         # Kafka's recovery point: records past it were written but not yet fsynced.
@@ -496,6 +510,8 @@ class PartitionLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         marker = self.directory / _CLEAN_SHUTDOWN
         clean = marker.exists()
+        self._after_clean_stop = clean
+        self._clean_stop_end = self._read_clean_stop_end(marker) if clean else None
         self._remove_leftovers()
         checkpoint = self._read_log_start_checkpoint()
         recovery_point = 0 if clean else self._read_recovery_point()
@@ -551,6 +567,13 @@ class PartitionLog:
                 TEMPORARY_SUFFIX
             ):
                 path.unlink()
+
+    @staticmethod
+    def _read_clean_stop_end(marker: Path) -> int | None:
+        """The log end offset the clean-shutdown marker recorded; None if it holds none (an empty
+        marker, as written before it recorded one): then a damaged active segment is cut as before."""
+        text = _read_offset_text(marker)
+        return int(text) if _is_offset(text) else None
 
     def _read_log_start_checkpoint(self) -> int | None:
         path = self.directory / _LOG_START_CHECKPOINT
@@ -617,7 +640,11 @@ class PartitionLog:
         self.log_start_offset = offset
 
     def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
-        """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover)."""
+        """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover).
+
+        Steps: scan the file with CRC and offset checks, tracking every valid batch; at the first
+        one that fails, after a clean stop, keep the file if the segment held records from there
+        on (`_keep_damage`); otherwise report what goes (`_report_cut`) and cut the file there."""
         segment.reset_indexes()
         file_size = os.fstat(segment.fd).st_size
         try:
@@ -631,10 +658,58 @@ class PartitionLog:
                     )
                 segment.track(header, position, self.config.index_interval_bytes)
         except CorruptBatchError as exc:
+            # Where the segment's records ended when the log was stopped: a closed segment's at the
+            # next one's base, the active segment's at the log end offset the marker recorded.
+            end = next_base if next_base is not None else self._clean_stop_end
+            if self._after_clean_stop and end is not None and end > segment.next_offset:
+                self._keep_damage(segment, next_base, exc, file_size, end)
+                return
             self._report_cut(segment, next_base, exc, file_size)
             os.ftruncate(segment.fd, exc.valid_bytes)
             os.fsync(segment.fd)
         segment.size = os.fstat(segment.fd).st_size
+
+    def _keep_damage(
+        self, segment: _Segment, next_base: int | None, exc: CorruptBatchError, file_size: int, end: int
+    ) -> None:
+        """Keep a segment that a start after a clean stop found damaged at byte ``exc.valid_bytes``,
+        though it held records past it (offsets up to ``end``), instead of cutting them.
+
+        Every write was fsynced before the clean-shutdown marker, so the damage is not a torn
+        write, whatever it looks like (a length running past the end of the file included):
+        cutting there would drop acknowledged records that may well be intact after it. As for a
+        damaged batch no start scans, fetches stop before it with CORRUPT_MESSAGE.
+
+        Steps: the segment keeps its whole file and ends at ``end`` (its indexes cover the batches
+        before the damage; a fetch of a later offset walks the headers from there and so meets the
+        damage too); log an ERROR naming the file, byte and offsets, once (fetches do not repeat
+        it); an active segment is then closed and a new one started at ``end``, since an append
+        after bytes no scan gets past could never be read back."""
+        position, first = exc.valid_bytes, segment.next_offset
+        segment.size = file_size
+        segment.next_offset = end
+        segment.reported_damage.add(position)
+        if next_base is None:
+            after = f"; new records are appended from offset {end} on, in a new segment"
+        else:
+            after = ""
+        logger.error(
+            "%s: %s is damaged at byte %d (%s), found at a start after a clean stop, which leaves no "
+            "torn write: the file is kept as it is, not cut. What it holds of offsets %d to %d lies from "
+            "that byte on; a fetch of them stops before the damaged batch with CORRUPT_MESSAGE%s. Restore "
+            "the partition directory from a backup, or move consumers past the damaged offsets "
+            "(DeleteRecords or a committed offset of %d) to accept losing them",
+            self.directory.name,
+            segment.path,
+            position,
+            exc,
+            first,
+            end - 1,
+            after,
+            end,
+        )
+        if next_base is None:
+            self._roll(end)
 
     def _report_cut(
         self, segment: _Segment, next_base: int | None, exc: CorruptBatchError, file_size: int
@@ -643,11 +718,24 @@ class PartitionLog:
         stop short, never acknowledged) at WARNING; anything else, which may hold acknowledged
         records, at ERROR with how many records and which offsets are lost.
 
+        What counts as torn (invariants):
+          - only in the active segment, and only after a crash: a clean stop fsynced every write
+            before its marker, so then only bytes holding no offset the log had at the stop (its
+            recorded log end offset is where the valid batches end) go at WARNING;
+          - a batch whose declared length runs past the end of the file, with no whole batch
+            continuing its offsets inside the bytes it claims (`_batch_inside`): a damaged length
+            with the batches written after it still there is damage, not a torn write;
+          - a closed segment was complete when the log rolled past it: only copies of the next
+            segment's batches may go from it without loss.
+
         Kafka's LogSegment.recover cuts the same bytes; the count comes from the batch headers
-        after the cut, read without CRC checks. Batches at or past `next_base` are not lost (an
-        interrupted compaction leaves them in both files; the next segment keeps them)."""
+        after the cut, read without CRC checks (past a batch with a damaged length, from the batch
+        found inside it). Batches at or past `next_base` are not lost (an interrupted compaction
+        leaves them in both files; the next segment keeps them)."""
         cut = exc.valid_bytes
         limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
+        overruns = exc.incomplete_size is not None and cut + exc.incomplete_size > file_size
+        resumes_at = self._batch_inside(segment, cut, file_size) if overruns and next_base is None else None
         lost_records = lost_batches = 0
         last_lost = -1
         pos = cut
@@ -656,18 +744,31 @@ class PartitionLog:
                 header = parse_header(os.pread(segment.fd, HEADER_SIZE, pos))
             except CorruptBatchError:
                 break
-            if pos + header.size > file_size:
+            if pos + header.size <= file_size:
+                after = pos + header.size
+            elif pos == cut and resumes_at is not None:
+                after = resumes_at  # its own length is damaged; the batches after it say where it ends
+            else:
                 break
             if header.base_offset < limit:
                 lost_batches += 1
                 lost_records += header.record_count
                 last_lost = max(last_lost, min(header.last_offset, limit - 1))
-            pos += header.size
+            pos = after
         described_to_end = pos >= file_size
-        torn = exc.incomplete_size is not None and cut + exc.incomplete_size > file_size
-        # A closed segment was complete when the log rolled past it: only copies of the next
-        # segment's batches may go from it without loss.
-        benign = torn if next_base is None else described_to_end and not torn
+        torn = overruns and resumes_at is None
+        if next_base is not None:
+            benign = described_to_end and not torn
+        elif self._after_clean_stop:
+            benign = self._clean_stop_end == segment.next_offset
+        else:
+            benign = torn
+        if resumes_at is not None:
+            exc = CorruptBatchError(
+                f"{exc}; a whole batch continuing its offsets starts inside it at byte {resumes_at}, "
+                "so its length is damaged, not torn",
+                valid_bytes=cut,
+            )
         if lost_batches == 0 and benign:
             logger.warning(
                 "%s: truncating %d bytes after byte %d, the end of the last complete valid batch (%s)",
@@ -707,6 +808,46 @@ class PartitionLog:
             span,
             consequence,
         )
+
+    @staticmethod
+    def _batch_inside(segment: _Segment, position: int, file_size: int) -> int | None:
+        """Where a whole batch with a valid CRC continuing the offsets of the batch at `position`
+        starts, inside the bytes that batch claims past the end of the file; None if none does.
+
+        A torn write ends the file, so nothing of a later append can follow the batch it cut
+        short; a batch whose length field was damaged to run past the end still has the batches
+        appended after it behind its real end, the first starting with the offset after its last
+        (a damaged offset field defeats this, and the batch is then taken for torn, as before).
+        The 8-byte base offset is looked for with bytes.find, and each hit must parse, fit in the
+        file and pass its CRC check: record bytes of a torn write would have to hold a whole valid
+        batch with that very offset to pass, and even then the cut is the same, only logged at
+        ERROR."""
+        try:
+            header = parse_header(os.pread(segment.fd, HEADER_SIZE, position))
+        except CorruptBatchError:
+            return None
+        wanted = struct.pack(">q", header.next_offset)
+        # The real batch holds at least a header; a whole batch after it needs one too.
+        start = position + HEADER_SIZE
+        while start + HEADER_SIZE <= file_size:
+            chunk = os.pread(segment.fd, min(_SCAN_CHUNK, file_size - start), start)
+            hit = chunk.find(wanted)
+            while hit >= 0:
+                at = start + hit
+                try:
+                    found = parse_header(os.pread(segment.fd, HEADER_SIZE, at))
+                except CorruptBatchError:
+                    found = None
+                if (
+                    found is not None
+                    and at + found.size <= file_size
+                    and crc_is_valid(os.pread(segment.fd, found.size, at), found)
+                ):
+                    return at
+                hit = chunk.find(wanted, hit + 1)
+            # Overlap by one offset field less a byte, so a field split across chunks is seen.
+            start += len(chunk) - (len(wanted) - 1)
+        return None
 
     def _load_indexes(self, segment: _Segment, next_base: int | None) -> bool:
         """Load a segment's index files after a clean shutdown; False if they are missing or
@@ -754,8 +895,10 @@ class PartitionLog:
         rescanned).
 
         CRCs are left to fetches, as for every segment after a clean shutdown (Kafka's
-        readNextOffset does not check them either): a rescan would cut a damaged batch and every
-        acknowledged batch after it, where a fetch refuses just that batch."""
+        readNextOffset does not check them either): a rescan reads the whole segment and, at a
+        damaged batch, has to close it there (`_keep_damage`), where a fetch refuses just that
+        batch. A tail that does not read as whole batches (a length running past the end of the
+        file, say) is rescanned, and, after a clean stop, kept rather than cut as a torn write."""
         start = segment.index_positions[-1] if segment.index_positions else 0
         segment.next_offset = segment.base_offset
         segment.bytes_since_index = 0
@@ -1721,7 +1864,9 @@ class PartitionLog:
             for segment in self._segments:
                 os.close(segment.fd)
             if not self._needs_recovery:
-                write_file_atomically(self.directory / _CLEAN_SHUTDOWN, b"")
+                # The log end offset: where the next start resumes if damage hides the end of the
+                # active segment from its scan (see _keep_damage).
+                write_file_atomically(self.directory / _CLEAN_SHUTDOWN, f"{self.log_end_offset}\n".encode())
             fsync_directory(self.directory)
             self._closed = True
 

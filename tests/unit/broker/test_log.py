@@ -19,7 +19,7 @@ from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import LogConfig, PartitionLog
 from sparkafka.broker.records import Record
-from tests.log_damage import flip_byte_in_batch
+from tests.log_damage import flip_byte_in_batch, overrun_file_with_batch
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -1435,3 +1435,166 @@ def test_a_damaged_batch_in_the_active_segment_after_a_clean_stop_is_refused_not
         assert batch_bases(reopened.read(100, 1 << 20)) == [100]
     assert "truncating" not in caplog.text
     assert len(errors_logged(caplog)) == 1
+
+
+# A batch whose length field was damaged to run past the end of the file looks like a torn write.
+# Only a crash can tear a write: after a clean stop it is damage, kept and refused, not cut.
+
+
+def warnings_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("damaged", [0, 1, 2])
+def test_a_batch_length_running_past_the_end_of_the_active_segment_after_a_clean_stop_is_kept_not_cut(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture, damaged: int
+) -> None:
+    """Every write was fsynced before the clean-shutdown marker, so nothing is torn: the three
+    acknowledged records stay on disk, fetches of the damaged offsets answer CORRUPT_MESSAGE, and
+    new records go to a new segment from the log end offset the marker recorded."""
+    log = make_log()
+    for _ in range(3):
+        append(log, 1)
+    log.close()
+    segment = log.directory / "00000000000000000000.log"
+    position = overrun_file_with_batch(segment, damaged)
+    stored = segment.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log()
+        assert reopened.log_end_offset == 3
+        assert segment.read_bytes() == stored  # not cut: the three records are still there
+        if damaged:
+            assert batch_bases(reopened.read(0, 1 << 20)) == list(range(damaged))
+        for offset in range(damaged, 3):
+            with pytest.raises(BrokerError) as refused:
+                reopened.read(offset, 1 << 20)
+            assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+            assert f"{segment} is corrupt at byte {position}" in str(refused.value)
+        append(reopened, 1)
+        assert batch_bases(reopened.read(3, 1 << 20)) == [3]
+    assert [int(path.stem) for path in reopened.segment_files()] == [0, 3]
+    (message,) = errors_logged(caplog)  # at the start, not again per fetch
+    assert message.startswith(f"topic-0: {segment} is damaged at byte {position} (")
+    assert "the file is kept as it is, not cut" in message
+    assert f"offsets {damaged} to 2 lies from that byte on" in message
+    assert "CORRUPT_MESSAGE; new records are appended from offset 3 on, in a new segment" in message
+    assert not warnings_logged(caplog)
+    assert "truncating" not in caplog.text
+    # Still there, and still refused, after the next clean restart.
+    reopened.close()
+    again = make_log()
+    assert again.log_end_offset == 4
+    assert segment.read_bytes() == stored
+    with pytest.raises(BrokerError) as refused:
+        again.read(damaged, 1 << 20)
+    assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+    assert batch_bases(again.read(3, 1 << 20)) == [3]
+
+
+@pytest.mark.parametrize(
+    ("damaged", "lost"),
+    [(2, None), (1, "loses 2 records at offsets 1 to 2"), (0, "loses 3 records at offsets 0 to 2")],
+)
+def test_a_batch_length_running_past_the_end_of_the_active_segment_after_a_crash(
+    make_log: LogFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, damaged: int, lost: str | None
+) -> None:
+    """After a crash the last batch running past the end of the file is the torn last write: cut
+    with a warning. A batch before it is not: the batches written after it are still there, inside
+    the bytes its length claims, so it is cut with an ERROR naming what is lost."""
+    log = make_log()
+    for _ in range(3):
+        append(log, 1)
+    crashed = crash_copy(log, tmp_path / "crashed-0")
+    segment = crashed / "00000000000000000000.log"
+    position = overrun_file_with_batch(segment, damaged)
+    size = segment.stat().st_size
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        recovered = make_log(crashed)
+    assert recovered.log_end_offset == damaged
+    assert segment.stat().st_size == position
+    if lost is None:
+        (warning,) = warnings_logged(caplog)
+        assert warning.startswith(f"{segment}: truncating {size - position} bytes after byte {position}")
+        assert not errors_logged(caplog)
+        return
+    (message,) = errors_logged(caplog)
+    assert f"recovery found damaged data in {segment} at byte {position}" in message
+    assert "so its length is damaged, not torn" in message
+    assert lost in message and "new records will be written at these offsets again" in message
+    assert not warnings_logged(caplog)
+
+
+def test_a_clean_stop_marker_without_the_log_end_offset_still_never_takes_damage_for_a_torn_write(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An empty marker (written before it recorded the log end offset) does not say where the log
+    continued past the damage, so the batch is cut, but with an ERROR naming what is lost."""
+    log = make_log()
+    for _ in range(3):
+        append(log, 1)
+    log.close()
+    assert (log.directory / ".clean_shutdown").read_text() == "3\n"
+    (log.directory / ".clean_shutdown").write_bytes(b"")
+    segment = log.directory / "00000000000000000000.log"
+    overrun_file_with_batch(segment, 0)
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log()
+    assert reopened.log_end_offset == 0
+    (message,) = errors_logged(caplog)
+    assert f"recovery found damaged data in {segment} at byte 0" in message
+    assert "loses 3 records at offsets 0 to 2" in message
+    assert not warnings_logged(caplog)
+
+
+def test_a_half_batch_appended_after_a_clean_stop_holds_no_record_and_is_cut_with_a_warning(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log end offset the marker recorded is where the whole batches end: what follows was
+    added to the file after the stop and holds nothing the log acknowledged."""
+    log = make_log()
+    for _ in range(3):
+        append(log, 1)
+    good = log.read(0, 1 << 20)
+    log.close()
+    segment = log.directory / "00000000000000000000.log"
+    half = records.encode_batch([Record(3, 0, b"k", b"v" * 50)], base_offset=3)[:40]
+    with open(segment, "ab") as handle:
+        handle.write(half)
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log()
+    assert reopened.log_end_offset == 3
+    assert reopened.read(0, 1 << 20) == good
+    (warning,) = warnings_logged(caplog)
+    assert warning.startswith(f"{segment}: truncating 40 bytes after byte {len(good)}")
+    assert not errors_logged(caplog)
+
+
+def test_a_closed_segment_rescanned_after_a_clean_stop_keeps_a_damaged_batch_for_fetches_to_refuse(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without its index files a segment is rescanned even after a clean stop; the damage found
+    then is kept, not cut with everything after it: only the damaged batch is refused."""
+    log = make_log(segment_bytes=2000)
+    for _ in range(20):
+        append(log, 10)
+    log.close()
+    first = log.directory / "00000000000000000000.log"
+    next_base = int(sorted(log.directory.glob("*.log"))[1].stem)
+    for suffix in (".index", ".timeindex"):
+        first.with_suffix(suffix).unlink()
+    position = flip_byte_in_batch(first, 30)
+    stored = first.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
+        reopened = make_log(segment_bytes=2000)
+        assert reopened.log_end_offset == 200
+        assert first.read_bytes() == stored
+        assert batch_bases(reopened.read(0, 1 << 20)) == [0, 10, 20]
+        with pytest.raises(BrokerError) as refused:
+            reopened.read(30, 1 << 20)
+        assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+        assert batch_bases(reopened.read(40, 1 << 20))[0] == 40
+    (message,) = errors_logged(caplog)
+    assert message.startswith(f"topic-0: {first} is damaged at byte {position} (")
+    assert f"offsets 30 to {next_base - 1} lies from that byte on" in message
+    assert "new segment" not in message
+    assert not warnings_logged(caplog)
