@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import struct
 import threading
 import time
@@ -44,6 +45,7 @@ from sparkafka.broker.records import (
     HEADER_SIZE,
     INT32_MAX,
     LOG_APPEND_TIME,
+    MAGIC,
     BatchHeader,
     CorruptBatchError,
     Record,
@@ -62,6 +64,7 @@ _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position (Kafka's Offse
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset (Kafka's TimeIndex entry)
 _SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 64 * 1024
+_MAGIC_AT = 16  # where the magic byte sits in a v2 batch header
 _CLEAN_SHUTDOWN = ".clean_shutdown"
 _LOG_START_CHECKPOINT = "log-start-offset"
 # Kafka's recovery-point-offset-checkpoint (per log directory there, per partition here): every
@@ -373,6 +376,28 @@ class _SegmentView:
 
 
 @dataclass(frozen=True)
+class UnreadableRange:
+    """Where `PartitionLog.iter_batches` stopped: the bytes of the segment file `path` from
+    `position` on do not read as whole batches (`reason` says why), so what it holds of the
+    offsets from `first_offset` up to `end_offset` (exclusive: where the next segment begins, or
+    the log end) was not yielded."""
+
+    path: Path
+    position: int
+    first_offset: int
+    end_offset: int
+    reason: str
+
+
+class UnreadableLogError(BrokerError):
+    """KAFKA_STORAGE_ERROR from `PartitionLog.iter_batches`, with the `UnreadableRange` it met."""
+
+    def __init__(self, damage: UnreadableRange) -> None:
+        super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, f"{damage.path} is corrupt: {damage.reason}")
+        self.damage = damage
+
+
+@dataclass(frozen=True)
 class CleanableRange:
     """How dirty a compacted log is: what Kafka's LogCleanerManager weighs to pick the next log to
     clean (its LogToClean). The dirty part starts at the cleaner checkpoint; it ends at the first
@@ -453,6 +478,19 @@ def _describe_damage(
         raise CorruptBatchError(f"{path} is damaged: {exc}", valid_bytes=exc.valid_bytes) from exc
 
 
+@dataclass(frozen=True)
+class _IterSegment:
+    """A segment as `PartitionLog.iter_batches` took it: a dup of its descriptor, the byte to
+    start at, its size and where its offsets end then."""
+
+    fd: int
+    start: int
+    size: int
+    path: Path
+    base_offset: int
+    end_offset: int
+
+
 class _DamagedBatchError(BrokerError):
     """A batch of a segment that does not parse, or whose CRC or offsets are wrong."""
 
@@ -473,7 +511,8 @@ class PartitionLog:
         valid batch (see `_report_cut` for what is logged how) and rebuilding its indexes; trust the
         index files of the other segments after sanity checks, and read the active segment's batch
         headers after its last index entry (a segment whose index files are missing or fail them,
-        or whose tail does not read as whole batches, is scanned too). Then log_start_offset =
+        or whose tail does not read as whole batches or ends at another offset than the log end
+        offset the clean-shutdown marker recorded, is scanned too). Then log_start_offset =
         max(checkpoint, first segment base) and log_end_offset = next offset after the last batch
         (or the last segment's base if it is empty).
 
@@ -482,7 +521,9 @@ class PartitionLog:
         held records past it keeps the file as it is, logs an ERROR naming the file, the byte and
         the offsets, and leaves the batch to fetches to refuse (CORRUPT_MESSAGE); a damaged active
         segment is closed and a new one started at the recorded log end offset, so that no append
-        lands after bytes a scan cannot get past (see `_keep_damage`).
+        lands after bytes a scan cannot get past (see `_keep_damage`), and so is one whose whole
+        batches end short of it (`_end_at_clean_stop`): the start gives no offset the log had
+        at the stop to a new record.
         """
         self.directory = Path(directory)
         self.config = config
@@ -644,7 +685,9 @@ class PartitionLog:
 
         Steps: scan the file with CRC and offset checks, tracking every valid batch; at the first
         one that fails, after a clean stop, keep the file if the segment held records from there
-        on (`_keep_damage`); otherwise report what goes (`_report_cut`) and cut the file there."""
+        on (`_keep_damage`); otherwise report what goes (`_report_cut`) and cut the file there. An
+        active segment that reads as whole valid batches to its end, but ending at another offset
+        than the log end offset a clean stop recorded, goes to `_end_at_clean_stop`."""
         segment.reset_indexes()
         file_size = os.fstat(segment.fd).st_size
         try:
@@ -667,7 +710,54 @@ class PartitionLog:
             self._report_cut(segment, next_base, exc, file_size)
             os.ftruncate(segment.fd, exc.valid_bytes)
             os.fsync(segment.fd)
+        else:
+            end = self._clean_stop_end
+            if next_base is None and end is not None and segment.next_offset != end:
+                self._end_at_clean_stop(segment, file_size, end)
+                return
         segment.size = os.fstat(segment.fd).st_size
+
+    def _end_at_clean_stop(self, segment: _Segment, file_size: int, end: int) -> None:
+        """Settle an active segment whose batches, every CRC checked, end at another offset than
+        ``end``, the log end offset the clean-shutdown marker recorded.
+
+        Short of ``end``: the file lost whole batches after the stop (or was shortened or replaced),
+        and the records at those offsets, acknowledged, are gone. Giving their offsets to new records
+        would make a consumer that read the old ones skip the new ones, or take them for the old:
+        log an ERROR naming the offsets, close the segment at ``end`` (fetches of the missing offsets
+        get the records after them, as after a compacted gap) and start a new one there, as
+        `_keep_damage` does. Past ``end``: whole valid batches a closed log cannot have appended
+        mean the marker is what is damaged; the batches are kept, with a WARNING."""
+        if segment.next_offset > end:
+            logger.warning(
+                "%s: %s holds whole batches with valid CRCs up to offset %d, past the log end offset %d "
+                "that the clean-shutdown marker recorded; the marker is taken for damaged and the batches "
+                "are kept",
+                self.directory.name,
+                segment.path,
+                segment.next_offset - 1,
+                end,
+            )
+            segment.size = file_size
+            return
+        first = segment.next_offset
+        segment.size = file_size
+        segment.next_offset = end
+        logger.error(
+            "%s: %s ends at offset %d with whole valid batches, but the log ended at offset %d when it was "
+            "stopped cleanly: the records at offsets %d to %d are missing from the file (acknowledged "
+            "records, unless the producer got an error). New records are appended from offset %d on, in a "
+            "new segment, so that those offsets are not given to other records. Restore the partition "
+            "directory from a backup to get them back",
+            self.directory.name,
+            segment.path,
+            first,
+            end,
+            first,
+            end - 1,
+            end,
+        )
+        self._roll(end)
 
     def _keep_damage(
         self, segment: _Segment, next_base: int | None, exc: CorruptBatchError, file_size: int, end: int
@@ -723,50 +813,57 @@ class PartitionLog:
             before its marker, so then only bytes holding no offset the log had at the stop (its
             recorded log end offset is where the valid batches end) go at WARNING;
           - a batch whose declared length runs past the end of the file, with no whole batch
-            continuing its offsets inside the bytes it claims (`_batch_inside`): a damaged length
-            with the batches written after it still there is damage, not a torn write;
+            holding the offsets the scan expected next (or later ones) inside the bytes it claims
+            (`_batch_inside`): a damaged length with the batches written after it still there is
+            damage, not a torn write, whatever its other header fields say;
           - a closed segment was complete when the log rolled past it: only copies of the next
             segment's batches may go from it without loss.
 
         Kafka's LogSegment.recover cuts the same bytes; the count comes from the batch headers
-        after the cut, read without CRC checks (past a batch with a damaged length, from the batch
-        found inside it). Batches at or past `next_base` are not lost (an interrupted compaction
-        leaves them in both files; the next segment keeps them)."""
+        after the cut, read without CRC checks. Past a batch with a damaged length the count goes
+        on from the batch found inside it, and the damaged batch counts as the offsets between
+        the one the scan expected and that batch's first (its own offset fields may be damaged
+        too, so they are not read). Batches at or past `next_base` are not lost (an interrupted
+        compaction leaves them in both files; the next segment keeps them)."""
         cut = exc.valid_bytes
         limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
         overruns = exc.incomplete_size is not None and cut + exc.incomplete_size > file_size
-        resumes_at = self._batch_inside(segment, cut, file_size) if overruns and next_base is None else None
+        inside = self._batch_inside(segment, cut, file_size) if overruns and next_base is None else None
         lost_records = lost_batches = 0
         last_lost = -1
         pos = cut
+        if inside is not None:
+            pos, resumed = inside
+            if resumed.base_offset > segment.next_offset:
+                lost_batches = 1
+                # An offset per record: the active segment is never compacted.
+                lost_records = resumed.base_offset - segment.next_offset
+                last_lost = resumed.base_offset - 1
         while pos < file_size:
             try:
                 header = parse_header(os.pread(segment.fd, HEADER_SIZE, pos))
             except CorruptBatchError:
                 break
-            if pos + header.size <= file_size:
-                after = pos + header.size
-            elif pos == cut and resumes_at is not None:
-                after = resumes_at  # its own length is damaged; the batches after it say where it ends
-            else:
+            if pos + header.size > file_size:
                 break
             if header.base_offset < limit:
                 lost_batches += 1
                 lost_records += header.record_count
                 last_lost = max(last_lost, min(header.last_offset, limit - 1))
-            pos = after
+            pos += header.size
         described_to_end = pos >= file_size
-        torn = overruns and resumes_at is None
+        torn = overruns and inside is None
         if next_base is not None:
             benign = described_to_end and not torn
         elif self._after_clean_stop:
             benign = self._clean_stop_end == segment.next_offset
         else:
             benign = torn
-        if resumes_at is not None:
+        if inside is not None:
             exc = CorruptBatchError(
-                f"{exc}; a whole batch continuing its offsets starts inside it at byte {resumes_at}, "
-                "so its length is damaged, not torn",
+                f"{exc}; a whole batch with a valid CRC, holding offsets {inside[1].base_offset} to "
+                f"{inside[1].last_offset}, starts inside it at byte {inside[0]}, so its length is damaged, "
+                "not torn",
                 valid_bytes=cut,
             )
         if lost_batches == 0 and benign:
@@ -810,43 +907,57 @@ class PartitionLog:
         )
 
     @staticmethod
-    def _batch_inside(segment: _Segment, position: int, file_size: int) -> int | None:
-        """Where a whole batch with a valid CRC continuing the offsets of the batch at `position`
-        starts, inside the bytes that batch claims past the end of the file; None if none does.
+    def _batch_inside(segment: _Segment, position: int, file_size: int) -> tuple[int, BatchHeader] | None:
+        """The first whole batch with a valid CRC holding the offsets the scan expected next, or
+        later ones, inside the bytes that the batch at `position` claims past the end of the file:
+        (its position, its header), or None if none is there.
 
         A torn write ends the file, so nothing of a later append can follow the batch it cut
         short; a batch whose length field was damaged to run past the end still has the batches
-        appended after it behind its real end, the first starting with the offset after its last
-        (a damaged offset field defeats this, and the batch is then taken for torn, as before).
-        The 8-byte base offset is looked for with bytes.find, and each hit must parse, fit in the
-        file and pass its CRC check: record bytes of a torn write would have to hold a whole valid
-        batch with that very offset to pass, and even then the cut is the same, only logged at
-        ERROR."""
-        try:
-            header = parse_header(os.pread(segment.fd, HEADER_SIZE, position))
-        except CorruptBatchError:
-            return None
-        wanted = struct.pack(">q", header.next_offset)
+        appended after it behind its real end, the first holding the offset the scan expected
+        after the damaged one's. The damaged header's own fields are not used: a damaged base
+        offset or lastOffsetDelta would send the search after the wrong offset.
+
+        Steps: from the end of the damaged batch's header on, find with a regular expression over
+        1 MiB chunks every place where a header could start (the high four bytes of a base offset
+        in [segment.next_offset, the segment's offset limit), magic 2 sixteen bytes in); take the
+        first that parses, holds offsets in that range, fits in the file and passes its CRC check.
+        Invariant (the false-positive guard): the record bytes of a torn write would have to hold
+        a whole valid batch with such offsets to pass, and even then the cut is the same, only
+        logged at ERROR, as damage."""
+        expected = segment.next_offset
+        limit = segment.base_offset + INT32_MAX + 1
+        # A segment spans at most 2**31 + 1 offsets, so the base offsets in range share one of
+        # two high words.
+        highs = sorted({expected >> 32, (limit - 1) >> 32})
+        prefixes = b"|".join(re.escape(struct.pack(">I", high)) for high in highs)
+        # A lookahead, so that overlapping candidates are all seen; the bytes between the high word
+        # and the magic byte (the rest of the offset, the length, the leader epoch) may be anything.
+        candidate = re.compile(
+            b"(?=(?:%b).{%d}%b)" % (prefixes, _MAGIC_AT - 4, re.escape(bytes([MAGIC]))), re.DOTALL
+        )
+        reach = _MAGIC_AT + 1  # bytes a candidate needs from its start
         # The real batch holds at least a header; a whole batch after it needs one too.
         start = position + HEADER_SIZE
         while start + HEADER_SIZE <= file_size:
             chunk = os.pread(segment.fd, min(_SCAN_CHUNK, file_size - start), start)
-            hit = chunk.find(wanted)
-            while hit >= 0:
-                at = start + hit
+            for match in candidate.finditer(chunk):
+                at = start + match.start()
                 try:
                     found = parse_header(os.pread(segment.fd, HEADER_SIZE, at))
                 except CorruptBatchError:
-                    found = None
+                    continue
                 if (
-                    found is not None
+                    expected <= found.base_offset
+                    and found.last_offset < limit
                     and at + found.size <= file_size
                     and crc_is_valid(os.pread(segment.fd, found.size, at), found)
                 ):
-                    return at
-                hit = chunk.find(wanted, hit + 1)
-            # Overlap by one offset field less a byte, so a field split across chunks is seen.
-            start += len(chunk) - (len(wanted) - 1)
+                    return at, found
+            if start + len(chunk) >= file_size:
+                break
+            # The next chunk repeats the bytes a candidate starting here could not be seen in whole.
+            start += len(chunk) - (reach - 1)
         return None
 
     def _load_indexes(self, segment: _Segment, next_base: int | None) -> bool:
@@ -855,7 +966,10 @@ class PartitionLog:
 
         A closed segment ends where the next one begins. The active segment (``next_base`` None) is
         read only from its last indexed batch to its end, as Kafka's LogSegment.readNextOffset does,
-        so that a clean restart never scans a whole segment."""
+        so that a clean restart never scans a whole segment; if that tail ends at another offset
+        than the log end offset the clean-shutdown marker recorded, the segment is rescanned too
+        (its headers were read without CRC checks, and a damaged offset field must neither move
+        the log end back, which would give acknowledged offsets to new records, nor go unnoticed)."""
         index_path, time_path = segment.sibling(_INDEX_SUFFIX), segment.sibling(_TIMEINDEX_SUFFIX)
         if not (index_path.exists() and time_path.exists()):
             return False
@@ -882,6 +996,13 @@ class PartitionLog:
         segment.max_timestamp, segment.offset_of_max_timestamp = times[-1] if times else (-1, -1)
         if next_base is None:
             if not self._read_active_tail(segment, limit):
+                return False
+            if self._clean_stop_end is not None and segment.next_offset != self._clean_stop_end:
+                # The tail's headers are read without CRC checks: a damaged offset field there
+                # would move the log end back (giving offsets again to new records) or forward.
+                # The whole segment is rescanned, so that the scan finds the damage and keeps it
+                # (`_keep_damage`), or finds whole batches ending elsewhere than the log did
+                # (`_end_at_clean_stop`).
                 return False
         else:
             segment.next_offset = next_base
@@ -1271,32 +1392,49 @@ class PartitionLog:
         """(header, batch bytes) of every stored batch whose last offset is >= from_offset, in order.
 
         Sees the log as it was when called: the segment files are dup()ed, so appends, compaction and
-        retention running meanwhile neither disturb nor appear in the iteration.
+        retention running meanwhile neither disturb nor appear in the iteration. Headers are read
+        without CRC checks. Bytes that do not read as whole batches (damage a start kept, or one it
+        never scanned) end the iteration with `UnreadableLogError` (KAFKA_STORAGE_ERROR), which
+        says what they hide; the next segment's base offset, where it ends, is where a caller
+        that can do without them may iterate on from (without a CRC-checked scan of the rest of
+        the damaged segment, where its next batch starts would be a guess).
         """
         with self._lock:
             self._ensure_open()
             snapshot = [
-                (os.dup(segment.fd), segment.position_for(from_offset), segment.size, segment.path)
+                _IterSegment(
+                    os.dup(segment.fd),
+                    segment.position_for(from_offset),
+                    segment.size,
+                    segment.path,
+                    segment.base_offset,
+                    segment.next_offset,
+                )
                 for segment in self._segments
                 if segment.next_offset > from_offset
             ]
         return self._iter_snapshot(snapshot, from_offset)
 
     @staticmethod
-    def _iter_snapshot(
-        snapshot: list[tuple[int, int, int, Path]], from_offset: int
-    ) -> Iterator[tuple[BatchHeader, bytes]]:
+    def _iter_snapshot(snapshot: list[_IterSegment], from_offset: int) -> Iterator[tuple[BatchHeader, bytes]]:
         try:
-            for fd, start, size, path in snapshot:
+            for segment in snapshot:
+                next_offset = max(from_offset, segment.base_offset)  # the first not yielded yet
                 try:
-                    for _, header, batch in _scan(fd, start, size, validate_crc=False):
+                    for _, header, batch in _scan(
+                        segment.fd, segment.start, segment.size, validate_crc=False
+                    ):
                         if header.last_offset >= from_offset:
                             yield header, batch
+                            next_offset = header.next_offset
                 except CorruptBatchError as exc:
-                    raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
+                    damage = UnreadableRange(
+                        segment.path, exc.valid_bytes, next_offset, segment.end_offset, str(exc)
+                    )
+                    raise UnreadableLogError(damage) from exc
         finally:
-            for fd, *_ in snapshot:
-                os.close(fd)
+            for segment in snapshot:
+                os.close(segment.fd)
 
     def _read_batch(self, segment: _Segment | _SegmentView, position: int, header: BatchHeader) -> bytes:
         return os.pread(segment.fd, header.size, position)

@@ -26,7 +26,14 @@ from sparkafka.broker import records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
-from sparkafka.broker.log import CleanableRange, FileRegion, LogConfig, PartitionLog
+from sparkafka.broker.log import (
+    CleanableRange,
+    FileRegion,
+    LogConfig,
+    PartitionLog,
+    UnreadableLogError,
+    UnreadableRange,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +129,36 @@ class Partition:
           2. load the newest remaining snapshot, leaving out producers that expired meanwhile; an
              unreadable one is deleted and the next older one tried;
           3. replay every batch from the snapshot's offset (or the log start, without one) to the
-             log end; drop aborted transactions that end before the log start."""
+             log end; drop aborted transactions that end before the log start.
+
+        Invariant: the partition opens whatever damage its log kept (see `PartitionLog`): bytes
+        that do not read as batches are left out of the replay, which goes on with the next
+        segment, with an ERROR naming the offsets (`_report_unreplayed`), never an error out of
+        the start. Fetches refuse the damage itself with CORRUPT_MESSAGE."""
         replay_from = self.log.log_start_offset
         restored = self._load_state()
         if restored is not None:
             replay_from = max(replay_from, restored)
+        while True:
+            try:
+                self._replay(replay_from)
+                break
+            except UnreadableLogError as exc:
+                self._report_unreplayed(exc.damage)
+                # The damaged segment's end: iter_batches takes only the segments that end past
+                # where it starts, so every round starts past the damage the last one met.
+                replay_from = exc.damage.end_offset
+        self._prune_aborted()
+        if self.open_txn_first_offset:
+            log.info(
+                "%s-%d: %d transaction(s) still open after recovery, awaiting their coordinator",
+                self.topic,
+                self.index,
+                len(self.open_txn_first_offset),
+            )
+
+    def _replay(self, replay_from: int) -> None:
+        """Apply the log's batches from offset `replay_from` on to the producer and transaction state."""
         for header, batch in self.log.iter_batches(replay_from):
             if header.producer_id < 0:
                 continue
@@ -138,14 +170,27 @@ class Partition:
                     entry.coordinator_epoch = marker[1]
                 continue
             self._record_batch(header, header.base_offset, header.max_timestamp)
-        self._prune_aborted()
-        if self.open_txn_first_offset:
-            log.info(
-                "%s-%d: %d transaction(s) still open after recovery, awaiting their coordinator",
-                self.topic,
-                self.index,
-                len(self.open_txn_first_offset),
-            )
+
+    def _report_unreplayed(self, damage: UnreadableRange) -> None:
+        """Log what the producer-state replay left out (see :meth:`_rebuild_state`) at ERROR: the
+        partition, the file and byte, the offsets, and what their absence from the state means."""
+        if damage.first_offset < damage.end_offset:
+            left_out = f"offsets {damage.first_offset} to {damage.end_offset - 1} there are left out of it"
+        else:
+            left_out = "no offset of the log lies there"
+        log.error(
+            "%s-%d: rebuilding the producer state from the log, %s does not read as batches from byte %d "
+            "(%s): %s, and the replay goes on with the next segment. Producers that wrote there may "
+            "have a retry of those batches stored again or be refused with OUT_OF_ORDER_SEQUENCE_NUMBER, "
+            "and a transaction begun or ended there is not known; fetches of the damaged batch answer "
+            "CORRUPT_MESSAGE. Restore the partition directory from a backup",
+            self.topic,
+            self.index,
+            damage.path,
+            damage.position,
+            damage.reason,
+            left_out,
+        )
 
     def _save_state(self) -> None:
         """Snapshot the producer and transaction state as of the log end, before batches are removed.

@@ -176,6 +176,7 @@ def broker(
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
 ) -> None:
     """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
+    from sparkafka.broker.errors import BrokerError
     from sparkafka.broker.journal import JournalError
     from sparkafka.broker.runner import run_forever
     from sparkafka.broker.tls import TlsConfigError, server_context
@@ -270,6 +271,11 @@ def broker(
         run_forever(config, schema_registry=registry_address)
     except (RuntimeError, OSError, JournalError) as exc:
         typer.echo(f"sparkafka broker: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    except BrokerError as exc:
+        # What a partition or coordinator refused while the broker started or stopped (damaged
+        # data on disk, most likely): a message naming it, not a traceback.
+        typer.echo(f"sparkafka broker: {exc} ({exc.code.name})", err=True)
         raise typer.Exit(1) from exc
 
 
