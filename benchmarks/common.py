@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Self
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -41,6 +42,9 @@ class OutputWatcher:
     def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self._bootstrap, self._topic, self._partitions = bootstrap, topic, partitions
+        self._targets: dict[int, int] | None = None
+        self._reached = threading.Event()
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -71,6 +75,7 @@ class OutputWatcher:
                 # consume(n, timeout) waits for n records or the whole timeout, which would delay the
                 # arrival times; poll() returns with the first record, consume(n, 0) takes what is queued.
                 first = self._consumer.poll(0.1)
+                self._check_reached()
                 if first is None:
                     continue
                 visible_at = time.time()
@@ -79,6 +84,31 @@ class OutputWatcher:
                         self.on_record(visible_at, message)
         except BaseException as error:  # the main thread reports it; a dead watcher must not look idle
             self.error = error
+            self._reached.set()
+
+    def read_to_latest(self, timeout_s: float = 120) -> None:
+        """Until the watcher has read up to the last stable offsets the broker answers now: call it
+        once the writer has stopped, and every record the topic holds for read_committed readers has
+        been seen (a count reached is no proof that no copy follows). Raises TimeoutError naming the
+        offsets otherwise."""
+        admin = AdminClient({"bootstrap.servers": self._bootstrap})
+        wanted = {TopicPartition(self._topic, p): OffsetSpec.latest() for p in range(self._partitions)}
+        level = IsolationLevel.READ_COMMITTED
+        answers = admin.list_offsets(wanted, isolation_level=level, request_timeout=30)
+        targets = {tp.partition: answer.result().offset for tp, answer in answers.items()}
+        self._reached.clear()
+        self._targets = targets
+        if not self._reached.wait(timeout_s) and self.error is None:
+            raise TimeoutError(f"the watcher of {self._topic} did not reach {targets} in {timeout_s} s")
+
+    def _check_reached(self) -> None:
+        targets = self._targets
+        if targets is None or self._reached.is_set():
+            return
+        positions = self._consumer.position([TopicPartition(self._topic, p) for p in targets])
+        # A partition nothing was read from has no position (a negative logical offset) yet.
+        if all(max(tp.offset, 0) >= targets[tp.partition] for tp in positions):
+            self._reached.set()
 
     def stop(self) -> None:
         self._stop.set()

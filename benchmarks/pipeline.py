@@ -20,12 +20,18 @@ whether the targets are met by the medians.
 
     python benchmarks/pipeline.py                                  # 1,000,000 records, 1 s and 10 s
     python benchmarks/pipeline.py --records 200000 --repeats 5 --update-docs docs/benchmarks.md
+    python -m benchmarks.pipeline --from-results docs/benchmarks/pipeline-embedded.json \
+        --update-docs docs/benchmarks.md       # the section again from a run's raw results, running nothing
+
+With --update-docs every run's measurements and the setup go to docs/benchmarks/pipeline-<kafka>.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import shlex
 import statistics
 import sys
@@ -205,7 +211,10 @@ def measure(
         throughput = (high - low) / max(watcher.arrivals[high][0] - watcher.arrivals[low][0], 1e-3)
         _produce(cluster, in_topic, args.records, steady, args.value_bytes, args.rate)
         _wait(watcher, args.records + steady, args.timeout, pipeline)
-        time.sleep(2)  # a duplicate would come after the last expected record: give it time to show
+        # A duplicate would come after the last expected record: the check counts everything the
+        # output holds once the pipeline has stopped.
+        pipeline.terminate()
+        watcher.read_to_latest()
         problems = watcher.problems(args.records + steady, guarantee)
         if problems:
             raise RuntimeError(f"{guarantee} at {trigger}: " + "; ".join(problems))
@@ -213,8 +222,7 @@ def measure(
         quantiles = statistics.quantiles(latencies, n=100)
     finally:
         watcher.stop()
-        if pipeline.process is not None:
-            pipeline.terminate()
+        pipeline.terminate()
     return Result(guarantee, trigger, args.records, first - started, throughput, quantiles[49], quantiles[98])
 
 
@@ -281,28 +289,63 @@ KAFKA_DESCRIPTIONS = {
 }
 
 
-def render(
-    results: list[Result], args: argparse.Namespace, triggers: list[str], command: str, start_load: float
-) -> str:
+@dataclass(frozen=True)
+class RunSetup:
+    """How a run was made: what the section says about it, saved with its raw results."""
+
+    records: int
+    value_bytes: int
+    rate: float
+    seconds: float
+    repeats: int
+    kafka: str
+    triggers: list[str]
+    command: str
+    machine: str
+
+
+def save_results(path: Path, results: list[Result], setup: RunSetup) -> None:
+    """Every run's measurements and the run's setup, as JSON: the section can be made again from
+    them (``--from-results``) without running anything."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "version": 1,
+        "setup": dataclasses.asdict(setup),
+        "runs": [dataclasses.asdict(result) for result in results],
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def load_results(path: Path) -> tuple[list[Result], RunSetup]:
+    try:
+        document = json.loads(path.read_text())
+        if document.get("version") != 1:
+            raise ValueError(f"version {document.get('version')!r}, this code reads 1")
+        return [Result(**run) for run in document["runs"]], RunSetup(**document["setup"])
+    except (OSError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} is not a pipeline results file: {error}") from None
+
+
+def render(results: list[Result], setup: RunSetup, results_file: Path | None = None) -> str:
     by_config: dict[tuple[str, str], list[Result]] = {}
     for result in results:
         by_config.setdefault((result.guarantee, result.trigger), []).append(result)
     lines = [
-        "## Pipeline (source → map → sink)" + ("" if args.kafka == "embedded" else " on Apache Kafka"),
+        "## Pipeline (source → map → sink)" + ("" if setup.kafka == "embedded" else " on Apache Kafka"),
         "",
-        f"`sparkafka run` with seed 001's map over {args.records:,} records of {args.value_bytes} B in "
+        f"`sparkafka run` with seed 001's map over {setup.records:,} records of {setup.value_bytes} B in "
         f"{PARTITIONS} partitions, read in micro-batches of at most {MAX_OFFSETS_PER_TRIGGER:,} records "
         "(maxOffsetsPerTrigger; throughput: records/s from 10 % to 90 % of the records visible to a "
         "read_committed reader), "
-        f"then {args.rate:,.0f} records/s for {args.seconds:.0f} s (latency: input create time to visibility "
-        "for a read_committed reader). "
-        f"{args.repeats} repetition(s) of every row, the runs alternating: each repetition runs every "
+        f"then {setup.rate:,.0f} records/s for {setup.seconds:.0f} s (latency: input create time to "
+        "visibility for a read_committed reader). "
+        f"{setup.repeats} repetition(s) of every row, the runs alternating: each repetition runs every "
         "trigger and guarantee once, the order of the guarantees rotating from one repetition to the next. "
         "Cells are medians over the repetitions, with the min-max in parentheses; latency p50 and p99 are "
         "each run's, then the median; vs at-least-once is the ratio of the medians at the same trigger. "
         "Every run's output is checked record by record (inputs carry a sequence number): none missing, "
         "and for exactly-once none twice. "
-        f"Spark local[2], {KAFKA_DESCRIPTIONS[args.kafka]} on the same machine.",
+        f"Spark local[2], {KAFKA_DESCRIPTIONS[setup.kafka]} on the same machine.",
         "",
         "| delivery guarantee | trigger | records/s | vs at-least-once | start-up s "
         "| latency p50 ms | latency p99 ms |",
@@ -321,11 +364,17 @@ def render(
         "",
         "Targets, from the medians:",
         "",
-        *targets(by_config, triggers),
+        *targets(by_config, setup.triggers),
         "",
-        f"- Machine: {machine_line(start_load)}; Python {sys.version.split()[0]}",
-        f"- Command: `{command}`",
+        f"- Machine: {setup.machine}",
+        f"- Command: `{setup.command}`",
     ]
+    if results_file is not None:
+        lines.append(
+            f"- Raw results: `{results_file.as_posix()}`; this section is made from them, running "
+            f"nothing, by `python -m benchmarks.pipeline --from-results {results_file.as_posix()} "
+            "--update-docs FILE`"
+        )
     return "\n".join(lines)
 
 
@@ -343,6 +392,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--update-docs", type=Path, default=None)
     parser.add_argument(
+        "--from-results",
+        type=Path,
+        default=None,
+        help="render the section from a results file an earlier run saved, running nothing",
+    )
+    parser.add_argument(
         "--kafka",
         choices=["embedded", "apache-kafka"],
         default="embedded",
@@ -350,6 +405,16 @@ def main() -> None:
         "fetches); the section written to --update-docs is the pipeline's on that Kafka",
     )
     args = parser.parse_args()
+    if args.from_results is not None:
+        try:
+            saved, setup = load_results(args.from_results)
+        except ValueError as error:
+            parser.error(str(error))
+        section = render(saved, setup, args.from_results)
+        print(section)
+        if args.update_docs is not None:
+            update_docs(args.update_docs, section, *_markers(setup.kafka))
+        return
     triggers, guarantees = args.triggers.split(","), args.guarantees.split(",")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -384,11 +449,29 @@ def main() -> None:
             cluster.stop()
     # Rows in the order the options name them, not in the rotated order the runs had.
     results.sort(key=lambda r: (triggers.index(r.trigger), guarantees.index(r.guarantee)))
-    section = render(results, args, triggers, command, start_load)
+    setup = RunSetup(
+        args.records,
+        args.value_bytes,
+        args.rate,
+        args.seconds,
+        args.repeats,
+        args.kafka,
+        triggers,
+        command,
+        f"{machine_line(start_load)}; Python {sys.version.split()[0]}",
+    )
+    results_file = None
+    if args.update_docs is not None:
+        results_file = args.update_docs.parent / "benchmarks" / f"pipeline-{args.kafka}.json"
+        save_results(results_file, results, setup)
+    section = render(results, setup, results_file)
     print(section)
     if args.update_docs is not None:
-        markers = (SECTION_START, SECTION_END) if args.kafka == "embedded" else KAFKA_SECTION_MARKERS
-        update_docs(args.update_docs, section, *markers)
+        update_docs(args.update_docs, section, *_markers(args.kafka))
+
+
+def _markers(kafka: str) -> tuple[str, str]:
+    return (SECTION_START, SECTION_END) if kafka == "embedded" else KAFKA_SECTION_MARKERS
 
 
 if __name__ == "__main__":

@@ -293,6 +293,12 @@ def measure(
         result.problems.append(f"{type(error).__name__}: {error}")
     finally:
         result.stop_s, result.killed = runner.stop()
+        # What the output holds once the runner has stopped, to its last stable offsets: a late
+        # duplicate or overcount is judged too, however long after the grace period it came.
+        try:
+            watcher.read_to_latest()
+        except Exception as error:
+            result.problems.append(f"the output could not be read to its end: {error}")
         watcher.stop()
         if runner.sampler is not None:
             result.peak_rss_mib = runner.sampler.peak_rss_bytes / 2**20
