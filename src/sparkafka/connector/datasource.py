@@ -15,7 +15,7 @@ from sparkafka.connector.sink.markers import ensure_marker_topic
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
 from sparkafka.connector.sink.producers import carry_markers_over
 from sparkafka.connector.sink.transactional_ids import (
-    default_transactional_id_prefix,
+    effective_prefix,
     require_batch_write_prefix,
 )
 from sparkafka.connector.sink.writer import KafkaBatchWriter, KafkaStreamWriter
@@ -32,7 +32,7 @@ def _carry_markers_over(options: SinkOptions, plan: BatchPlan | None) -> None:
             "markers to carry over, and the sink could not read it: set the checkpoint with "
             ".option('checkpointLocation', ...) on the writeStream (a path the driver's Python can read)"
         )
-    prefix = options.transactional_id_prefix or default_transactional_id_prefix(plan.query_id)
+    prefix = effective_prefix(options, plan.query_id)
     carry_markers_over(options, plan.query_id, prefix)
 
 

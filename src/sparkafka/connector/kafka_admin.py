@@ -40,6 +40,13 @@ PartitionOffsets = dict[TopicPartitionKey, int]
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 LIBRDKAFKA_LOGGER = logging.getLogger("sparkafka.librdkafka")
+# With sparse connections librdkafka drops the bootstrap connection after the first metadata and
+# retries the next lookup (transaction coordinator, producer id, partition leader, a first offset
+# query) only on a 500 ms timer. The sink's and the source's clients are new often (Spark runs a task
+# in whichever Python worker is idle), so each would wait that long; connecting to every broker right
+# away makes it milliseconds. Every client the connector makes starts from these settings (a user's
+# own kafka.* properties win).
+EAGER_CONNECTIONS: dict[str, object] = {"enable.sparse.connections": False}
 client_log.install(LIBRDKAFKA_LOGGER)
 
 # Properties only a consumer understands; librdkafka warns when an admin client gets them.

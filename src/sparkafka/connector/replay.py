@@ -83,6 +83,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sparkafka.connector.sink.transactional_ids import transactional_id
 from sparkafka.errors import SparkafkaError
 
 ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
@@ -404,7 +405,7 @@ def partitions_beyond(
             if m.query_id == query_id
             and m.batch_id == batch_id
             and m.partition >= partitions
-            and m.transactional_id == f"{prefix}-{m.partition}"
+            and m.transactional_id == transactional_id(prefix, m.partition)
         ),
         key=lambda m: m.partition,
     )

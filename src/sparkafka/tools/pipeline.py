@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
 from sparkafka.connector.sink.producers import fence_query_transactions
-from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, effective_prefix
 from sparkafka.connector.source.options import SourceOptions
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
 
@@ -483,5 +483,5 @@ class Pipeline:
         # The merged options decide: --sink-option deliveryGuarantee overrides --delivery-guarantee.
         options = SinkOptions.parse(self.config.sink_option_map())
         if options.delivery_guarantee == EXACTLY_ONCE:
-            prefix = options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+            prefix = effective_prefix(options, query_id)
             fence_query_transactions(options, prefix)

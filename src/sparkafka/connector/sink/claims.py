@@ -72,7 +72,7 @@ from sparkafka.connector.sink.options import (
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import (
     claim_transactional_id,
-    default_transactional_id_prefix,
+    effective_prefix,
     prefix_of,
     transactional_id,
     write_partition_of,
@@ -324,7 +324,7 @@ def settle_checkpoint_claim(
             carry_over(plan)
         return plan
     query_id = plan.query_id
-    prefix = options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+    prefix = effective_prefix(options, query_id)
     files = CheckpointFiles(options.checkpoint_location)
     records = read_claim_records(files, query_id)
     own = records.get(prefix)

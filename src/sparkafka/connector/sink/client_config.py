@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkafka.connector.kafka_admin import LIBRDKAFKA_LOGGER
+from sparkafka.connector.kafka_admin import EAGER_CONNECTIONS, LIBRDKAFKA_LOGGER
 from sparkafka.connector.sink.options import AT_LEAST_ONCE, EXACTLY_ONCE, SinkOptions
 
 
@@ -18,12 +18,10 @@ def producer_config(options: SinkOptions, transactional_id: str | None) -> dict[
     # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
     # successful record cost about a microsecond of the write task's time per row.
     config.setdefault("delivery.report.only.error", True)
-    # With sparse connections librdkafka drops the bootstrap connection after the first metadata and
-    # retries the next lookup (transaction coordinator, producer id, partition leader) only on a
-    # 500 ms timer: 0.5 s for every new producer, and Spark runs a write task in whichever Python
-    # worker is idle, so an exactly-once task often needs a new producer (its transactional id moved
-    # to a worker whose producer for it is fenced). Connecting right away makes it milliseconds.
-    config.setdefault("enable.sparse.connections", False)
+    # An exactly-once task often needs a new producer (its transactional id moved to a worker whose
+    # producer for it is fenced): see EAGER_CONNECTIONS.
+    for key, value in EAGER_CONNECTIONS.items():
+        config.setdefault(key, value)
     if options.delivery_guarantee == EXACTLY_ONCE:
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = options.transaction_timeout_ms

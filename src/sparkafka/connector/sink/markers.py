@@ -16,6 +16,7 @@ from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
 from sparkafka.connector.client_pool import CONSUMERS
 from sparkafka.connector.kafka_admin import (
+    EAGER_CONNECTIONS,
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
     error_code,
@@ -324,7 +325,7 @@ def _watermarks(options: SinkOptions, partition: TopicPartition, isolation: str)
 def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -> dict[str, Any]:
     """A marker-partition consumer's configuration: assign-only, pooled, ``settings`` on top."""
     return {
-        "enable.sparse.connections": False,  # see producer_config
+        **EAGER_CONNECTIONS,
         **options.client_config,
         "group.id": "sparkafka-marker-reader",
         "logger": LIBRDKAFKA_LOGGER,

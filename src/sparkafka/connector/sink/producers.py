@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparkafka.connector.kafka_admin import (
+    EAGER_CONNECTIONS,
     LIBRDKAFKA_LOGGER,
     error_code,
 )
@@ -410,7 +411,7 @@ def _marker_producer(options: SinkOptions) -> Producer:
     """An idempotent producer of records into the marker partition outside any transaction (progress
     records, markers carried over): committed as soon as acknowledged, never holding readers back."""
     config = {
-        "enable.sparse.connections": False,  # see producer_config
+        **EAGER_CONNECTIONS,
         **options.client_config,
         "logger": LIBRDKAFKA_LOGGER,
         "enable.idempotence": True,

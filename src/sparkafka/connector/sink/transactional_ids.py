@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
+from typing import TYPE_CHECKING
+
 from sparkafka.errors import SparkafkaOptionError
+
+if TYPE_CHECKING:  # the options import the replay rules, which build ids with this module
+    from sparkafka.connector.sink.options import SinkOptions
 
 
 def transactional_id(prefix: str, write_partition: int) -> str:
@@ -41,11 +45,19 @@ def default_transactional_id_prefix(query_id: str) -> str:
     return f"sparkafka-{query_id}"
 
 
+def effective_prefix(options: SinkOptions, query_id: str) -> str:
+    """The prefix of a write's transactional ids: ``transactionalIdPrefix`` when set, else the
+    default of the streaming query ``query_id``."""
+    return options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+
+
 def require_batch_write_prefix(options: SinkOptions) -> None:
     """An exactly-once ``df.write`` needs ``transactionalIdPrefix``: with the streaming sink's default
     (the query id) two writes of one ``foreachBatch`` call would share transactional ids, and the
     second, finding the first one's commit marker for the micro-batch, would take itself for a
     replay and write nothing."""
+    from sparkafka.connector.sink.options import EXACTLY_ONCE
+
     if options.delivery_guarantee == EXACTLY_ONCE and options.transactional_id_prefix is None:
         raise SparkafkaOptionError(
             "deliveryGuarantee=exactly-once in df.write (inside foreachBatch, the only place it works) needs "

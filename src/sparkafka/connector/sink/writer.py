@@ -48,7 +48,7 @@ from sparkafka.connector.sink.producers import (
 )
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
 from sparkafka.connector.sink.task import task_identity
-from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
+from sparkafka.connector.sink.transactional_ids import effective_prefix, transactional_id, write_partition_of
 from sparkafka.connector.worker_heap import freeze_long_lived_objects
 from sparkafka.errors import (
     OutputTopicNotFoundError,
@@ -184,7 +184,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # sending this task's rows while the producer initialises and reads the marker. Even a task
         # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
         # from a crash now, not at the broker's timeout. No transaction is open while rows are awaited.
-        prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+        prefix = effective_prefix(self.options, query_id)
         own_id = transactional_id(prefix, partition)
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         cached = transactional_producer(
@@ -486,7 +486,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
         if prefix is None and query_id is not None and not self.batch_write:
-            prefix = self.options.transactional_id_prefix or default_transactional_id_prefix(query_id)
+            prefix = effective_prefix(self.options, query_id)
         if prefix is None or query_id is None:
             return
         record = ProgressRecord(
@@ -516,7 +516,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         found = read_marker_partition(self.options)
         fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
         beyond = partitions_beyond(
-            (CommitMarker.decode(value) for key, value in found.items() if key.startswith(f"{prefix}-")),
+            (
+                CommitMarker.decode(value)
+                for key, value in found.items()
+                if write_partition_of(key, prefix) is not None
+            ),
             query_id=query_id,
             batch_id=batch_id,
             prefix=prefix,

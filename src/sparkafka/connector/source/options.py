@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sparkafka.connector.kafka_admin import (
+    EAGER_CONNECTIONS,
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
     TopicPartitionKey,
@@ -306,10 +307,11 @@ class SourceOptions:
         end. ``auto.offset.reset=error`` turns an offset removed by retention into an error event
         instead of a silent jump, and partition EOF events mark the end of a partition.
 
-        Connections to all brokers open right away: with librdkafka's sparse connections a fresh
-        consumer's first offset query to the leader now and then waited for a 500 ms retry timer.
-        The consumers are pooled per Python process (:mod:`sparkafka.connector.client_pool`), so the group id
-        is the same for every read of this process.
+        Connections to all brokers open right away (``EAGER_CONNECTIONS``): with librdkafka's sparse
+        connections a fresh consumer's first offset query to the leader now and then waited for a
+        500 ms retry timer. The consumers are pooled per Python process
+        (:mod:`sparkafka.connector.client_pool`), so the group id is the same for every read of this
+        process.
 
         Prefetch is bounded to two Arrow batches: librdkafka's default keeps 100,000 records per
         partition queued, fetched (and parsed) past the end of a range only to be dropped when the
@@ -327,7 +329,7 @@ class SourceOptions:
         micro-batch of a pipeline keeping up with its input."""
         prefix = self.group_id_prefix or "sparkafka-source"
         return {
-            "enable.sparse.connections": False,
+            **EAGER_CONNECTIONS,
             "queued.min.messages": PREFETCH_RECORDS,
             "fetch.queue.backoff.ms": PREFETCH_RECHECK_MS,
             "fetch.wait.max.ms": TRAILING_FETCH_WAIT_MS,
