@@ -82,7 +82,7 @@ class CachedProducer:
     query_id: str | None = None
     run_id: str | None = None
     # The micro-batch of that first write: every task of it, retries included, reports itself to the
-    # driver as the first batch of the run (SinkCommitMessage.fresh_producer).
+    # driver as the first batch of the run (SinkCommitMessage.run_first_batch).
     run_first_batch: int | None = None
     registered_query: str | None = None
     # Markers of this query under other prefixes, and under this id's prefix for the other write

@@ -78,7 +78,7 @@ class SinkCommitMessage(WriterCommitMessage):
     skipped_replay: bool = False
     # The task belongs to the first batch its id wrote in this query run (a replay is only possible
     # there): the driver checks that batch for partitions beyond the run's.
-    fresh_producer: bool = False
+    run_first_batch: bool = False
     # The number of write partitions the task's marker records (None: unknown, or no marker written).
     write_partitions: int | None = None
     # Records this id had committed of the batch before, written again because the user accepted the
@@ -195,7 +195,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             partition=partition,
             transactional_id=own_id,
             # Every task of the run's first batch of this id, a retry reusing the producer included.
-            fresh_producer=cached.run_first_batch == batch_id,
+            run_first_batch=cached.run_first_batch == batch_id,
             transactional_id_prefix=prefix,
             query_id=query_id,
             batch_id=batch_id,
@@ -459,7 +459,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.pause("driverCommit", partition=None, batch_id=batchId)
             return
         rewritten = {r.partition: r.rewritten_records for r in reports if r.rewritten_records}
-        if any(r.fresh_producer for r in reports):
+        if any(r.run_first_batch for r in reports):
             rewritten.update(self._check_first_batch_of_run(reports, batchId))
         if rewritten:
             log.warning(

@@ -20,14 +20,14 @@ from sparkafka.connector.source.ranges import LEGACY_CALCULATOR, SPARK_CALCULATO
 HEARTBEAT_OFFSET_KEY = "sparkafka:idleHeartbeat"
 HEARTBEAT_SLOT = "0"
 # A new query's initial offset: "the starting offsets, not resolved yet" (see "Starting offsets" in
-# the module docstring). The same constant whenever and however often the engine asks.
+# the docstring of sparkafka.connector.source). The same constant whenever and however often the engine asks.
 UNRESOLVED_START_KEY = "sparkafka:startingOffsets"
 UNRESOLVED_START: dict[str, dict[str, int]] = {UNRESOLVED_START_KEY: {"0": 0}}
 # A resolved initial offset (earliest, numbers, -2) carries this entry, so that latestOffset knows it
 # plans the first micro-batch ...
 INITIAL_OFFSET_KEY = "sparkafka:initialOffset"
 # ... whose end offset then carries that batch's start, {FIRST_BATCH_START_PREFIX + topic:
-# {partition: offset}}, checkpointed with it (see "Starting offsets" in the module docstring).
+# {partition: offset}}, checkpointed with it (see "Starting offsets" in sparkafka.connector.source).
 FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
 # Starting offsets an open transaction still holds back when a micro-batch runs for other partitions:
 # {HELD_START_PREFIX + topic: {partition: offset}} in its end offset.

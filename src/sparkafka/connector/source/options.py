@@ -48,7 +48,6 @@ STARTING_TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
 ENDING_OFFSETS = "endingOffsets"
 ENDING_OFFSETS_BY_TIMESTAMP = "endingOffsetsByTimestamp"
 ENDING_TIMESTAMP = "endingTimestamp"
-ENDING_OPTIONS = (ENDING_OFFSETS, ENDING_OFFSETS_BY_TIMESTAMP, ENDING_TIMESTAMP)
 
 SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(SUBSCRIBE, "comma-separated topics"),

@@ -189,11 +189,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         """The engine asks for this when it plans the first micro-batch and again when it replays
-        that batch after a failure (see "Starting offsets" in the module docstring). Starting offsets
-        that resolve the same both times (``earliest``, offsets given as numbers or -2) are returned
-        resolved, so the first batch reads records as with Spark's source; the others (``latest``,
-        -1, ``group``, timestamps, which fall back to latest) as :data:`UNRESOLVED_START`, which
-        :meth:`latestOffset` resolves into the end of an empty, checkpointed first batch."""
+        that batch after a failure (see "Starting offsets" in the docstring of
+        sparkafka.connector.source). Starting offsets that resolve the same both times
+        (``earliest``, offsets given as numbers or -2) are returned resolved, so the first batch
+        reads records as with Spark's source; the others (``latest``, -1, ``group``, timestamps,
+        which fall back to latest) as :data:`UNRESOLVED_START`, which :meth:`latestOffset` resolves
+        into the end of an empty, checkpointed first batch."""
         if not _resolves_the_same_later(self.options.starting or LATEST):
             return {key: dict(value) for key, value in UNRESOLVED_START.items()}
         return _marked_initial(encode_offsets(self._starting_offsets()))
