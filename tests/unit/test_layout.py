@@ -37,7 +37,11 @@ def _sparkafka_imports(source: str, module: str) -> set[str]:
                 name = ".".join([*base, node.module] if node.module else base)
             else:
                 name = node.module or ""
-            found |= {f"{name}.{alias.name}" for alias in node.names} | {name}
+            found |= {f"{name}.{alias.name}" for alias in node.names}
+            # `from sparkafka import errors` names the module sparkafka.errors; the package itself
+            # only where what is imported is not one of its modules.
+            if name != "sparkafka" or any(not (PACKAGE / f"{a.name}.py").exists() for a in node.names):
+                found.add(name)
     return {name for name in found if name == "sparkafka" or name.startswith("sparkafka.")}
 
 
@@ -66,6 +70,9 @@ def test_the_rule_sees_imports_inside_functions_and_relative_ones() -> None:
     found = _sparkafka_imports(source, "sparkafka.connector.probe")
     assert {"sparkafka.broker.server", "sparkafka.broker.log"} <= found
     assert not _permitted("sparkafka.broker.server", ALLOWED["connector"])
+    assert _sparkafka_imports("from sparkafka import errors\n", "sparkafka.connector.probe") == {
+        "sparkafka.errors"
+    }
 
 
 @pytest.mark.parametrize(
@@ -98,3 +105,131 @@ def test_the_earlier_worker_daemon_module_imports_no_pyspark() -> None:
     probe = "import sys, sparkafka.worker_daemon; print(any(m.startswith('pyspark') for m in sys.modules))"
     printed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert printed.stdout.strip() == "False"
+
+
+# -- the contracts, followed through every module a part reaches ------------------------------------
+
+SOURCE_ROOT = PACKAGE.parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module ``source`` (the code of ``module``) imports at any depth, third-party ones
+    included: ``import x``, ``from x import y`` (``x.y`` where that is a module, else ``x``),
+    relative imports, and modules named by a constant string to ``importlib.import_module``."""
+    found = set()
+    for node in ast.walk(ast.parse(source, module)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = package[: len(package) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            found.add(name)
+            found |= {f"{name}.{alias.name}" for alias in node.names}
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the modules of sparkafka and pyspark_sparkafka it imports directly, and the
+    third-party top-level packages it imports (by their top-level name)."""
+    paths = sorted([*PACKAGE.rglob("*.py"), *(SOURCE_ROOT / "pyspark_sparkafka").rglob("*.py")])
+    modules = {_module_name(path): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for imported in _imports(path.read_text(), name, path.name == "__init__.py"):
+            if imported in modules:
+                edges.add(imported)
+            elif imported.split(".")[0] in ("sparkafka", "pyspark_sparkafka"):
+                # `from sparkafka.x import name`: the name is not a module, sparkafka.x is.
+                parent = imported.rsplit(".", 1)[0]
+                if parent in modules:
+                    edges.add(parent)
+            else:
+                edges.add(imported.split(".")[0])
+        graph[name] = edges
+    return graph
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> dict[str, list[str]]:
+    """Every module ``start`` reaches through imports, with one chain of imports that gets there."""
+    chains = {start: [start]}
+    queue = [start]
+    while queue:
+        current = queue.pop()
+        for imported in sorted(graph.get(current, ())):
+            if imported not in chains:
+                chains[imported] = [*chains[current], imported]
+                queue.append(imported)
+    return chains
+
+
+# Part -> what no module of it may reach, through any chain of imports (sparkafka modules by name
+# prefix, third-party packages by their top-level name).
+FORBIDDEN_REACH = {
+    # The broker stands alone: no Spark, no connector, nothing of the tools.
+    "sparkafka.broker": (
+        "sparkafka.connector",
+        "sparkafka.tools",
+        "sparkafka.cli",
+        "sparkafka.formats",
+        "sparkafka.runtime",
+        "pyspark",
+        "pyarrow",
+    ),
+    # The connector reaches Kafka over the wire only.
+    "sparkafka.connector": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
+    "sparkafka.formats": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
+    # The runtime's session registers the connector (through the package), nothing more.
+    "sparkafka.runtime": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
+    "pyspark_sparkafka": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
+}
+
+
+def _matches(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+@pytest.mark.parametrize("part", sorted(FORBIDDEN_REACH))
+def test_no_part_reaches_what_it_must_not_through_any_chain_of_imports(part: str) -> None:
+    graph = _graph()
+    offences = []
+    for module in sorted(name for name in graph if _matches(name, (part,))):
+        for reached, chain in sorted(_reached(graph, module).items()):
+            if _matches(reached, FORBIDDEN_REACH[part]):
+                offences.append(" -> ".join(chain))
+    assert not offences, "\n".join(offences[:20])
+
+
+def test_the_contract_follows_chains_importlib_names_and_package_forms() -> None:
+    """A chain through an allowed module still counts; a module named to importlib counts; and
+    ``from sparkafka import errors`` names sparkafka.errors, not the whole package."""
+    source = (
+        "import importlib\nfrom sparkafka import errors\nimportlib.import_module('sparkafka.broker.server')\n"
+    )
+    found = _imports(
+        source,
+        "sparkafka.connector.probe",
+        is_package=False,
+    )
+    assert {"sparkafka.errors", "sparkafka.broker.server"} <= found
+    graph = {"a": {"b"}, "b": {"sparkafka.broker.log"}, "sparkafka.broker.log": set()}
+    assert _reached(graph, "a")["sparkafka.broker.log"] == ["a", "b", "sparkafka.broker.log"]
+    relative = _imports("from . import options\n", "sparkafka.connector.sink", is_package=True)
+    assert "sparkafka.connector.sink.options" in relative
