@@ -187,17 +187,31 @@ def ensure_marker_topic(options: SinkOptions) -> None:
             ) from None
 
 
+# How long one attempt of describing the marker topic waits (see _require_compacted).
+_DESCRIBE_ATTEMPT_S = 15.0
+
+
 def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
     """A marker is what makes a replayed batch skip output already committed: a marker topic whose
     ``cleanup.policy`` deletes old records (``delete``, ``compact,delete``) would, after its
     retention, let a replay write its batch a second time."""
     resource = ConfigResource(ResourceType.TOPIC, options.marker_topic)
-    try:
-        described = admin.client.describe_configs([resource], request_timeout=options.operation_timeout_s)
-        entries = described[resource].result(options.operation_timeout_s)
-    except KafkaException as error:
-        what = f"describe the commit-marker topic '{options.marker_topic}'"
-        raise sink_unreachable_error(options, what, error) from None
+    deadline = time.monotonic() + options.operation_timeout_s
+    while True:
+        # librdkafka sends a topic's DescribeConfigs to the node its metadata names the controller.
+        # A node killed moments ago is still named there until the cluster fences it (KRaft's broker
+        # session timeout), and a request to it waits out its whole timeout: so each attempt waits
+        # a bounded while, and the next one asks through a new client, with fresh metadata.
+        wait_s = max(0.1, min(_DESCRIBE_ATTEMPT_S, deadline - time.monotonic()))
+        try:
+            described = admin.client.describe_configs([resource], request_timeout=wait_s)
+            entries = described[resource].result(wait_s + 1)
+            break
+        except KafkaException as error:
+            if error_code(error) != KafkaError._TIMED_OUT or time.monotonic() >= deadline:
+                what = f"describe the commit-marker topic '{options.marker_topic}'"
+                raise sink_unreachable_error(options, what, error) from None
+            admin.close()
     entry = entries.get("cleanup.policy")
     policy = (entry.value if entry is not None and entry.value is not None else "delete").replace(" ", "")
     if policy != "compact":
