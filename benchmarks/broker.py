@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import json
 import os
 import platform
 import socket
@@ -47,7 +45,7 @@ from sparkafka.broker.runner import BrokerProcess
 if not __package__:  # run as `python benchmarks/broker.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import load_average, machine_line, update_docs
+from benchmarks.common import load_average, load_results, machine_line, save_results, update_docs
 
 SECTION_TITLE = "## Broker"
 SECTION_START = "<!-- benchmark:broker:start -->"
@@ -327,27 +325,6 @@ class RunSetup:
     not_measured: list[str]
 
 
-def save_results(path: Path, results: list[Result], setup: RunSetup) -> None:
-    """Every run's measurements and the run's setup, as JSON (``--from-results`` reads it back)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    document = {
-        "version": 1,
-        "setup": dataclasses.asdict(setup),
-        "runs": [dataclasses.asdict(result) for result in results],
-    }
-    path.write_text(json.dumps(document, indent=1) + "\n")
-
-
-def load_results(path: Path) -> tuple[list[Result], RunSetup]:
-    try:
-        document = json.loads(path.read_text())
-        if document.get("version") != 1:
-            raise ValueError(f"version {document.get('version')!r}, this code reads 1")
-        return [Result(**run) for run in document["runs"]], RunSetup(**document["setup"])
-    except (OSError, KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{path} is not a broker results file: {error}") from None
-
-
 def render(results: list[Result], setup: RunSetup, results_file: Path) -> str:
     """The '## Broker' section, from the runs and how they were made."""
     others = f"beside {setup.compared_with}" if setup.compared_with else "alone"
@@ -417,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.from_results is not None:
         try:
-            saved, setup = load_results(args.from_results)
+            saved, setup = load_results(args.from_results, Result, RunSetup, "broker")
         except ValueError as error:
             parser.error(str(error))
         section = render(saved, setup, args.from_results)

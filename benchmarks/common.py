@@ -4,16 +4,22 @@ topic, and a description of the machine a run was measured on."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import platform
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Self
+from typing import Any, Self, TypeVar
 
-from confluent_kafka import Consumer, IsolationLevel, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from sparkafka.tools.harness import latest_offsets
+
+Run = TypeVar("Run")
+Setup = TypeVar("Setup")
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -91,11 +97,7 @@ class OutputWatcher:
         once the writer has stopped, and every record the topic holds for read_committed readers has
         been seen (a count reached is no proof that no copy follows). Raises TimeoutError naming the
         offsets otherwise."""
-        admin = AdminClient({"bootstrap.servers": self._bootstrap})
-        wanted = {TopicPartition(self._topic, p): OffsetSpec.latest() for p in range(self._partitions)}
-        level = IsolationLevel.READ_COMMITTED
-        answers = admin.list_offsets(wanted, isolation_level=level, request_timeout=30)
-        targets = {tp.partition: answer.result().offset for tp, answer in answers.items()}
+        targets = latest_offsets(self._bootstrap, self._topic, self._partitions, "read_committed")
         self._reached.clear()
         self._targets = targets
         if not self._reached.wait(timeout_s) and self.error is None:
@@ -115,6 +117,32 @@ class OutputWatcher:
         if self._thread.is_alive():
             self._thread.join()
         self._consumer.close()
+
+
+def save_results(path: Path, runs: list[Any], setup: Any) -> None:
+    """A benchmark's raw results as JSON: every run (a dataclass each) and the run's setup (a
+    dataclass), so that its section can be made again without running anything."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "version": 1,
+        "setup": dataclasses.asdict(setup),
+        "runs": [dataclasses.asdict(run) for run in runs],
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def load_results(
+    path: Path, run_type: type[Run], setup_type: type[Setup], what: str
+) -> tuple[list[Run], Setup]:
+    """What :func:`save_results` wrote to ``path``; ValueError naming the file and ``what`` it
+    should have held otherwise."""
+    try:
+        document = json.loads(path.read_text())
+        if document.get("version") != 1:
+            raise ValueError(f"version {document.get('version')!r}, this code reads 1")
+        return [run_type(**run) for run in document["runs"]], setup_type(**document["setup"])
+    except (OSError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} is not a {what} results file: {error}") from None
 
 
 def load_average() -> float:

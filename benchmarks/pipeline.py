@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import json
 import shlex
 import statistics
 import sys
@@ -50,7 +48,15 @@ from sparkafka.tools.pipeline_process import PipelineProcess
 if not __package__:  # run as `python benchmarks/pipeline.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import PARTITIONS, OutputWatcher, load_average, machine_line, update_docs
+from benchmarks.common import (
+    PARTITIONS,
+    OutputWatcher,
+    load_average,
+    load_results,
+    machine_line,
+    save_results,
+    update_docs,
+)
 from benchmarks.compare.report import Spread
 
 SECTION_START = "<!-- benchmark:pipeline:start -->"
@@ -304,28 +310,6 @@ class RunSetup:
     machine: str
 
 
-def save_results(path: Path, results: list[Result], setup: RunSetup) -> None:
-    """Every run's measurements and the run's setup, as JSON: the section can be made again from
-    them (``--from-results``) without running anything."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    document = {
-        "version": 1,
-        "setup": dataclasses.asdict(setup),
-        "runs": [dataclasses.asdict(result) for result in results],
-    }
-    path.write_text(json.dumps(document, indent=1) + "\n")
-
-
-def load_results(path: Path) -> tuple[list[Result], RunSetup]:
-    try:
-        document = json.loads(path.read_text())
-        if document.get("version") != 1:
-            raise ValueError(f"version {document.get('version')!r}, this code reads 1")
-        return [Result(**run) for run in document["runs"]], RunSetup(**document["setup"])
-    except (OSError, KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{path} is not a pipeline results file: {error}") from None
-
-
 def render(results: list[Result], setup: RunSetup, results_file: Path | None = None) -> str:
     by_config: dict[tuple[str, str], list[Result]] = {}
     for result in results:
@@ -407,7 +391,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.from_results is not None:
         try:
-            saved, setup = load_results(args.from_results)
+            saved, setup = load_results(args.from_results, Result, RunSetup, "pipeline")
         except ValueError as error:
             parser.error(str(error))
         section = render(saved, setup, args.from_results)
