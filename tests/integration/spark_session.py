@@ -15,6 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 import sparkafka
+from sparkafka.runtime import class_archive
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -29,6 +30,9 @@ def local_spark_session(
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
+    # As sparkafka's own sessions: the driver JVM maps the class archive where one was built.
+    if archive_options := class_archive.driver_options():
+        builder = builder.config("spark.driver.extraJavaOptions", archive_options)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = (

@@ -7,6 +7,7 @@ import typer
 from sparkafka import __version__
 from sparkafka.cli import broker as broker_commands
 from sparkafka.cli import checkpoint as checkpoint_commands
+from sparkafka.cli import class_archive as class_archive_commands
 from sparkafka.cli import console as console_commands
 from sparkafka.cli import demo as demo_commands
 from sparkafka.cli import pipeline as pipeline_commands
@@ -56,6 +57,7 @@ app.add_typer(console_commands.topics_app, name="topics")
 app.add_typer(console_commands.groups_app, name="groups")
 app.add_typer(console_commands.transactions_app, name="transactions")
 app.add_typer(checkpoint_commands.checkpoint_app, name="checkpoint")
+app.add_typer(class_archive_commands.class_archive_app, name="class-archive")
 
 
 def main() -> None:

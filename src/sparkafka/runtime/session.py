@@ -37,11 +37,13 @@ def spark_session(
     :mod:`sparkafka.runtime.worker_daemon`: both import PySpark from its compiled files, not from
     pyspark.zip. log4j prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no
     progress bars; the web UI on, at any free port (``conf`` may name one); the driver JVM's collector is
-    chosen by :func:`driver_java_options`; with a local master, checkpoints are written as described
+    chosen by :func:`driver_java_options`, and it maps the class archive where one was built
+    (:mod:`sparkafka.runtime.class_archive`); with a local master, checkpoints are written as described
     at :func:`_prefer_local_checkpoints`."""
     from pyspark.sql import SparkSession
 
     import sparkafka
+    from sparkafka.runtime import class_archive
     from sparkafka.runtime.python_exec import launcher_path
     from sparkafka.runtime.runner_zygote import ZYGOTE_ENV
     from sparkafka.runtime.runner_zygote import start as start_zygote
@@ -63,9 +65,10 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", spark_python)
     level = spark_log_level()
     log_config = resources.files("sparkafka").joinpath("resources/log4j2.properties")
-    java_options = driver_java_options(
-        master, f"-Dlog4j.configurationFile={log_config} -Dsparkafka.spark.log.level={level}"
-    )
+    base_options = f"-Dlog4j.configurationFile={log_config} -Dsparkafka.spark.log.level={level}"
+    if archive_options := class_archive.driver_options():
+        base_options = f"{base_options} {archive_options}"
+    java_options = driver_java_options(master, base_options)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
