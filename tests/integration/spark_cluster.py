@@ -20,6 +20,8 @@ from types import TracebackType
 
 import pyspark
 
+from sparkafka.runtime import class_archive
+
 from .apache_kafka import free_ports
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -47,8 +49,26 @@ class StandaloneCluster:
 
     @staticmethod
     def environment(local_ip: str = "127.0.0.1") -> dict[str, str]:
-        """What every process of the cluster and its applications needs: loopback only."""
-        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": local_ip}
+        """What every process of the cluster and its applications needs: loopback only; the master
+        and workers map the driver's class archive (:func:`executor_settings` for executors)."""
+        daemon_options = " ".join(
+            part
+            for part in (os.environ.get("SPARK_DAEMON_JAVA_OPTS", ""), class_archive.driver_options())
+            if part
+        )
+        return {
+            **os.environ,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": local_ip,
+            "SPARK_DAEMON_JAVA_OPTS": daemon_options,
+        }
+
+    @staticmethod
+    def executor_settings() -> tuple[str, ...]:
+        """Settings that let an application's executors map the driver's class archive: they start
+        from the same jars (a JVM that cannot use it loads its classes as usual)."""
+        options = class_archive.driver_options()
+        return (f"spark.executor.extraJavaOptions={options}",) if options else ()
 
     def __enter__(self) -> StandaloneCluster:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ CACHE_DIR_ENV = "SPARKAFKA_CACHE_DIR"
 # Set by build() for its child process only: where that child's driver JVM writes the archive.
 _DUMP_TO_ENV = "SPARKAFKA_CLASS_ARCHIVE_DUMP_TO"
 _FORMAT = 1
-_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _BUILD_TIMEOUT_S = 900
 PROBE_FORMAT = "sparkafka_class_archive_probe"
 
@@ -97,6 +97,12 @@ def archive_key(environ: Mapping[str, str] | None = None) -> str | None:
     jars = spark_jars(environ)
     if java is None or not java.exists() or not jars.is_dir():
         return None
+    return classpath_key(java, jars)
+
+
+def classpath_key(java: Path, jars: Path) -> str:
+    """A digest of what decides whether ``java`` may map an archive of the classes in ``jars``: the
+    JDK (its ``release`` file and ``libjvm.so``) and every jar's name, size and modification time."""
     java = java.resolve()
     digest = hashlib.sha256(f"format {_FORMAT}\njava {java}\n".encode())
     jdk_home = java.parent.parent
@@ -141,30 +147,54 @@ def whole_archive(environ: Mapping[str, str] | None = None) -> Path | None:
     """Step 2 of :func:`driver_options`: the archive of the current JDK and Spark, when it is
     there and as long as recorded when it was built."""
     archive = archive_path(environ)
-    if archive is None:
-        return None
+    return archive if archive is not None and is_whole(archive) else None
+
+
+def is_whole(archive: Path) -> bool:
+    """``archive`` is there, with the size :func:`keep` recorded for it (a JVM crashes on a
+    truncated one)."""
     try:
         recorded = json.loads(_size_record(archive).read_text())["size"]
-        whole = archive.stat().st_size == recorded
+        size = archive.stat().st_size
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not whole:
+        return False
+    if size != recorded:
         log.warning(
             "ignoring the class archive %s: its size is not the one recorded when it was built", archive
         )
-        return None
+    return size == recorded
+
+
+def keep(written: Path, archive: Path) -> Path:
+    """Step 3 of :func:`build`: the file a JVM wrote becomes ``archive`` by a rename, then its size
+    is recorded beside it (until then a reader finds no record and does not map it)."""
+    size = written.stat().st_size
+    if size == 0:
+        raise ClassArchiveError(f"the class archive {written} is empty; nothing was kept")
+    _size_record(archive).unlink(missing_ok=True)
+    os.replace(written, archive)
+    record = _size_record(archive)
+    staged = record.with_name(f"{record.name}.{os.getpid()}")
+    staged.write_text(json.dumps({"size": size}))
+    os.replace(staged, record)
     return archive
+
+
+def mapping_options(archive: Path) -> str:
+    """The JVM options that map ``archive``, quietly, and fall back to plain class loading when the
+    JVM cannot use it."""
+    return f"-XX:SharedArchiveFile={shlex.quote(str(archive))} -Xshare:auto {QUIET}"
 
 
 def driver_options(environ: Mapping[str, str] | None = None) -> str:
     """The driver JVM's options for the archive (:func:`build`'s child: for writing it)."""
     environ = os.environ if environ is None else environ
     if dump_to := environ.get(_DUMP_TO_ENV):
-        return f"-XX:ArchiveClassesAtExit={shlex.quote(dump_to)} {_QUIET}"
+        return f"-XX:ArchiveClassesAtExit={shlex.quote(dump_to)} {QUIET}"
     archive = usable_archive(environ)
     if archive is None:
         return ""
-    return f"-XX:SharedArchiveFile={shlex.quote(str(archive))} -Xshare:auto {_QUIET}"
+    return mapping_options(archive)
 
 
 def build(environ: Mapping[str, str] | None = None, *, timeout_s: float = _BUILD_TIMEOUT_S) -> Path:
@@ -199,13 +229,7 @@ def build(environ: Mapping[str, str] | None = None, *, timeout_s: float = _BUILD
                 f"the driver JVM wrote no class archive (exit code {done.returncode}); nothing was "
                 f"kept, and sessions start as before. Its last output:\n{tail}"
             )
-        size = partial.stat().st_size
-        os.replace(partial, archive)
-    record = _size_record(archive)
-    staged = record.with_name(record.name + f".{os.getpid()}")
-    staged.write_text(json.dumps({"size": size}))
-    os.replace(staged, record)
-    return archive
+        return keep(partial, archive)
 
 
 def remove(environ: Mapping[str, str] | None = None) -> list[Path]:

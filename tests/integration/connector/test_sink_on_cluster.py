@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,8 +60,14 @@ def _pipeline(
     *conf: str,
     sink_options: tuple[str, ...] = (),
 ) -> PipelineProcess:
-    settings = ("spark.executor.cores=1", f"spark.cores.max={executors}", "spark.executor.memory=1g", *conf)
-    submit = " ".join(f"--conf {setting}" for setting in settings)
+    settings = (
+        "spark.executor.cores=1",
+        f"spark.cores.max={executors}",
+        "spark.executor.memory=1g",
+        *StandaloneCluster.executor_settings(),
+        *conf,
+    )
+    submit = " ".join(f"--conf {shlex.quote(setting)}" for setting in settings)
     args = run_arguments(
         broker.bootstrap_servers,
         "in",

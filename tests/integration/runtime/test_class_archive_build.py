@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.runtime import class_archive
+from tests.integration.apache_kafka import NEWEST, ApacheKafka, class_archive_of, require_apache_kafka
 
 SESSION = """
 from sparkafka.runtime.session import spark_session
@@ -62,3 +63,22 @@ def test_a_build_whose_jvm_fails_keeps_nothing(tmp_path: Path) -> None:
     archives = tmp_path / "cache" / "class-archives"
     assert list(archives.iterdir()) == []
     assert class_archive.driver_options(environ) == ""
+
+
+def _mapped_files(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_an_apache_kafka_node_maps_its_versions_archive(tmp_path: Path) -> None:
+    """scripts/install --test builds one per pinned version; CI must have it (a node without it
+    only starts slower, so this is the test that notices)."""
+    libs = require_apache_kafka(NEWEST)
+    archive = class_archive_of(libs)
+    assert archive is not None
+    if not class_archive.is_whole(archive):
+        message = f"no class archive at {archive}: scripts/install --test builds it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with ApacheKafka(tmp_path / "kafka") as kafka:
+        assert str(archive.resolve()) in _mapped_files(kafka.processes[1].pid)
