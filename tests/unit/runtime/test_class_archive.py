@@ -189,3 +189,19 @@ def test_the_command_says_when_no_archive_can_be_used(
     result = CliRunner().invoke(app, ["class-archive", "status"])
     assert result.exit_code == 1
     assert "no java or no Spark jars found" in result.output
+
+
+def test_a_failed_build_exits_saying_that_sessions_start_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environ = _installation(tmp_path)
+    java = Path(environ["JAVA_HOME"]) / "bin" / "java"
+    java.write_text("#!/bin/sh\nexit 3\n")
+    java.chmod(0o755)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    result = CliRunner().invoke(app, ["class-archive", "build"])
+    assert result.exit_code == 1
+    assert "sparkafka class-archive build: the driver JVM wrote no class archive" in result.output
+    assert "nothing was kept, and sessions start as before" in result.output
