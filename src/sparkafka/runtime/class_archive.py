@@ -32,6 +32,7 @@ as usual; nothing here changes what runs, only how fast the classes are found.""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -171,12 +172,15 @@ def keep(written: Path, archive: Path) -> Path:
     size = written.stat().st_size
     if size == 0:
         raise ClassArchiveError(f"the class archive {written} is empty; nothing was kept")
-    _size_record(archive).unlink(missing_ok=True)
-    os.replace(written, archive)
-    record = _size_record(archive)
-    staged = record.with_name(f"{record.name}.{os.getpid()}")
-    staged.write_text(json.dumps({"size": size}))
-    os.replace(staged, record)
+    # Two builds finishing together would otherwise leave one's archive beside the other's size.
+    with open(archive.parent / ".keep.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _size_record(archive).unlink(missing_ok=True)
+        os.replace(written, archive)
+        record = _size_record(archive)
+        staged = record.with_name(f"{record.name}.{os.getpid()}")
+        staged.write_text(json.dumps({"size": size}))
+        os.replace(staged, record)
     return archive
 
 

@@ -205,3 +205,22 @@ def test_a_failed_build_exits_saying_that_sessions_start_as_before(
     assert result.exit_code == 1
     assert "sparkafka class-archive build: the driver JVM wrote no class archive" in result.output
     assert "nothing was kept, and sessions start as before" in result.output
+
+
+def test_keep_renames_a_whole_file_into_place_and_records_its_size(tmp_path: Path) -> None:
+    environ = _installation(tmp_path)
+    archive = class_archive.archive_path(environ)
+    assert archive is not None
+    archive.parent.mkdir(parents=True)
+    old = _built(environ, b"old archive")
+    written = tmp_path / "written.jsa"
+    written.write_bytes(b"new, longer archive")
+    assert class_archive.keep(written, archive) == old
+    assert archive.read_bytes() == b"new, longer archive" and not written.exists()
+    assert class_archive.usable_archive(environ) == archive
+
+    empty = tmp_path / "empty.jsa"
+    empty.write_bytes(b"")
+    with pytest.raises(class_archive.ClassArchiveError, match="is empty; nothing was kept"):
+        class_archive.keep(empty, archive)
+    assert archive.read_bytes() == b"new, longer archive"
