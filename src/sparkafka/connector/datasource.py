@@ -19,7 +19,7 @@ from sparkafka.connector.sink.transactional_ids import (
     require_batch_write_prefix,
 )
 from sparkafka.connector.sink.writer import KafkaBatchWriter, KafkaStreamWriter
-from sparkafka.connector.source.data_source import KafkaDataSource as _SourceDataSource
+from sparkafka.connector.source.data_source import KafkaSource
 from sparkafka.errors import SparkafkaOptionError
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def _settled_plan(options: SinkOptions, *, batch_write: bool) -> BatchPlan | Non
     )
 
 
-class KafkaDataSource(_SourceDataSource):
+class KafkaDataSource(KafkaSource):
     """``spark.readStream.format("sparkafka")`` and ``df.writeStream.format("sparkafka")``."""
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

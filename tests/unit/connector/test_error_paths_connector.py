@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sparkafka.connector.source.data_source import KafkaDataSource
+from sparkafka.connector.source.data_source import KafkaSource
 from sparkafka.connector.source.reader import _Columns
 from sparkafka.errors import KafkaReadError, SparkafkaOptionError
 
@@ -19,7 +19,7 @@ BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "events"}
 
 def load(**options: str) -> None:
     """What Spark calls when ``spark.read(Stream).format("sparkafka")...load()`` runs."""
-    KafkaDataSource({**BASE, **{key.lower(): value for key, value in options.items()}}).schema()
+    KafkaSource({**BASE, **{key.lower(): value for key, value in options.items()}}).schema()
 
 
 @pytest.mark.parametrize(

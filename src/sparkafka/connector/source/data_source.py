@@ -21,8 +21,10 @@ from sparkafka.errors import (
 # -- the data source --------------------------------------------------------------------------------
 
 
-class KafkaDataSource(DataSource):
-    """``spark.readStream.format("sparkafka")`` / ``spark.read.format("sparkafka")``."""
+class KafkaSource(DataSource):
+    """The reading half of the ``sparkafka`` data source (``spark.readStream.format("sparkafka")`` /
+    ``spark.read.format("sparkafka")``); :class:`sparkafka.connector.datasource.KafkaDataSource` adds
+    the writing half."""
 
     @classmethod
     def name(cls) -> str:
