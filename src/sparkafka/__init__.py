@@ -44,7 +44,7 @@ def pin_write_partitioning(spark: SparkSession) -> None:
     data and the cores present when the batch runs, so a batch replayed after a crash can reach the
     sink split otherwise than when it was first written; the exactly-once sink refuses to write
     then. Stateful streaming plans never use adaptive execution, and batch queries keep it."""
-    from sparkafka.connector.replay import ADAPTIVE_STATELESS_STREAMING
+    from sparkafka.connector.sink.replay import ADAPTIVE_STATELESS_STREAMING
 
     spark.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
 

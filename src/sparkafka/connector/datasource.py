@@ -7,13 +7,13 @@ import logging
 
 from pyspark.sql.types import StructType
 
-from sparkafka.connector.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.batch_plan import BatchPlan, read_batch_plan
 from sparkafka.connector.sink.claims import settle_checkpoint_claim
 from sparkafka.connector.sink.lease import hold_checkpoint_lease
 from sparkafka.connector.sink.markers import ensure_marker_topic
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
 from sparkafka.connector.sink.producers import carry_markers_over
+from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.transactional_ids import (
     effective_prefix,
     require_batch_write_prefix,

@@ -1,4 +1,4 @@
-"""The sink's replay rule (sparkafka.connector.replay), branch by branch: write, skip or refuse."""
+"""The sink's replay rule (sparkafka.connector.sink.replay), branch by branch: write, skip or refuse."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from sparkafka.connector.replay import (
+from sparkafka.connector.sink.batch_plan import offsets_gap
+from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord
+from sparkafka.connector.sink.replay import (
     ADAPTIVE_ENABLED,
     ADAPTIVE_STATELESS_STREAMING,
     Action,
@@ -18,8 +20,6 @@ from sparkafka.connector.replay import (
     decide,
     partitions_beyond,
 )
-from sparkafka.connector.sink.batch_plan import offsets_gap
-from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord
 from sparkafka.connector.sink.task import query_run_id, task_identity
 from sparkafka.errors import SparkafkaError
 

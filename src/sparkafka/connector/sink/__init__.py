@@ -25,13 +25,13 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
    there refuses before registering (markers deleted or moved); a query adopting another's ids
    refuses while that query's last batch is partly committed. It tracks its marker locally from
    then on.
-4. :func:`sparkafka.connector.replay.decide` takes it from there: a marker of this query and batch ``b`` with
-   the row count the task has now means ``b`` is a replay this id already committed, and the task
-   writes nothing; an id registered to another query, a row count that differs, ``b`` committed
-   under another prefix, a marker or progress record past ``b``, or a marker of ``b`` planned from
-   other input (the checkpoint went back behind its output: :mod:`.batch_plan`) fail the task (a
-   replay of another shape would lose or double records). Before all this the task refuses while
-   adaptive execution could split a replay otherwise.
+4. :func:`sparkafka.connector.sink.replay.decide` takes it from there: a marker of this query and
+   batch ``b`` with the row count the task has now means ``b`` is a replay this id already
+   committed, and the task writes nothing; an id registered to another query, a row count that
+   differs, ``b`` committed under another prefix, a marker or progress record past ``b``, or a
+   marker of ``b`` planned from other input (the checkpoint went back behind its output:
+   :mod:`.batch_plan`) fail the task (a replay of another shape would lose or double records).
+   Before all this the task refuses while adaptive execution could split a replay otherwise.
 5. Otherwise: begin a transaction, produce the rows, produce the new marker (id, query, batch,
    partition, record count, topic, write partitions, plan digest, run, time) in the same
    transaction, commit. Output and marker become visible together or not at all. An empty partition

@@ -43,14 +43,6 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparkafka.connector.kafka_admin import KafkaAdmin, error_code
-from sparkafka.connector.replay import (
-    EXACTLY_ONCE_FROM_OPTION,
-    PREVIOUS_MARKER_TOPIC_OPTION,
-    ReplayRefused,
-    markers_lost,
-    prefix_claimed_by_another_query,
-    restart_output_here,
-)
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
@@ -68,6 +60,14 @@ from sparkafka.connector.sink.options import (
     PROGRESS_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
+)
+from sparkafka.connector.sink.replay import (
+    EXACTLY_ONCE_FROM_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
+    ReplayRefused,
+    markers_lost,
+    prefix_claimed_by_another_query,
+    restart_output_here,
 )
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import (
@@ -146,7 +146,7 @@ def require_prefix_claim(
     """One query per prefix, decided once for the whole prefix: the first query to commit its claim
     (``claim/<prefix>``) owns every id of it, and another query refuses at its first write, before it
     registers any id, unless it adopts the owner's ids. A prefix whose ids were registered before
-    claims existed keeps the per-id check alone (:func:`~sparkafka.connector.replay.decide`)."""
+    claims existed keeps the per-id check alone (:func:`~sparkafka.connector.sink.replay.decide`)."""
     owner = claim_owner(found, prefix)
     if owner is None:
         if any(registration_of_prefix(key, prefix) for key in found):

@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sparkafka.connector.replay import ReplayRefused
 from sparkafka.connector.sink.batch_plan import CheckpointFiles
 from sparkafka.connector.sink.options import LEASE_TIMEOUT_OPTION
+from sparkafka.connector.sink.replay import ReplayRefused
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from sparkafka.connector.kafka_admin import (
     error_code,
     partition_watermarks,
 )
-from sparkafka.connector.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import MARKER_PARTITION, OPERATION_TIMEOUT, SinkOptions
+from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
-from sparkafka.connector.replay import (
+from sparkafka.connector.sink.replay import (
     ACCEPT_RESHAPED_OPTION,
     ADOPT_OPTION,
     EXACTLY_ONCE_FROM_OPTION,

@@ -28,13 +28,6 @@ from sparkafka.connector.kafka_admin import (
     LIBRDKAFKA_LOGGER,
     error_code,
 )
-from sparkafka.connector.replay import (
-    ADOPT_OPTION,
-    PREVIOUS_MARKER_TOPIC_OPTION,
-    ReplayRefused,
-    adopted_partial_batch,
-    markers_lost,
-)
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
 from sparkafka.connector.sink.claims import (
     belongs_to,
@@ -59,6 +52,13 @@ from sparkafka.connector.sink.options import (
     PROGRESS_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
+)
+from sparkafka.connector.sink.replay import (
+    ADOPT_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
+    ReplayRefused,
+    adopted_partial_batch,
+    markers_lost,
 )
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of

@@ -3,7 +3,7 @@
 PySpark tells a Python task its partition index, not how many partitions its stage has. The
 exactly-once sink records that number in every commit marker, so that a replay split into another
 number of write partitions is refused by its tasks before any of them writes (see
-:mod:`sparkafka.connector.replay`). Spark's monitoring REST API, served with the web UI, has it: a
+:mod:`sparkafka.connector.sink.replay`). Spark's monitoring REST API, served with the web UI, has it: a
 stage's ``numTasks``. :func:`sparkafka.register` publishes the UI's address as a session setting
 (:data:`STATUS_URL_SETTING`); Spark hands a session's settings to every task of its jobs.
 

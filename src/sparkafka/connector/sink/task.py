@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparkafka.connector.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
+from sparkafka.connector.sink.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING
 from sparkafka.errors import SparkafkaError
 

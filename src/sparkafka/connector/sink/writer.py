@@ -19,16 +19,6 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from sparkafka.connector.kafka_admin import (
     waits_until_refused,
 )
-from sparkafka.connector.replay import (
-    ACCEPT_RESHAPED_OPTION,
-    Action,
-    ReplayRefused,
-    TaskView,
-    adaptive_execution_refusal,
-    beyond_refusal,
-    decide,
-    partitions_beyond,
-)
 from sparkafka.connector.sink.batch_plan import BatchPlan
 from sparkafka.connector.sink.failures import (
     kafka_exception_of,
@@ -45,6 +35,16 @@ from sparkafka.connector.sink.producers import (
     plain_producer,
     transactional_producer,
     write_progress,
+)
+from sparkafka.connector.sink.replay import (
+    ACCEPT_RESHAPED_OPTION,
+    Action,
+    ReplayRefused,
+    TaskView,
+    adaptive_execution_refusal,
+    beyond_refusal,
+    decide,
+    partitions_beyond,
 )
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
 from sparkafka.connector.sink.task import task_identity
@@ -146,11 +146,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """One write task. Exactly-once steps (the protocol in :mod:`sparkafka.connector.sink`):
 
         1. Refuse while adaptive execution could split a replayed batch otherwise
-           (:func:`~sparkafka.connector.replay.adaptive_execution_refusal`); start asking the
+           (:func:`~sparkafka.connector.sink.replay.adaptive_execution_refusal`); start asking the
            driver how many write partitions the batch has (:mod:`.stage_width`), in the background.
         2. The producer of ``{prefix}-{partition}`` and what the id committed, read at the id's first
            write of the query run (:func:`~.producers.transactional_producer`).
-        3. :func:`~sparkafka.connector.replay.decide`: skip a replay whose output this id committed
+        3. :func:`~sparkafka.connector.sink.replay.decide`: skip a replay whose output this id committed
            (same query, same batch, same row count), refuse where neither writing nor skipping is safe
            (another number of write partitions than the batch's markers record, among others).
         4. Write the rows and the marker, which records the row count and the number of write
@@ -507,7 +507,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         2. fail the batch if any of them committed this very batch: the replay was split otherwise
            than the first run, and the tasks could not tell, because the markers of the first run
            or the tasks of this one do not know the batch's number of write partitions
-           (:func:`~sparkafka.connector.replay.partitions_beyond`) — unless the user accepted the
+           (:func:`~sparkafka.connector.sink.replay.partitions_beyond`) — unless the user accepted the
            batch as written: then returns those partitions' records, now in the output twice."""
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
         query_id = next((r.query_id for r in reports if r.query_id), None)
