@@ -11,10 +11,13 @@ then times, ``--repeats`` times each and after one untimed run of each,
   compiler still compiles Spark's driver code in a session's first few queries, and these show
   what a query costs once that has died down,
 
-prints a markdown table and replaces the "Source" section of docs/benchmarks.md.
+prints a markdown table and replaces the "Source" section of docs/benchmarks.md. Every run is kept
+in docs/benchmarks/source.json (``--results``), from which ``--from-results`` makes the section
+again without running anything.
 
     python -m benchmarks.source                   # 1,000,000 records of 100 B
     python benchmarks/source.py --records 200000
+    python -m benchmarks.source --from-results docs/benchmarks/source.json
 """
 
 from __future__ import annotations
@@ -39,13 +42,16 @@ from sparkafka.connector.source.options import PREFETCH_RECHECK_MS, PREFETCH_REC
 if not __package__:  # run as `python benchmarks/source.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import update_docs
+from benchmarks.common import load_results, save_results, update_docs
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "benchmarks.md"
 SECTION_START = "<!-- benchmark:source:start -->"
 SECTION_END = "<!-- benchmark:source:end -->"
 TOPIC = "bench-source"
+RESULTS = REPO / "docs" / "benchmarks" / "source.json"
+# Every run is kept under its reader's kind; the table's rows are made from them (rows_of).
+BARE, BATCH, STREAM = "bare loop", "batch", "stream"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Measurement:
     cpu_seconds: float | None = None  # of every process doing the reading (broker excluded)
     jvm_cpu_seconds: float | None = None  # the part of cpu_seconds in Spark's JVM
     runs: int = 1
+    # A streaming query's micro-batch execution alone (its progress reports' triggerExecution).
+    execution_s: float | None = None
 
     @property
     def records_per_second(self) -> float:
@@ -92,6 +100,22 @@ def median_of(reader: str, runs: list[Measurement]) -> Measurement:
         middle([m.jvm_cpu_seconds for m in runs]),
         len(runs),
     )
+
+
+@dataclass(frozen=True)
+class SourceSetup:
+    """What a run of the benchmark was: its data, its repetitions and the machine."""
+
+    records: int
+    value_bytes: int
+    partitions: int
+    produce_s: float
+    repeats: int
+    settled: int
+    python: str
+    cpus: int
+    date: str
+    command: str
 
 
 def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> float:
@@ -151,7 +175,7 @@ def bare_consume(bootstrap: str, records: int, partitions: int) -> Measurement:
     consumer.close()
     if count != records:
         raise RuntimeError(f"the bare consumer read {count} of {records} records")
-    return Measurement("confluent-kafka consume loop (1 consumer)", count, seconds, cpu_seconds)
+    return Measurement(BARE, count, seconds, cpu_seconds)
 
 
 def spark_readers(
@@ -215,22 +239,40 @@ def spark_readers(
 
     try:
         batch_count()  # warm-up
-        batches = [timed("batch", batch_count) for _ in range(repeats)]
-        streams = [timed("stream", lambda run=run: stream_count(run)) for run in range(repeats + settled)]
+        batches = [timed(BATCH, batch_count) for _ in range(repeats)]
+        streams = [timed(STREAM, lambda run=run: stream_count(run)) for run in range(repeats + settled)]
     finally:
         sampler.stop()
         spark.stop()
+    return batches + [
+        replace(run, execution_s=ms / 1000) for run, ms in zip(streams, executing_ms, strict=True)
+    ]
+
+
+def rows_of(runs: list[Measurement], setup: SourceSetup) -> list[Measurement]:
+    """The table's rows from every run: the bare loop's and the batch reads' medians; the first
+    streaming query on its own, queries 2 to ``repeats`` as their median (and their micro-batch
+    execution alone), the ``settled`` queries after them as theirs."""
+    bare = [run for run in runs if run.reader == BARE]
+    batches = [run for run in runs if run.reader == BATCH]
+    streams = [run for run in runs if run.reader == STREAM]
+    repeats, settled = setup.repeats, setup.settled
     later, after_later = streams[1:repeats], streams[repeats:]
-    warm_executing_ms = executing_ms[1:repeats]  # main() asks for repeats >= 2
+    warm_execution_s = [run.execution_s for run in later if run.execution_s is not None]
     rows = [
+        median_of("confluent-kafka consume loop (1 consumer)", bare),
         median_of("sparkafka `spark.read` + count() (local[2])", batches),
-        replace(streams[0], reader="sparkafka AvailableNow + count() per batch, first query (local[2])"),
+        replace(
+            streams[0],
+            reader="sparkafka AvailableNow + count() per batch, first query (local[2])",
+            execution_s=None,
+        ),
         median_of(f"sparkafka AvailableNow + count() per batch, {_queries(2, repeats)} (local[2])", later),
         Measurement(
             f"{_queries(2, repeats)}, micro-batch execution only (triggerExecution)",
-            records,
-            statistics.median(warm_executing_ms) / 1000,
-            runs=len(warm_executing_ms),
+            setup.records,
+            statistics.median(warm_execution_s),
+            runs=len(warm_execution_s),
         ),
     ]
     if after_later:
@@ -252,14 +294,12 @@ def _process_kind(name: str) -> str:
     return "jvm" if name == "java" else "python"
 
 
-def render(
-    measurements: list[Measurement], *, records: int, value_bytes: int, partitions: int, produce_s: float
-) -> str:
+def render(measurements: list[Measurement], setup: SourceSetup) -> str:
     bare = measurements[0]
     lines = [
-        f"{records:,} records of {value_bytes} B in {partitions} partitions on the embedded broker "
-        f"(written in {produce_s:.1f} s); {platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.",
+        f"{setup.records:,} records of {setup.value_bytes} B in {setup.partitions} partitions on the "
+        f"embedded broker (written in {setup.produce_s:.1f} s); {setup.python}, {setup.cpus} CPUs, "
+        f"{setup.date}.",
         "",
         "| reader | runs | records | seconds | records/s | vs bare loop | CPU s (of it JVM) "
         "| records per CPU s | per core vs bare loop |",
@@ -350,12 +390,37 @@ def main(argv: list[str] | None = None) -> None:
         help="AvailableNow queries run after the others and reported on their own (default 5; 0: none)",
     )
     parser.add_argument("--no-docs", action="store_true", help="print only, leave docs/benchmarks.md alone")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep every run as JSON")
+    parser.add_argument(
+        "--from-results", type=Path, help="make the section from these kept runs, running nothing"
+    )
     args = parser.parse_args(argv)
     if args.repeats < 2:
         parser.error("--repeats must be at least 2: the first streaming query is reported on its own")
     if args.settled_queries < 0:
         parser.error("--settled-queries must be 0 or more")
 
+    if args.from_results is not None:
+        runs, setup = load_results(args.from_results, Measurement, SourceSetup, "source benchmark")
+    else:
+        runs, setup = measure(args)
+        save_results(args.results, runs, setup)
+    measurements = rows_of(runs, setup)
+    table = render(measurements, setup)
+    print(table)
+    print("\n".join(target_lines(measurements)))
+    if not args.no_docs:
+        update_docs(
+            DOCS,
+            docs_section(table, setup.command, setup.repeats, setup.settled, measurements),
+            SECTION_START,
+            SECTION_END,
+        )
+        print(f"\nupdated {DOCS.relative_to(REPO)}", file=sys.stderr)
+
+
+def measure(args: argparse.Namespace) -> tuple[list[Measurement], SourceSetup]:
+    """Every run of every reader, on a broker of its own, and what the run was."""
     with (
         tempfile.TemporaryDirectory(prefix="sparkafka-bench-") as work,
         BrokerProcess(Path(work) / "data") as broker,
@@ -368,10 +433,7 @@ def main(argv: list[str] | None = None) -> None:
         # Untimed, as the Spark readers get one: the first reads after writing are slower (the broker
         # is still settling its files), and timing them would flatter whichever reader comes later.
         bare_consume(bootstrap, args.records, args.partitions)
-        bare = median_of(
-            "confluent-kafka consume loop (1 consumer)",
-            [bare_consume(bootstrap, args.records, args.partitions) for _ in range(args.repeats)],
-        )
+        bare = [bare_consume(bootstrap, args.records, args.partitions) for _ in range(args.repeats)]
         print("spark source ...", file=sys.stderr)
         assert broker.process is not None
         spark = spark_readers(
@@ -382,31 +444,26 @@ def main(argv: list[str] | None = None) -> None:
             args.repeats,
             args.settled_queries,
         )
-    measurements = [bare, *spark]
-    table = render(
-        measurements,
+    command = "python -m benchmarks.source" + (
+        f" --records {args.records}" if args.records != 1_000_000 else ""
+    )
+    if args.repeats != 5:
+        command += f" --repeats {args.repeats}"
+    if args.settled_queries != 5:
+        command += f" --settled-queries {args.settled_queries}"
+    setup = SourceSetup(
         records=args.records,
         value_bytes=args.value_bytes,
         partitions=args.partitions,
         produce_s=produce_s,
+        repeats=args.repeats,
+        settled=args.settled_queries,
+        python=f"{platform.python_implementation()} {platform.python_version()}",
+        cpus=os.cpu_count() or 1,
+        date=time.strftime("%Y-%m-%d"),
+        command=command,
     )
-    print(table)
-    print("\n".join(target_lines(measurements)))
-    if not args.no_docs:
-        command = "python -m benchmarks.source" + (
-            f" --records {args.records}" if args.records != 1_000_000 else ""
-        )
-        if args.repeats != 5:
-            command += f" --repeats {args.repeats}"
-        if args.settled_queries != 5:
-            command += f" --settled-queries {args.settled_queries}"
-        update_docs(
-            DOCS,
-            docs_section(table, command, args.repeats, args.settled_queries, measurements),
-            SECTION_START,
-            SECTION_END,
-        )
-        print(f"\nupdated {DOCS.relative_to(REPO)}", file=sys.stderr)
+    return [*bare, *spark], setup
 
 
 if __name__ == "__main__":
