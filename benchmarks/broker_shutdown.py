@@ -6,13 +6,18 @@ A broker process gets one topic of ``--partitions`` partitions with a record in 
 the time is from the signal to the process's exit, every partition closed (fsynced, producer state
 snapshotted, clean-shutdown marker written). The median of ``--repeats`` stops is reported.
 
+Every stop is kept in docs/benchmarks/broker-shutdown.json (``--results``), from which
+``--from-results`` makes the section again without running anything.
+
     python -m benchmarks.broker_shutdown
     python -m benchmarks.broker_shutdown --update-docs docs/benchmarks.md
+    python -m benchmarks.broker_shutdown --from-results docs/benchmarks/broker-shutdown.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -27,11 +32,23 @@ from sparkafka.broker.runner import BrokerProcess
 if not __package__:  # run as `python benchmarks/broker_shutdown.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import load_average, machine_line, update_docs
+from benchmarks.common import REPO, load_average, load_results, machine_line, save_results, update_docs
 
 SECTION_START = "<!-- benchmark:broker-shutdown:start -->"
 SECTION_END = "<!-- benchmark:broker-shutdown:end -->"
 TARGET_S = 2.0
+RESULTS = REPO / "docs" / "benchmarks" / "broker-shutdown.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ShutdownSetup:
+    partitions: int
+    machine: str
 
 
 def measure(partitions: int, repeats: int) -> list[float]:
@@ -65,16 +82,19 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--update-docs", type=Path, help="rewrite this file's broker-shutdown section")
-    args = parser.parse_args()
-    start_load = load_average()
-    stops = measure(args.partitions, args.repeats)
-    median = statistics.median(stops)
-    verdict = "met" if median < TARGET_S else "not met"
-    line = (
-        f"Clean stop (SIGTERM to exit) with {args.partitions:,} idle partitions: median {median:.2f} s over "
-        f"{len(stops)} stops (min {min(stops):.2f}, max {max(stops):.2f}); target < {TARGET_S:.0f} s: "
-        f"{verdict}. {machine_line(start_load)}"
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep every stop as JSON")
+    parser.add_argument(
+        "--from-results", type=Path, help="make the section from these kept stops, running nothing"
     )
+    args = parser.parse_args()
+    if args.from_results is not None:
+        runs, setup = load_results(args.from_results, Stop, ShutdownSetup, "broker shutdown benchmark")
+    else:
+        start_load = load_average()
+        runs = [Stop(seconds) for seconds in measure(args.partitions, args.repeats)]
+        setup = ShutdownSetup(args.partitions, machine_line(start_load))
+        save_results(args.results, runs, setup)
+    line = render(runs, setup)
     print(line)
     if args.update_docs is not None:
         section = (
@@ -82,6 +102,17 @@ def main() -> None:
             "`benchmarks/broker_shutdown.py`).\n\n" + line
         )
         update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+
+
+def render(runs: list[Stop], setup: ShutdownSetup) -> str:
+    stops = [run.seconds for run in runs]
+    median = statistics.median(stops)
+    verdict = "met" if median < TARGET_S else "not met"
+    return (
+        f"Clean stop (SIGTERM to exit) with {setup.partitions:,} idle partitions: median {median:.2f} s over "
+        f"{len(stops)} stops (min {min(stops):.2f}, max {max(stops):.2f}); target < {TARGET_S:.0f} s: "
+        f"{verdict}. {setup.machine}"
+    )
 
 
 if __name__ == "__main__":
