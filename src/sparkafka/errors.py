@@ -50,6 +50,10 @@ class CommitMarkerError(SinkError):
     """The commit-marker topic cannot be created, read or written as exactly-once needs."""
 
 
+class SinkAuthorizationError(SinkError, PermissionError):
+    """The cluster's authorizer refused the sink an operation it needs (an ACL is missing)."""
+
+
 class RecordTooLargeError(SinkError):
     """A record is larger than the broker or the topic accepts."""
 

@@ -45,7 +45,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from sparkafka.connector.kafka_admin import KafkaAdmin, error_code
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
-from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
+from sparkafka.connector.sink.failures import (
+    authorization_error,
+    sink_unreachable_error,
+    transaction_timeout_error,
+)
 from sparkafka.connector.sink.markers import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
@@ -222,6 +226,11 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
                 raise sink_unreachable_error(
                     options, f"claim transactional-id prefix '{prefix}'", error
                 ) from None
+            refused = authorization_error(
+                options, f"claiming transactional-id prefix '{prefix}'", error, prefix=prefix
+            )
+            if refused is not None:
+                raise refused from None
             if code not in _CLAIM_RACE_CODES:
                 raise CommitMarkerError(
                     f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
-from sparkafka.connector.kafka_admin import error_reason, unreachable_error
+from sparkafka.connector.kafka_admin import error_code, error_reason, unreachable_error
 from sparkafka.connector.sink.options import OPERATION_TIMEOUT, SinkOptions
-from sparkafka.errors import SparkafkaError, TransactionTimeoutError
+from sparkafka.errors import SinkAuthorizationError, SparkafkaError, TransactionTimeoutError
 
 
 def sink_unreachable_error(
@@ -44,3 +44,41 @@ def kafka_exception_of(error: BaseException) -> BaseException:
     if isinstance(error, SystemError) and isinstance(error.__cause__, KafkaException):
         return error.__cause__
     return error
+
+
+def authorization_error(
+    options: SinkOptions, what: str, error: KafkaException, *, prefix: str | None
+) -> SinkAuthorizationError | None:
+    """``error`` as the cluster's authorizer refusing the sink ``what``, naming the ACL the sink's
+    principal lacks and what restarting costs; None when ``error`` is no such refusal.
+
+    Restarting once the ACL is granted loses nothing and writes nothing twice: a task refused
+    before it committed wrote nothing, and the replay skips the write partitions whose commit marker
+    shows the batch committed."""
+    code = error_code(error)
+    if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        prefix = prefix or "<transactionalIdPrefix>"
+        grant = (
+            f"Write and Describe on the transactional ids prefixed '{prefix}' (the sink's ids are "
+            f"'{prefix}-<write partition>' and '{prefix}.claim'): kafka-acls.sh --add --allow-principal "
+            f"User:<principal> --operation Write --operation Describe --transactional-id '{prefix}' "
+            "--resource-pattern-type prefixed"
+        )
+    elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        output = f"the output topic '{options.topic}'" if options.topic else "every topic the rows name"
+        grant = (
+            f"Write and Describe on {output}, and Read, Write and Describe on the commit-marker topic "
+            f"'{options.marker_topic}'"
+        )
+    elif code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+        grant = (
+            "IdempotentWrite on the cluster (brokers before Kafka 3.0 ask it of every transactional producer)"
+        )
+    else:
+        return None
+    return SinkAuthorizationError(
+        f"{what} was refused by the cluster's authorizer ({error.args[0].name()}: {error_reason(error)}). "
+        "Grant the sink's "
+        f"principal {grant}; then restart the query: nothing is lost, and what other tasks of the batch "
+        "committed is not written again"
+    )

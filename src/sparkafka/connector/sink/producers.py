@@ -37,7 +37,11 @@ from sparkafka.connector.sink.claims import (
     settle_prefix_owner,
 )
 from sparkafka.connector.sink.client_config import producer_config
-from sparkafka.connector.sink.failures import sink_unreachable_error, transaction_timeout_error
+from sparkafka.connector.sink.failures import (
+    authorization_error,
+    sink_unreachable_error,
+    transaction_timeout_error,
+)
 from sparkafka.connector.sink.markers import (
     MARKER_TOPIC_MUST_ACCEPT,
     MOVE_MARKERS_HINT,
@@ -241,6 +245,14 @@ def transactional_producer(
             raise sink_unreachable_error(
                 options, f"initialise transactional id '{transactional_id}'", error, cached.client_errors
             ) from None
+        refused = authorization_error(
+            options,
+            f"initialising transactional id '{transactional_id}'",
+            error,
+            prefix=prefix_of(transactional_id, identity.partition),
+        )
+        if refused is not None:
+            raise refused from None
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None

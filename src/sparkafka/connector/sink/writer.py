@@ -21,6 +21,7 @@ from sparkafka.connector.kafka_admin import (
 )
 from sparkafka.connector.sink.batch_plan import BatchPlan
 from sparkafka.connector.sink.failures import (
+    authorization_error,
     kafka_exception_of,
     sink_unreachable_error,
     transaction_timeout_error,
@@ -48,7 +49,12 @@ from sparkafka.connector.sink.replay import (
 )
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
 from sparkafka.connector.sink.task import task_identity
-from sparkafka.connector.sink.transactional_ids import effective_prefix, transactional_id, write_partition_of
+from sparkafka.connector.sink.transactional_ids import (
+    effective_prefix,
+    prefix_of,
+    transactional_id,
+    write_partition_of,
+)
 from sparkafka.connector.worker_heap import freeze_long_lived_objects
 from sparkafka.errors import (
     OutputTopicNotFoundError,
@@ -303,7 +309,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             # Measured before the abort, which may itself wait up to operationTimeoutMs.
             open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
             self._abort_after_failure(cached, transactional_id, error)
-            raise self._explain(error, transactional_id, open_ms=open_ms) from None
+            prefix = prefix_of(transactional_id, draft.partition)
+            raise self._failure(error, cached.delivery_errors, transactional_id, open_ms, prefix) from None
         cached.marker = marker
         return marker
 
@@ -331,6 +338,23 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         producer.poll(0)  # serve delivery reports now and then, not only at flush/commit
         return encoder.length
 
+    def _failure(
+        self,
+        error: BaseException,
+        delivery_errors: list[KafkaError],
+        transactional_id: str,
+        open_ms: float | None,
+        prefix: str,
+    ) -> BaseException:
+        """What a failed transaction raises. A commit fails with "N message(s) failed delivery" when
+        records were refused (an ACL, a record too large, a topic gone): the first delivery error then
+        names the cause and its fix, where the sink knows one."""
+        for delivered in delivery_errors[:1]:
+            cause = self._explain(KafkaException(delivered), transactional_id, prefix=prefix)
+            if type(cause) is not SinkError:
+                return cause
+        return self._explain(error, transactional_id, open_ms=open_ms, prefix=prefix)
+
     def _raise_delivery_errors(self, errors: list[KafkaError]) -> None:
         if errors:
             raise KafkaException(errors[0])
@@ -352,10 +376,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         discard_producer(self.options, transactional_id)
 
     def _explain(
-        self, error: BaseException, transactional_id: str | None, *, open_ms: float | None = None
+        self,
+        error: BaseException,
+        transactional_id: str | None,
+        *,
+        open_ms: float | None = None,
+        prefix: str | None = None,
     ) -> BaseException:
         """The error a failed write raises: Kafka's error told in terms of this sink's options.
-        ``open_ms``: how long the failed transaction had been open."""
+        ``open_ms``: how long the failed transaction had been open; ``prefix``: that of
+        ``transactional_id``."""
         if not isinstance(error, KafkaException) or not error.args:
             return error
         kafka_error = error.args[0]
@@ -385,6 +415,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 f"a record is larger than the broker accepts ({kafka_error.str()}); raise the topic's "
                 "max.message.bytes (and the sink option kafka.message.max.bytes) or write smaller values"
             )
+        what = f"writing with transactional id '{transactional_id}'" if transactional_id else "writing"
+        refused = authorization_error(self.options, what, error, prefix=prefix)
+        if refused is not None:
+            return refused
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
             return OutputTopicNotFoundError(
                 f"the output topic does not exist on {self.options.bootstrap_servers} ({kafka_error.str()}); "
