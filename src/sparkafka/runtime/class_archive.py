@@ -16,12 +16,18 @@ Steps of :func:`build` (``sparkafka class-archive build``):
    pointing at a temporary file, runs a small batch query and a streaming query through a Python
    data source source and sink (the classes every pipeline loads), stops the session and waits for
    the JVM to exit: the JVM writes the archive as it exits.
-3. The temporary file becomes the archive by a rename, and its size is recorded beside it.
+3. Only a file the JVM finished (exit code 0, the archive's magic number in its header, which the
+   JVM writes last) becomes the archive, synced to disk and renamed, and its size is recorded
+   beside it. A Spark conf directory holding files is refused beforehand: Spark puts it first on
+   the class path, where a JVM archives nothing beside a non-empty directory.
 
 Steps of :func:`driver_options` (every sparkafka session, :mod:`sparkafka.runtime.session`):
 
-1. ``SPARKAFKA_CLASS_ARCHIVE=off``: nothing.
-2. No archive for the current key, or one whose size is not the recorded one: nothing.
+1. ``SPARKAFKA_CLASS_ARCHIVE=off``, or class sharing chosen by the user (``-Xshare``,
+   ``SharedArchiveFile`` in a JVM options variable, PYSPARK_SUBMIT_ARGS or the session's Java
+   options): nothing.
+2. No archive for the current key, one whose size is not the recorded one, or a path with a ``:``
+   (the JVM would read two archives): nothing.
 3. Otherwise ``-XX:SharedArchiveFile=<archive> -Xshare:auto``, with the JVM's CDS log lines off.
 
 Invariants: an archive under its final name is complete (a JVM maps the file, and a truncated one
@@ -42,7 +48,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +62,11 @@ CACHE_DIR_ENV = "SPARKAFKA_CACHE_DIR"
 _DUMP_TO_ENV = "SPARKAFKA_CLASS_ARCHIVE_DUMP_TO"
 _FORMAT = 1
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# Where a JVM takes options besides its command line, and the flags that choose class sharing.
+_JAVA_OPTIONS_VARIABLES = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+_SHARING_FLAGS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
+# The first bytes of a dynamic archive the JVM finished writing (it writes its header last).
+_DYNAMIC_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")
 _BUILD_TIMEOUT_S = 900
 PROBE_FORMAT = "sparkafka_class_archive_probe"
 
@@ -128,6 +139,17 @@ def archive_path(environ: Mapping[str, str] | None = None) -> Path | None:
     return None if key is None else cache_dir(environ) / "class-archives" / f"spark-driver-{key}.jsa"
 
 
+def conf_dir_in_the_way(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Spark's conf directory when it holds files: Spark's launcher puts it first on the driver's
+    class path, and a JVM archives no classes with a non-empty directory there."""
+    environ = os.environ if environ is None else environ
+    conf = environ.get("SPARK_CONF_DIR") or str(spark_jars(environ).parent / "conf")
+    try:
+        return Path(conf) if any(Path(conf).iterdir()) else None
+    except OSError:  # absent, or not a directory: not on the class path as a directory
+        return None
+
+
 def _size_record(archive: Path) -> Path:
     return archive.with_name(archive.name + ".json")
 
@@ -148,7 +170,8 @@ def whole_archive(environ: Mapping[str, str] | None = None) -> Path | None:
     """Step 2 of :func:`driver_options`: the archive of the current JDK and Spark, when it is
     there and as long as recorded when it was built."""
     archive = archive_path(environ)
-    return archive if archive is not None and is_whole(archive) else None
+    # The JVM reads a ':' in SharedArchiveFile as separating two archives, and then maps none.
+    return archive if archive is not None and ":" not in str(archive) and is_whole(archive) else None
 
 
 def is_whole(archive: Path) -> bool:
@@ -169,9 +192,14 @@ def is_whole(archive: Path) -> bool:
 def keep(written: Path, archive: Path) -> Path:
     """Step 3 of :func:`build`: the file a JVM wrote becomes ``archive`` by a rename, then its size
     is recorded beside it (until then a reader finds no record and does not map it)."""
+    if not finished_archive(written):
+        raise ClassArchiveError(
+            f"{written} is not a class archive the JVM finished writing (it writes the header last); "
+            "nothing was kept"
+        )
+    with open(written, "rb") as finished:  # on disk before the rename makes it the archive
+        os.fsync(finished.fileno())
     size = written.stat().st_size
-    if size == 0:
-        raise ClassArchiveError(f"the class archive {written} is empty; nothing was kept")
     # Two builds finishing together would otherwise leave one's archive beside the other's size.
     with open(archive.parent / ".keep.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -184,17 +212,32 @@ def keep(written: Path, archive: Path) -> Path:
     return archive
 
 
+def finished_archive(path: Path) -> bool:
+    """``path`` starts as a dynamic archive does once the JVM finished it."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == _DYNAMIC_ARCHIVE_MAGIC
+    except OSError:
+        return False
+
+
 def mapping_options(archive: Path) -> str:
     """The JVM options that map ``archive``, quietly, and fall back to plain class loading when the
     JVM cannot use it."""
     return f"-XX:SharedArchiveFile={shlex.quote(str(archive))} -Xshare:auto {QUIET}"
 
 
-def driver_options(environ: Mapping[str, str] | None = None) -> str:
-    """The driver JVM's options for the archive (:func:`build`'s child: for writing it)."""
+def driver_options(environ: Mapping[str, str] | None = None, *, settings: Iterable[str] = ()) -> str:
+    """The driver JVM's options for the archive (:func:`build`'s child: for writing it). Nothing
+    where the user chose class sharing already, in a JVM options variable, PYSPARK_SUBMIT_ARGS or
+    the session's ``settings`` (its Java options): ours would override ``-Xshare:off``, and a
+    ``-Xshare:on`` with an archive the JVM cannot use would stop the session from starting."""
     environ = os.environ if environ is None else environ
     if dump_to := environ.get(_DUMP_TO_ENV):
         return f"-XX:ArchiveClassesAtExit={shlex.quote(dump_to)} {QUIET}"
+    chosen = [environ.get(name, "") for name in (*_JAVA_OPTIONS_VARIABLES, "PYSPARK_SUBMIT_ARGS")]
+    if any(flag in text for text in (*chosen, *settings) for flag in _SHARING_FLAGS):
+        return ""
     archive = usable_archive(environ)
     if archive is None:
         return ""
@@ -210,30 +253,53 @@ def build(environ: Mapping[str, str] | None = None, *, timeout_s: float = _BUILD
             "no java or no Spark jars found: install Java 17+ (java on PATH or JAVA_HOME set) and "
             "PySpark, then build the class archive again"
         )
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=archive.parent) as work:
-        partial = Path(work) / archive.name
-        child_env = {**environ, _DUMP_TO_ENV: str(partial), SWITCH_ENV: "off"}
-        try:
-            done = subprocess.run(
-                [sys.executable, "-m", __name__, str(Path(work) / "checkpoint")],
-                env=child_env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as error:
-            raise ClassArchiveError(
-                f"building the class archive took longer than {timeout_s:.0f} s; nothing was kept"
-            ) from error
-        if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-            raise ClassArchiveError(
-                f"the driver JVM wrote no class archive (exit code {done.returncode}); nothing was "
-                f"kept, and sessions start as before. Its last output:\n{tail}"
-            )
-        return keep(partial, archive)
+    if ":" in str(archive):
+        raise ClassArchiveError(
+            f"the class archive's path {archive} holds a ':', which the JVM reads as separating two "
+            f"archives: set {CACHE_DIR_ENV} to a directory without one"
+        )
+    if (conf := conf_dir_in_the_way(environ)) is not None:
+        raise ClassArchiveError(
+            f"Spark's conf directory {conf} holds files, and Spark puts it first on the driver's class "
+            "path, where a JVM archives no classes with a non-empty directory: sessions start without "
+            "a class archive (or point SPARK_CONF_DIR at an empty directory, and build again)"
+        )
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=archive.parent) as work:
+            partial = Path(work) / archive.name
+            _dump(environ, partial, Path(work) / "checkpoint", timeout_s)
+            return keep(partial, archive)
+    except OSError as error:
+        raise ClassArchiveError(
+            f"the class archive could not be written under {archive.parent} ({error}): set "
+            f"{CACHE_DIR_ENV} to a writable directory"
+        ) from None
+
+
+def _dump(environ: Mapping[str, str], partial: Path, checkpoint: Path, timeout_s: float) -> None:
+    """Step 2 of :func:`build`: the child process whose driver JVM writes ``partial``; fails unless
+    the JVM exited cleanly and the file starts as a finished archive does."""
+    child_env = {**environ, _DUMP_TO_ENV: str(partial), SWITCH_ENV: "off"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, str(checkpoint)],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise ClassArchiveError(
+            f"building the class archive took longer than {timeout_s:.0f} s; nothing was kept"
+        ) from error
+    if done.returncode != 0 or not finished_archive(partial):
+        tail = "\n".join(f"{done.stdout}\n{done.stderr}".strip().splitlines()[-15:])
+        raise ClassArchiveError(
+            f"the driver JVM wrote no whole class archive (exit code {done.returncode}); nothing was "
+            f"kept, and sessions start as before. Its last output:\n{tail}"
+        )
 
 
 def remove(environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -316,7 +382,8 @@ def _probe(checkpoint: str) -> None:
     # The JVM exits when its standard input closes, and writes the archive as it exits.
     gateway.shutdown()
     process.stdin.close()
-    process.wait(_BUILD_TIMEOUT_S)
+    if (code := process.wait(_BUILD_TIMEOUT_S)) != 0:
+        raise ClassArchiveError(f"the driver JVM exited with code {code} while writing the class archive")
 
 
 if __name__ == "__main__":

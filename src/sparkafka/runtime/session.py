@@ -66,7 +66,8 @@ def spark_session(
     level = spark_log_level()
     log_config = resources.files("sparkafka").joinpath("resources/log4j2.properties")
     base_options = f"-Dlog4j.configurationFile={log_config} -Dsparkafka.spark.log.level={level}"
-    if archive_options := class_archive.driver_options():
+    java_settings = [value for key, value in (conf or {}).items() if "JavaOptions" in key]
+    if archive_options := class_archive.driver_options(settings=java_settings):
         base_options = f"{base_options} {archive_options}"
     java_options = driver_java_options(master, base_options)
     builder = (

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import Kafka
-from tests.integration.kafka_clients import create_topic, transactional_producer
+from tests.integration.kafka_clients import create_topic, end_offsets, transactional_producer
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,11 @@ def test_kcat_transactional_produce_and_read_committed(broker: BrokerProcess, to
     aborter.init_transactions(30)
     aborter.begin_transaction()
     aborter.produce(topic_name, key=b"k3", value=b"aborted", partition=0)
-    aborter.flush(10)
+    assert aborter.flush(30) == 0
     aborter.abort_transaction(30)
+    # EndTxn answers once the coordinator logged the abort; it writes the ABORT marker after that
+    # (Apache Kafka does so asynchronously), so the next record waits for the marker at offset 4.
+    assert wait_until(lambda: end_offsets(bootstrap, topic_name, 1) == [5], timeout_s=30)
     # And a plain idempotent kcat produce after it.
     plain = _kcat(
         "-P", "-b", bootstrap, "-t", topic_name, "-p", "0", "-K", ":", "-X", "enable.idempotence=true",

@@ -7,6 +7,7 @@ failed tasks (local[2,4])."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -92,10 +93,13 @@ def test_a_python_worker_killed_alone_mid_transaction_is_retried_exactly_once(
     try:
         run.wait_for(PAUSE, timeout_s=180)
         assert run.process is not None
-        workers = python_workers(run.process.pid)
-        assert workers, "no Python worker found below the pipeline's process"
-        for pid in workers:
-            os.kill(pid, signal.SIGKILL)
+        # Only the worker holding the transaction open: an idle worker killed too would be handed to
+        # the retry by Spark's pool of reused workers, failing attempts that never ran.
+        paused = re.search(re.escape(PAUSE) + r".*\(pid (\d+)\)", run.output())
+        assert paused is not None, "the paused worker did not say its pid"
+        worker = int(paused.group(1))
+        assert worker in python_workers(run.process.pid), "the paused task is not a worker below the pipeline"
+        os.kill(worker, signal.SIGKILL)
         wait_for_committed(bootstrap, "out", expect=RECORDS, partitions=2)
         assert run.process.poll() is None, "the pipeline itself must live on: only workers were killed"
         output = committed_ids(bootstrap, "out", expect=RECORDS, partitions=2, stop=run.terminate)

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from sparkafka.cli.app import app
 from sparkafka.runtime import class_archive
 
+MAGIC = bytes.fromhex("a8ab0bf0")
+
 
 def _installation(tmp_path: Path) -> dict[str, str]:
     """A JDK (bin/java, release, libjvm.so) and a Spark (jars/) that the key reads, and a cache."""
@@ -203,7 +205,7 @@ def test_a_failed_build_exits_saying_that_sessions_start_as_before(
     monkeypatch.setenv("PATH", os.environ["PATH"])
     result = CliRunner().invoke(app, ["class-archive", "build"])
     assert result.exit_code == 1
-    assert "sparkafka class-archive build: the driver JVM wrote no class archive" in result.output
+    assert "sparkafka class-archive build: the driver JVM wrote no whole class archive" in result.output
     assert "nothing was kept, and sessions start as before" in result.output
 
 
@@ -214,13 +216,71 @@ def test_keep_renames_a_whole_file_into_place_and_records_its_size(tmp_path: Pat
     archive.parent.mkdir(parents=True)
     old = _built(environ, b"old archive")
     written = tmp_path / "written.jsa"
-    written.write_bytes(b"new, longer archive")
+    written.write_bytes(MAGIC + b"new, longer archive")
     assert class_archive.keep(written, archive) == old
-    assert archive.read_bytes() == b"new, longer archive" and not written.exists()
+    assert archive.read_bytes() == MAGIC + b"new, longer archive" and not written.exists()
     assert class_archive.usable_archive(environ) == archive
 
-    empty = tmp_path / "empty.jsa"
-    empty.write_bytes(b"")
-    with pytest.raises(class_archive.ClassArchiveError, match="is empty; nothing was kept"):
-        class_archive.keep(empty, archive)
-    assert archive.read_bytes() == b"new, longer archive"
+    # A JVM killed while writing leaves a file whose header (written last) is still zeros.
+    for unfinished in (b"", bytes(4) + b"classes written so far"):
+        partial = tmp_path / "partial.jsa"
+        partial.write_bytes(unfinished)
+        with pytest.raises(class_archive.ClassArchiveError, match="not a class archive the JVM finished"):
+            class_archive.keep(partial, archive)
+    assert archive.read_bytes() == MAGIC + b"new, longer archive"
+    assert class_archive.usable_archive(environ) == archive
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("JDK_JAVA_OPTIONS", "-Xshare:off"),
+        ("JAVA_TOOL_OPTIONS", "-Xshare:on"),
+        ("_JAVA_OPTIONS", "-XX:SharedArchiveFile=/opt/mine.jsa"),
+        ("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:ArchiveClassesAtExit=/tmp/x.jsa pyspark-shell"),
+    ],
+)
+def test_a_sharing_choice_of_the_users_own_is_left_alone(tmp_path: Path, variable: str, value: str) -> None:
+    environ = _installation(tmp_path)
+    _built(environ)
+    assert class_archive.driver_options(environ) != ""
+    assert class_archive.driver_options({**environ, variable: value}) == ""
+    assert class_archive.driver_options(environ, settings=["-Dx=1 -Xshare:off"]) == ""
+    assert class_archive.driver_options(environ, settings=["-Dx=1"]) != ""
+
+
+def test_a_cache_path_with_a_colon_is_never_mapped_nor_built(tmp_path: Path) -> None:
+    environ = _installation(tmp_path)
+    environ[class_archive.CACHE_DIR_ENV] = str(tmp_path / "co:lon")
+    _built(environ)
+    assert class_archive.driver_options(environ) == ""
+    with pytest.raises(
+        class_archive.ClassArchiveError, match="holds a ':', which the JVM reads as separating"
+    ):
+        class_archive.build(environ)
+
+
+def test_a_conf_directory_with_files_is_named_before_building(tmp_path: Path) -> None:
+    environ = _installation(tmp_path)
+    conf = Path(environ["SPARK_HOME"]) / "conf"
+    conf.mkdir()
+    assert class_archive.conf_dir_in_the_way(environ) is None
+    (conf / "spark-defaults.conf.template").write_text("# template\n")
+    assert class_archive.conf_dir_in_the_way(environ) == conf
+    with pytest.raises(class_archive.ClassArchiveError) as raised:
+        class_archive.build(environ)
+    assert f"Spark's conf directory {conf} holds files" in str(raised.value)
+    assert "point SPARK_CONF_DIR at an empty directory" in str(raised.value)
+    empty = tmp_path / "empty-conf"
+    empty.mkdir()
+    assert class_archive.conf_dir_in_the_way({**environ, "SPARK_CONF_DIR": str(empty)}) is None
+
+
+def test_an_unwritable_cache_is_named(tmp_path: Path) -> None:
+    environ = _installation(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    environ[class_archive.CACHE_DIR_ENV] = str(tmp_path / "a-file" / "cache")
+    with pytest.raises(
+        class_archive.ClassArchiveError, match=r"could not be written under .*: set SPARKAFKA_CACHE_DIR"
+    ):
+        class_archive.build(environ)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -197,7 +198,8 @@ class SinkOptions:
         ):
             return
         print(
-            f"sparkafka debug pause: {point} partition={partition} batch={batch_id} for {self.pause_s:.1f} s",
+            f"sparkafka debug pause: {point} partition={partition} batch={batch_id} for {self.pause_s:.1f} s "
+            f"(pid {os.getpid()})",
             file=sys.stderr,
             flush=True,
         )
