@@ -600,13 +600,24 @@ def _acceptance_cost(view: TaskView, *, all_rewritten: bool) -> str:
     )
     listed = ", ".join(f"partition {m.partition}: {m.records}" for m in of_batch) or "none"
     total = sum(m.records for m in of_batch)
-    bound = "" if all_rewritten else "at most "
+    if all_rewritten:
+        return (
+            f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
+            "every task whose partition did not commit exactly what it has now then writes all its rows, "
+            f"so no record of the batch is lost, and records are written twice: {total} ({listed}), plus "
+            "what tasks of this replay commit before the query stops (the driver's log lists them). "
+            "Remove the option once the batch is done"
+        )
+    # A task skips where its own marker holds as many rows as it has now, which need not be the same
+    # rows: said here, before the user takes this way on (docs/guarantees.md).
     return (
         f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): every "
-        "task whose partition did not commit exactly what it has now then writes all its rows, so no "
-        f"record of the batch is lost, and records are written twice: {bound}{total} ({listed}), plus "
-        "what tasks of this replay commit before the query stops (the driver's log lists them). Remove "
-        "the option once the batch is done"
+        "task whose partition did not commit as many rows as it has now then writes all its rows, and "
+        f"records are written twice: at most {total} ({listed}), plus what tasks of this replay commit "
+        "before the query stops (the driver's log lists them). A partition that committed as many rows "
+        "as it has now writes nothing: if the change dealt it other rows than it committed, taken from a "
+        "partition that never committed, those rows are lost, so take this way only where the change "
+        "kept each partition's rows or changed their number. Remove the option once the batch is done"
     )
 
 
