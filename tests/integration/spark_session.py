@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 import sparkafka
 from sparkafka.runtime import class_archive
+from sparkafka.runtime.python_exec import launcher_path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -25,9 +26,12 @@ def local_spark_session(
 ) -> SparkSession:
     """A small local[2] session: two cores, two shuffle partitions, quiet logs; ``conf``
     adds settings a session can only take at its start (``spark.jars``, say)."""
-    # Workers must run this interpreter: it is the one with sparkafka and its dependencies installed.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Workers must run this interpreter: it is the one with sparkafka and its dependencies installed;
+    # through sparkafka-python where it is installed, as README's "Using the connector" advises (each
+    # Python process Spark starts then imports the installed PySpark instead of compiling its zip).
+    python = launcher_path() or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
+    os.environ["PYSPARK_DRIVER_PYTHON"] = python
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     # As sparkafka's own sessions: the driver JVM maps the class archive where one was built.
@@ -45,6 +49,8 @@ def local_spark_session(
         .config("spark.ui.enabled", "true")
         .config("spark.ui.port", "0")
         .config("spark.ui.showConsoleProgress", "false")
+        # As README's "On your cluster" advises: workers import the installed PySpark.
+        .config("spark.python.daemon.module", "sparkafka.runtime.worker_daemon")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
