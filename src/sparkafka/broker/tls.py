@@ -33,9 +33,13 @@ def _read(path: Path, option: str, what: str) -> str:
         raise TlsConfigError(f"{option} {path}: not a file (the {what}, PEM)")
     try:
         data = path.read_bytes()
-    except OSError as error:
+    except PermissionError as error:
         raise TlsConfigError(
             f"{option} {path}: cannot be read by the broker's user ({error.strerror}): fix its permissions"
+        ) from None
+    except OSError as error:  # an I/O error, a file that vanished meanwhile: not a permissions matter
+        raise TlsConfigError(
+            f"{option} {path}: could not be read ({error.strerror or error}): check the file and its disk"
         ) from None
     try:
         return data.decode("ascii")
