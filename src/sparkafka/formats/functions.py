@@ -416,6 +416,8 @@ def _parse_avro(schema_text: str) -> tuple[Any, dict[str, Any]]:
         document = json.loads(schema_text)
     except json.JSONDecodeError:
         document = schema_text.strip()  # a bare primitive such as: string
+    if document is None:  # the text null, JSON's null: the Avro type named null, as "null" is
+        document = "null"
     named: dict[str, Any] = {}
     try:
         parsed = fastavro.parse_schema(document, named)

@@ -62,10 +62,12 @@ def test_from_json_names_the_reserved_option_whatever_case_it_was_given_in(given
     ("schema", "shown"),
     [
         ('"null"', '"null"'),
+        # JSON's null, as a user writes the Avro type without quotes: the same type, the same message.
+        ("null", '"null"'),
         ({"type": "null"}, '{"type": "null"}'),
         ({"type": "record", "name": "Row", "fields": [{"name": "nothing", "type": "null"}]}, '"null"'),
     ],
-    ids=["bare", "object", "field"],
+    ids=["bare", "unquoted", "object", "field"],
 )
 def test_from_avro_refuses_the_null_type_alone(schema: Any, shown: str) -> None:
     with pytest.raises(
