@@ -2,9 +2,10 @@
 
 Why: every start of a driver JVM loads, parses and verifies the same few thousand classes of Spark
 and its dependencies. A dynamic CDS archive (JDK 13+, ``-XX:ArchiveClassesAtExit``) keeps them
-parsed and verified in a file the JVM maps at its next start. Measured on two cores, a local
-session started, running one aggregation and stopped: 10.4 s of CPU and 11 s without the archive,
-5.6 s and 5 s with it (docs/benchmarks.md).
+parsed and verified in a file the JVM maps at its next start. Measured on two cores
+(``python -m benchmarks.startup``, docs/benchmarks.md), a local session started, running one
+aggregation and stopped: 16.3 s of CPU and 9.8 s to the first answer without the archive, 10.4 s
+and 6.1 s with it.
 
 Steps of :func:`build` (``sparkafka class-archive build``):
 
