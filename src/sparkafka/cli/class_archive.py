@@ -1,4 +1,4 @@
-"""`sparkafka class-archive`: the driver JVM's class archive, which cuts a session's start-up by about a third."""
+"""`sparkafka class-archive`: the driver JVM's class archive, a third off a session's start-up."""
 
 from __future__ import annotations
 
