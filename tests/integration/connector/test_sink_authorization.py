@@ -126,8 +126,11 @@ def test_a_write_partition_refused_its_transactional_id_names_the_acl_and_the_re
         "then restart the query: nothing is lost, and what other tasks of the batch committed is not"
         in message
     )
-    # Write partition 0 committed its half of the batch before partition 1 was refused.
-    assert _output(guarded_kafka, "partly") == Counter({f"r{n}": 1 for n in range(0, RECORDS, 2)})
+    # Write partition 0 commits its half of the batch unless Spark cancels it first, when partition
+    # 1's refusal fails the job: either way nothing else, and the restart below writes every record
+    # once, partition 0's half included when it was committed here.
+    half = Counter({f"r{n}": 1 for n in range(0, RECORDS, 2)})
+    assert _output(guarded_kafka, "partly") in (Counter(), half)
 
     _granted_again(guarded_kafka, denied)
     _run(spark, guarded_kafka, "partly", "partly-ids", tmp_path / "checkpoint")
