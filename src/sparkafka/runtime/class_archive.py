@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkafka.errors import SparkafkaError
+from sparkafka.runtime.session import JAVA_OPTIONS_VARIABLES
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,7 @@ CACHE_DIR_ENV = "SPARKAFKA_CACHE_DIR"
 _DUMP_TO_ENV = "SPARKAFKA_CLASS_ARCHIVE_DUMP_TO"
 _FORMAT = 1
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-# Where a JVM takes options besides its command line, and the flags that choose class sharing.
-_JAVA_OPTIONS_VARIABLES = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+# The flags that choose class sharing.
 _SHARING_FLAGS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
 # The first bytes of a dynamic archive the JVM finished writing (it writes its header last).
 _DYNAMIC_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")
@@ -236,7 +236,7 @@ def driver_options(environ: Mapping[str, str] | None = None, *, settings: Iterab
     environ = os.environ if environ is None else environ
     if dump_to := environ.get(_DUMP_TO_ENV):
         return f"-XX:ArchiveClassesAtExit={shlex.quote(dump_to)} {QUIET}"
-    chosen = [environ.get(name, "") for name in (*_JAVA_OPTIONS_VARIABLES, "PYSPARK_SUBMIT_ARGS")]
+    chosen = [environ.get(name, "") for name in (*JAVA_OPTIONS_VARIABLES, "PYSPARK_SUBMIT_ARGS")]
     if any(flag in text for text in (*chosen, *settings) for flag in _SHARING_FLAGS):
         return ""
     archive = usable_archive(environ)
