@@ -164,9 +164,15 @@ def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exa
 def test_speculative_copies_of_a_slow_write_task_write_it_once(
     fresh_kafka: Kafka, topics: set[str], standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
-    """spark.speculation on: write partition 1 is slow (held 8 s before its commit), so Spark starts a
+    """spark.speculation on: write partition 1 is slow (held 12 s before its commit), so Spark starts a
     copy of it on the other executor. Both attempts use transactional id ...-1; the later one's
-    initialisation fences the earlier, which can no longer commit; the output is written once."""
+    initialisation fences the earlier, which can no longer commit; the output is written once.
+
+    Spark's efficiency rule (on by default) waits until a task has run twice the speculation
+    threshold before copying it when its progress rate is unknown, and the threshold follows the
+    median duration of the finished tasks, which is seconds on a cold first batch: with the rule on,
+    the copy could start so late that the original commits first and the copy is killed before it
+    prints its pause. The rule is off so the copy starts one threshold after the slow task did."""
     broker, ids = fresh_kafka, topics
     speculation = (
         "spark.speculation=true",
@@ -174,8 +180,9 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
         "spark.speculation.quantile=0.5",
         "spark.speculation.multiplier=1.1",
         "spark.speculation.minTaskRuntime=1s",
+        "spark.speculation.efficiency.enabled=false",
     )
-    slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=8s")
+    slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=12s")
     run = _pipeline(broker, standalone, tmp_path, 2, *speculation, sink_options=slow).start()
     try:
         output = committed_ids(
