@@ -1,12 +1,13 @@
-"""acceptReshapedBatch when a write partition's new rows happen to be as many as it committed: the
-accepted run skips that partition by its row count, although its rows are others now.
+"""acceptReshapedBatch when a write partition's new rows happen to be as many as it committed.
 
 Batch 0 of five records over three write partitions (REPARTITION(3, a)): partitions 0 and 1
 commit, partition 2 (r4, r5) is held before its commit and the pipeline is killed. The query is
-changed to REPARTITION(3, b), which deals r4 and r5 to partition 0 (two rows, as it committed) and
-r1-r3 to partition 1 (three rows where it committed one): partition 1 refuses, and says that a
-partition with as many rows as it committed is skipped when accepted. Accepted, partition 0 skips
-by its count, and r4 and r5, never committed by anyone, are not written."""
+changed to REPARTITION(3, b), which deals r4 and r5 to partition 0 (two rows, as many as it
+committed: r1 and r2) and r1-r3 to partition 1 (three rows where it committed one): partition 1
+refuses, and states what accepting costs. A count cannot tell partition 0's new rows from those it
+committed, so accepted, partition 0 does not trust the first run's marker and writes r4 and r5:
+nothing is lost, and exactly what the first run committed (r1-r3) is in the output twice, as the
+refusal said."""
 
 from __future__ import annotations
 
@@ -61,15 +62,6 @@ def _hash_partition_values(spark: SparkSession) -> list[int]:
     return [chosen[partition] for partition in range(WRITE_PARTITIONS)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "stated limit, to be closed: acceptReshapedBatch skips a write partition whose own marker holds "
-        "as many rows as it has now, whatever the rows are; where they came from a partition that never "
-        "committed, they are written by no one. The refusal says so (docs/guarantees.md, 'When the first "
-        "run's query cannot finish the batch')"
-    ),
-)
 def test_an_accepted_batch_whose_partition_count_coincides_loses_nothing(
     spark: SparkSession, topics: Kafka, tmp_path: Path
 ) -> None:
@@ -92,15 +84,16 @@ def test_an_accepted_batch_whose_partition_count_coincides_loses_nothing(
         refused.wait_for("is replayed in another shape than it was first written", timeout_s=180)
     finally:
         refused.kill_group()
-    # The refusal says the risk before anyone takes this way on.
-    assert "A partition that committed as many rows as it has now writes nothing" in refused.output()
-    assert "those rows are lost" in refused.output()
+    # The refusal states the cost before anyone takes this way on: all the first run committed.
+    assert "records written twice: 3 (write partition 0: 2, write partition 1: 1)" in refused.output()
 
     accepted = _pipeline(
         topics, tmp_path, changed, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
     ).start()
     try:
-        output = _committed_ids(topics, 5, stop=accepted.terminate)
+        output = _committed_ids(topics, 8, stop=accepted.terminate)
     finally:
         accepted.terminate()
     assert set(output) == set(FIRST), "no record of the accepted batch is lost"
+    assert output == Counter({"r000001": 2, "r000002": 2, "r000003": 2, "r000004": 1, "r000005": 1})
+    assert "3 record(s) written a second time" in accepted.output()

@@ -110,6 +110,21 @@ def test_carrying_over_keeps_the_newer_record_of_each_key() -> None:
     progress = [ProgressRecord("p", "q", b, None, None, 0).encode() for b in (1, 2)]
     assert _newer("progress/p", progress[1], progress[0])
     assert not _newer("progress/p", progress[0], progress[1])
+    from sparkafka.connector.sink.markers import RefusalRecord
+
+    refusals = [RefusalRecord("p", "q", b, f"run-{b}", 0).encode() for b in (1, 2)]
+    assert _newer("refusal/p", refusals[1], refusals[0])
+    assert not _newer("refusal/p", refusals[0], refusals[1])
+
+
+def test_a_refusal_record_belongs_to_its_query_and_prefix_but_holds_no_markers() -> None:
+    from sparkafka.connector.sink.markers import RefusalRecord
+
+    refusal = RefusalRecord("p", "q-1", 3, "run-r", 0).encode()
+    assert belongs_to("refusal/p", refusal, "q-1", "p")
+    assert not belongs_to("refusal/p", refusal, "q-0", "p")
+    assert not belongs_to("refusal/p", refusal, "q-1", "other")
+    assert not holds_query({"refusal/p": refusal}, "q-1", "p")
 
 
 def test_a_query_shows_in_a_marker_partition_by_its_claim_registration_progress_or_marker() -> None:

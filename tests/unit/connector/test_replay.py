@@ -13,6 +13,7 @@ from sparkafka.connector.sink.replay import (
     ADAPTIVE_STATELESS_STREAMING,
     Action,
     ReplayRefused,
+    ReshapedReplayRefused,
     TaskView,
     adaptive_execution_refusal,
     adopted_partial_batch,
@@ -39,8 +40,11 @@ def marker(
     width: int | None = None,
     plan: str | None = None,
     run: str | None = None,
+    accepted: bool = False,
 ) -> CommitMarker:
-    return CommitMarker(f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width, plan, run)
+    return CommitMarker(
+        f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width, plan, run, accepted
+    )
 
 
 END_OFFSETS = ('{"in":{"0":120,"1":80},"sparkafka:split":{"calculator":2}}',)
@@ -164,7 +168,7 @@ CASES = [
         {"own_marker": marker(), "accepted_reshaped_batch": BATCH},
         4,
         Action.WRITE,
-        True,
+        False,
     ),
     (
         "replay, another row count, another batch accepted",
@@ -331,8 +335,66 @@ CASES = [
         False,
     ),
     (
-        "accepted as written, the partition committed what it has now",
-        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(4)},
+        "accepted as written, the refusing run committed what the partition has now",
+        {
+            "own_marker": marker(width=4, run="run-r"),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r",
+            "run_id": "run-a",
+            **width(4),
+        },
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "accepted as written, the refusing run committed other than the partition has now",
+        {
+            "own_marker": marker(width=4, run="run-r"),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r",
+            "run_id": "run-a",
+            **width(4),
+        },
+        4,
+        Action.WRITE,
+        True,
+    ),
+    (
+        # Another shape's rows, as many as the partition has now: a count cannot tell them apart.
+        "accepted as written, the first run committed as many rows as the partition has now",
+        {
+            "own_marker": marker(run="run-f"),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r",
+            "run_id": "run-a",
+        },
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "accepted as written, an older marker without a run id",
+        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, "refused_run": "run-r", **width(4)},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "accepted as written, no refusal recorded, the first run's marker",
+        {"own_marker": marker(run="run-f"), "accepted_reshaped_batch": BATCH, "run_id": "run-a"},
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "accepted as written, a run that accepted the batch before committed what the partition has now",
+        {
+            "own_marker": marker(run="run-a0", accepted=True),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r",
+            "run_id": "run-a1",
+        },
         10,
         Action.SKIP,
         True,
@@ -568,10 +630,27 @@ def test_partitions_beyond_lists_only_this_batch_of_this_query_and_prefix() -> N
     ]
     beyond = partitions_beyond(markers, query_id=QUERY, batch_id=BATCH, prefix="p", partitions=2)
     assert [m.partition for m in beyond] == [2, 3]
-    message = str(beyond_refusal(beyond, batch_id=BATCH, partitions=2))
+    message = str(beyond_refusal(beyond, [], batch_id=BATCH, partitions=2))
     assert "partition(s) 2 (4 records), 3 (10 records)" in message
     assert "the 2 of this replay" in message
     assert ".option('acceptReshapedBatch', '7')" in message
+    assert (
+        "they write nothing more: records written twice: 14 (write partition 2: 4, write partition 3: 10)"
+        in (message)
+    )
+    assert "missing" not in message
+
+
+def test_a_narrower_replay_that_skipped_by_the_first_runs_markers_says_those_rows_may_be_missing() -> None:
+    """The web UI off: the replay's partition 1 skipped because the first run's partition 1 committed
+    as many rows, which split otherwise can be other rows. Accepting writes it again, and the cost says so."""
+    beyond = [marker(partition=2, records=4, run="run-f")]
+    skipped = [marker(partition=1, records=6, run="run-f")]
+    message = str(beyond_refusal(beyond, skipped, batch_id=BATCH, partitions=2))
+    assert "Write partition(s) 1 (6 records) of this replay wrote nothing" in message
+    assert "which are then missing until the batch is accepted" in message
+    assert "the partitions that wrote nothing write all their rows, so no record is lost" in message
+    assert "records written twice: 10 (write partition 2: 4, write partition 1: 6)" in message
 
 
 def test_partitions_beyond_is_empty_for_a_replay_as_wide_as_the_first_run() -> None:
@@ -657,17 +736,52 @@ def test_every_refusal_that_offers_acceptance_states_the_records_written_twice()
     wider = replace(VIEW, partition=3, sibling_markers=first_run, **width(4))
     with pytest.raises(ReplayRefused) as refused:
         decide(wider, Rows(3))
-    assert "records are written twice: 12 (partition 0: 7, partition 1: 5)" in str(refused.value)
+    assert "records written twice: 12 (write partition 0: 7, write partition 1: 5)" in str(refused.value)
     reshaped = replace(VIEW, own_marker=marker(records=9), sibling_markers=(marker(partition=0, records=7),))
-    with pytest.raises(ReplayRefused) as refused:
+    with pytest.raises(ReshapedReplayRefused) as refused:
         decide(reshaped, Rows(3))
-    assert "records are written twice: at most 16 (partition 0: 7, partition 2: 9)" in str(refused.value)
+    assert "records written twice: 16 (write partition 0: 7, write partition 2: 9)" in str(refused.value)
+    assert refused.value.batch_id == BATCH
+
+
+def test_the_cost_of_accepting_leaves_out_what_the_refusing_run_commits() -> None:
+    """Partition 0 committed in this (refusing) run, and 1 in an earlier run that accepted the batch:
+    accepted, both are kept; only the first run's partition 2 is written again."""
+    view = replace(
+        VIEW,
+        run_id="run-r",
+        own_marker=marker(records=9, run="run-f"),
+        sibling_markers=(
+            marker(partition=0, records=7, run="run-r"),
+            marker(partition=1, records=5, run="run-a", accepted=True),
+        ),
+    )
+    with pytest.raises(ReshapedReplayRefused) as refused:
+        decide(view, Rows(3))
+    message = str(refused.value)
+    assert "records written twice: 9 (write partition 2: 9)" in message
+    assert "this run's query and settings" in message
+
+
+def test_accepting_a_batch_no_other_run_committed_costs_nothing() -> None:
+    view = replace(
+        VIEW, run_id="run-r", sibling_markers=(marker(partition=0, records=7, run="run-r", width=2),)
+    )
+    with pytest.raises(ReshapedReplayRefused) as refused:
+        decide(replace(view, **width(4)), Rows(3))
+    assert "no record is written twice" in str(refused.value)
 
 
 def test_accepted_as_written_never_drops_the_rows_it_counted() -> None:
     """A task whose count differs is counted, then writes: the count must not consume its rows."""
     counted = Rows(4)
-    view = replace(VIEW, own_marker=marker(records=10), accepted_reshaped_batch=BATCH)
+    view = replace(
+        VIEW,
+        own_marker=marker(records=10, run="run-r"),
+        accepted_reshaped_batch=BATCH,
+        refused_run="run-r",
+        run_id="run-a",
+    )
     assert decide(view, counted) is Action.WRITE
     assert counted.asked
 

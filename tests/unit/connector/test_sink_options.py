@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pyspark.sql.types import (
     ArrayType,
@@ -128,6 +130,26 @@ def test_commit_marker_round_trips() -> None:
     for topic, width in (("out", 8), ("", None)):  # "": the rows named their topics
         marker = CommitMarker("sparkafka-q-3", "q", 17, 3, 250, 1_795_000_000_000, topic, width)
         assert CommitMarker.decode(marker.encode()) == marker
+
+
+def test_a_commit_marker_of_an_accepted_batch_round_trips_and_older_ones_read_as_not_accepted() -> None:
+    marker = CommitMarker("p-1", "q", 5, 1, 3, 1, "out", 2, "digest", "run-a", accepted=True)
+    assert CommitMarker.decode(marker.encode()) == marker
+    assert not CommitMarker.decode(dataclasses.replace(marker, accepted=False).encode()).accepted
+
+
+def test_a_refusal_record_round_trips_and_is_never_taken_for_a_commit_marker() -> None:
+    from sparkafka.connector.sink.markers import RefusalRecord, query_needle
+    from sparkafka.connector.sink.options import is_marker_key
+    from sparkafka.errors import CommitMarkerError
+
+    record = RefusalRecord("p", "q-1", 4, "run-r", 1)
+    assert RefusalRecord.decode(record.encode()) == record
+    # Readers of older versions find a query's markers by this needle, and skip what lacks it.
+    assert query_needle("q-1") not in record.encode()
+    assert not is_marker_key("refusal/p") and is_marker_key("p-0")
+    with pytest.raises(CommitMarkerError, match="version 2"):
+        RefusalRecord.decode(record.encode().replace(b'"version":1', b'"version":2'))
 
 
 def test_a_commit_marker_written_before_markers_named_their_topic_reads_as_topic_unknown() -> None:

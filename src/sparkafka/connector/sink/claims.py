@@ -54,6 +54,7 @@ from sparkafka.connector.sink.markers import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
     ProgressRecord,
+    RefusalRecord,
     query_needle,
     read_marker_partition,
 )
@@ -62,6 +63,7 @@ from sparkafka.connector.sink.options import (
     MARKER_PARTITION,
     OPERATION_TIMEOUT,
     PROGRESS_KEY_PREFIX,
+    REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
 )
@@ -380,7 +382,10 @@ def newest_batch(found: Mapping[str, bytes], query_id: str, prefix: str) -> int:
     newest = -1
     needle = query_needle(query_id)
     for key, value in found.items():
-        if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX)) or needle not in value:
+        if (
+            key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX))
+            or needle not in value
+        ):
             continue
         if key.startswith(PROGRESS_KEY_PREFIX):
             if key == f"{PROGRESS_KEY_PREFIX}{prefix}":
@@ -484,11 +489,11 @@ def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
 
 def holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
     """Whether the query's markers are in ``found`` already: a claim alone is not (a run refused for
-    want of its markers may have claimed the prefix there)."""
+    want of its markers may have claimed the prefix there), nor a refusal record."""
     return any(
         belongs_to(key, value, query_id, prefix)
         for key, value in found.items()
-        if not key.startswith(CLAIM_KEY_PREFIX)
+        if not key.startswith((CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX))
     )
 
 
@@ -500,6 +505,8 @@ def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
         return key == f"{PROGRESS_KEY_PREFIX}{prefix}"
     if key.startswith(CLAIM_KEY_PREFIX):
         return key == f"{CLAIM_KEY_PREFIX}{prefix}"
+    if key.startswith(REFUSAL_KEY_PREFIX):
+        return key == f"{REFUSAL_KEY_PREFIX}{prefix}" and RefusalRecord.decode(value).query_id == query_id
     try:
         return CommitMarker.decode(value).query_id == query_id
     except (ValueError, KeyError):

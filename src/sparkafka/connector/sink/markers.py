@@ -1,6 +1,8 @@
 """The commit-marker topic: one compacted partition whose latest record per transactional id
 says which micro-batch that id committed last (and, under ``registration/<id>``, which query owns
-the id). Read with read_committed, so only committed markers count."""
+the id; under ``claim/``, ``progress/`` and ``refusal/<prefix>``, which query owns a prefix, the
+last batch it completed, and the last run that refused a reshaped replay). Read with
+read_committed, so only committed markers count."""
 
 from __future__ import annotations
 
@@ -73,6 +75,9 @@ class CommitMarker:
     plan: str | None = None
     # The query run that committed it (StreamingQuery.runId); None in older markers.
     run_id: str | None = None
+    # Committed by a run that accepted this batch as written (acceptReshapedBatch): its rows are the
+    # accepted shape's, so a later run accepting the same batch keeps it (replay.decide, step 4).
+    accepted: bool = False
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -87,6 +92,7 @@ class CommitMarker:
                 "write_partitions": self.write_partitions,
                 "plan": self.plan,
                 "run_id": self.run_id,
+                "accepted": self.accepted,
             },
             separators=(",", ":"),
         ).encode()
@@ -105,6 +111,7 @@ class CommitMarker:
             _optional_int(data.get("write_partitions")),
             data.get("plan"),
             data.get("run_id"),
+            bool(data.get("accepted", False)),
         )
 
 
@@ -155,6 +162,47 @@ class ProgressRecord:
             None if end is None else tuple(str(line) for line in end),
             int(data["time_ms"]),
         )
+
+
+@dataclass(frozen=True)
+class RefusalRecord:
+    """The last query run that refused to replay a micro-batch split otherwise than it was first
+    written; key ``refusal/<prefix>``.
+
+    Written by the refusing task (or the driver) before the query stops. The markers that run
+    committed of the batch hold the rows of the shape the refusal offered to accept, so a run that
+    accepts the batch keeps them and writes again only what other runs committed: the cost the
+    refusal stated. The query is stored under ``query``, not ``query_id``, so that no reader looking
+    for a query's commit markers by :func:`query_needle` mistakes this record for one."""
+
+    prefix: str
+    query_id: str
+    batch_id: int
+    run_id: str
+    time_ms: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": 1,
+                "prefix": self.prefix,
+                "query": self.query_id,
+                "batch": self.batch_id,
+                "run": self.run_id,
+                "time_ms": self.time_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RefusalRecord:
+        data = json.loads(raw)
+        if data.get("version") != 1:
+            raise CommitMarkerError(
+                f"a refusal record of the commit-marker topic has version {data.get('version')!r}, and this "
+                "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
+            )
+        return cls(data["prefix"], data["query"], int(data["batch"]), data["run"], int(data["time_ms"]))
 
 
 def _optional_int(value: Any) -> int | None:

@@ -41,6 +41,16 @@ MARKER_PARTITION = 0
 REGISTRATION_KEY_PREFIX = "registration/"
 PROGRESS_KEY_PREFIX = "progress/"
 CLAIM_KEY_PREFIX = "claim/"
+REFUSAL_KEY_PREFIX = "refusal/"
+# Every key of the marker topic that is not a transactional id (whose value is its commit marker).
+RECORD_KEY_PREFIXES = (REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX, CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX)
+
+
+def is_marker_key(key: str) -> bool:
+    """Whether a key of the marker topic is a transactional id, whose value is a commit marker."""
+    return not key.startswith(RECORD_KEY_PREFIXES)
+
+
 OPERATION_TIMEOUT = "operationTimeoutMs"
 LEASE_TIMEOUT_OPTION = "leaseTimeoutMs"
 DEFAULT_LEASE_TIMEOUT_MS = 120_000

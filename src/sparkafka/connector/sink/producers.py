@@ -47,6 +47,7 @@ from sparkafka.connector.sink.markers import (
     MOVE_MARKERS_HINT,
     CommitMarker,
     ProgressRecord,
+    RefusalRecord,
     query_needle,
     read_marker_partition,
 )
@@ -54,8 +55,10 @@ from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
     MARKER_PARTITION,
     PROGRESS_KEY_PREFIX,
+    REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
+    is_marker_key,
 )
 from sparkafka.connector.sink.replay import (
     ADOPT_OPTION,
@@ -99,6 +102,8 @@ class CachedProducer:
     history_found: bool = True
     # The checkpoint recorded a claim the marker topic no longer holds (replay.TaskView).
     claim_missing: bool = False
+    # The prefix's refusal record at that first write (replay.TaskView.refused_run).
+    refusal: RefusalRecord | None = None
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -279,7 +284,7 @@ def _read_committed_state(
     of_this_query = [
         (key, marker)
         for key, value in found.items()
-        if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX, CLAIM_KEY_PREFIX))
+        if is_marker_key(key)
         and key != transactional_id
         and needle in value
         and (marker := CommitMarker.decode(value)).query_id == query_id
@@ -293,6 +298,8 @@ def _read_committed_state(
     registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
     progress_key = f"{PROGRESS_KEY_PREFIX}{own_prefix}"
     cached.progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
+    refusal_key = f"{REFUSAL_KEY_PREFIX}{own_prefix}"
+    cached.refusal = RefusalRecord.decode(found[refusal_key]) if refusal_key in found else None
     cached.history_found = (
         registered is not None
         or bool(of_this_query)
@@ -364,7 +371,7 @@ def _refuse_adopting_a_partial_batch(
         (
             marker
             for key, value in found.items()
-            if not key.startswith((REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX, CLAIM_KEY_PREFIX))
+            if is_marker_key(key)
             and write_partition_of(key, prefix) is not None
             and needle in value
             and (marker := CommitMarker.decode(value)).query_id == old_query
@@ -457,6 +464,13 @@ def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
     _produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the progress record")
 
 
+def write_refusal(options: SinkOptions, record: RefusalRecord) -> None:
+    """Record that this query run refused to replay ``record.batch_id`` in its shape (see
+    :class:`~.markers.RefusalRecord`)."""
+    key = f"{REFUSAL_KEY_PREFIX}{record.prefix}"
+    _produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the refusal record")
+
+
 def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
     """Copy what the marker topic ``options.previous_marker_topic`` holds of ``query_id`` under
     ``prefix`` — the claim, the registrations of the prefix's ids, the query's commit markers, the
@@ -503,6 +517,9 @@ def _newer(key: str, value: bytes, existing: bytes | None) -> bool:
     try:
         if key.startswith(PROGRESS_KEY_PREFIX):
             return ProgressRecord.decode(value).batch_id > ProgressRecord.decode(existing).batch_id
+        if key.startswith(REFUSAL_KEY_PREFIX):
+            new, old = RefusalRecord.decode(value), RefusalRecord.decode(existing)
+            return (new.batch_id, new.time_ms) > (old.batch_id, old.time_ms)
         return CommitMarker.decode(value).batch_id > CommitMarker.decode(existing).batch_id
     except (ValueError, KeyError):
         return False

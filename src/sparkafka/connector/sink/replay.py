@@ -27,9 +27,13 @@ Steps of :func:`decide` for one write task (the first that applies wins):
    output holds, skipping would drop the input that arrived since. The message offers the newest
    checkpoint copy, or a new checkpoint from where the output ends with its exact cost.
 4. The user accepted ``b`` as written (``acceptReshapedBatch``): skip only where the id's own marker
-   of ``b`` shows the rows it has now (topic, count, number of write partitions); otherwise write.
-   Nothing can be missing; what the rewritten partitions had committed is in the output twice, as
-   every refusal that offers the option counts it beforehand.
+   of ``b`` holds rows of the accepted shape — committed by the run that refused ``b`` (its refusal
+   record names it), by this run (a retried task), or by a run that accepted ``b`` before — and the
+   rows it has now (topic, count, number of write partitions); otherwise write. A marker of another
+   run holds the rows of another shape, which a count cannot tell apart from this one's, so its
+   partition is written again. Nothing can be missing; what other runs committed of ``b`` is in
+   the output twice, as every refusal that offers the option counts it, per write partition,
+   beforehand.
 5. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
    batch's number of write partitions, and this task's stage has another number, or this task
    cannot learn its number: refuse. Every task of the replay sees the same markers and the same
@@ -58,22 +62,28 @@ accepted the batch as written).
 Where the number of write partitions comes from. PySpark tells a task its partition index, not how
 many partitions its stage has; the task asks the driver's monitoring API
 (:mod:`sparkafka.connector.sink.stage_width`). Where that could not answer for the first run (the
-web UI off, or not reachable from the executors), its markers record no number and step 3 does not
+web UI off, or not reachable from the executors), its markers record no number and step 5 does not
 apply: a replay split into fewer partitions is then seen only after its tasks wrote (the driver's
-check), and the tasks decide one by one, so one may commit while another refuses at step 4. Either
+check), and the tasks decide one by one, so one may commit while another refuses at step 6. Either
 refusal says so and names the way on (``acceptReshapedBatch``).
 
+Every refusal that names that way on (steps 5 and 6b, the driver's check) is a
+:class:`ReshapedReplayRefused`: before the query stops, the refusing run records itself in the
+marker topic (``refusal/<prefix>``), so that the accepting run knows whose markers hold the shape
+it accepts (step 4), and the cost the refusal stated is the cost paid.
+
 Invariants: a task never skips unless a marker of its own id, of this query and batch (and, where
-both are known, of the same plan), holds the row count the task has now; a task whose view is
-incomplete (no registration read) never refuses because of it; every way on a refusal offers loses
-no record, and says how many are written twice. The one exception is deliberate: a replay that
-cannot learn its number of write partitions where the first run recorded it refuses (step 5),
-because the check it would skip is
-the only one that fires before a narrower replay writes. Nothing here raises a false alarm for queries
-whose output values are not deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only
-row counts and numbers of write partitions are compared. The
-price: other rows in the same number are not seen — rows that a round-robin repartition deals out
-anew because a non-deterministic column changed their order, for one (docs/guarantees.md).
+both are known, of the same plan), holds the row count the task has now — under
+``acceptReshapedBatch``, a marker of the refusing run, of this run or of an accepting one; a task
+whose view is incomplete (no registration read) never refuses because of it; every way on a
+refusal offers loses no record, and says how many are written twice. The one exception is
+deliberate: a replay that cannot learn its number of write partitions where the first run
+recorded it refuses (step 5), because the check it would skip is the only one that fires before a
+narrower replay writes. Nothing here raises a false alarm for queries whose output values are not
+deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts and numbers of
+write partitions are compared. The price: other rows in the same number are not seen — rows that
+a round-robin repartition deals out anew because a non-deterministic column changed their order,
+for one (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -96,6 +106,17 @@ PREVIOUS_MARKER_TOPIC_OPTION = "previousCommitMarkerTopic"
 
 class ReplayRefused(SparkafkaError):
     """A write task, or the driver, found that writing would lose or double records."""
+
+
+class ReshapedReplayRefused(ReplayRefused):
+    """A refusal of a replay split otherwise than its batch was first written, which offers to accept
+    the batch as written. The refusing run records itself in the marker topic before the query stops
+    (:class:`~sparkafka.connector.sink.markers.RefusalRecord`): accepting then keeps what it
+    committed, and writes again only what the refusal counted."""
+
+    def __init__(self, message: str, *, batch_id: int) -> None:
+        super().__init__(message)
+        self.batch_id = batch_id
 
 
 class Action(enum.Enum):
@@ -124,6 +145,8 @@ class Marker(Protocol):
     def plan(self) -> str | None: ...
     @property
     def run_id(self) -> str | None: ...
+    @property
+    def accepted(self) -> bool: ...
 
 
 class Progress(Protocol):
@@ -183,6 +206,9 @@ class TaskView:
     # The checkpoint recorded a claim of this prefix in the marker topic, and the topic holds none
     # of this query (claims.claim_missing): its markers are lost, even at the query's first batch.
     claim_missing: bool = False
+    # The run of this query that last refused to replay this batch in its shape (the prefix's
+    # refusal record), whose markers an acceptance of the batch keeps.
+    refused_run: str | None = None
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -205,7 +231,7 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
             raise ReplayRefused(_written_to_another_topic(view, ours))
         found = rows()
         if found != ours.records:
-            raise ReplayRefused(_reshaped(view, ours, found))
+            raise ReshapedReplayRefused(_reshaped(view, ours, found), batch_id=view.batch_id)
         return Action.SKIP
     _refuse_another_prefix(view)
     if not view.batch_write:
@@ -222,17 +248,50 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
 
 def _accepted_as_written(view: TaskView, ours: Marker | None, rows: Callable[[], int]) -> Action:
     """Step 4 of :func:`decide`: the user accepted this batch as written (``acceptReshapedBatch``).
-    A task skips only where its own marker of the batch shows its partition committed the rows it
-    has now (the same topic, row count and, where both are known, number of write partitions);
-    every other task writes all its rows. So no record of the batch is missing, and what the
-    rewritten partitions had committed before is in the output twice, as the refusal listed it (the
-    tasks log each such partition, the driver the total)."""
-    if ours is not None and ours.batch_id == view.batch_id and ours.topic in (None, view.topic):
+    A task skips only where its own marker of the batch holds rows of the accepted shape
+    (:func:`kept_when_accepted`) and as many as it has now (the same topic, row count and, where
+    both are known, number of write partitions); every other task writes all its rows. So no record
+    of the batch is missing, and what the rewritten partitions had committed before is in the output
+    twice, as the refusal listed it (the tasks log each such partition, the driver the total)."""
+    if (
+        ours is not None
+        and ours.batch_id == view.batch_id
+        and ours.topic in (None, view.topic)
+        and kept_when_accepted(ours, run_id=view.run_id, refused_run=view.refused_run)
+    ):
         same_width = ours.write_partitions is None or view.write_partitions() == ours.write_partitions
         if same_width and rows() == ours.records:
             return Action.SKIP
     _refuse_another_prefix(view)
     return Action.WRITE
+
+
+def kept_when_accepted(marker: Marker, *, run_id: str | None, refused_run: str | None) -> bool:
+    """Whether a marker of a batch being accepted as written holds rows of the accepted shape: it
+    was committed by the run that refused the batch (whose shape the refusal offered to accept),
+    by ``run_id`` itself (a task retried in the accepting run), or by a run that accepted the batch
+    before. Any other marker was committed in another shape, and as many rows need not be the same
+    rows: its partition is written again."""
+    if marker.accepted:
+        return True
+    return marker.run_id is not None and marker.run_id in (run_id, refused_run)
+
+
+def rewritten_when_accepted(markers: Iterable[Marker], *, run_id: str | None) -> list[Marker]:
+    """The markers of a batch that accepting it, after ``run_id`` refused it, writes again (sorted
+    by write partition): the cost a refusal states."""
+    return sorted(
+        (m for m in markers if not kept_when_accepted(m, run_id=run_id, refused_run=run_id)),
+        key=lambda m: m.partition,
+    )
+
+
+def written_twice(rewritten: Sequence[Marker]) -> str:
+    """``rewritten`` (markers whose records are written again) as a refusal states its cost."""
+    if not rewritten:
+        return "no record is written twice"
+    listed = ", ".join(f"write partition {m.partition}: {m.records}" for m in rewritten)
+    return f"records written twice: {sum(m.records for m in rewritten)} ({listed})"
 
 
 def _refuse_another_prefix(view: TaskView) -> None:
@@ -388,9 +447,9 @@ def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
     if now is None:
         # The first run could tell and this one cannot (the UI turned off, or unreachable now): a
         # replay split otherwise would be found only after it wrote its rows again.
-        raise ReplayRefused(_width_unknown(view, recorded))
+        raise ReshapedReplayRefused(_width_unknown(view, recorded), batch_id=view.batch_id)
     if recorded != [now]:
-        raise ReplayRefused(_another_width(view, of_batch, now))
+        raise ReshapedReplayRefused(_another_width(view, of_batch, now), batch_id=view.batch_id)
 
 
 def partitions_beyond(
@@ -411,22 +470,42 @@ def partitions_beyond(
     )
 
 
-def beyond_refusal(beyond: Sequence[Marker], *, batch_id: int, partitions: int) -> ReplayRefused:
-    """The driver's error for :func:`partitions_beyond`: this replay already wrote, so say so."""
+def beyond_refusal(
+    beyond: Sequence[Marker], skipped: Sequence[Marker], *, batch_id: int, partitions: int
+) -> ReshapedReplayRefused:
+    """The driver's error for :func:`partitions_beyond`: this replay already wrote, so say so.
+    ``skipped``: markers of write partitions the replay has, committed by another run, by which
+    the replay's tasks skipped; accepting the batch writes those partitions again."""
     listed = ", ".join(f"{m.partition} ({m.records} records)" for m in beyond)
     total = sum(m.records for m in beyond)
-    return ReplayRefused(
+    missing = (
+        ""
+        if not skipped
+        else " Write partition(s) "
+        + ", ".join(f"{m.partition} ({m.records} records)" for m in skipped)
+        + " of this replay wrote nothing, because the earlier run's markers show them committed as many "
+        "rows as they have now: split otherwise, those can be other rows, which are then missing until "
+        "the batch is accepted."
+    )
+    return ReshapedReplayRefused(
         f"micro-batch {batch_id} was first written by more write partitions than the {partitions} of "
         f"this replay: partition(s) {listed} committed their part of it before the query stopped, and "
-        "this replay's tasks have committed the whole batch split otherwise, so those "
-        f"{total} record(s) are now in the output twice; nothing is missing. The query stops so that no "
+        "this replay's tasks have committed the batch split otherwise, so those "
+        f"{total} record(s) are now in the output twice.{missing} The query stops so that no "
         "further batch builds on it unnoticed. Likely cause: the query's partitioning changed between "
         "the crash and the restart (a REPARTITION or coalesce count, the query itself). The query of the "
         "first run cannot finish this batch any more (this replay's commit markers replaced its own). To "
         f"go on, accept the batch as written: restart with .option('{ACCEPT_RESHAPED_OPTION}', "
-        f"'{batch_id}') on this sink and remove the option once the batch is done. The replay's tasks "
-        "committed what they have, so they write nothing more: the duplicates stay these "
-        f"{total}, which read_committed consumers of the output may need to drop"
+        f"'{batch_id}') on this sink, with this run's query and settings, and remove the option once the "
+        "batch is done. What this replay's tasks committed is kept; "
+        + (
+            "the partitions that wrote nothing write all their rows, so no record is lost; "
+            f"{written_twice([*beyond, *skipped])}, "
+            if skipped
+            else f"they write nothing more: {written_twice(beyond)}, "
+        )
+        + "which read_committed consumers of the output may need to drop",
+        batch_id=batch_id,
     )
 
 
@@ -585,39 +664,22 @@ def _accepted_too_early_text(query_id: str, run_first_batch: int | None, option:
     )
 
 
-def _acceptance_cost(view: TaskView, *, all_rewritten: bool) -> str:
-    """The way on a refusal offers, with its cost from the markers of the batch. Accepted, a task
-    skips only where its partition committed what it has now; every other task writes all its rows.
-    ``all_rewritten``: the replay's shape differs from every marker's (another number of write
-    partitions), so every partition that committed is written again."""
-    of_batch = sorted(
-        (
-            m
-            for m in (view.own_marker, *view.sibling_markers)
-            if m is not None and m.query_id == view.query_id and m.batch_id == view.batch_id
-        ),
-        key=lambda m: m.partition,
-    )
-    listed = ", ".join(f"partition {m.partition}: {m.records}" for m in of_batch) or "none"
-    total = sum(m.records for m in of_batch)
-    if all_rewritten:
-        return (
-            f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
-            "every task whose partition did not commit exactly what it has now then writes all its rows, "
-            f"so no record of the batch is lost, and records are written twice: {total} ({listed}), plus "
-            "what tasks of this replay commit before the query stops (the driver's log lists them). "
-            "Remove the option once the batch is done"
-        )
-    # A task skips where its own marker holds as many rows as it has now, which need not be the same
-    # rows: said here, before the user takes this way on (docs/guarantees.md).
+def _acceptance_cost(view: TaskView) -> str:
+    """The way on a refusal offers, with its exact cost from the markers of the batch: accepted,
+    a task skips only where this run (recorded as the refusing run) or an accepting run committed
+    its partition's rows; every other partition's earlier commit is written again."""
+    of_batch = [
+        m
+        for m in (view.own_marker, *view.sibling_markers)
+        if m is not None and m.query_id == view.query_id and m.batch_id == view.batch_id
+    ]
+    rewritten = rewritten_when_accepted(of_batch, run_id=view.run_id)
     return (
-        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): every "
-        "task whose partition did not commit as many rows as it has now then writes all its rows, and "
-        f"records are written twice: at most {total} ({listed}), plus what tasks of this replay commit "
-        "before the query stops (the driver's log lists them). A partition that committed as many rows "
-        "as it has now writes nothing: if the change dealt it other rows than it committed, taken from a "
-        "partition that never committed, those rows are lost, so take this way only where the change "
-        "kept each partition's rows or changed their number. Remove the option once the batch is done"
+        f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') and this "
+        "run's query and settings: what this run's tasks commit of the batch before the query stops is "
+        "kept, every other task writes all its rows, so no record of the batch is lost; what earlier "
+        f"runs committed of it is written again: {written_twice(rewritten)}. "
+        "Remove the option once the batch is done"
     )
 
 
@@ -634,7 +696,7 @@ def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
         "written twice. Other tasks of this replay decide on their own and may commit their part before "
         "the query stops. If the first run's query cannot run any more, or input records of the batch "
         "are gone (retention or DeleteRecords, read past with failOnDataLoss=false), or a joined table "
-        f"changed, {_acceptance_cost(view, all_rewritten=False)}"
+        f"changed, {_acceptance_cost(view)}"
     )
 
 
@@ -654,7 +716,7 @@ def _another_width(view: TaskView, of_batch: Sequence[Marker], now: int) -> str:
         f"itself), or adaptive query execution was turned on ({ADAPTIVE_STATELESS_STREAMING}, "
         f"{ADAPTIVE_ENABLED}). Restart with the query and settings of the first run until micro-batch "
         f"{view.batch_id} is done, then make the change: nothing is lost or written twice. If the first "
-        f"run's query cannot run any more, {_acceptance_cost(view, all_rewritten=True)}"
+        f"run's query cannot run any more, {_acceptance_cost(view)}"
     )
 
 
@@ -668,7 +730,7 @@ def _width_unknown(view: TaskView, recorded: Sequence[int]) -> str:
         "UI's port closed to the executors; the executor's log says which). Without it a replay split "
         "otherwise would write records twice before anything noticed, so no task writes and the query "
         "stops. Restart with the web UI on and reachable until this batch is done: nothing is lost or "
-        f"written twice. If that cannot be, {_acceptance_cost(view, all_rewritten=True)}"
+        f"written twice. If that cannot be, {_acceptance_cost(view)}"
     )
 
 

@@ -26,7 +26,12 @@ from sparkafka.connector.sink.failures import (
     sink_unreachable_error,
     transaction_timeout_error,
 )
-from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord, read_marker_partition
+from sparkafka.connector.sink.markers import (
+    CommitMarker,
+    ProgressRecord,
+    RefusalRecord,
+    read_marker_partition,
+)
 from sparkafka.connector.sink.options import AT_LEAST_ONCE, EXACTLY_ONCE, MARKER_PARTITION, SinkOptions
 from sparkafka.connector.sink.producers import (
     CachedProducer,
@@ -36,15 +41,18 @@ from sparkafka.connector.sink.producers import (
     plain_producer,
     transactional_producer,
     write_progress,
+    write_refusal,
 )
 from sparkafka.connector.sink.replay import (
     ACCEPT_RESHAPED_OPTION,
     Action,
     ReplayRefused,
+    ReshapedReplayRefused,
     TaskView,
     adaptive_execution_refusal,
     beyond_refusal,
     decide,
+    kept_when_accepted,
     partitions_beyond,
 )
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
@@ -90,6 +98,8 @@ class SinkCommitMessage(WriterCommitMessage):
     # Records this id had committed of the batch before, written again because the user accepted the
     # batch as written (acceptReshapedBatch): duplicates the driver logs.
     rewritten_records: int = 0
+    # The query run (StreamingQuery.runId) the task belongs to: the driver's refusal records it.
+    run_id: str | None = None
 
 
 class _RowEncoder:
@@ -205,7 +215,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             transactional_id_prefix=prefix,
             query_id=query_id,
             batch_id=batch_id,
+            run_id=identity.run_id,
         )
+        last_refusal = cached.refusal
         # Step 3: write, skip, or refuse.
         view = TaskView(
             query_id=query_id,
@@ -229,9 +241,20 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             marker_topic=self.options.marker_topic,
             exactly_once_from=self.options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,
+            refused_run=(
+                last_refusal.run_id
+                if last_refusal is not None
+                and last_refusal.query_id == query_id
+                and last_refusal.batch_id == batch_id
+                else None
+            ),
         )
         task_input = _TaskInput(batches)
-        if decide(view, rows=task_input.count) is Action.SKIP:
+        try:
+            action = decide(view, rows=task_input.count)
+        except ReshapedReplayRefused as refused:
+            raise self._recorded(refused, prefix, query_id, identity.run_id) from None
+        if action is Action.SKIP:
             marker = cached.marker
             assert marker is not None
             log.info(
@@ -257,10 +280,37 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.topic or "",
             plan=view.plan,
             run_id=identity.run_id,
+            accepted=self.options.accepted_reshaped_batch == batch_id,
         )
         marker = self._write_transaction(cached, draft, width.known, first, rest)
         return written(
             records=marker.records, write_partitions=marker.write_partitions, rewritten_records=rewritten
+        )
+
+    def _recorded(
+        self, refused: ReshapedReplayRefused, prefix: str, query_id: str, run_id: str | None
+    ) -> ReshapedReplayRefused:
+        """``refused``, once this run is recorded as the one that refused its batch (the prefix's
+        :class:`~.markers.RefusalRecord`): an acceptance of the batch then keeps what this run's tasks
+        committed of it, as the refusal's cost assumes. Where it cannot be recorded, the refusal
+        says that accepting writes those again too."""
+        if run_id is None:
+            why = (
+                "Spark's job description names no query run for this task (a foreachBatch function "
+                "that sets its own job description and job group)"
+            )
+        else:
+            record = RefusalRecord(prefix, query_id, refused.batch_id, run_id, int(time.time() * 1000))
+            try:
+                write_refusal(self.options, record)
+                return refused
+            except (SparkafkaError, KafkaException) as error:
+                why = str(error)
+        return ReshapedReplayRefused(
+            f"{refused}. This refusal could not be recorded in the commit-marker topic ({why}): "
+            "accepting the batch writes again also what this run's tasks committed of it (the "
+            "driver's log lists them)",
+            batch_id=refused.batch_id,
         )
 
     def _write_transaction(
@@ -549,26 +599,40 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             return {}
         found = read_marker_partition(self.options)
         fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
+        of_prefix = [
+            CommitMarker.decode(value)
+            for key, value in found.items()
+            if write_partition_of(key, prefix) is not None
+        ]
         beyond = partitions_beyond(
-            (
-                CommitMarker.decode(value)
-                for key, value in found.items()
-                if write_partition_of(key, prefix) is not None
-            ),
-            query_id=query_id,
-            batch_id=batch_id,
-            prefix=prefix,
-            partitions=len(reports),
+            of_prefix, query_id=query_id, batch_id=batch_id, prefix=prefix, partitions=len(reports)
         )
         if beyond and self.options.accepted_reshaped_batch == batch_id:
             log.warning(
-                "micro-batch %d taken as written (acceptReshapedBatch): %s",
+                "micro-batch %d taken as written (%s): write partition(s) %s, which this run does not "
+                "have, had committed %d record(s) of it, which this run wrote again",
                 batch_id,
-                beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports)),
+                ACCEPT_RESHAPED_OPTION,
+                ", ".join(f"{m.partition} ({m.records} records)" for m in beyond),
+                sum(m.records for m in beyond),
             )
             return {m.partition: m.records for m in beyond}
         if beyond:
-            raise beyond_refusal(beyond, batch_id=batch_id, partitions=len(reports))
+            run_id = next((r.run_id for r in reports if r.run_id), None)
+            # Partitions that skipped by another run's marker: accepting writes them again.
+            skipped = sorted(
+                (
+                    m
+                    for m in of_prefix
+                    if m.query_id == query_id
+                    and m.batch_id == batch_id
+                    and m.partition < len(reports)
+                    and not kept_when_accepted(m, run_id=run_id, refused_run=run_id)
+                ),
+                key=lambda m: m.partition,
+            )
+            refused = beyond_refusal(beyond, skipped, batch_id=batch_id, partitions=len(reports))
+            raise self._recorded(refused, prefix, query_id, run_id)
         return {}
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -580,8 +644,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if committed:
             log.warning(
                 "micro-batch %d failed after write partition(s) %s committed their part of it (records: %s): "
-                "a replay of the same shape skips them; a replay accepted as written (%s) whose tasks do not "
-                "match them writes them a second time",
+                "a replay of the same shape skips them; accepting the batch as written (%s) keeps them where "
+                "this run refused the batch, and writes them a second time otherwise",
                 batchId,
                 sorted(committed),
                 ", ".join(f"{p}: {n}" for p, n in sorted(committed.items())),
