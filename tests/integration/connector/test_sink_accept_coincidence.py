@@ -44,7 +44,7 @@ QUERY = (
 @pytest.fixture
 def topics(tmp_path: Path) -> Iterator[Kafka]:
     """The embedded broker of the test's own, with topics in and out (as test_sink_replay_shape's)."""
-    with started_kafka(EMBEDDED, tmp_path / "kafka") as kafka:
+    with started_kafka(EMBEDDED, tmp_path) as kafka:
         create_topic(kafka.bootstrap_servers, "in", partitions=INPUT_PARTITIONS)
         create_topic(kafka.bootstrap_servers, "out", partitions=OUTPUT_PARTITIONS)
         yield kafka
