@@ -663,6 +663,7 @@ def test_a_foreach_batch_write_whose_marker_topic_was_deleted_refuses(
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="stated limit (docs/guarantees.md): a foreachBatch df.write whose transactionalIdPrefix "
     "changes in the middle of a batch is not told from a sibling write of the same batch",
 )

@@ -115,6 +115,7 @@ def assert_refused(log: PartitionLog, offset: int) -> None:
             0,
             marks=pytest.mark.xfail(
                 strict=True,
+                raises=AssertionError,
                 reason="the kept segment's time index is empty when the damage is its first batch, so "
                 "_load_indexes rejects it after a crash (size > 0 and no time entry); the rescan, now "
                 "without the clean-stop marker, cuts the file _keep_damage promised to keep",
@@ -162,6 +163,7 @@ def _length_damage_before_the_last_index_entry(segment: Path) -> int:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="a clean start reads only the active segment's tail (no CRC check, only after the last "
     "index entry), so this damage stays in the active segment and new records are appended after it, "
     "against _keep_damage's own rule; the next crash rescans the segment and cuts at the damage, "
@@ -314,6 +316,7 @@ def test_a_broker_starts_with_kept_damage_when_its_producer_state_snapshot_is_go
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="the producer-state replay reads batches with validate_crc=False, so the header of a "
     "damaged batch a clean start kept (its CRC is never checked there) is taken at its word: a "
     "flipped transactional bit opens a transaction no coordinator knows, and the last stable offset "
@@ -485,6 +488,7 @@ def test_the_cli_reports_a_broker_error_at_start_up_without_a_traceback(
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="offset_for_timestamp skips a segment by its max timestamp, which after _keep_damage covers "
     "only the batches before the damage: a lookup for a time the damaged records may hold answers the "
     "first offset after them, so a consumer seeking by time skips the kept records without ever "
@@ -509,6 +513,7 @@ def test_a_time_lookup_does_not_move_a_consumer_silently_past_kept_damage(make_l
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="_keep_damage leaves the segment's max timestamp at that of the batches before the damage; "
     "time retention takes it for the segment's newest record and deletes the kept file (an INFO line) "
     "while the records after the damage were appended a moment ago, well inside retention.ms",
