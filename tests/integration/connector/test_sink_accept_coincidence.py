@@ -50,16 +50,14 @@ def topics(tmp_path: Path) -> Iterator[Kafka]:
         yield kafka
 
 
-def _hash_partition_values(spark: SparkSession) -> list[int]:
+def _hash_partition_values(spark: SparkSession, partitions: int = WRITE_PARTITIONS) -> list[int]:
     """An integer per write partition that Spark's hash partitioning (Murmur3, seed 42, as the SQL
-    function ``hash``) deals to it among ``WRITE_PARTITIONS``."""
-    rows = spark.sql(
-        f"SELECT id, pmod(hash(CAST(id AS INT)), {WRITE_PARTITIONS}) AS p FROM range(100)"
-    ).collect()
+    function ``hash``) deals to it among ``partitions``."""
+    rows = spark.sql(f"SELECT id, pmod(hash(CAST(id AS INT)), {partitions}) AS p FROM range(100)").collect()
     chosen: dict[int, int] = {}
     for row in rows:
         chosen.setdefault(int(row["p"]), int(row["id"]))
-    return [chosen[partition] for partition in range(WRITE_PARTITIONS)]
+    return [chosen[partition] for partition in range(partitions)]
 
 
 def test_an_accepted_batch_whose_partition_count_coincides_loses_nothing(
@@ -97,3 +95,55 @@ def test_an_accepted_batch_whose_partition_count_coincides_loses_nothing(
     assert set(output) == set(FIRST), "no record of the accepted batch is lost"
     assert output == Counter({"r000001": 2, "r000002": 2, "r000003": 2, "r000004": 1, "r000005": 1})
     assert "3 record(s) written a second time" in accepted.output()
+
+
+# The narrower replay the driver refuses: by a over 3 write partitions, then by b over 2.
+NARROWER_FIRST = {"r000001": 0, "r000002": 1, "r000003": 1, "r000004": 2, "r000005": 2}
+NARROWER_CHANGED = {"r000001": 1, "r000002": 0, "r000003": 1, "r000004": 0, "r000005": 0}
+
+
+def test_a_narrower_replay_that_skipped_by_a_coinciding_count_is_refused_and_accepted_without_loss(
+    spark: SparkSession, topics: Kafka, tmp_path: Path
+) -> None:
+    """The first run (web UI off, so its markers record no number of write partitions) deals r1 to
+    write partition 0, r2-r3 to 1 and r4-r5 to 2; 1 and 2 commit, 0 is held and the pipeline is
+    killed. The replay, by b over two partitions, deals r2, r4, r5 to partition 0, which has no
+    marker and writes them, and r1, r3 to partition 1, whose first-run marker counts two rows as
+    well: it skips, and r1, never committed, is missing. The driver finds partition 2's marker
+    beyond the replay and refuses, naming partition 1's skip and the cost of accepting. Accepted,
+    partition 0 keeps what the refusing run committed and partition 1 writes r1 and r3: nothing is
+    lost, and exactly the four records the refusal stated are in the output twice."""
+    first_values = _hash_partition_values(spark, 3)
+    changed_values = _hash_partition_values(spark, 2)
+    sender = producer(topics.bootstrap_servers)
+    for number, record_id in enumerate(sorted(NARROWER_FIRST)):
+        key = f"{first_values[NARROWER_FIRST[record_id]]},{changed_values[NARROWER_CHANGED[record_id]]}"
+        sender.produce("in", key=key, value=f"{record_id}|payload", partition=number % INPUT_PARTITIONS)
+    assert sender.flush(30) == 0
+
+    without_ui = ("--spark-conf", "spark.ui.enabled=false")
+    first = QUERY.format(n=3, column="a")
+    run = _pipeline(topics, tmp_path, first, *without_ui, *_paused_at("0"), master="local[3]").start()
+    committed = _kill_after_commits(run, topics, held=[0], expect=[1, 2])
+    assert committed == {1: 2, 2: 2}
+
+    changed = QUERY.format(n=2, column="b")
+    refused = _pipeline(topics, tmp_path, changed, master="local[2]").start()
+    try:
+        refused.wait_for("was first written by more write partitions than the 2 of this replay", timeout_s=180)
+    finally:
+        refused.kill_group()
+    message = refused.output()
+    assert "Write partition(s) 1 (2 records) of this replay wrote nothing" in message
+    assert "records written twice: 4 (write partition 1: 2, write partition 2: 2)" in message
+    missing = _output_ids(topics)
+    assert "r000001" not in missing, "the refused replay left r1 unwritten, as its message says"
+
+    accepted = _pipeline(
+        topics, tmp_path, changed, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
+    ).start()
+    try:
+        output = _committed_ids(topics, 9, stop=accepted.terminate)
+    finally:
+        accepted.terminate()
+    assert output == Counter({"r000001": 1, "r000002": 2, "r000003": 2, "r000004": 2, "r000005": 2})

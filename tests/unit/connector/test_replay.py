@@ -650,7 +650,7 @@ def test_a_narrower_replay_that_skipped_by_the_first_runs_markers_says_those_row
     assert "Write partition(s) 1 (6 records) of this replay wrote nothing" in message
     assert "which are then missing until the batch is accepted" in message
     assert "the partitions that wrote nothing write all their rows, so no record is lost" in message
-    assert "records written twice: 10 (write partition 2: 4, write partition 1: 6)" in message
+    assert "records written twice: 10 (write partition 1: 6, write partition 2: 4)" in message
 
 
 def test_partitions_beyond_is_empty_for_a_replay_as_wide_as_the_first_run() -> None:

@@ -290,7 +290,9 @@ def written_twice(rewritten: Sequence[Marker]) -> str:
     """``rewritten`` (markers whose records are written again) as a refusal states its cost."""
     if not rewritten:
         return "no record is written twice"
-    listed = ", ".join(f"write partition {m.partition}: {m.records}" for m in rewritten)
+    listed = ", ".join(
+        f"write partition {m.partition}: {m.records}" for m in sorted(rewritten, key=lambda m: m.partition)
+    )
     return f"records written twice: {sum(m.records for m in rewritten)} ({listed})"
 
 
