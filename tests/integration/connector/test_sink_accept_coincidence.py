@@ -130,7 +130,9 @@ def test_a_narrower_replay_that_skipped_by_a_coinciding_count_is_refused_and_acc
     changed = QUERY.format(n=2, column="b")
     refused = _pipeline(topics, tmp_path, changed, master="local[2]").start()
     try:
-        refused.wait_for("was first written by more write partitions than the 2 of this replay", timeout_s=180)
+        refused.wait_for(
+            "was first written by more write partitions than the 2 of this replay", timeout_s=180
+        )
     finally:
         refused.kill_group()
     message = refused.output()
