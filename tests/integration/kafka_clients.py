@@ -186,7 +186,9 @@ def committed_markers(
             if message is None or message.error():
                 break
             key = (message.key() or b"").decode()
-            if key.startswith(("registration/", "progress/", "claim/")) or not key.startswith(prefix):
+            if key.startswith(("registration/", "progress/", "claim/", "refusal/")) or not key.startswith(
+                prefix
+            ):
                 continue
             marker = json.loads(message.value())
             if marker["batch_id"] == batch_id:

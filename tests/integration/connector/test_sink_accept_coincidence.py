@@ -12,17 +12,20 @@ refusal said."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from sparkafka.tools.harness import wait_until
+from sparkafka.tools.pipeline_process import PipelineProcess
 from tests.integration.conftest import EMBEDDED, Kafka, started_kafka
 from tests.integration.connector.test_sink_replay_shape import (
     INPUT_PARTITIONS,
     OUTPUT_PARTITIONS,
     _committed_ids,
+    _committed_markers,
     _kill_after_commits,
     _output_ids,
     _paused_at,
@@ -149,3 +152,134 @@ def test_a_narrower_replay_that_skipped_by_a_coinciding_count_is_refused_and_acc
     finally:
         accepted.terminate()
     assert output == Counter({"r000001": 1, "r000002": 2, "r000003": 2, "r000004": 2, "r000005": 2})
+
+
+# Records placed by a key of one integer per column: column k deals a record to a write partition
+# among WIDTHS[k] (Spark's hash partitioning of that integer).
+def _send_placed(
+    spark: SparkSession, topics: Kafka, placements: Mapping[str, tuple[int, ...]], widths: tuple[int, ...]
+) -> None:
+    values = [_hash_partition_values(spark, width) for width in widths]
+    sender = producer(topics.bootstrap_servers)
+    for number, record_id in enumerate(sorted(placements)):
+        key = ",".join(str(values[column][p]) for column, p in enumerate(placements[record_id]))
+        sender.produce("in", key=key, value=f"{record_id}|payload", partition=number % INPUT_PARTITIONS)
+    assert sender.flush(30) == 0
+
+
+def _placed_query(write_partitions: int, column: int, columns: int) -> str:
+    extracted = ", ".join(
+        f"CAST(split(CAST(key AS STRING), ',')[{c}] AS INT) AS c{c}" for c in range(columns)
+    )
+    return (
+        f"SELECT /*+ REPARTITION({write_partitions}, c{column}) */ key, value "
+        f"FROM (SELECT key, value, {extracted} FROM input)"
+    )
+
+
+def _refused(run: PipelineProcess, text: str) -> str:
+    try:
+        run.wait_for(text, timeout_s=180)
+    finally:
+        run.kill_group()
+    return run.output()
+
+
+# Under c0 (the first run), c1 (the refused replay and its acceptance) and c2 (a third shape).
+THREE_SHAPES = {
+    "r000001": (0, 0, 1),
+    "r000002": (1, 0, 1),
+    "r000003": (1, 1, 1),
+    "r000004": (2, 1, 0),
+    "r000005": (2, 1, 0),
+}
+
+
+def test_an_acceptance_cut_short_then_another_shape_is_refused_and_the_accepted_shape_finishes(
+    spark: SparkSession, topics: Kafka, tmp_path: Path
+) -> None:
+    """c0 commits write partitions 0 {r1} and 1 {r2, r3}, 2 is held; c1 refuses (three records
+    written twice, it says). Accepted with c1, partition 0 commits {r1, r2} and the run is killed
+    with partition 1 held. The query is changed again, to c2, whose partition 0 has two rows as the
+    acceptance's marker does: the batch holds two shapes, so c2 refuses before writing (where an
+    acceptance in c2's shape, trusting the marker by its count, would skip r4 and r5), naming c1's
+    shape as the one to accept. Accepted with c1 again: nothing lost, and the three records c1's
+    refusal stated are in the output twice."""
+    _send_placed(spark, topics, THREE_SHAPES, (3, 3, 3))
+    accept = ("--sink-option", "acceptReshapedBatch=0")
+    first = _pipeline(topics, tmp_path, _placed_query(3, 0, 3), *_paused_at("2"), master="local[2]").start()
+    assert _kill_after_commits(first, topics, held=[2], expect=[0, 1]) == {0: 1, 1: 2}
+    refusal = _refused(
+        _pipeline(topics, tmp_path, _placed_query(3, 1, 3), master="local[2]").start(),
+        "is replayed in another shape than it was first written",
+    )
+    assert "records written twice: 3 (write partition 0: 1, write partition 1: 2)" in refusal
+
+    cut_short = _pipeline(
+        topics, tmp_path, _placed_query(3, 1, 3), *accept, *_paused_at("1"), master="local[2]"
+    )
+    cut_short.start()
+    try:
+        cut_short.wait_for("sparkafka debug pause: beforeCommit partition=1 batch=0", timeout_s=180)
+        assert wait_until(lambda: _committed_markers(topics, 0).get(0) == 2, timeout_s=60)
+    finally:
+        cut_short.kill_group()
+    before = _output_ids(topics, isolation="read_uncommitted")
+
+    refusal = _refused(
+        _pipeline(topics, tmp_path, _placed_query(3, 2, 3), master="local[2]").start(),
+        "holds commits of two shapes",
+    )
+    assert "records written twice: 2 (write partition 1: 2)" in refusal
+    assert _output_ids(topics, isolation="read_uncommitted") == before, "the refused run wrote records"
+
+    accepted = _pipeline(topics, tmp_path, _placed_query(3, 1, 3), *accept, master="local[2]").start()
+    try:
+        output = _committed_ids(topics, 8, stop=accepted.terminate)
+    finally:
+        accepted.terminate()
+    assert output == Counter({"r000001": 2, "r000002": 2, "r000003": 2, "r000004": 1, "r000005": 1})
+
+
+# Under c0 (the first run, two write partitions) and c1 (the refused replay, three).
+WIDER_WITHOUT_UI = {"r000001": (0, 1), "r000002": (0, 2), "r000003": (1, 0), "r000004": (1, 0)}
+
+
+def test_a_refused_replay_that_committed_in_its_shape_is_refused_by_either_query_until_accepted(
+    spark: SparkSession, topics: Kafka, tmp_path: Path
+) -> None:
+    """The web UI off in every run. c0 commits write partition 1 {r3, r4}, 0 is held. The wider c1
+    runs its tasks one after another: partition 0, without a marker, commits {r3, r4}, then 1
+    refuses. Both ways on its refusal names meet a batch of two shapes: the first run's query (whose
+    partition 0 would otherwise skip by c1's marker of as many rows, losing r1 and r2) and c1's again
+    (whose refusal would otherwise replace c1's and raise the cost). Each refuses before writing,
+    stating what accepting c1's shape costs; accepted, r3 and r4 are in twice, as stated."""
+    _send_placed(spark, topics, WIDER_WITHOUT_UI, (2, 3))
+    without_ui = ("--spark-conf", "spark.ui.enabled=false")
+    first_query, wider = _placed_query(2, 0, 2), _placed_query(3, 1, 2)
+    first = _pipeline(topics, tmp_path, first_query, *without_ui, *_paused_at("0"), master="local[2]").start()
+    assert _kill_after_commits(first, topics, held=[0], expect=[1]) == {1: 2}
+    refusal = _refused(
+        _pipeline(topics, tmp_path, wider, *without_ui, master="local[1]").start(),
+        "is replayed in another shape than it was first written",
+    )
+    assert "the first run's query refuses in turn" in refusal
+    before = _output_ids(topics, isolation="read_uncommitted")
+    assert before == Counter({"r000003": 2, "r000004": 2}), "c1's partition 0 committed before the refusal"
+
+    for query in (first_query, wider):
+        refusal = _refused(
+            _pipeline(topics, tmp_path, query, *without_ui, master="local[2]").start(),
+            "holds commits of two shapes",
+        )
+        assert "records written twice: 2 (write partition 1: 2)" in refusal
+        assert _output_ids(topics, isolation="read_uncommitted") == before, "the refused run wrote records"
+
+    accepted = _pipeline(
+        topics, tmp_path, wider, *without_ui, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
+    ).start()
+    try:
+        output = _committed_ids(topics, 6, stop=accepted.terminate)
+    finally:
+        accepted.terminate()
+    assert output == Counter({"r000001": 1, "r000002": 1, "r000003": 2, "r000004": 2})

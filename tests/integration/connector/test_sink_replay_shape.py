@@ -394,6 +394,16 @@ def test_a_narrower_replay_unchecked_by_its_first_run_is_refused_by_the_driver_u
     assert sum(1 for n in output.values() if n == 2) == committed[2], "partition 2's records, twice"
     assert max(output.values()) == 2
 
+    # Restarted unchanged (an automatic restart, say): the batch holds the refused replay's shape
+    # beside partition 2's, so every task refuses before writing, with the same cost as before.
+    again = _pipeline(broker, tmp_path, narrow, master="local[2]").start()
+    try:
+        again.wait_for("holds commits of two shapes", timeout_s=180)
+    finally:
+        again.kill_group()
+    assert f"records written twice: {committed[2]} (write partition 2: {committed[2]})" in again.output()
+    assert _output_ids(broker) == output, "the refused restart wrote records"
+
     later = _send_more(broker.bootstrap_servers, start=len(ids), records=300)
     accepted = _pipeline(
         broker, tmp_path, narrow, "--sink-option", "acceptReshapedBatch=0", master="local[2]"
@@ -404,6 +414,7 @@ def test_a_narrower_replay_unchecked_by_its_first_run_is_refused_by_the_driver_u
         accepted.terminate()
     assert all(output[record_id] == 1 for record_id in later), "the batches after it, exactly once"
     assert "taken as written (acceptReshapedBatch)" in accepted.output()
+    assert sum(1 for n in output.values() if n == 2) == committed[2] and max(output.values()) == 2
 
 
 @pytest.mark.parametrize("fresh_kafka", [EMBEDDED], indirect=True)

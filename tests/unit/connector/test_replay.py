@@ -40,10 +40,10 @@ def marker(
     width: int | None = None,
     plan: str | None = None,
     run: str | None = None,
-    accepted: bool = False,
+    accepted_run: str | None = None,
 ) -> CommitMarker:
     return CommitMarker(
-        f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width, plan, run, accepted
+        f"{prefix}-{partition}", query, batch, partition, records, 0, topic, width, plan, run, accepted_run
     )
 
 
@@ -348,6 +348,7 @@ CASES = [
         True,
     ),
     (
+        # This run is not in the shape it accepts: writing would double rows beyond the stated cost.
         "accepted as written, the refusing run committed other than the partition has now",
         {
             "own_marker": marker(width=4, run="run-r"),
@@ -357,8 +358,34 @@ CASES = [
             **width(4),
         },
         4,
-        Action.WRITE,
+        "is split otherwise than the shape it accepts",
         True,
+    ),
+    (
+        "accepted as written, the refusing run recorded another number of write partitions",
+        {
+            "own_marker": marker(width=3, run="run-r"),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r",
+            "run_id": "run-a",
+            **width(4),
+        },
+        10,
+        "of 3 write partitions, and this run has 4 write partitions",
+        False,
+    ),
+    (
+        "accepted as written, the refusing run recorded its width and this run cannot learn its own",
+        {
+            "own_marker": marker(width=3, run="run-r"),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r",
+            "run_id": "run-a",
+            **width(None),
+        },
+        10,
+        "this replay cannot learn its own number",
+        False,
     ),
     (
         # Another shape's rows, as many as the partition has now: a count cannot tell them apart.
@@ -388,12 +415,70 @@ CASES = [
         False,
     ),
     (
-        "accepted as written, a run that accepted the batch before committed what the partition has now",
+        "accepted as written, a run that accepted the same refusal committed what the partition has now",
         {
-            "own_marker": marker(run="run-a0", accepted=True),
+            "own_marker": marker(run="run-a0", accepted_run="run-r"),
             "accepted_reshaped_batch": BATCH,
             "refused_run": "run-r",
             "run_id": "run-a1",
+        },
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        # Accepted in the shape of an earlier refusal, which need not be this one's.
+        "accepted as written, a run that accepted another refusal committed as many rows",
+        {
+            "own_marker": marker(run="run-a0", accepted_run="run-r0"),
+            "accepted_reshaped_batch": BATCH,
+            "refused_run": "run-r1",
+            "run_id": "run-a1",
+        },
+        10,
+        Action.WRITE,
+        False,
+    ),
+    (
+        "two shapes: the refusing run committed one partition, the first run another",
+        {
+            "own_marker": marker(run="run-r"),
+            "sibling_markers": (marker(partition=0, records=7, run="run-f"),),
+            "refused_run": "run-r",
+            "run_id": "run-2",
+        },
+        10,
+        "holds commits of two shapes: run run-r refused",
+        False,
+    ),
+    (
+        "two shapes: an acceptance of the refusal committed one partition, the first run another",
+        {
+            "sibling_markers": (
+                marker(partition=0, records=7, run="run-f"),
+                marker(partition=1, records=3, run="run-a", accepted_run="run-r"),
+            ),
+            "refused_run": "run-r",
+            "run_id": "run-2",
+        },
+        10,
+        "records written twice: 7 (write partition 0: 7)",
+        False,
+    ),
+    (
+        "the refusing run committed nothing: a replay in the first run's shape goes on",
+        {"own_marker": marker(run="run-f"), "refused_run": "run-r", "run_id": "run-2"},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "the refusing run itself, retried: its own rules decide",
+        {
+            "own_marker": marker(run="run-r"),
+            "sibling_markers": (marker(partition=0, records=7, run="run-f"),),
+            "refused_run": "run-r",
+            "run_id": "run-r",
         },
         10,
         Action.SKIP,
@@ -745,21 +830,21 @@ def test_every_refusal_that_offers_acceptance_states_the_records_written_twice()
 
 
 def test_the_cost_of_accepting_leaves_out_what_the_refusing_run_commits() -> None:
-    """Partition 0 committed in this (refusing) run, and 1 in an earlier run that accepted the batch:
-    accepted, both are kept; only the first run's partition 2 is written again."""
+    """Partition 0 committed in this (refusing) run, 1 in a run that accepted an earlier refusal
+    (another shape's): accepted, only partition 0 is kept; 1 and the first run's 2 are written again."""
     view = replace(
         VIEW,
         run_id="run-r",
         own_marker=marker(records=9, run="run-f"),
         sibling_markers=(
             marker(partition=0, records=7, run="run-r"),
-            marker(partition=1, records=5, run="run-a", accepted=True),
+            marker(partition=1, records=5, run="run-a", accepted_run="run-r0"),
         ),
     )
     with pytest.raises(ReshapedReplayRefused) as refused:
         decide(view, Rows(3))
     message = str(refused.value)
-    assert "records written twice: 9 (write partition 2: 9)" in message
+    assert "records written twice: 14 (write partition 1: 5, write partition 2: 9)" in message
     assert "this run's query and settings" in message
 
 
@@ -772,8 +857,9 @@ def test_accepting_a_batch_no_other_run_committed_costs_nothing() -> None:
     assert "no record is written twice" in str(refused.value)
 
 
-def test_accepted_as_written_never_drops_the_rows_it_counted() -> None:
-    """A task whose count differs is counted, then writes: the count must not consume its rows."""
+def test_accepted_as_written_counts_only_where_the_accepted_shape_committed() -> None:
+    """A marker of the accepted shape is checked by count (and refuses when it differs); a marker of
+    another run is not counted at all: the task writes every row."""
     counted = Rows(4)
     view = replace(
         VIEW,
@@ -782,8 +868,12 @@ def test_accepted_as_written_never_drops_the_rows_it_counted() -> None:
         refused_run="run-r",
         run_id="run-a",
     )
-    assert decide(view, counted) is Action.WRITE
+    with pytest.raises(ReplayRefused, match="is split otherwise than the shape it accepts"):
+        decide(view, counted)
     assert counted.asked
+    other = Rows(4)
+    assert decide(replace(view, own_marker=marker(records=10, run="run-f")), other) is Action.WRITE
+    assert not other.asked
 
 
 def test_an_adopting_query_counts_what_a_lagging_start_reads_again() -> None:

@@ -133,9 +133,9 @@ def test_commit_marker_round_trips() -> None:
 
 
 def test_a_commit_marker_of_an_accepted_batch_round_trips_and_older_ones_read_as_not_accepted() -> None:
-    marker = CommitMarker("p-1", "q", 5, 1, 3, 1, "out", 2, "digest", "run-a", accepted=True)
+    marker = CommitMarker("p-1", "q", 5, 1, 3, 1, "out", 2, "digest", "run-a", accepted_run="run-r")
     assert CommitMarker.decode(marker.encode()) == marker
-    assert not CommitMarker.decode(dataclasses.replace(marker, accepted=False).encode()).accepted
+    assert CommitMarker.decode(dataclasses.replace(marker, accepted_run=None).encode()).accepted_run is None
 
 
 def test_a_refusal_record_round_trips_and_is_never_taken_for_a_commit_marker() -> None:

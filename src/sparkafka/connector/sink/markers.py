@@ -75,9 +75,9 @@ class CommitMarker:
     plan: str | None = None
     # The query run that committed it (StreamingQuery.runId); None in older markers.
     run_id: str | None = None
-    # Committed by a run that accepted this batch as written (acceptReshapedBatch): its rows are the
-    # accepted shape's, so a later run accepting the same batch keeps it (replay.decide, step 4).
-    accepted: bool = False
+    # Committed by a run that accepted this batch as written (acceptReshapedBatch) in the shape of the
+    # run that refused it, whose id this is: a later acceptance of that same refusal keeps it.
+    accepted_run: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -92,7 +92,7 @@ class CommitMarker:
                 "write_partitions": self.write_partitions,
                 "plan": self.plan,
                 "run_id": self.run_id,
-                "accepted": self.accepted,
+                "accepted_run": self.accepted_run,
             },
             separators=(",", ":"),
         ).encode()
@@ -111,7 +111,7 @@ class CommitMarker:
             _optional_int(data.get("write_partitions")),
             data.get("plan"),
             data.get("run_id"),
-            bool(data.get("accepted", False)),
+            data.get("accepted_run"),
         )
 
 

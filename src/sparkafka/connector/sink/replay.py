@@ -26,25 +26,29 @@ Steps of :func:`decide` for one write task (the first that applies wins):
    other input: :mod:`sparkafka.connector.sink.batch_plan`): refuse. Writing would double what the
    output holds, skipping would drop the input that arrived since. The message offers the newest
    checkpoint copy, or a new checkpoint from where the output ends with its exact cost.
-4. The user accepted ``b`` as written (``acceptReshapedBatch``): skip only where the id's own marker
-   of ``b`` holds rows of the accepted shape — committed by the run that refused ``b`` (its refusal
-   record names it), by this run (a retried task), or by a run that accepted ``b`` before — and the
-   rows it has now (topic, count, number of write partitions); otherwise write. A marker of another
-   run holds the rows of another shape, which a count cannot tell apart from this one's, so its
-   partition is written again. Nothing can be missing; what other runs committed of ``b`` is in
-   the output twice, as every refusal that offers the option counts it, per write partition,
-   beforehand.
-5. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
+4. The user accepted ``b`` as written (``acceptReshapedBatch``): skip where the id's own marker of
+   ``b`` holds rows of the accepted shape — committed by the run that refused ``b`` (its refusal
+   record names it), by this run (a retried task), or by a run that accepted that refusal before;
+   refuse if such a marker shows another topic, number of write partitions or row count than the
+   task has (this run is not in the accepted shape); otherwise write. A marker of another run holds
+   the rows of another shape, which a count cannot tell apart from this one's, so its partition is
+   written again. Nothing can be missing; what other runs committed of ``b`` is in the output
+   twice, as every refusal that offers the option counts it, per write partition, beforehand.
+5. Two shapes: the refusal record names a run of this query that refused ``b``, and the markers of
+   ``b`` hold commits of that run's shape beside commits of another run (a refused replay whose
+   tasks without a marker committed before the query stopped): refuse; the way on is accepting the
+   refusing run's shape. Skipping by count alone in either shape could drop rows.
+6. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
    batch's number of write partitions, and this task's stage has another number, or this task
    cannot learn its number: refuse. Every task of the replay sees the same markers and the same
    number, so all refuse before any writes.
-6. The marker holds ``b`` of this query itself — a replay of output this id already committed:
+7. The marker holds ``b`` of this query itself — a replay of output this id already committed:
    a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
       sharing a prefix, or a topic changed in the middle of a replay);
    b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
       first run's, and skipping would lose or double records;
    c. otherwise skip.
-7. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
+8. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
    marker on ids adopted deliberately). A streaming write (one sink per query) that finds ``b``
    committed by the same query under another prefix: refuse (the prefix changed in the middle of a
    replay, and writing would double what the old ids committed); one that finds ``b`` committed by
@@ -62,12 +66,12 @@ accepted the batch as written).
 Where the number of write partitions comes from. PySpark tells a task its partition index, not how
 many partitions its stage has; the task asks the driver's monitoring API
 (:mod:`sparkafka.connector.sink.stage_width`). Where that could not answer for the first run (the
-web UI off, or not reachable from the executors), its markers record no number and step 5 does not
+web UI off, or not reachable from the executors), its markers record no number and step 6 does not
 apply: a replay split into fewer partitions is then seen only after its tasks wrote (the driver's
-check), and the tasks decide one by one, so one may commit while another refuses at step 6. Either
-refusal says so and names the way on (``acceptReshapedBatch``).
+check), and the tasks decide one by one, so one may commit while another refuses at step 7. Either
+refusal says so and names the way on (``acceptReshapedBatch``), and any later run meets step 5.
 
-Every refusal that names that way on (steps 5 and 6b, the driver's check) is a
+Every refusal that names that way on for a shape it found (steps 6 and 7b, the driver's check) is a
 :class:`ReshapedReplayRefused`: before the query stops, the refusing run records itself in the
 marker topic (``refusal/<prefix>``), so that the accepting run knows whose markers hold the shape
 it accepts (step 4), and the cost the refusal stated is the cost paid.
@@ -78,7 +82,7 @@ both are known, of the same plan), holds the row count the task has now — unde
 whose view is incomplete (no registration read) never refuses because of it; every way on a
 refusal offers loses no record, and says how many are written twice. The one exception is
 deliberate: a replay that cannot learn its number of write partitions where the first run
-recorded it refuses (step 5), because the check it would skip is the only one that fires before a
+recorded it refuses (step 6), because the check it would skip is the only one that fires before a
 narrower replay writes. Nothing here raises a false alarm for queries whose output values are not
 deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts and numbers of
 write partitions are compared. The price: other rows in the same number are not seen — rows that
@@ -146,7 +150,7 @@ class Marker(Protocol):
     @property
     def run_id(self) -> str | None: ...
     @property
-    def accepted(self) -> bool: ...
+    def accepted_run(self) -> str | None: ...
 
 
 class Progress(Protocol):
@@ -225,6 +229,7 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
     ours = marker if marker is not None and marker.query_id == view.query_id else None
     if accepted == view.batch_id:
         return _accepted_as_written(view, ours, rows)
+    _refuse_two_shapes(view)
     _refuse_another_width(view, ours)
     if ours is not None and ours.batch_id == view.batch_id:
         if ours.topic not in (None, view.topic):
@@ -249,39 +254,49 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
 def _accepted_as_written(view: TaskView, ours: Marker | None, rows: Callable[[], int]) -> Action:
     """Step 4 of :func:`decide`: the user accepted this batch as written (``acceptReshapedBatch``).
     A task skips only where its own marker of the batch holds rows of the accepted shape
-    (:func:`kept_when_accepted`) and as many as it has now (the same topic, row count and, where
-    both are known, number of write partitions); every other task writes all its rows. So no record
-    of the batch is missing, and what the rewritten partitions had committed before is in the output
-    twice, as the refusal listed it (the tasks log each such partition, the driver the total)."""
+    (:func:`kept_when_accepted`); every other task writes all its rows. So no record of the batch is
+    missing, and what the rewritten partitions had committed before is in the output twice, as the
+    refusal listed it (the tasks log each such partition, the driver the total). A kept marker
+    whose topic, number of write partitions or row count is not the task's says that this run is
+    not in the accepted shape: skipping could drop rows and writing would double them beyond what
+    the refusal stated, so the task refuses."""
     if (
         ours is not None
         and ours.batch_id == view.batch_id
-        and ours.topic in (None, view.topic)
         and kept_when_accepted(ours, run_id=view.run_id, refused_run=view.refused_run)
     ):
-        same_width = ours.write_partitions is None or view.write_partitions() == ours.write_partitions
-        if same_width and rows() == ours.records:
-            return Action.SKIP
+        if ours.topic not in (None, view.topic):
+            raise ReplayRefused(_written_to_another_topic(view, ours))
+        if ours.write_partitions is not None:
+            now = view.write_partitions()
+            if now is None:
+                raise ReplayRefused(_width_unknown(view, [ours.write_partitions]))
+            if now != ours.write_partitions:
+                raise ReplayRefused(_not_the_accepted_shape(view, ours, f"{now} write partitions"))
+        found = rows()
+        if found != ours.records:
+            raise ReplayRefused(_not_the_accepted_shape(view, ours, f"{found} rows for it"))
+        return Action.SKIP
     _refuse_another_prefix(view)
     return Action.WRITE
 
 
 def kept_when_accepted(marker: Marker, *, run_id: str | None, refused_run: str | None) -> bool:
     """Whether a marker of a batch being accepted as written holds rows of the accepted shape: it
-    was committed by the run that refused the batch (whose shape the refusal offered to accept),
-    by ``run_id`` itself (a task retried in the accepting run), or by a run that accepted the batch
-    before. Any other marker was committed in another shape, and as many rows need not be the same
-    rows: its partition is written again."""
-    if marker.accepted:
+    was committed by ``run_id`` itself (a task retried in the accepting run), by the run that refused
+    the batch (whose shape the refusal offered to accept), or by an earlier run that accepted that
+    same refusal. Any other marker was committed in another shape, and as many rows need not be the
+    same rows: its partition is written again."""
+    if marker.run_id is not None and marker.run_id == run_id:
         return True
-    return marker.run_id is not None and marker.run_id in (run_id, refused_run)
+    return refused_run is not None and refused_run in (marker.run_id, marker.accepted_run)
 
 
-def rewritten_when_accepted(markers: Iterable[Marker], *, run_id: str | None) -> list[Marker]:
-    """The markers of a batch that accepting it, after ``run_id`` refused it, writes again (sorted
+def rewritten_when_accepted(markers: Iterable[Marker], *, refusing_run: str | None) -> list[Marker]:
+    """The markers of a batch that accepting it in the shape of ``refusing_run`` writes again (sorted
     by write partition): the cost a refusal states."""
     return sorted(
-        (m for m in markers if not kept_when_accepted(m, run_id=run_id, refused_run=run_id)),
+        (m for m in markers if not kept_when_accepted(m, run_id=None, refused_run=refusing_run)),
         key=lambda m: m.partition,
     )
 
@@ -294,6 +309,27 @@ def written_twice(rewritten: Sequence[Marker]) -> str:
         f"write partition {m.partition}: {m.records}" for m in sorted(rewritten, key=lambda m: m.partition)
     )
     return f"records written twice: {sum(m.records for m in rewritten)} ({listed})"
+
+
+def _refuse_two_shapes(view: TaskView) -> None:
+    """Step 5 of :func:`decide`: the batch's markers hold two shapes. A run refused the batch as split
+    otherwise than it was first written (its refusal record names it), and some of its tasks
+    committed their part before it stopped, beside the earlier shape's commits: no shape can finish
+    the batch by skipping what matches, since a count cannot tell rows of the other shape from its
+    own. Every task sees the same markers, so all refuse before writing, and the refusal stays the
+    recorded run's, whose shape is the one to accept."""
+    refused = view.refused_run
+    if refused is None or refused == view.run_id:
+        return
+    of_batch = [
+        m
+        for m in (view.own_marker, *view.sibling_markers)
+        if m is not None and m.query_id == view.query_id and m.batch_id == view.batch_id
+    ]
+    kept = [m for m in of_batch if kept_when_accepted(m, run_id=None, refused_run=refused)]
+    earlier = rewritten_when_accepted(of_batch, refusing_run=refused)
+    if kept and earlier:
+        raise ReplayRefused(_two_shapes(view, refused, kept, earlier))
 
 
 def _refuse_another_prefix(view: TaskView) -> None:
@@ -438,7 +474,7 @@ def _refuse_checkpoint_behind(view: TaskView) -> None:
 
 
 def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
-    """Step 3 of :func:`decide`: every marker of this batch under this prefix that recorded its
+    """Step 6 of :func:`decide`: every marker of this batch under this prefix that recorded its
     batch's number of write partitions must record the replay's. Siblings count as much as the own
     marker, so that every task of a reshaped replay refuses before any of them writes."""
     of_batch = [m for m in (ours, *view.sibling_markers) if m is not None and m.batch_id == view.batch_id]
@@ -675,7 +711,7 @@ def _acceptance_cost(view: TaskView) -> str:
         for m in (view.own_marker, *view.sibling_markers)
         if m is not None and m.query_id == view.query_id and m.batch_id == view.batch_id
     ]
-    rewritten = rewritten_when_accepted(of_batch, run_id=view.run_id)
+    rewritten = rewritten_when_accepted(of_batch, refusing_run=view.run_id)
     return (
         f"accept the batch as written with .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') and this "
         "run's query and settings: what this run's tasks commit of the batch before the query stops is "
@@ -696,9 +732,46 @@ def _reshaped(view: TaskView, marker: Marker, found: int) -> str:
         f"({ADAPTIVE_STATELESS_STREAMING}, {ADAPTIVE_ENABLED}). Restart with the query and settings of the "
         f"first run until micro-batch {view.batch_id} is done, then make the change: nothing is lost or "
         "written twice. Other tasks of this replay decide on their own and may commit their part before "
-        "the query stops. If the first run's query cannot run any more, or input records of the batch "
-        "are gone (retention or DeleteRecords, read past with failOnDataLoss=false), or a joined table "
-        f"changed, {_acceptance_cost(view)}"
+        "the query stops; then the batch holds two shapes, the first run's query refuses in turn, and "
+        "accepting this run's shape is the way on. If the first run's query cannot run any more, or input "
+        "records of the batch are gone (retention or DeleteRecords, read past with failOnDataLoss=false), "
+        f"or a joined table changed, {_acceptance_cost(view)}"
+    )
+
+
+def _not_the_accepted_shape(view: TaskView, kept: Marker, now: str) -> str:
+    by = "this run" if kept.run_id == view.run_id else f"run {view.refused_run}, which refused it"
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} is accepted as written "
+        f"({ACCEPT_RESHAPED_OPTION}) in the shape of {by}: write partition {view.partition} committed "
+        f"{kept.records} record(s) of it then"
+        + ("" if kept.write_partitions is None else f", of {kept.write_partitions} write partitions")
+        + f", and this run has {now}. This run is split otherwise than the shape it accepts: skipping "
+        "could leave rows out and writing would double them beyond what the refusal stated, so this task "
+        "writes nothing and the query stops. Restart with the query and settings of the run whose refusal "
+        f"first named {ACCEPT_RESHAPED_OPTION} for this batch, keeping .option('{ACCEPT_RESHAPED_OPTION}', "
+        f"'{view.batch_id}'), until the batch is done; then change the query"
+    )
+
+
+def _two_shapes(view: TaskView, refused: str, kept: Sequence[Marker], earlier: Sequence[Marker]) -> str:
+    def listed(markers: Sequence[Marker]) -> str:
+        return ", ".join(
+            f"{m.partition} ({m.records} records)" for m in sorted(markers, key=lambda m: m.partition)
+        )
+
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} holds commits of two shapes: run {refused} "
+        "refused to replay it as split otherwise than it was first written, and before it stopped its tasks "
+        f"committed write partition(s) {listed(kept)} in its own shape, beside write partition(s) "
+        f"{listed(earlier)} committed in the earlier shape. A replay in either shape would skip partitions "
+        "whose rows a count cannot tell from the other shape's, so nothing is written and the query stops. "
+        f"Way on: accept the batch as written in the shape of run {refused}: restart with the query and "
+        "settings it ran with (those of the run whose refusal first named acceptReshapedBatch for this "
+        f"batch) and .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
+        "what it committed is kept and every other task writes all its rows, so no record is lost; "
+        f"{written_twice(earlier)}. Remove the option once the batch is done, then change the query as "
+        "you like"
     )
 
 

@@ -280,7 +280,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.topic or "",
             plan=view.plan,
             run_id=identity.run_id,
-            accepted=self.options.accepted_reshaped_batch == batch_id,
+            accepted_run=view.refused_run if self.options.accepted_reshaped_batch == batch_id else None,
         )
         marker = self._write_transaction(cached, draft, width.known, first, rest)
         return written(
