@@ -388,12 +388,31 @@ def test_a_null_config_value_is_invalid_config_and_the_rest_of_the_request_is_an
     assert entries["cleanup.policy"].config_type == 7  # LIST
 
 
+def _commit_when_the_coordinator_answers(consumer: Consumer, offsets: list[TopicPartition]) -> None:
+    """A group's first commit: Apache Kafka answers NOT_COORDINATOR (or COORDINATOR_LOAD_IN_PROGRESS)
+    while the offsets topic's partition is still being created or loaded, and librdkafka hands a
+    synchronous commit's retriable error back; the commit is made again, as a client retries it."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+            return
+        except KafkaException as error:
+            retriable = error.args[0].code() in (
+                KafkaError.NOT_COORDINATOR,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_a_topic_deleted_and_created_again_has_no_committed_offsets(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     name, group = _name(), _name()
     create_topic(broker.bootstrap_servers, name)
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
-    consumer.commit(offsets=[TopicPartition(name, 0, 5)], asynchronous=False)
+    _commit_when_the_coordinator_answers(consumer, [TopicPartition(name, 0, 5)])
     admin.delete_topics([name])[name].result(30)
     create_topic(broker.bootstrap_servers, name)
     # Kafka's GroupCoordinator.onPartitionsDeleted: offset 5 belonged to the old topic; resuming there
