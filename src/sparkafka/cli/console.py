@@ -56,6 +56,7 @@ from confluent_kafka.admin import (
 )
 from typer.core import TyperCommand
 
+from sparkafka.cli.command_config import read_command_config
 from sparkafka.cli.common import format_table, parse_key_values
 from sparkafka.connector.kafka_admin import (
     UNANSWERED_OFFSET,
@@ -96,6 +97,7 @@ _OPEN_TRANSACTION_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"
 
 BOOTSTRAP_SERVERS_OPTION = typer.Option(
     "localhost:9092",
+    "--bootstrap-server",
     "--bootstrap-servers",
     "-b",
     help="HOST:PORT[,HOST:PORT...] of the Kafka cluster (`sparkafka broker` listens on localhost:9092).",
@@ -105,6 +107,13 @@ TIMEOUT_OPTION = typer.Option(
     "--timeout",
     min=0.1,
     help="Seconds to wait for the cluster to answer before giving up with exit status 1.",
+)
+COMMAND_CONFIG_OPTION = typer.Option(
+    None,
+    "--command-config",
+    dir_okay=False,
+    help="A Kafka client properties file, as Kafka's tools take it (security.protocol, sasl.mechanism, "
+    "sasl.jaas.config, ssl.truststore.location with ssl.truststore.type=PEM, ...); -X properties win.",
 )
 CLIENT_PROPERTY_OPTION = typer.Option(
     [],
@@ -208,13 +217,24 @@ def kafka_error_text(error: BaseException | KafkaError) -> str:
 class Cluster:
     """How to reach one Kafka cluster: bootstrap servers, client properties, and the bound on every wait."""
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float, client_properties: list[str]) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        timeout_s: float,
+        client_properties: list[str],
+        command_config: Path | None = None,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers.strip()
         if not self.bootstrap_servers:
-            raise typer.BadParameter("--bootstrap-servers must name at least one HOST:PORT")
+            raise typer.BadParameter("--bootstrap-server must name at least one HOST:PORT")
         self.timeout_s = timeout_s
+        self.command_config = command_config
         try:
-            self.client_properties = parse_key_values("--client-property", client_properties)
+            from_file = {} if command_config is None else read_command_config(command_config)
+            self.client_properties = {
+                **from_file,
+                **parse_key_values("--client-property", client_properties),
+            }
         except SparkafkaOptionError as error:
             raise typer.BadParameter(str(error)) from None
         # librdkafka reports why it cannot connect (refused, unresolvable, authentication) only here.
@@ -241,8 +261,9 @@ class Cluster:
         try:
             return client_type(config)
         except (KafkaException, ValueError, TypeError) as error:
+            given = "" if self.command_config is None else f" (with --command-config {self.command_config})"
             raise typer.BadParameter(
-                f"the client properties were rejected: {kafka_error_text(error)}"
+                f"the client properties{given} were rejected: {kafka_error_text(error)}"
             ) from None
 
     def admin(self) -> AdminClient:
@@ -427,6 +448,7 @@ def produce(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Write lines from standard input or a file as records (acks=all, idempotent); print how many.
 
@@ -436,7 +458,7 @@ def produce(
     if key_separator == "":
         raise typer.BadParameter("--key-separator must not be empty")
     with reporting_errors("produce"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         timeout_ms = int(timeout * 1000)
         defaults: dict[str, Any] = {
             "acks": "all",
@@ -658,6 +680,7 @@ def consume(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Print a topic's records, one line each, until Ctrl-C/SIGTERM, --max-messages or --timeout-ms.
 
@@ -666,7 +689,7 @@ def consume(
     if group is not None and partition is not None:
         raise typer.BadParameter("--partition reads without a group; it cannot be combined with --group")
     with reporting_errors("consume"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         defaults: dict[str, Any] = {
             "auto.offset.reset": "earliest" if from_beginning else "latest",
             "enable.auto.commit": group is not None,
@@ -830,11 +853,12 @@ def topics_create(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Create a topic."""
     configs = _config_option(config, "retention.ms=86400000")
     with reporting_errors("topics create"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         admin = cluster.admin()
         existing = cluster.metadata(admin).topics
         if name in existing:
@@ -861,10 +885,11 @@ def topics_list(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Print the names of the cluster's topics, one a line."""
     with reporting_errors("topics list"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         names = sorted(cluster.metadata(cluster.admin()).topics)
         for name in names:
             if include_internal or not name.startswith("__"):
@@ -880,10 +905,11 @@ def topics_describe(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Print a topic's partitions (leader, replicas, log start/end and last stable offsets) and configs."""
     with reporting_errors("topics describe"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         admin = cluster.admin()
         metadata = cluster.metadata(admin)
         partitions = topic_partitions(metadata, name)
@@ -991,6 +1017,7 @@ def topics_alter(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Set or reset topic configs; the others keep their values (Kafka's IncrementalAlterConfigs)."""
     configs = _config_option(config, "retention.ms=3600000")
@@ -1001,7 +1028,7 @@ def topics_alter(
     changes = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
     changes += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete_config]
     with reporting_errors("topics alter"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         admin = cluster.admin()
         if name not in cluster.metadata(admin).topics:
             raise ConsoleError(f"topic {name!r} does not exist")
@@ -1022,10 +1049,11 @@ def topics_delete(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Delete a topic."""
     with reporting_errors("topics delete"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         admin = cluster.admin()
         if name not in cluster.metadata(admin).topics:
             if if_exists:
@@ -1053,10 +1081,11 @@ def groups_list(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Print the cluster's consumer groups and their states."""
     with reporting_errors("groups list"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         admin = cluster.admin()
         cluster.metadata(admin)
         result = cluster.wait(admin.list_consumer_groups(**cluster.request_timeouts()), "listing groups")
@@ -1082,6 +1111,7 @@ def groups_describe(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Print a group's state and members, and per partition its committed offset, log end offset and lag.
 
@@ -1089,7 +1119,7 @@ def groups_describe(
     past LAST-STABLE-OFFSET while a transaction on the partition is open.
     """
     with reporting_errors("groups describe"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         admin = cluster.admin()
         cluster.metadata(admin)
         try:
@@ -1269,6 +1299,7 @@ def transactions_list(
     bootstrap_servers: str = BOOTSTRAP_SERVERS_OPTION,
     timeout: float = TIMEOUT_OPTION,
     client_property: list[str] = CLIENT_PROPERTY_OPTION,
+    command_config: Path | None = COMMAND_CONFIG_OPTION,
 ) -> None:
     """Print open transactions: producer id, state, age, timeout, and partitions with their first offset.
 
@@ -1276,7 +1307,7 @@ def transactions_list(
     partition wait until it commits or aborts. Needs Apache Kafka 3.0+ (KIP-664's ListTransactions).
     """
     with reporting_errors("transactions list"):
-        cluster = Cluster(bootstrap_servers, timeout, client_property)
+        cluster = Cluster(bootstrap_servers, timeout, client_property, command_config)
         with _kafka_python_admin(cluster) as admin:
             rows = open_transactions(admin, include_completed)
             first_offsets = _first_offsets(admin, rows)

@@ -7,7 +7,10 @@ import typer
 
 def demo(
     bootstrap_servers: str = typer.Option(
-        None, "--bootstrap-servers", help="Run on an existing cluster (topic names get a unique prefix)."
+        None,
+        "--bootstrap-server",
+        "--bootstrap-servers",
+        help="Run on an existing cluster (topic names get a unique prefix).",
     ),
     keep: bool = typer.Option(
         False, "--keep", help="Keep the work directory (broker data, checkpoint, logs)."
@@ -48,7 +51,9 @@ def verify(
     kill_broker: bool = typer.Option(
         False, "--kill-broker", help="Also SIGKILL and restart the embedded broker."
     ),
-    bootstrap_servers: str = typer.Option(None, "--bootstrap-servers", help="Run on an existing cluster."),
+    bootstrap_servers: str = typer.Option(
+        None, "--bootstrap-server", "--bootstrap-servers", help="Run on an existing cluster."
+    ),
     seed: int = typer.Option(None, "--seed", help="Random seed of the kill moments (printed by every run)."),
     send_seconds: float = typer.Option(
         20.0, "--send-seconds", min=1.0, help="Spread the input over this long."

@@ -14,7 +14,7 @@ from sparkafka.cli.common import parse_key_values
 
 def run(
     bootstrap_servers: str = typer.Option(
-        "localhost:9092", "--bootstrap-servers", help="Kafka cluster to read and write."
+        "localhost:9092", "--bootstrap-server", "--bootstrap-servers", help="Kafka cluster to read and write."
     ),
     source_topic: list[str] = typer.Option([], "--source-topic", help="Topic to read (repeatable)."),
     source_pattern: str = typer.Option(

@@ -483,3 +483,46 @@ def test_clusters_without_list_transactions_are_told_so() -> None:
 
     with pytest.raises(ConsoleError, match=r"does not support listing transactions .*Apache Kafka 3\.0"):
         open_transactions(OldClusterAdmin(), include_completed=False)
+
+
+def test_kafkas_own_spelling_and_a_client_properties_file_work_as_in_kafkas_tools(tmp_path: Path) -> None:
+    """A Kafka user's first commands: --bootstrap-server, and --command-config with the Java client's
+    properties file (sasl.jaas.config and all), for librdkafka and, translated, for kafka-python;
+    -X overrides the file, as a command-line property does."""
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "# as for kafka-topics.sh --command-config\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+        '    username="alice" password="secret";\n'
+    )
+    with BrokerProcess(tmp_path / "data", extra_args=["--sasl-plain-user", "alice:secret"]) as sasl_broker:
+        bootstrap = sasl_broker.bootstrap_servers
+        file = ["--bootstrap-server", bootstrap, "--command-config", str(properties)]
+        created, listed, overridden = run_together(
+            [
+                ["topics", "create", "secured", *file],
+                ["transactions", "list", *file],
+                ["topics", "list", *file, "-X", "sasl.password=wrong", "--timeout", "2"],
+            ]
+        )
+        described = run_together([["topics", "list", *file]])[0]
+    assert created.returncode == 0, created.stderr
+    assert listed.returncode == 0 and listed.stdout.strip() == "no open transactions", listed.stderr
+    assert "secured" in described.stdout.split(), described.stderr
+    assert overridden.returncode == 1
+    assert "Invalid username or password" in overridden.stderr
+
+
+def test_a_client_properties_file_librdkafka_cannot_follow_is_refused_naming_the_property(
+    tmp_path: Path,
+) -> None:
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=SSL\nssl.truststore.location=/etc/kafka/truststore.jks\n")
+    refused = run_together([["topics", "list", "--command-config", str(properties), "--timeout", "1"]])[0]
+    assert refused.returncode == 2
+    assert "ssl.truststore.location is a JKS store" in refused.stderr
+    assert "keytool -exportcert -rfc -keystore /etc/kafka/truststore.jks" in refused.stderr
+    missing = run_together([["topics", "list", "--command-config", str(tmp_path / "none.properties")]])[0]
+    assert missing.returncode == 2 and "cannot read it (No such file or directory)" in missing.stderr
