@@ -55,22 +55,41 @@ def publish_status_url(spark: SparkSession) -> None:
     The exactly-once sink's tasks ask its monitoring API how many write partitions their micro-batch
     has and record the number in their commit markers, so that a replay split otherwise is refused
     before it writes (:mod:`sparkafka.connector.sink.stage_width`). Without a UI
-    (``spark.ui.enabled=false``, a Spark Connect session) nothing is published, and such a replay is
-    found by the driver after it wrote. The API is asked once in the background right away
-    (:func:`~sparkafka.connector.sink.stage_width.warm_up`), so the first tasks do not pay its set-up."""
+    (``spark.ui.enabled=false``) nothing is published, and such a replay is found by the driver
+    after it wrote. The API is asked once in the background right away
+    (:func:`~sparkafka.connector.sink.stage_width.warm_up`), so the first tasks do not pay its set-up.
+
+    A Spark Connect client has no SparkContext to ask where the UI is: it publishes the address the
+    server's settings announce, ``http://{spark.driver.host}:{spark.ui.port}``, where the server
+    sets ``spark.ui.port`` (Spark's default, 4040, is taken by the next application to start, which
+    then binds 4041, so only a port set on purpose is trusted). The tasks check that the address
+    answers for their own application (``spark.app.id``) and fall back to the checks that need no
+    width otherwise, with a warning."""
     from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING, warm_up
 
     try:
         url = spark.sparkContext.uiWebUrl
         app_id = spark.sparkContext.applicationId
     except Exception:  # a Spark Connect session has no SparkContext to ask
-        url = app_id = None
+        url, app_id = _announced_status_url(spark), None
     if url:
         spark.conf.set(STATUS_URL_SETTING, url)
         if app_id:
             warm_up(url, app_id)
     else:
         spark.conf.unset(STATUS_URL_SETTING)
+
+
+def _announced_status_url(spark: SparkSession) -> str | None:
+    """The web UI's address by the settings of a session without a SparkContext (Spark Connect):
+    None unless the UI is on and its port was set to a fixed one."""
+    if (spark.conf.get("spark.ui.enabled", "true") or "").strip().lower() == "false":
+        return None
+    port = (spark.conf.get("spark.ui.port", None) or "").strip()
+    host = (spark.conf.get("spark.driver.host", None) or "").strip()
+    if not host or not port.isdigit() or int(port) == 0:
+        return None
+    return f"http://{host}:{port}"
 
 
 def format_known(spark: SparkSession, name: str) -> bool:

@@ -11,7 +11,7 @@ from sparkafka.connector.sink.batch_plan import BatchPlan, read_batch_plan
 from sparkafka.connector.sink.claims import settle_checkpoint_claim
 from sparkafka.connector.sink.lease import hold_checkpoint_lease
 from sparkafka.connector.sink.markers import ensure_marker_topic
-from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
+from sparkafka.connector.sink.options import BATCH_ID_OPTION, SinkOptions, validate_input_schema
 from sparkafka.connector.sink.producers import carry_markers_over
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.transactional_ids import (
@@ -71,6 +71,28 @@ def _settled_plan(options: SinkOptions, *, batch_write: bool) -> BatchPlan | Non
     )
 
 
+def _declared_plan(options: SinkOptions, plan: BatchPlan | None) -> BatchPlan | None:
+    """Option batchId (a foreachBatch df.write from a Spark Connect client) must name the micro-batch
+    the checkpoint is writing, its newest offsets-log entry: the write takes that batch's query and
+    id from the checkpoint, and another number would file its output under another batch."""
+    declared = options.batch_id
+    if declared is None:
+        return plan
+    if plan is None or plan.query_id is None:
+        raise SparkafkaOptionError(
+            f"option {BATCH_ID_OPTION}={declared} needs the streaming query's checkpoint, readable from the "
+            f"driver, at checkpointLocation ({options.checkpoint_location}): its offsets log and metadata "
+            "name the micro-batch and the query the write belongs to, and they could not be read"
+        )
+    if plan.batch_id != declared:
+        raise SparkafkaOptionError(
+            f"option {BATCH_ID_OPTION}={declared}, and the checkpoint at {options.checkpoint_location} is "
+            f"writing micro-batch {plan.batch_id}: give the write the batch id foreachBatch passed to the "
+            "function, and the checkpointLocation of that same query"
+        )
+    return plan
+
+
 class KafkaDataSource(KafkaSource):
     """``spark.readStream.format("sparkafka")`` and ``df.writeStream.format("sparkafka")``."""
 
@@ -101,4 +123,4 @@ class KafkaDataSource(KafkaSource):
         if options.delivery_guarantee != "exactly-once":
             return KafkaBatchWriter(options)
         _require_checkpoint(options, batch_write=True)
-        return KafkaBatchWriter(options, _settled_plan(options, batch_write=True))
+        return KafkaBatchWriter(options, _declared_plan(options, _settled_plan(options, batch_write=True)))

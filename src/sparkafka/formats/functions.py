@@ -396,7 +396,9 @@ def _either(checks: list[Column]) -> Column:
 
 def to_json(col: ColumnOrName, options: Mapping[str, str] | None = None) -> Column:
     """Encode a struct, map or array column as JSON text (Spark's ``to_json``), ready for a sink's value."""
-    return F.to_json(_column(col), dict(options or {}))
+    # No options at all rather than an empty map: a Spark Connect client sends an empty dict as a
+    # map of no type, which the server refuses (INVALID_OPTIONS.NON_STRING_TYPE).
+    return F.to_json(_column(col), dict(options)) if options else F.to_json(_column(col))
 
 
 # -- Avro schemas as Spark and Arrow types -------------------------------------------------------------

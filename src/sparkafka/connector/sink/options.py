@@ -52,6 +52,7 @@ def is_marker_key(key: str) -> bool:
 
 
 OPERATION_TIMEOUT = "operationTimeoutMs"
+BATCH_ID_OPTION = "batchId"
 LEASE_TIMEOUT_OPTION = "leaseTimeoutMs"
 DEFAULT_LEASE_TIMEOUT_MS = 120_000
 
@@ -83,6 +84,11 @@ SINK_OPTIONS = (
         EXACTLY_ONCE_FROM_OPTION,
         "a micro-batch id from which a query whose markers hold nothing of it starts its exactly-once "
         "output (a switch from Spark's kafka format or another deliveryGuarantee, markers lost)",
+    ),
+    OptionSpec(
+        BATCH_ID_OPTION,
+        "an exactly-once df.write in foreachBatch from a Spark Connect client: the batch id foreachBatch "
+        "gave the function (Spark Connect hands such a write neither the query nor the micro-batch)",
     ),
     OptionSpec("kafka.bootstrap.servers", "the Kafka cluster"),
     # Spark hands these to every sink: the writeStream's checkpoint, start(path) or save(path), and
@@ -126,6 +132,8 @@ class SinkOptions:
     adopted_query: str | None = None
     accepted_reshaped_batch: int | None = None
     exactly_once_from: int | None = None
+    # Option batchId: the micro-batch a foreachBatch df.write belongs to, where Spark cannot say.
+    batch_id: int | None = None
     previous_marker_topic: str | None = None
     checkpoint_location: str | None = None
     lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS
@@ -182,6 +190,7 @@ class SinkOptions:
             adopted_query=reader.string(ADOPT_OPTION) or None,
             accepted_reshaped_batch=reader.optional_integer(ACCEPT_RESHAPED_OPTION, minimum=0),
             exactly_once_from=reader.optional_integer(EXACTLY_ONCE_FROM_OPTION, minimum=0),
+            batch_id=reader.optional_integer(BATCH_ID_OPTION, minimum=0),
             previous_marker_topic=previous_marker_topic,
             checkpoint_location=reader.string("checkpointLocation") or None,
             lease_timeout_ms=_lease_timeout_ms(reader),

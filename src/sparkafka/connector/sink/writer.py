@@ -32,7 +32,13 @@ from sparkafka.connector.sink.markers import (
     RefusalRecord,
     read_marker_partition,
 )
-from sparkafka.connector.sink.options import AT_LEAST_ONCE, EXACTLY_ONCE, MARKER_PARTITION, SinkOptions
+from sparkafka.connector.sink.options import (
+    AT_LEAST_ONCE,
+    BATCH_ID_OPTION,
+    EXACTLY_ONCE,
+    MARKER_PARTITION,
+    SinkOptions,
+)
 from sparkafka.connector.sink.producers import (
     CachedProducer,
     discard_producer,
@@ -56,7 +62,7 @@ from sparkafka.connector.sink.replay import (
     partitions_beyond,
 )
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING, TaskWidth
-from sparkafka.connector.sink.task import task_identity
+from sparkafka.connector.sink.task import TaskIdentity, task_identity
 from sparkafka.connector.sink.transactional_ids import (
     effective_prefix,
     prefix_of,
@@ -70,6 +76,7 @@ from sparkafka.errors import (
     RecordTooLargeError,
     SinkError,
     SparkafkaError,
+    SparkafkaOptionError,
     TransactionTimeoutError,
 )
 
@@ -172,7 +179,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         4. Write the rows and the marker, which records the row count and the number of write
            partitions, in one transaction; no rows, no transaction."""
         freeze_long_lived_objects("sink")
-        identity = task_identity()
+        identity = self._with_declared_batch(task_identity())
         partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
         batches = (b for b in iterator if b.num_rows)
         if self.options.delivery_guarantee != EXACTLY_ONCE:
@@ -184,7 +191,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if query_id is None or batch_id is None:
             raise SparkafkaError(
                 "deliveryGuarantee=exactly-once needs a streaming query: writeStream, or df.write inside "
-                "foreachBatch; for a plain batch write use at-least-once"
+                "foreachBatch (from a Spark Connect client, which hands the write neither the query nor "
+                f"the micro-batch, with .option('{BATCH_ID_OPTION}', batch_id) and the query's "
+                "checkpointLocation); for a plain batch write use at-least-once"
             )
         # Step 1: the settings of the task's job decide whether a replay keeps this batch's shape.
         refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
@@ -286,6 +295,26 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return written(
             records=marker.records, write_partitions=marker.write_partitions, rewritten_records=rewritten
         )
+
+    def _with_declared_batch(self, identity: TaskIdentity) -> TaskIdentity:
+        """The task's identity, completed by option batchId where Spark named no query or batch (a
+        foreachBatch df.write from a Spark Connect client runs as a command of its own). The driver
+        checked the option against the checkpoint's newest micro-batch (``datasource._declared_plan``),
+        whose query the plan names; where Spark does name them, they must agree with the option."""
+        declared = self.options.batch_id
+        if declared is None or not self.batch_write:
+            return identity
+        if identity.batch_id is not None:
+            if identity.batch_id != declared:
+                raise SparkafkaOptionError(
+                    f"option {BATCH_ID_OPTION}={declared}, and Spark runs this write for micro-batch "
+                    f"{identity.batch_id}: give it the batch id foreachBatch passed to the function"
+                )
+            return identity
+        plan = self.plan
+        if plan is None or plan.query_id is None or plan.batch_id != declared:
+            return identity
+        return dataclasses.replace(identity, query_id=plan.query_id, batch_id=declared)
 
     def _recorded(
         self, refused: ReshapedReplayRefused, prefix: str, query_id: str, run_id: str | None
