@@ -775,8 +775,10 @@ def test_adaptive_execution_refusal(settings: dict, batch_write: bool, refused_f
         ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "5f0c-run", "5f0c-run"),
         # A foreachBatch function set a job group of its own: the batch's description still names the run.
         ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "nightly-etl", "5f0c-run"),
-        # ... and set its own description too: the job group is all there is.
-        ("nightly load", "nightly-etl", "nightly-etl"),
+        # ... and set its own description too: the job group, where Spark's (a run id is a UUID).
+        ("nightly load", "6f1d2c3e-8a4b-4c2d-9e0f-1a2b3c4d5e6f", "6f1d2c3e-8a4b-4c2d-9e0f-1a2b3c4d5e6f"),
+        # A group of the user's own stands for every run at once: no run is known.
+        ("nightly load", "nightly-etl", None),
         (None, None, None),
     ],
 )
@@ -894,3 +896,68 @@ def test_an_adopting_query_counts_what_a_lagging_start_reads_again() -> None:
         ".option('acceptReshapedBatch', '1') (this query's micro-batch 1): 20 record(s) written twice"
         in message
     )
+
+
+def _batch_of_runs(*markers: CommitMarker) -> dict[int, CommitMarker]:
+    return {m.partition: m for m in markers}
+
+
+def _decide_each(
+    markers: dict[int, CommitMarker], rows: dict[int, int], **view: object
+) -> dict[int, Action | ReplayRefused]:
+    """``decide`` for each write partition of ``rows`` (its row count), with ``markers`` of the batch."""
+    decided: dict[int, Action | ReplayRefused] = {}
+    for partition, count in rows.items():
+        task = replace(
+            VIEW,
+            partition=partition,
+            transactional_id=f"p-{partition}",
+            own_marker=markers.get(partition),
+            sibling_markers=tuple(m for p, m in markers.items() if p != partition),
+            run_first_batch=BATCH,
+            **view,  # type: ignore[arg-type]
+        )
+        try:
+            decided[partition] = decide(task, Rows(count))
+        except ReplayRefused as refused:
+            decided[partition] = refused
+    return decided
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known hole (docs/guarantees.md): a refused run whose id Spark does not name records no "
+    "refusal, and the first run's query skips by count a partition that run committed in its shape",
+)
+def test_a_refused_run_without_a_run_id_still_stops_the_first_runs_query() -> None:
+    """Web UI off, no run ids (a foreachBatch function with its own job description and group). The
+    first run (A: p0 {1-4}, p1 {5-7}, p2 {8-10}) committed p0 and p2; the changed query (B: p0
+    {1-5}, p1 {6-8}, p2 {9, 10}) refused at p0 and p2 and committed p1 {6, 7, 8}, unrecorded. The
+    first run's query again would skip all three by their counts: record 5 lost, 8 twice."""
+    markers = _batch_of_runs(
+        marker(partition=0, records=4), marker(partition=1, records=3), marker(partition=2, records=3)
+    )
+    decided = _decide_each(markers, {0: 4, 1: 3, 2: 3}, batch_write=True)
+    assert all(isinstance(outcome, ReplayRefused) for outcome in decided.values()), decided
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known hole (docs/guarantees.md): an acceptance in a wrong shape whose tasks wrote before a "
+    "sibling refused leaves commits marked as accepted, which the right acceptance keeps by count",
+)
+def test_a_wrong_shape_acceptance_leaves_nothing_the_right_one_keeps_by_count() -> None:
+    """Refused run r2 (B: p0 {1, 2}, p1 {3, 4}, p2 {5, 6}) committed p0 and p1; an acceptance in
+    shape D committed its p2 {3, 4} (accepted_run r2) before its p0 refused. The right acceptance
+    (B) must write p2 {5, 6} again, not skip it because D's marker also counts two rows."""
+    markers = _batch_of_runs(
+        marker(partition=0, records=2, run="r2"),
+        marker(partition=1, records=2, run="r2"),
+        marker(partition=2, records=2, run="r3", accepted_run="r2"),
+    )
+    decided = _decide_each(
+        markers, {0: 2, 1: 2, 2: 2}, run_id="r4", refused_run="r2", accepted_reshaped_batch=BATCH
+    )
+    assert decided[2] is not Action.SKIP, decided

@@ -748,9 +748,10 @@ def _not_the_accepted_shape(view: TaskView, kept: Marker, now: str) -> str:
         + ("" if kept.write_partitions is None else f", of {kept.write_partitions} write partitions")
         + f", and this run has {now}. This run is split otherwise than the shape it accepts: skipping "
         "could leave rows out and writing would double them beyond what the refusal stated, so this task "
-        "writes nothing and the query stops. Restart with the query and settings of the run whose refusal "
-        f"first named {ACCEPT_RESHAPED_OPTION} for this batch, keeping .option('{ACCEPT_RESHAPED_OPTION}', "
-        f"'{view.batch_id}'), until the batch is done; then change the query"
+        "writes nothing and the query stops. Restart with the query and settings of the latest run refused "
+        f"for replaying this batch in another shape (the refusal that offered {ACCEPT_RESHAPED_OPTION}), "
+        f"keeping .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'), until the batch is done; then "
+        "change the query"
     )
 
 
@@ -767,8 +768,8 @@ def _two_shapes(view: TaskView, refused: str, kept: Sequence[Marker], earlier: S
         f"{listed(earlier)} committed in the earlier shape. A replay in either shape would skip partitions "
         "whose rows a count cannot tell from the other shape's, so nothing is written and the query stops. "
         f"Way on: accept the batch as written in the shape of run {refused}: restart with the query and "
-        "settings it ran with (those of the run whose refusal first named acceptReshapedBatch for this "
-        f"batch) and .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
+        "settings it ran with (those of the latest run refused for replaying this batch in another shape, "
+        f"not of a refusal like this one) and .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'): "
         "what it committed is kept and every other task writes all its rows, so no record is lost; "
         f"{written_twice(earlier)}. Remove the option once the batch is done, then change the query as "
         "you like"

@@ -4,6 +4,7 @@ Spark runs it for, read from the task's context."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -56,6 +57,18 @@ def query_run_id(description: str | None, job_group: str | None) -> str | None:
     """The streaming query run a task belongs to. Spark describes every micro-batch's jobs with
     ``id = …``, ``runId = …``, ``batch = …`` lines, anew at each batch; it also names the run's job
     group after the run id, but once per run, so a ``foreachBatch`` function that sets a job group of
-    its own replaces it for the rest of the run (and for later runs in the same application)."""
+    its own replaces it for the rest of the run (and for later runs in the same application). A job
+    group is taken for the run only when it is a UUID, as Spark's run ids are: a name of the user's
+    would stand for every run at once, and the sink would take another run's commits for this one's."""
     found = _RUN_ID_IN_DESCRIPTION.search(description or "")
-    return found.group(1) if found else job_group
+    if found:
+        return found.group(1)
+    return job_group if job_group is not None and _is_uuid(job_group) else None
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
