@@ -48,3 +48,22 @@ def test_a_progress_record_the_marker_topic_refuses_fails_the_commit_naming_the_
     assert f"writing the progress record to the commit-marker topic '{marker_topic}' failed" in message
     assert "the batch fails, and Spark retries it" in message
     assert read_marker_partition(options) == {}, "nothing of the record is in the topic"
+
+
+def test_a_refusal_of_a_run_spark_names_no_id_for_is_recorded_as_unknown(broker: BrokerProcess) -> None:
+    """A foreachBatch function that sets its own job description and job group leaves a refusing
+    task without a run id: the refusal is recorded with the run unknown, and its message says what
+    follows (every later run refuses until accepted, and accepting keeps no commit of the batch)."""
+    from sparkafka.connector.sink.markers import RefusalRecord
+    from sparkafka.connector.sink.replay import ReshapedReplayRefused
+    from sparkafka.connector.sink.writer import KafkaStreamWriter
+
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})
+    options = _options(broker.bootstrap_servers, marker_topic)
+    refused = ReshapedReplayRefused("micro-batch 4 is replayed in another shape", batch_id=4)
+    message = str(KafkaStreamWriter(options)._recorded(refused, "p", "q-1", None))
+    assert message.startswith("micro-batch 4 is replayed in another shape. Spark's job description names no")
+    assert "any later run refuses this batch until it is accepted" in message
+    recorded = RefusalRecord.decode(read_marker_partition(options)["refusal/p"])
+    assert (recorded.query_id, recorded.batch_id, recorded.run_id) == ("q-1", 4, None)

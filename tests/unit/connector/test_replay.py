@@ -445,6 +445,7 @@ CASES = [
             "own_marker": marker(run="run-r"),
             "sibling_markers": (marker(partition=0, records=7, run="run-f"),),
             "refused_run": "run-r",
+            "refusal_recorded": True,
             "run_id": "run-2",
         },
         10,
@@ -459,6 +460,7 @@ CASES = [
                 marker(partition=1, records=3, run="run-a", accepted_run="run-r"),
             ),
             "refused_run": "run-r",
+            "refusal_recorded": True,
             "run_id": "run-2",
         },
         10,
@@ -467,7 +469,12 @@ CASES = [
     ),
     (
         "the refusing run committed nothing: a replay in the first run's shape goes on",
-        {"own_marker": marker(run="run-f"), "refused_run": "run-r", "run_id": "run-2"},
+        {
+            "own_marker": marker(run="run-f"),
+            "refused_run": "run-r",
+            "refusal_recorded": True,
+            "run_id": "run-2",
+        },
         10,
         Action.SKIP,
         True,
@@ -924,22 +931,28 @@ def _decide_each(
     return decided
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known hole (docs/guarantees.md): a refused run whose id Spark does not name records no "
-    "refusal, and the first run's query skips by count a partition that run committed in its shape",
-)
-def test_a_refused_run_without_a_run_id_still_stops_the_first_runs_query() -> None:
+def test_a_refused_run_without_a_run_id_stops_every_later_run_until_the_batch_is_accepted() -> None:
     """Web UI off, no run ids (a foreachBatch function with its own job description and group). The
     first run (A: p0 {1-4}, p1 {5-7}, p2 {8-10}) committed p0 and p2; the changed query (B: p0
-    {1-5}, p1 {6-8}, p2 {9, 10}) refused at p0 and p2 and committed p1 {6, 7, 8}, unrecorded. The
-    first run's query again would skip all three by their counts: record 5 lost, 8 twice."""
+    {1-5}, p1 {6-8}, p2 {9, 10}) refused at p0 and p2, recorded as unknown, and committed p1 {6, 7,
+    8}. The first run's query again would skip all three by their counts (record 5 lost, 8 twice):
+    every task refuses instead, counting every commit of the batch as the cost of accepting; and the
+    acceptance keeps none of them."""
     markers = _batch_of_runs(
         marker(partition=0, records=4), marker(partition=1, records=3), marker(partition=2, records=3)
     )
-    decided = _decide_each(markers, {0: 4, 1: 3, 2: 3}, batch_write=True)
-    assert all(isinstance(outcome, ReplayRefused) for outcome in decided.values()), decided
+    decided = _decide_each(markers, {0: 4, 1: 3, 2: 3}, batch_write=True, refusal_recorded=True)
+    for outcome in decided.values():
+        assert isinstance(outcome, ReplayRefused), decided
+        assert "by a run Spark named no id for" in str(outcome)
+        assert (
+            "records written twice: 10 (write partition 0: 4, write partition 1: 3, write partition 2: 3)"
+            in (str(outcome))
+        )
+    accepted = _decide_each(
+        markers, {0: 5, 1: 3, 2: 2}, batch_write=True, refusal_recorded=True, accepted_reshaped_batch=BATCH
+    )
+    assert accepted == {0: Action.WRITE, 1: Action.WRITE, 2: Action.WRITE}
 
 
 @pytest.mark.xfail(

@@ -27,16 +27,11 @@ def test_a_batch_with_a_task_that_reported_nothing_is_not_marked_committed() -> 
 
 def test_a_refusal_that_cannot_be_recorded_says_what_accepting_then_costs_more() -> None:
     """A refusal offering acceptReshapedBatch records its run so that accepting keeps what the run
-    committed; where the run is unknown (a foreachBatch function replaced Spark's job description and
-    group) or the marker topic cannot be written, the refusal says accepting writes that again too."""
+    committed; where the marker topic cannot be written, the refusal says accepting writes that again
+    too (test_marker_writes.py: a run Spark names no id for, recorded as unknown)."""
     from sparkafka.connector.sink.replay import ReshapedReplayRefused
 
     refused = ReshapedReplayRefused("micro-batch 3 is replayed in another shape", batch_id=3)
-    unknown_run = KafkaStreamWriter(OPTIONS)._recorded(refused, "p", "q-1", None)
-    assert "names no query run for this task" in str(unknown_run)
-    assert "accepting the batch writes again also what this run's tasks committed" in str(unknown_run)
-    assert unknown_run.batch_id == 3
-
     nowhere = SinkOptions.parse(
         {
             "kafka.bootstrap.servers": "127.0.0.1:1",
@@ -45,6 +40,9 @@ def test_a_refusal_that_cannot_be_recorded_says_what_accepting_then_costs_more()
             "operationTimeoutMs": "1000",
         }
     )
-    unwritten = KafkaStreamWriter(nowhere)._recorded(refused, "p", "q-1", "run-r")
-    assert str(unwritten).startswith("micro-batch 3 is replayed in another shape. This refusal could not")
-    assert "writing the refusal record to the commit-marker topic" in str(unwritten)
+    for run in ("run-r", None):
+        unwritten = KafkaStreamWriter(nowhere)._recorded(refused, "p", "q-1", run)
+        assert str(unwritten).startswith("micro-batch 3 is replayed in another shape. This refusal could not")
+        assert "writing the refusal record to the commit-marker topic" in str(unwritten)
+        assert "accepting the batch writes again also what this run's tasks committed" in str(unwritten)
+        assert unwritten.batch_id == 3

@@ -178,7 +178,8 @@ class RefusalRecord:
     prefix: str
     query_id: str
     batch_id: int
-    run_id: str
+    # None: Spark named no run for the refusing tasks; its commits cannot be told from other runs'.
+    run_id: str | None
     time_ms: int
 
     def encode(self) -> bytes:
@@ -202,7 +203,7 @@ class RefusalRecord:
                 f"a refusal record of the commit-marker topic has version {data.get('version')!r}, and this "
                 "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
             )
-        return cls(data["prefix"], data["query"], int(data["batch"]), data["run"], int(data["time_ms"]))
+        return cls(data["prefix"], data["query"], int(data["batch"]), data.get("run"), int(data["time_ms"]))
 
 
 def _optional_int(value: Any) -> int | None:

@@ -213,6 +213,9 @@ class TaskView:
     # The run of this query that last refused to replay this batch in its shape (the prefix's
     # refusal record), whose markers an acceptance of the batch keeps.
     refused_run: str | None = None
+    # The prefix's refusal record names this batch of this query (refused_run is None where the
+    # refusing run was unknown).
+    refusal_recorded: bool = False
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -319,13 +322,18 @@ def _refuse_two_shapes(view: TaskView) -> None:
     own. Every task sees the same markers, so all refuse before writing, and the refusal stays the
     recorded run's, whose shape is the one to accept."""
     refused = view.refused_run
-    if refused is None or refused == view.run_id:
+    if not view.refusal_recorded or (refused is not None and refused == view.run_id):
         return
     of_batch = [
         m
         for m in (view.own_marker, *view.sibling_markers)
         if m is not None and m.query_id == view.query_id and m.batch_id == view.batch_id
     ]
+    if refused is None:
+        # The refusing run was unknown: its commits, if any, cannot be told from the others.
+        if of_batch:
+            raise ReplayRefused(_unknown_shapes(view, rewritten_when_accepted(of_batch, refusing_run=None)))
+        return
     kept = [m for m in of_batch if kept_when_accepted(m, run_id=None, refused_run=refused)]
     earlier = rewritten_when_accepted(of_batch, refusing_run=refused)
     if kept and earlier:
@@ -773,6 +781,19 @@ def _two_shapes(view: TaskView, refused: str, kept: Sequence[Marker], earlier: S
         "what it committed is kept and every other task writes all its rows, so no record is lost; "
         f"{written_twice(earlier)}. Remove the option once the batch is done, then change the query as "
         "you like"
+    )
+
+
+def _unknown_shapes(view: TaskView, committed: Sequence[Marker]) -> str:
+    return (
+        f"micro-batch {view.batch_id} of query {view.query_id} was refused as replayed in another shape by a "
+        "run Spark named no id for (a foreachBatch function that sets its own job description and job "
+        "group), whose tasks may have committed their part in that shape: its commits cannot be told from "
+        "the earlier ones, and a replay in either shape could skip rows by a count, so nothing is written "
+        "and the query stops. Way on: accept the batch as written with "
+        f".option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') and the query of that run: no commit of the "
+        f"batch is kept, every task writes all its rows, so no record is lost; {written_twice(committed)}. "
+        "Remove the option once the batch is done"
     )
 
 

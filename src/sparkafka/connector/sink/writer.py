@@ -227,6 +227,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             run_id=identity.run_id,
         )
         last_refusal = cached.refusal
+        refusal_of_batch = (
+            last_refusal
+            if last_refusal is not None
+            and last_refusal.query_id == query_id
+            and last_refusal.batch_id == batch_id
+            else None
+        )
         # Step 3: write, skip, or refuse.
         view = TaskView(
             query_id=query_id,
@@ -250,13 +257,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             marker_topic=self.options.marker_topic,
             exactly_once_from=self.options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,
-            refused_run=(
-                last_refusal.run_id
-                if last_refusal is not None
-                and last_refusal.query_id == query_id
-                and last_refusal.batch_id == batch_id
-                else None
-            ),
+            refused_run=None if refusal_of_batch is None else refusal_of_batch.run_id,
+            refusal_recorded=refusal_of_batch is not None,
         )
         task_input = _TaskInput(batches)
         try:
@@ -321,24 +323,28 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     ) -> ReshapedReplayRefused:
         """``refused``, once this run is recorded as the one that refused its batch (the prefix's
         :class:`~.markers.RefusalRecord`): an acceptance of the batch then keeps what this run's tasks
-        committed of it, as the refusal's cost assumes. Where it cannot be recorded, the refusal
-        says that accepting writes those again too."""
-        if run_id is None:
-            why = (
-                "Spark's job description names no query run for this task (a foreachBatch function "
-                "that sets its own job description and job group)"
+        committed of it, as the refusal's cost assumes. A run Spark names no id for is recorded as
+        unknown: its commits cannot be told from other runs', so every later run refuses the batch
+        until it is accepted, and an acceptance keeps none of them. Where nothing can be recorded, the
+        refusal says that accepting writes those commits again too."""
+        record = RefusalRecord(prefix, query_id, refused.batch_id, run_id, int(time.time() * 1000))
+        try:
+            write_refusal(self.options, record)
+        except (SparkafkaError, KafkaException) as error:
+            return ReshapedReplayRefused(
+                f"{refused}. This refusal could not be recorded in the commit-marker topic ({error}): "
+                "accepting the batch writes again also what this run's tasks committed of it (the "
+                "driver's log lists them)",
+                batch_id=refused.batch_id,
             )
-        else:
-            record = RefusalRecord(prefix, query_id, refused.batch_id, run_id, int(time.time() * 1000))
-            try:
-                write_refusal(self.options, record)
-                return refused
-            except (SparkafkaError, KafkaException) as error:
-                why = str(error)
+        if run_id is not None:
+            return refused
         return ReshapedReplayRefused(
-            f"{refused}. This refusal could not be recorded in the commit-marker topic ({why}): "
-            "accepting the batch writes again also what this run's tasks committed of it (the "
-            "driver's log lists them)",
+            f"{refused}. Spark's job description names no query run for this task (a foreachBatch function "
+            "that sets its own job description and job group), so this run's commits cannot be told from "
+            "the first run's: any later run refuses this batch until it is accepted, and accepting writes "
+            "again every record any run committed of it, this run's included (the refusal that meets it "
+            "counts them)",
             batch_id=refused.batch_id,
         )
 
