@@ -67,3 +67,20 @@ def test_a_refusal_of_a_run_spark_names_no_id_for_is_recorded_as_unknown(broker:
     assert "any later run refuses this batch until it is accepted" in message
     recorded = RefusalRecord.decode(read_marker_partition(options)["refusal/p"])
     assert (recorded.query_id, recorded.batch_id, recorded.run_id) == ("q-1", 4, None)
+
+
+def test_an_acceptance_in_a_wrong_shape_is_recorded_as_rejected(broker: BrokerProcess) -> None:
+    """The refusal record keeps its refused run and gains the rejected acceptance's, once."""
+    from sparkafka.connector.sink.markers import RefusalRecord
+    from sparkafka.connector.sink.replay import WrongShapeAcceptance
+    from sparkafka.connector.sink.writer import KafkaStreamWriter
+
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})
+    writer = KafkaStreamWriter(_options(broker.bootstrap_servers, marker_topic))
+    refusal = RefusalRecord("p", "q-1", 4, "run-r", 1)
+    refused = WrongShapeAcceptance("micro-batch 4 is accepted as written in another shape", batch_id=4)
+    assert writer._rejected(refused, refusal, "run-d") is refused
+    recorded = RefusalRecord.decode(read_marker_partition(writer.options)["refusal/p"])
+    assert (recorded.run_id, recorded.rejected_runs) == ("run-r", ("run-d",))
+    assert writer._rejected(refused, recorded, "run-d") is refused, "recorded once"

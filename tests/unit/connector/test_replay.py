@@ -15,6 +15,7 @@ from sparkafka.connector.sink.replay import (
     ReplayRefused,
     ReshapedReplayRefused,
     TaskView,
+    WrongShapeAcceptance,
     adaptive_execution_refusal,
     adopted_partial_batch,
     beyond_refusal,
@@ -955,22 +956,43 @@ def test_a_refused_run_without_a_run_id_stops_every_later_run_until_the_batch_is
     assert accepted == {0: Action.WRITE, 1: Action.WRITE, 2: Action.WRITE}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known hole (docs/guarantees.md): an acceptance in a wrong shape whose tasks wrote before a "
-    "sibling refused leaves commits marked as accepted, which the right acceptance keeps by count",
-)
 def test_a_wrong_shape_acceptance_leaves_nothing_the_right_one_keeps_by_count() -> None:
-    """Refused run r2 (B: p0 {1, 2}, p1 {3, 4}, p2 {5, 6}) committed p0 and p1; an acceptance in
-    shape D committed its p2 {3, 4} (accepted_run r2) before its p0 refused. The right acceptance
-    (B) must write p2 {5, 6} again, not skip it because D's marker also counts two rows."""
+    """Refused run r2 (B: p0 {1, 2}, p1 {3, 4}, p2 {5, 6}) committed p0 and p1; an acceptance r3 in
+    shape D refused at p0 (a kept marker it does not match) and recorded itself as rejected, while
+    its p2 {3, 4} committed (accepted_run r2). The right acceptance (B) writes p2 {5, 6} again
+    instead of skipping it because D's marker also counts two rows; and a run that does not accept
+    counts D's commit in the cost of the two shapes."""
+    wrong = _decide_each(
+        _batch_of_runs(
+            marker(partition=0, records=2, run="r2"),
+            marker(partition=1, records=2, run="r2"),
+            marker(partition=2, records=3, run="r1"),
+        ),
+        {0: 1, 2: 2},
+        run_id="r3",
+        refused_run="r2",
+        refusal_recorded=True,
+        accepted_reshaped_batch=BATCH,
+    )
+    assert isinstance(wrong[0], WrongShapeAcceptance) and wrong[0].batch_id == BATCH
+    assert "recorded as not in the accepted shape" in str(wrong[0])
+    assert wrong[2] is Action.WRITE
     markers = _batch_of_runs(
         marker(partition=0, records=2, run="r2"),
         marker(partition=1, records=2, run="r2"),
         marker(partition=2, records=2, run="r3", accepted_run="r2"),
     )
     decided = _decide_each(
-        markers, {0: 2, 1: 2, 2: 2}, run_id="r4", refused_run="r2", accepted_reshaped_batch=BATCH
+        markers,
+        {0: 2, 1: 2, 2: 2},
+        run_id="r4",
+        refused_run="r2",
+        refusal_recorded=True,
+        rejected_runs=("r3",),
+        accepted_reshaped_batch=BATCH,
     )
-    assert decided[2] is not Action.SKIP, decided
+    assert decided == {0: Action.SKIP, 1: Action.SKIP, 2: Action.WRITE}
+    unaccepted = _decide_each(
+        markers, {0: 2}, run_id="r5", refused_run="r2", refusal_recorded=True, rejected_runs=("r3",)
+    )
+    assert "records written twice: 2 (write partition 2: 2)" in str(unaccepted[0])

@@ -145,6 +145,11 @@ def test_a_refusal_record_round_trips_and_is_never_taken_for_a_commit_marker() -
 
     record = RefusalRecord("p", "q-1", 4, "run-r", 1)
     assert RefusalRecord.decode(record.encode()) == record
+    for other in (
+        dataclasses.replace(record, run_id=None),
+        dataclasses.replace(record, rejected_runs=("a", "b")),
+    ):
+        assert RefusalRecord.decode(other.encode()) == other
     # Readers of older versions find a query's markers by this needle, and skip what lacks it.
     assert query_needle("q-1") not in record.encode()
     assert not is_marker_key("refusal/p") and is_marker_key("p-0")

@@ -181,6 +181,9 @@ class RefusalRecord:
     # None: Spark named no run for the refusing tasks; its commits cannot be told from other runs'.
     run_id: str | None
     time_ms: int
+    # Runs that accepted this refusal in another shape than the refused run's (a task of theirs found
+    # a kept marker it did not match): no later acceptance keeps what they committed.
+    rejected_runs: tuple[str, ...] = ()
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -190,6 +193,7 @@ class RefusalRecord:
                 "query": self.query_id,
                 "batch": self.batch_id,
                 "run": self.run_id,
+                "rejected": list(self.rejected_runs),
                 "time_ms": self.time_ms,
             },
             separators=(",", ":"),
@@ -203,7 +207,14 @@ class RefusalRecord:
                 f"a refusal record of the commit-marker topic has version {data.get('version')!r}, and this "
                 "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
             )
-        return cls(data["prefix"], data["query"], int(data["batch"]), data.get("run"), int(data["time_ms"]))
+        return cls(
+            data["prefix"],
+            data["query"],
+            int(data["batch"]),
+            data.get("run"),
+            int(data["time_ms"]),
+            tuple(str(run) for run in data.get("rejected", ())),
+        )
 
 
 def _optional_int(value: Any) -> int | None:

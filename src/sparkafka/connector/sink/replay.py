@@ -30,7 +30,8 @@ Steps of :func:`decide` for one write task (the first that applies wins):
    ``b`` holds rows of the accepted shape — committed by the run that refused ``b`` (its refusal
    record names it), by this run (a retried task), or by a run that accepted that refusal before;
    refuse if such a marker shows another topic, number of write partitions or row count than the
-   task has (this run is not in the accepted shape); otherwise write. A marker of another run holds
+   task has (this run is not in the accepted shape: it is recorded as rejected, and no later
+   acceptance keeps what its other tasks committed); otherwise write. A marker of another run holds
    the rows of another shape, which a count cannot tell apart from this one's, so its partition is
    written again. Nothing can be missing; what other runs committed of ``b`` is in the output
    twice, as every refusal that offers the option counts it, per write partition, beforehand.
@@ -110,6 +111,16 @@ PREVIOUS_MARKER_TOPIC_OPTION = "previousCommitMarkerTopic"
 
 class ReplayRefused(SparkafkaError):
     """A write task, or the driver, found that writing would lose or double records."""
+
+
+class WrongShapeAcceptance(ReplayRefused):
+    """An acceptance of a refused batch (``acceptReshapedBatch``) run in another shape than the
+    refused run's. Its sibling tasks may have written before it refused; the writer records this run
+    as rejected in the refusal record, so that no later acceptance keeps what they committed."""
+
+    def __init__(self, message: str, *, batch_id: int) -> None:
+        super().__init__(message)
+        self.batch_id = batch_id
 
 
 class ReshapedReplayRefused(ReplayRefused):
@@ -216,6 +227,8 @@ class TaskView:
     # The prefix's refusal record names this batch of this query (refused_run is None where the
     # refusing run was unknown).
     refusal_recorded: bool = False
+    # Runs the refusal record names as acceptances in a wrong shape: their commits are never kept.
+    rejected_runs: tuple[str, ...] = ()
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
@@ -266,7 +279,9 @@ def _accepted_as_written(view: TaskView, ours: Marker | None, rows: Callable[[],
     if (
         ours is not None
         and ours.batch_id == view.batch_id
-        and kept_when_accepted(ours, run_id=view.run_id, refused_run=view.refused_run)
+        and kept_when_accepted(
+            ours, run_id=view.run_id, refused_run=view.refused_run, rejected=view.rejected_runs
+        )
     ):
         if ours.topic not in (None, view.topic):
             raise ReplayRefused(_written_to_another_topic(view, ours))
@@ -275,31 +290,46 @@ def _accepted_as_written(view: TaskView, ours: Marker | None, rows: Callable[[],
             if now is None:
                 raise ReplayRefused(_width_unknown(view, [ours.write_partitions]))
             if now != ours.write_partitions:
-                raise ReplayRefused(_not_the_accepted_shape(view, ours, f"{now} write partitions"))
+                raise WrongShapeAcceptance(
+                    _not_the_accepted_shape(view, ours, f"{now} write partitions"), batch_id=view.batch_id
+                )
         found = rows()
         if found != ours.records:
-            raise ReplayRefused(_not_the_accepted_shape(view, ours, f"{found} rows for it"))
+            raise WrongShapeAcceptance(
+                _not_the_accepted_shape(view, ours, f"{found} rows for it"), batch_id=view.batch_id
+            )
         return Action.SKIP
     _refuse_another_prefix(view)
     return Action.WRITE
 
 
-def kept_when_accepted(marker: Marker, *, run_id: str | None, refused_run: str | None) -> bool:
+def kept_when_accepted(
+    marker: Marker, *, run_id: str | None, refused_run: str | None, rejected: Sequence[str] = ()
+) -> bool:
     """Whether a marker of a batch being accepted as written holds rows of the accepted shape: it
     was committed by ``run_id`` itself (a task retried in the accepting run), by the run that refused
     the batch (whose shape the refusal offered to accept), or by an earlier run that accepted that
     same refusal. Any other marker was committed in another shape, and as many rows need not be the
-    same rows: its partition is written again."""
+    same rows: its partition is written again. So is that of a marker of a ``rejected`` run (an
+    acceptance in a wrong shape)."""
     if marker.run_id is not None and marker.run_id == run_id:
         return True
+    if marker.run_id is not None and marker.run_id in rejected:
+        return False
     return refused_run is not None and refused_run in (marker.run_id, marker.accepted_run)
 
 
-def rewritten_when_accepted(markers: Iterable[Marker], *, refusing_run: str | None) -> list[Marker]:
+def rewritten_when_accepted(
+    markers: Iterable[Marker], *, refusing_run: str | None, rejected: Sequence[str] = ()
+) -> list[Marker]:
     """The markers of a batch that accepting it in the shape of ``refusing_run`` writes again (sorted
     by write partition): the cost a refusal states."""
     return sorted(
-        (m for m in markers if not kept_when_accepted(m, run_id=None, refused_run=refusing_run)),
+        (
+            m
+            for m in markers
+            if not kept_when_accepted(m, run_id=None, refused_run=refusing_run, rejected=rejected)
+        ),
         key=lambda m: m.partition,
     )
 
@@ -334,8 +364,9 @@ def _refuse_two_shapes(view: TaskView) -> None:
         if of_batch:
             raise ReplayRefused(_unknown_shapes(view, rewritten_when_accepted(of_batch, refusing_run=None)))
         return
-    kept = [m for m in of_batch if kept_when_accepted(m, run_id=None, refused_run=refused)]
-    earlier = rewritten_when_accepted(of_batch, refusing_run=refused)
+    rejected = view.rejected_runs
+    kept = [m for m in of_batch if kept_when_accepted(m, run_id=None, refused_run=refused, rejected=rejected)]
+    earlier = rewritten_when_accepted(of_batch, refusing_run=refused, rejected=rejected)
     if kept and earlier:
         raise ReplayRefused(_two_shapes(view, refused, kept, earlier))
 
@@ -759,7 +790,9 @@ def _not_the_accepted_shape(view: TaskView, kept: Marker, now: str) -> str:
         "writes nothing and the query stops. Restart with the query and settings of the latest run refused "
         f"for replaying this batch in another shape (the refusal that offered {ACCEPT_RESHAPED_OPTION}), "
         f"keeping .option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}'), until the batch is done; then "
-        "change the query"
+        "change the query. Other tasks of this run may commit their part before it stops: this run is "
+        "recorded as not in the accepted shape, and the next acceptance writes that part again (the "
+        "driver's log lists it, 'failed after write partition(s) ... committed')"
     )
 
 

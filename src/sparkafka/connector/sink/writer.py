@@ -55,6 +55,7 @@ from sparkafka.connector.sink.replay import (
     ReplayRefused,
     ReshapedReplayRefused,
     TaskView,
+    WrongShapeAcceptance,
     adaptive_execution_refusal,
     beyond_refusal,
     decide,
@@ -259,12 +260,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batch_input_records=None if plan is None else plan.input_records,
             refused_run=None if refusal_of_batch is None else refusal_of_batch.run_id,
             refusal_recorded=refusal_of_batch is not None,
+            rejected_runs=() if refusal_of_batch is None else refusal_of_batch.rejected_runs,
         )
         task_input = _TaskInput(batches)
         try:
             action = decide(view, rows=task_input.count)
         except ReshapedReplayRefused as refused:
             raise self._recorded(refused, prefix, query_id, identity.run_id) from None
+        except WrongShapeAcceptance as refused:
+            raise self._rejected(refused, refusal_of_batch, identity.run_id) from None
         if action is Action.SKIP:
             marker = cached.marker
             assert marker is not None
@@ -291,7 +295,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.topic or "",
             plan=view.plan,
             run_id=identity.run_id,
-            accepted_run=view.refused_run if self.options.accepted_reshaped_batch == batch_id else None,
+            # Only a run that can be named can later be rejected as an acceptance in a wrong shape.
+            accepted_run=(
+                view.refused_run
+                if self.options.accepted_reshaped_batch == batch_id and identity.run_id is not None
+                else None
+            ),
         )
         marker = self._write_transaction(cached, draft, width.known, first, rest)
         return written(
@@ -347,6 +356,29 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             "counts them)",
             batch_id=refused.batch_id,
         )
+
+    def _rejected(
+        self, refused: WrongShapeAcceptance, refusal: RefusalRecord | None, run_id: str | None
+    ) -> WrongShapeAcceptance:
+        """``refused``, once this run is recorded in the refusal record as an acceptance in a wrong
+        shape: what its other tasks commit before it stops is then written again by the next
+        acceptance, never kept by its count. Where it cannot be recorded, the refusal says what to do."""
+        if refusal is None or run_id is None or run_id in refusal.rejected_runs:
+            return refused
+        record = dataclasses.replace(
+            refusal, rejected_runs=(*refusal.rejected_runs, run_id), time_ms=int(time.time() * 1000)
+        )
+        try:
+            write_refusal(self.options, record)
+        except (SparkafkaError, KafkaException) as error:
+            return WrongShapeAcceptance(
+                f"{refused}. This run could not be recorded as an acceptance in a wrong shape ({error}): "
+                "a later acceptance could keep what its tasks committed by their count. Fix what refused "
+                "the write, and run this same acceptance once more before the right one: it refuses again "
+                "and is recorded",
+                batch_id=refused.batch_id,
+            )
+        return refused
 
     def _write_transaction(
         self,
