@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -22,8 +22,20 @@ def create_topic(
 ) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = NewTopic(name, partitions, replicas, config=config or {})
-    futures = admin.create_topics([topic], operation_timeout=10)
-    futures[name].result(timeout=30)
+    # A node of a cluster that just started may drop the request's connection (librdkafka then
+    # fails it with _DESTROY_BROKER or _TRANSPORT): ask again; a topic the lost request created is
+    # there already.
+    for attempt in range(5):
+        try:
+            admin.create_topics([topic], operation_timeout=10)[name].result(timeout=30)
+            break
+        except KafkaException as error:
+            code = error.args[0].code()
+            if attempt and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            if code not in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT) or attempt == 4:
+                raise
+            time.sleep(1)
     # Apache Kafka answers CreateTopics before its partitions have a leader (the controller
     # propagates them): wait until they do, as a client's first request would.
     deadline = time.monotonic() + 30

@@ -24,6 +24,8 @@ from sparkafka.runtime import class_archive
 from sparkafka.runtime.python_exec import launcher_path
 
 SPARK_HOME = Path(pyspark.__file__).parent
+# What PySpark sets in os.environ once a Connect session exists in the process (and never unsets).
+CONNECT_ENVIRONMENT = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
 START_TIMEOUT_S = 180.0
 
 

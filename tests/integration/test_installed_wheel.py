@@ -66,7 +66,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _clean_environment(bin_dir: Path) -> dict[str, str]:
     """This process's environment without what points at the checkout or its virtualenv."""
-    kept = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON")}
+    left_out = ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+    kept = {k: v for k, v in os.environ.items() if k not in left_out}
     kept["PATH"] = f"{bin_dir}{os.pathsep}{kept.get('PATH', '')}"
     return kept
 

@@ -283,3 +283,52 @@ def test_a_refused_replay_that_committed_in_its_shape_is_refused_by_either_query
     finally:
         accepted.terminate()
     assert output == Counter({"r000001": 1, "r000002": 1, "r000003": 2, "r000004": 2})
+
+
+# Under c0 (the first run), c1 (the refused replay) and c2 (an acceptance in a wrong shape).
+WRONG_ACCEPTANCE = {
+    "r000001": (1, 0, 1),
+    "r000002": (2, 0, 2),
+    "r000003": (0, 1, 2),
+    "r000004": (2, 1, 2),
+    "r000005": (0, 2, 0),
+    "r000006": (2, 2, 0),
+}
+
+
+def test_an_acceptance_in_a_wrong_shape_leaves_nothing_the_right_one_keeps_by_count(
+    spark: SparkSession, topics: Kafka, tmp_path: Path
+) -> None:
+    """The web UI off, tasks one after another. c0 commits write partitions 0 {r3, r5} and 2 {r2, r4,
+    r6}, 1 is held. c1 skips 0 by its count, commits 1 {r3, r4} and refuses at 2. Accepted in the
+    wrong shape c2, partition 0 (an untrusted marker) commits {r5, r6} before 1 meets c1's kept
+    marker and refuses, recording its run as rejected. Accepted with c1, as that refusal says,
+    partition 0 writes {r1, r2} again instead of keeping c2's two rows by their count: nothing lost;
+    c1's refusal stated five records twice, and c2's commit (r5, r6) is in once more."""
+    _send_placed(spark, topics, WRONG_ACCEPTANCE, (3, 3, 3))
+    without_ui, accept = (
+        ("--spark-conf", "spark.ui.enabled=false"),
+        ("--sink-option", "acceptReshapedBatch=0"),
+    )
+    first, refused_shape, wrong = (_placed_query(3, column, 3) for column in range(3))
+    run = _pipeline(topics, tmp_path, first, *without_ui, *_paused_at("1"), master="local[2]").start()
+    assert _kill_after_commits(run, topics, held=[1], expect=[0, 2]) == {0: 2, 2: 3}
+    refusal = _refused(
+        _pipeline(topics, tmp_path, refused_shape, *without_ui, master="local[1]").start(),
+        "is replayed in another shape than it was first written",
+    )
+    assert "records written twice: 5 (write partition 0: 2, write partition 2: 3)" in refusal
+    refusal = _refused(
+        _pipeline(topics, tmp_path, wrong, *without_ui, *accept, master="local[1]").start(),
+        "is split otherwise than the shape it accepts",
+    )
+    assert "recorded as not in the accepted shape" in refusal
+
+    accepted = _pipeline(topics, tmp_path, refused_shape, *without_ui, *accept, master="local[2]").start()
+    try:
+        output = _committed_ids(topics, 13, stop=accepted.terminate)
+    finally:
+        accepted.terminate()
+    assert output == Counter(
+        {"r000001": 1, "r000002": 2, "r000003": 2, "r000004": 2, "r000005": 3, "r000006": 3}
+    )

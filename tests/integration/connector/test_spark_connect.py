@@ -7,6 +7,7 @@ restarted, and the query restarted from its checkpoint by a new client session."
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import EMBEDDED, Kafka
 from tests.integration.connector.test_operator_actions import PARTITIONS, Topics
 from tests.integration.kafka_clients import committed_markers, create_topic, producer, read_to_end
-from tests.integration.spark_connect import ConnectServer
+from tests.integration.spark_connect import CONNECT_ENVIRONMENT, ConnectServer
 
 pytestmark = pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
 
@@ -30,6 +31,21 @@ pytestmark = pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     with ConnectServer(tmp_path_factory.mktemp("connect")) as running:
         yield running
+
+
+@pytest.fixture(scope="module", autouse=True)
+def connect_mode_left_behind() -> Iterator[None]:
+    """PySpark marks the whole process as a Connect client (SPARK_CONNECT_MODE_ENABLED in os.environ)
+    once a remote session exists, and keeps the mark after the session stops: every process started
+    from this one later (pipelines, examples) would then ask for a Connect server too. The mark goes
+    with the module's last test."""
+    before = {name: os.environ.get(name) for name in CONNECT_ENVIRONMENT}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
