@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
@@ -19,29 +18,43 @@ SAME_PARTITION = "SELECT value, partition FROM input"
 
 
 class Feeder(threading.Thread):
-    """Produces ``records`` records (ids ``r00000|…``) to ``in`` over ``steps`` half seconds, so input
-    keeps arriving while nodes die; the idempotent producer retries through outages of up to four
-    minutes."""
+    """Produces ``per_step`` records (ids ``r00000|…``) to ``in`` every half second, for ``steps``
+    half seconds or, without ``steps``, until :meth:`finish`: input keeps arriving while nodes die,
+    however long the pipeline takes to get there. The idempotent producer retries through outages of
+    up to four minutes."""
 
-    def __init__(self, bootstrap: str, records: int, steps: int = 60) -> None:
+    def __init__(self, bootstrap: str, *, per_step: int = 25, steps: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.bootstrap, self.steps = bootstrap, steps
-        self.records = records // steps * steps  # what run() sends
+        self.bootstrap, self.per_step, self.steps = bootstrap, per_step, steps
+        self.sent = 0
         self.undelivered = -1
+        self._finishing = threading.Event()
 
     def run(self) -> None:
         sender = producer(self.bootstrap, acks="all", message_timeout_ms=240000)
-        per_step = self.records // self.steps
-        for step in range(self.steps):
-            for i in range(step * per_step, (step + 1) * per_step):
+        step = 0
+        while not self._finishing.is_set() and (self.steps is None or step < self.steps):
+            for i in range(self.sent, self.sent + self.per_step):
                 sender.produce("in", value=f"r{i:05d}|{'v' * 100}", partition=i % PARTITIONS)
+            self.sent += self.per_step
             sender.poll(0)
-            time.sleep(0.5)
+            step += 1
+            self._finishing.wait(0.5)
         self.undelivered = sender.flush(240)
 
-    @property
-    def ids(self) -> set[str]:
-        return {f"r{i:05d}" for i in range(self.records)}
+    def finish(self) -> set[str]:
+        """Stop sending, wait until every record sent is delivered, and return their ids."""
+        self._finishing.set()
+        self.join(timeout=300)
+        assert not self.is_alive(), "the input producer did not finish within 300 s"
+        assert self.undelivered == 0, "the input producer could not deliver every record"
+        return {f"r{i:05d}" for i in range(self.sent)}
+
+
+def pipeline_failures(pipeline: PipelineProcess) -> list[str]:
+    """The start of each failure this run of a restarting pipeline logged (the error, without the
+    query plan Spark appends), so an assertion names why the pipeline restarted."""
+    return [failure[:1500] for failure in pipeline.output().split("pipeline failed (")[1:]]
 
 
 def cluster_pipeline(
