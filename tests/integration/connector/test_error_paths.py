@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from sparkafka.errors import SparkafkaError
 from sparkafka.eventtime import drop_heartbeats
 from tests.integration.conftest import EMBEDDED, Kafka
-from tests.integration.kafka_clients import create_topic, producer, read_all
+from tests.integration.kafka_clients import create_topic, producer, read_all, read_to_end
 
 pytestmark = pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
 
@@ -185,3 +185,52 @@ def test_drop_heartbeats_needs_the_partition_column_and_a_watermark(
         drop_heartbeats(stream.select("value", "timestamp"))
     with pytest.raises(SparkafkaError, match="drop_heartbeats must come after withWatermark"):
         drop_heartbeats(stream)
+
+
+def test_option_batch_id_that_is_not_the_batch_spark_runs_is_refused(
+    spark: SparkSession, kafka: Kafka, topic: str, tmp_path: Path
+) -> None:
+    """In a classic session Spark names the micro-batch a foreachBatch write belongs to; option
+    batchId must agree with it. Here the option agrees with the checkpoint the write names (another
+    query's, one batch further on) and not with the batch Spark runs: the tasks refuse before
+    writing, and nothing reaches the output."""
+    output = f"{topic}-out"
+    create_topic(kafka.bootstrap_servers, output, partitions=2)
+    source = (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("value")
+    )
+    other_checkpoint = tmp_path / "other-query"
+    for more in ("r5", "r6"):  # two micro-batches: the other query's checkpoint ends at batch 1
+        source.writeStream.foreachBatch(lambda _frame, _batch: None).option(
+            "checkpointLocation", str(other_checkpoint)
+        ).trigger(availableNow=True).start().awaitTermination(120)
+        sender = producer(kafka.bootstrap_servers)
+        sender.produce(topic, value=more.encode(), partition=1)
+        assert sender.flush(30) == 0
+
+    def write_filed_under_the_other_query(frame: DataFrame, batch_id: int) -> None:
+        assert batch_id == 0
+        options = {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "topic": output,
+            "deliveryGuarantee": "exactly-once",
+            "transactionalIdPrefix": f"batch-id-{topic}",
+            "checkpointLocation": str(other_checkpoint),
+            "batchId": "1",
+        }
+        frame.write.format("sparkafka").options(**options).mode("append").save()
+
+    query = (
+        source.writeStream.foreachBatch(write_filed_under_the_other_query)
+        .option("checkpointLocation", str(tmp_path / "own"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match=r"option batchId=1, and Spark runs this write for micro-batch 0"):
+        query.awaitTermination(120)
+    assert read_to_end(kafka.bootstrap_servers, output, isolation="read_uncommitted", partitions=2) == []

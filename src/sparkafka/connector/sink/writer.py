@@ -419,8 +419,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 value=marker.encode(),
                 partition=MARKER_PARTITION,
             )
+            # librdkafka fails the commit with an abortable error when any record of the transaction
+            # failed delivery (a record too large, an ACL, a topic gone): a commit that returns has
+            # every row, and one that raises leaves the cause in delivery_errors for _failure.
             producer.commit_transaction(self.options.operation_timeout_s)
-            self._raise_delivery_errors(cached.delivery_errors)
         except BaseException as raised:
             error = kafka_exception_of(raised)
             # Measured before the abort, which may itself wait up to operationTimeoutMs.
@@ -471,10 +473,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             if type(cause) is not SinkError:
                 return cause
         return self._explain(error, transactional_id, open_ms=open_ms, prefix=prefix)
-
-    def _raise_delivery_errors(self, errors: list[KafkaError]) -> None:
-        if errors:
-            raise KafkaException(errors[0])
 
     def _abort_after_failure(
         self, cached: CachedProducer, transactional_id: str, error: BaseException
