@@ -50,10 +50,9 @@ def test_a_progress_record_the_marker_topic_refuses_fails_the_commit_naming_the_
     assert read_marker_partition(options) == {}, "nothing of the record is in the topic"
 
 
-def test_a_refusal_of_a_run_spark_names_no_id_for_is_recorded_as_unknown(broker: BrokerProcess) -> None:
-    """A foreachBatch function that sets its own job description and job group leaves a refusing
-    task without a run id: the refusal is recorded with the run unknown, and its message says what
-    follows (every later run refuses until accepted, and accepting keeps no commit of the batch)."""
+def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: BrokerProcess) -> None:
+    """The refusal record names the run by the writer's own id, made on the driver for each write
+    of a batch (two writers, two runs), whatever job group or description Spark's tasks carry."""
     from sparkafka.connector.sink.markers import RefusalRecord
     from sparkafka.connector.sink.replay import ReshapedReplayRefused
     from sparkafka.connector.sink.writer import KafkaStreamWriter
@@ -61,12 +60,12 @@ def test_a_refusal_of_a_run_spark_names_no_id_for_is_recorded_as_unknown(broker:
     marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})
     options = _options(broker.bootstrap_servers, marker_topic)
+    writer, later = KafkaStreamWriter(options), KafkaStreamWriter(options)
+    assert writer.run_id != later.run_id
     refused = ReshapedReplayRefused("micro-batch 4 is replayed in another shape", batch_id=4)
-    message = str(KafkaStreamWriter(options)._recorded(refused, "p", "q-1", None))
-    assert message.startswith("micro-batch 4 is replayed in another shape. Spark's job description names no")
-    assert "any later run refuses this batch until it is accepted" in message
+    assert writer._recorded(refused, "p", "q-1", writer.run_id) is refused
     recorded = RefusalRecord.decode(read_marker_partition(options)["refusal/p"])
-    assert (recorded.query_id, recorded.batch_id, recorded.run_id) == ("q-1", 4, None)
+    assert (recorded.query_id, recorded.batch_id, recorded.run_id) == ("q-1", 4, writer.run_id)
 
 
 def test_an_acceptance_in_a_wrong_shape_is_recorded_as_rejected(broker: BrokerProcess) -> None:

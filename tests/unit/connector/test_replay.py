@@ -166,10 +166,25 @@ CASES = [
     ),
     (
         "replay, another row count, this batch accepted as written",
-        {"own_marker": marker(), "accepted_reshaped_batch": BATCH},
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH, "refusal_recorded": True},
         4,
         Action.WRITE,
         False,
+    ),
+    (
+        # Option left set on a query whose batch was never refused: an ordinary replay, which skips.
+        "replay, this batch accepted as written but never refused",
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH},
+        10,
+        Action.SKIP,
+        True,
+    ),
+    (
+        "replay, another row count, this batch accepted but never refused",
+        {"own_marker": marker(), "accepted_reshaped_batch": BATCH},
+        4,
+        "is replayed in another shape",
+        True,
     ),
     (
         "replay, another row count, another batch accepted",
@@ -194,14 +209,18 @@ CASES = [
     ),
     (
         "streaming write, batch split over two topics, accepted as written",
-        {"sibling_markers": (marker(partition=0, topic="old-out"),), "accepted_reshaped_batch": BATCH},
+        {
+            "sibling_markers": (marker(partition=0, topic="old-out"),),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+        },
         10,
         Action.WRITE,
         False,
     ),
     (
         "marker for another topic, accepted as written",
-        {"own_marker": marker(topic="old-out"), "accepted_reshaped_batch": BATCH},
+        {"own_marker": marker(topic="old-out"), "accepted_reshaped_batch": BATCH, "refusal_recorded": True},
         10,
         Action.WRITE,
         False,
@@ -274,7 +293,12 @@ CASES = [
     ),
     (
         "the number unknown now, this batch accepted as written",
-        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(None)},
+        {
+            "own_marker": marker(width=4),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+            **width(None),
+        },
         4,
         Action.WRITE,
         False,
@@ -288,7 +312,12 @@ CASES = [
     ),
     (
         "another number of write partitions, accepted as written",
-        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, **width(3)},
+        {
+            "own_marker": marker(width=4),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+            **width(3),
+        },
         10,
         Action.WRITE,
         False,
@@ -340,6 +369,7 @@ CASES = [
         {
             "own_marker": marker(width=4, run="run-r"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r",
             "run_id": "run-a",
             **width(4),
@@ -354,6 +384,7 @@ CASES = [
         {
             "own_marker": marker(width=4, run="run-r"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r",
             "run_id": "run-a",
             **width(4),
@@ -367,6 +398,7 @@ CASES = [
         {
             "own_marker": marker(width=3, run="run-r"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r",
             "run_id": "run-a",
             **width(4),
@@ -380,6 +412,7 @@ CASES = [
         {
             "own_marker": marker(width=3, run="run-r"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r",
             "run_id": "run-a",
             **width(None),
@@ -394,6 +427,7 @@ CASES = [
         {
             "own_marker": marker(run="run-f"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r",
             "run_id": "run-a",
         },
@@ -403,14 +437,25 @@ CASES = [
     ),
     (
         "accepted as written, an older marker without a run id",
-        {"own_marker": marker(width=4), "accepted_reshaped_batch": BATCH, "refused_run": "run-r", **width(4)},
+        {
+            "own_marker": marker(width=4),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+            "refused_run": "run-r",
+            **width(4),
+        },
         10,
         Action.WRITE,
         False,
     ),
     (
         "accepted as written, no refusal recorded, the first run's marker",
-        {"own_marker": marker(run="run-f"), "accepted_reshaped_batch": BATCH, "run_id": "run-a"},
+        {
+            "own_marker": marker(run="run-f"),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+            "run_id": "run-a",
+        },
         10,
         Action.WRITE,
         False,
@@ -420,6 +465,7 @@ CASES = [
         {
             "own_marker": marker(run="run-a0", accepted_run="run-r"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r",
             "run_id": "run-a1",
         },
@@ -433,6 +479,7 @@ CASES = [
         {
             "own_marker": marker(run="run-a0", accepted_run="run-r0"),
             "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
             "refused_run": "run-r1",
             "run_id": "run-a1",
         },
@@ -494,14 +541,24 @@ CASES = [
     ),
     (
         "accepted as written, a retry of this run after its first attempt committed",
-        {"own_marker": marker(run="run-2"), "accepted_reshaped_batch": BATCH, "run_id": "run-2"},
+        {
+            "own_marker": marker(run="run-2"),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+            "run_id": "run-2",
+        },
         10,
         Action.SKIP,
         True,
     ),
     (
         "accepted as written, no own marker, a sibling of another number",
-        {"sibling_markers": (marker(partition=0, width=4),), "accepted_reshaped_batch": BATCH, **width(2)},
+        {
+            "sibling_markers": (marker(partition=0, width=4),),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+            **width(2),
+        },
         10,
         Action.WRITE,
         False,
@@ -522,7 +579,11 @@ CASES = [
     ),
     (
         "a later batch accepted as written does not hide a checkpoint behind its output",
-        {"sibling_markers": (marker(partition=0, batch=BATCH + 2),), "accepted_reshaped_batch": BATCH},
+        {
+            "sibling_markers": (marker(partition=0, batch=BATCH + 2),),
+            "accepted_reshaped_batch": BATCH,
+            "refusal_recorded": True,
+        },
         10,
         "is behind its output",
         False,
@@ -778,22 +839,18 @@ def test_adaptive_execution_refusal(settings: dict, batch_write: bool, refused_f
 
 
 @pytest.mark.parametrize(
-    ("description", "job_group", "expected"),
+    ("description", "expected"),
     [
-        ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "5f0c-run", "5f0c-run"),
-        # A foreachBatch function set a job group of its own: the batch's description still names the run.
-        ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "nightly-etl", "5f0c-run"),
-        # ... and set its own description too: the job group, where Spark's (a run id is a UUID).
-        ("nightly load", "6f1d2c3e-8a4b-4c2d-9e0f-1a2b3c4d5e6f", "6f1d2c3e-8a4b-4c2d-9e0f-1a2b3c4d5e6f"),
-        # A group of the user's own stands for every run at once: no run is known.
-        ("nightly load", "nightly-etl", None),
-        (None, None, None),
+        ("\nid = q-1\nrunId = 5f0c-run\nbatch = 3", "5f0c-run"),
+        # A foreachBatch function set a description (or a job group, which sets one) of its own.
+        ("nightly load", None),
+        (None, None),
     ],
 )
-def test_the_run_id_comes_from_the_batch_description_first(
-    description: str | None, job_group: str | None, expected: str | None
+def test_spark_run_id_comes_from_the_batch_description_only(
+    description: str | None, expected: str | None
 ) -> None:
-    assert query_run_id(description, job_group) == expected
+    assert query_run_id(description) == expected
 
 
 def test_the_sinks_write_outside_a_spark_task_is_refused() -> None:
@@ -876,6 +933,7 @@ def test_accepted_as_written_counts_only_where_the_accepted_shape_committed() ->
         own_marker=marker(records=10, run="run-r"),
         accepted_reshaped_batch=BATCH,
         refused_run="run-r",
+        refusal_recorded=True,
         run_id="run-a",
     )
     with pytest.raises(ReplayRefused, match="is split otherwise than the shape it accepts"):
@@ -933,11 +991,12 @@ def _decide_each(
 
 
 def test_a_refused_run_without_a_run_id_stops_every_later_run_until_the_batch_is_accepted() -> None:
-    """Web UI off, no run ids (a foreachBatch function with its own job description and group). The
-    first run (A: p0 {1-4}, p1 {5-7}, p2 {8-10}) committed p0 and p2; the changed query (B: p0
-    {1-5}, p1 {6-8}, p2 {9, 10}) refused at p0 and p2, recorded as unknown, and committed p1 {6, 7,
-    8}. The first run's query again would skip all three by their counts (record 5 lost, 8 twice):
-    every task refuses instead, counting every commit of the batch as the cost of accepting; and the
+    """Web UI off, a refusal record without a run (as an earlier version of the sink recorded one
+    where a foreachBatch function hid Spark's run id). The first run (A: p0 {1-4}, p1 {5-7}, p2
+    {8-10}) committed p0 and p2; the changed query (B: p0 {1-5}, p1 {6-8}, p2 {9, 10}) refused at p0
+    and p2, recorded as unknown, and committed p1 {6, 7, 8}. The first run's query again would skip
+    all three by their counts (record 5 lost, 8 twice): every task refuses instead, counting every
+    commit of the batch as the cost of accepting; and the
     acceptance keeps none of them."""
     markers = _batch_of_runs(
         marker(partition=0, records=4), marker(partition=1, records=3), marker(partition=2, records=3)
@@ -945,7 +1004,7 @@ def test_a_refused_run_without_a_run_id_stops_every_later_run_until_the_batch_is
     decided = _decide_each(markers, {0: 4, 1: 3, 2: 3}, batch_write=True, refusal_recorded=True)
     for outcome in decided.values():
         assert isinstance(outcome, ReplayRefused), decided
-        assert "by a run Spark named no id for" in str(outcome)
+        assert "by a run its refusal record names no id for" in str(outcome)
         assert (
             "records written twice: 10 (write partition 0: 4, write partition 1: 3, write partition 2: 3)"
             in (str(outcome))

@@ -87,7 +87,7 @@ class CachedProducer:
     client_errors: deque[KafkaError] = field(default_factory=lambda: deque(maxlen=_CLIENT_ERRORS_KEPT))
     # The query run whose first write of this id read the markers below (see transactional_producer).
     query_id: str | None = None
-    run_id: str | None = None
+    spark_run_id: str | None = None
     # The micro-batch of that first write: every task of it, retries included, reports itself to the
     # driver as the first batch of the run (SinkCommitMessage.run_first_batch).
     run_first_batch: int | None = None
@@ -229,7 +229,8 @@ def transactional_producer(
     key = _cache_key(options, transactional_id)
     cached = PRODUCERS.get(key)
     if cached is not None and _initialised_here_last(transactional_id):
-        if cached.run_id == identity.run_id and cached.query_id == identity.query_id:
+        same_run = identity.spark_run_id is not None and cached.spark_run_id == identity.spark_run_id
+        if same_run and cached.query_id == identity.query_id:
             return cached
         state(options, cached, identity)
         return cached
@@ -338,7 +339,7 @@ def _read_committed_state(
         registered = query_id
     cached.registered_query = registered
     cached.query_id = query_id
-    cached.run_id = identity.run_id
+    cached.spark_run_id = identity.spark_run_id
     cached.run_first_batch = identity.batch_id
 
 

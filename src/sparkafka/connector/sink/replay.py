@@ -205,7 +205,8 @@ class TaskView:
     write_partitions: Callable[[], int | None] = lambda: None
     # The digest of the input this batch was planned from (batch_plan.BatchPlan); None when unknown.
     plan: str | None = None
-    # This query run (StreamingQuery.runId), to tell a retry of this run from a replay.
+    # This run of the batch (the writer's own id, made on the driver for each run of each batch),
+    # to tell a retried task of this run from a replay.
     run_id: str | None = None
     # The last batch of this query every task and the driver committed under this prefix.
     progress: Progress | None = None
@@ -243,7 +244,9 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
     _refuse_checkpoint_behind(view)
     marker = view.own_marker
     ours = marker if marker is not None and marker.query_id == view.query_id else None
-    if accepted == view.batch_id:
+    # Only a batch the prefix's refusal record names can be accepted: the option left set on a
+    # query whose batch was never refused has no effect, and its replay is decided as any other.
+    if accepted == view.batch_id and view.refusal_recorded:
         return _accepted_as_written(view, ours, rows)
     _refuse_two_shapes(view)
     _refuse_another_width(view, ours)
@@ -820,8 +823,9 @@ def _two_shapes(view: TaskView, refused: str, kept: Sequence[Marker], earlier: S
 def _unknown_shapes(view: TaskView, committed: Sequence[Marker]) -> str:
     return (
         f"micro-batch {view.batch_id} of query {view.query_id} was refused as replayed in another shape by a "
-        "run Spark named no id for (a foreachBatch function that sets its own job description and job "
-        "group), whose tasks may have committed their part in that shape: its commits cannot be told from "
+        "run its refusal record names no id for (an earlier version of the sink recorded one so where a "
+        "foreachBatch function hid Spark's run id), whose tasks may have committed their part in that "
+        "shape: its commits cannot be told from "
         "the earlier ones, and a replay in either shape could skip rows by a count, so nothing is written "
         "and the query stops. Way on: accept the batch as written with "
         f".option('{ACCEPT_RESHAPED_OPTION}', '{view.batch_id}') and the query of that run: no commit of the "

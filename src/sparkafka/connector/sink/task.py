@@ -4,7 +4,6 @@ Spark runs it for, read from the task's context."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,7 +22,10 @@ class TaskIdentity:
     stage_id: int
     query_id: str | None
     batch_id: int | None
-    run_id: str | None
+    # Spark's StreamingQuery.runId where the batch's job description names it, else None: a worker
+    # reuses its producer only within one known run. The sink's protocol names runs otherwise (the
+    # writer's own id, KafkaStreamWriter.run_id).
+    spark_run_id: str | None
     properties: Mapping[str, str | None]
 
 
@@ -43,9 +45,7 @@ def task_identity() -> TaskIdentity:
         stage_id=context.stageId(),
         query_id=context.getLocalProperty("sql.streaming.queryId"),
         batch_id=int(batch) if batch is not None else None,
-        run_id=query_run_id(
-            context.getLocalProperty("spark.job.description"), context.getLocalProperty("spark.jobGroup.id")
-        ),
+        spark_run_id=query_run_id(context.getLocalProperty("spark.job.description")),
         properties={key: context.getLocalProperty(key) for key in _TASK_SETTINGS},
     )
 
@@ -53,22 +53,11 @@ def task_identity() -> TaskIdentity:
 _RUN_ID_IN_DESCRIPTION = re.compile(r"^runId = (\S+)$", re.MULTILINE)
 
 
-def query_run_id(description: str | None, job_group: str | None) -> str | None:
-    """The streaming query run a task belongs to. Spark describes every micro-batch's jobs with
-    ``id = …``, ``runId = …``, ``batch = …`` lines, anew at each batch; it also names the run's job
-    group after the run id, but once per run, so a ``foreachBatch`` function that sets a job group of
-    its own replaces it for the rest of the run (and for later runs in the same application). A job
-    group is taken for the run only when it is a UUID, as Spark's run ids are: a name of the user's
-    would stand for every run at once, and the sink would take another run's commits for this one's."""
+def query_run_id(description: str | None) -> str | None:
+    """The streaming query run (StreamingQuery.runId) a task belongs to, where Spark's description
+    of the batch's jobs (``id = …``, ``runId = …``, ``batch = …`` lines, set anew at each batch) is
+    the task's. A foreachBatch function that sets a job group or description of its own replaces it
+    for its writes: then no run is known. The job group is never taken for the run, though Spark
+    names it after the run id: a group of the user's, even a UUID, would stand for every run."""
     found = _RUN_ID_IN_DESCRIPTION.search(description or "")
-    if found:
-        return found.group(1)
-    return job_group if job_group is not None and _is_uuid(job_group) else None
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+    return found.group(1) if found else None

@@ -8,7 +8,8 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from sparkafka.connector.sink.options import (
     BATCH_ID_OPTION,
     EXACTLY_ONCE,
     MARKER_PARTITION,
+    REFUSAL_KEY_PREFIX,
     SinkOptions,
 )
 from sparkafka.connector.sink.producers import (
@@ -106,7 +108,7 @@ class SinkCommitMessage(WriterCommitMessage):
     # Records this id had committed of the batch before, written again because the user accepted the
     # batch as written (acceptReshapedBatch): duplicates the driver logs.
     rewritten_records: int = 0
-    # The query run (StreamingQuery.runId) the task belongs to: the driver's refusal records it.
+    # The run of the batch the task belongs to (the writer's own id, KafkaStreamWriter.run_id).
     run_id: str | None = None
 
 
@@ -163,6 +165,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # The checkpoint's newest offsets-log entry when Spark created this writer (the driver, once
         # per micro-batch): the batch being written and the input it was planned from.
         self.plan = plan
+        # This run of the batch: made here, on the driver, and pickled into every task of the write,
+        # so a retried or speculative task carries it and a later run of the batch does not. Markers,
+        # refusals and acceptances name runs by it. Spark's own run id cannot serve: a foreachBatch
+        # function that sets a job group hides it (and a UUID group of the user's would pass for
+        # it, the same in every run), and a Spark Connect client's write is handed none.
+        self.run_id = str(uuid.uuid4())
 
     # -- executor side ----------------------------------------------------------------------------
 
@@ -225,7 +233,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             transactional_id_prefix=prefix,
             query_id=query_id,
             batch_id=batch_id,
-            run_id=identity.run_id,
+            run_id=self.run_id,
         )
         last_refusal = cached.refusal
         refusal_of_batch = (
@@ -251,7 +259,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             run_first_batch=cached.run_first_batch,
             write_partitions=width.decisive,
             plan=None if plan is None else plan.digest,
-            run_id=identity.run_id,
+            run_id=self.run_id,
             progress=cached.progress,
             history_found=cached.history_found,
             claim_missing=cached.claim_missing,
@@ -266,9 +274,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         try:
             action = decide(view, rows=task_input.count)
         except ReshapedReplayRefused as refused:
-            raise self._recorded(refused, prefix, query_id, identity.run_id) from None
+            raise self._recorded(refused, prefix, query_id, self.run_id) from None
         except WrongShapeAcceptance as refused:
-            raise self._rejected(refused, refusal_of_batch, identity.run_id) from None
+            raise self._rejected(refused, refusal_of_batch, self.run_id) from None
         if action is Action.SKIP:
             marker = cached.marker
             assert marker is not None
@@ -294,13 +302,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             0,
             self.options.topic or "",
             plan=view.plan,
-            run_id=identity.run_id,
-            # Only a run that can be named can later be rejected as an acceptance in a wrong shape.
-            accepted_run=(
-                view.refused_run
-                if self.options.accepted_reshaped_batch == batch_id and identity.run_id is not None
-                else None
-            ),
+            run_id=self.run_id,
+            accepted_run=view.refused_run if self.options.accepted_reshaped_batch == batch_id else None,
         )
         marker = self._write_transaction(cached, draft, width.known, first, rest)
         return written(
@@ -328,14 +331,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return dataclasses.replace(identity, query_id=plan.query_id, batch_id=declared)
 
     def _recorded(
-        self, refused: ReshapedReplayRefused, prefix: str, query_id: str, run_id: str | None
+        self, refused: ReshapedReplayRefused, prefix: str, query_id: str, run_id: str
     ) -> ReshapedReplayRefused:
         """``refused``, once this run is recorded as the one that refused its batch (the prefix's
         :class:`~.markers.RefusalRecord`): an acceptance of the batch then keeps what this run's tasks
-        committed of it, as the refusal's cost assumes. A run Spark names no id for is recorded as
-        unknown: its commits cannot be told from other runs', so every later run refuses the batch
-        until it is accepted, and an acceptance keeps none of them. Where nothing can be recorded, the
-        refusal says that accepting writes those commits again too."""
+        committed of it, as the refusal's cost assumes. Where nothing can be recorded, the refusal says
+        that accepting writes those commits again too."""
         record = RefusalRecord(prefix, query_id, refused.batch_id, run_id, int(time.time() * 1000))
         try:
             write_refusal(self.options, record)
@@ -346,24 +347,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 "driver's log lists them)",
                 batch_id=refused.batch_id,
             )
-        if run_id is not None:
-            return refused
-        return ReshapedReplayRefused(
-            f"{refused}. Spark's job description names no query run for this task (a foreachBatch function "
-            "that sets its own job description and job group), so this run's commits cannot be told from "
-            "the first run's: any later run refuses this batch until it is accepted, and accepting writes "
-            "again every record any run committed of it, this run's included (the refusal that meets it "
-            "counts them)",
-            batch_id=refused.batch_id,
-        )
+        return refused
 
     def _rejected(
-        self, refused: WrongShapeAcceptance, refusal: RefusalRecord | None, run_id: str | None
+        self, refused: WrongShapeAcceptance, refusal: RefusalRecord | None, run_id: str
     ) -> WrongShapeAcceptance:
         """``refused``, once this run is recorded in the refusal record as an acceptance in a wrong
         shape: what its other tasks commit before it stops is then written again by the next
         acceptance, never kept by its count. Where it cannot be recorded, the refusal says what to do."""
-        if refusal is None or run_id is None or run_id in refusal.rejected_runs:
+        if refusal is None or run_id in refusal.rejected_runs:
             return refused
         record = dataclasses.replace(
             refusal, rejected_runs=(*refusal.rejected_runs, run_id), time_ms=int(time.time() * 1000)
@@ -648,6 +640,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
         write_progress(self.options, record)
 
+    def _accepts(self, found: Mapping[str, bytes], prefix: str, query_id: str, batch_id: int) -> bool:
+        """Whether option acceptReshapedBatch accepts this batch: it names the batch, and the prefix's
+        refusal record (in the marker partition ``found``) names this batch of this query. Left set on
+        a query whose batch was never refused, the option has no effect, so an ordinary replay is not
+        written twice on the strength of an option meant for another refusal."""
+        if self.options.accepted_reshaped_batch != batch_id:
+            return False
+        recorded = found.get(f"{REFUSAL_KEY_PREFIX}{prefix}")
+        if recorded is None:
+            return False
+        refusal = RefusalRecord.decode(recorded)
+        return refusal.query_id == query_id and refusal.batch_id == batch_id
+
     def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> dict[int, int]:
         """At the first batch of a query run (a restart, when the batch may be a replay):
 
@@ -672,7 +677,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         beyond = partitions_beyond(
             of_prefix, query_id=query_id, batch_id=batch_id, prefix=prefix, partitions=len(reports)
         )
-        if beyond and self.options.accepted_reshaped_batch == batch_id:
+        if beyond and self._accepts(found, prefix, query_id, batch_id):
             log.warning(
                 "micro-batch %d taken as written (%s): write partition(s) %s, which this run does not "
                 "have, had committed %d record(s) of it, which this run wrote again",
@@ -683,7 +688,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             )
             return {m.partition: m.records for m in beyond}
         if beyond:
-            run_id = next((r.run_id for r in reports if r.run_id), None)
+            run_id = self.run_id
             # Partitions that skipped by another run's marker: accepting writes them again.
             skipped = sorted(
                 (
@@ -789,7 +794,7 @@ def _rewritten_by_acceptance(view: TaskView) -> int:
     """The records this id committed of the batch before, now written again because the user accepted
     the batch as written; logged here, and totalled by the driver."""
     marker = view.own_marker
-    if view.accepted_reshaped_batch != view.batch_id or marker is None:
+    if view.accepted_reshaped_batch != view.batch_id or not view.refusal_recorded or marker is None:
         return 0
     if marker.query_id != view.query_id or marker.batch_id != view.batch_id:
         return 0
