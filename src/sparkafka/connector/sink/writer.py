@@ -167,7 +167,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         self.plan = plan
         # This run of the batch: made here, on the driver, and pickled into every task of the write,
         # so a retried or speculative task carries it and a later run of the batch does not. Markers,
-        # refusals and acceptances name runs by it. Spark's own run id cannot serve: a foreachBatch
+        # refusals and acceptances name runs by it (the driver's commit of a streaming write runs on
+        # a writer PySpark builds anew, and takes the run from the tasks' reports). Spark's own run id
+        # cannot serve: a foreachBatch
         # function that sets a job group hides it (and a UUID group of the user's would pass for
         # it, the same in every run), and a Spark Connect client's write is handed none.
         self.run_id = str(uuid.uuid4())
@@ -688,7 +690,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             )
             return {m.partition: m.records for m in beyond}
         if beyond:
-            run_id = self.run_id
+            # The run of the tasks, from their reports: for a streaming write PySpark builds the writer
+            # that commits anew (streamWriter() again), so this object's own id is no task's.
+            run_id = next((r.run_id for r in reports if r.run_id), self.run_id)
             # Partitions that skipped by another run's marker: accepting writes them again.
             skipped = sorted(
                 (
