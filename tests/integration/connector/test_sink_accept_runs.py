@@ -21,19 +21,25 @@ from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import Kafka
 from tests.integration.connector.test_sink_accept_coincidence import (
+    CHANGED,
+    FIRST,
+    QUERY,
     THREE_SHAPES,
+    _hash_partition_values,
     _placed_query,
     _refused,
     _send_placed,
     topics,
 )
 from tests.integration.connector.test_sink_replay_shape import (
+    INPUT_PARTITIONS,
     _committed_ids,
     _committed_markers,
     _kill_after_commits,
     _output_ids,
     _paused_at,
 )
+from tests.integration.kafka_clients import producer
 
 __all__ = ["topics"]  # the fixture, shared with test_sink_accept_coincidence
 
@@ -90,6 +96,33 @@ def test_a_uuid_job_group_of_the_users_does_not_pass_for_the_run_that_refused(
     assert "records written twice: 2 (write partition 0: 1, write partition 2: 1)" in refusal
     accepted = _run(topics, tmp_path, c1, *WITHOUT_UI, *ACCEPT, job_group=FIXED_UUID).start()
     assert _finished(accepted, topics, 5) == Counter({"r000001": 2, "r000002": 1, "r000003": 2})
+
+
+def test_an_acceptance_under_a_uuid_job_group_keeps_only_the_refusing_runs_commits(
+    spark: SparkSession, topics: Kafka, tmp_path: Path
+) -> None:
+    """test_sink_accept_coincidence's first case with every write under one fixed UUID job group.
+    By a: p0 {r1, r2} and p1 {r3} commit, p2 {r4, r5} is held and the pipeline killed. By b (p0
+    {r4, r5}, p1 {r1, r2, r3}) the replay refuses. The acceptance by b does not take the first run's
+    p0 marker (two rows, as many as b gives p0) for the refusing run's though the job group is the
+    same: p0 writes r4 and r5, and exactly the three records the refusal stated are in twice."""
+    values = _hash_partition_values(spark)
+    sender = producer(topics.bootstrap_servers)
+    for number, record_id in enumerate(sorted(FIRST)):
+        key = f"{values[FIRST[record_id]]},{values[CHANGED[record_id]]}"
+        sender.produce("in", key=key, value=f"{record_id}|payload", partition=number % INPUT_PARTITIONS)
+    assert sender.flush(30) == 0
+    by_a, by_b = QUERY.format(n=3, column="a"), QUERY.format(n=3, column="b")
+    first = _run(topics, tmp_path, by_a, *_paused_at("2"), job_group=FIXED_UUID).start()
+    assert _kill_after_commits(first, topics, held=[2], expect=[0, 1]) == {0: 2, 1: 1}
+    refusal = _refused(
+        _run(topics, tmp_path, by_b, job_group=FIXED_UUID).start(), "is replayed in another shape"
+    )
+    assert "records written twice: 3 (write partition 0: 2, write partition 1: 1)" in refusal
+    accepted = _run(topics, tmp_path, by_b, *ACCEPT, job_group=FIXED_UUID).start()
+    assert _finished(accepted, topics, 8) == Counter(
+        {"r000001": 2, "r000002": 2, "r000003": 2, "r000004": 1, "r000005": 1}
+    )
 
 
 # Under c0 (the first run) and c1 (the refused replay and its acceptance), three write partitions.
