@@ -66,12 +66,7 @@ def _hash_partition_values(spark: SparkSession, partitions: int = WRITE_PARTITIO
 def test_an_accepted_batch_whose_partition_count_coincides_loses_nothing(
     spark: SparkSession, topics: Kafka, tmp_path: Path
 ) -> None:
-    values = _hash_partition_values(spark)
-    sender = producer(topics.bootstrap_servers)
-    for number, record_id in enumerate(sorted(FIRST)):
-        key = f"{values[FIRST[record_id]]},{values[CHANGED[record_id]]}"
-        sender.produce("in", key=key, value=f"{record_id}|payload", partition=number % INPUT_PARTITIONS)
-    assert sender.flush(30) == 0
+    _send_placed(spark, topics, {r: (FIRST[r], CHANGED[r]) for r in FIRST}, (WRITE_PARTITIONS,) * 2)
 
     first = QUERY.format(n=WRITE_PARTITIONS, column="a")
     run = _pipeline(topics, tmp_path, first, *_paused_at("2"), master="local[2]").start()

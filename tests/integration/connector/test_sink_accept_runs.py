@@ -25,21 +25,19 @@ from tests.integration.connector.test_sink_accept_coincidence import (
     FIRST,
     QUERY,
     THREE_SHAPES,
-    _hash_partition_values,
+    WRITE_PARTITIONS,
     _placed_query,
     _refused,
     _send_placed,
     topics,
 )
 from tests.integration.connector.test_sink_replay_shape import (
-    INPUT_PARTITIONS,
     _committed_ids,
     _committed_markers,
     _kill_after_commits,
     _output_ids,
     _paused_at,
 )
-from tests.integration.kafka_clients import producer
 
 __all__ = ["topics"]  # the fixture, shared with test_sink_accept_coincidence
 
@@ -106,12 +104,7 @@ def test_an_acceptance_under_a_uuid_job_group_keeps_only_the_refusing_runs_commi
     {r4, r5}, p1 {r1, r2, r3}) the replay refuses. The acceptance by b does not take the first run's
     p0 marker (two rows, as many as b gives p0) for the refusing run's though the job group is the
     same: p0 writes r4 and r5, and exactly the three records the refusal stated are in twice."""
-    values = _hash_partition_values(spark)
-    sender = producer(topics.bootstrap_servers)
-    for number, record_id in enumerate(sorted(FIRST)):
-        key = f"{values[FIRST[record_id]]},{values[CHANGED[record_id]]}"
-        sender.produce("in", key=key, value=f"{record_id}|payload", partition=number % INPUT_PARTITIONS)
-    assert sender.flush(30) == 0
+    _send_placed(spark, topics, {r: (FIRST[r], CHANGED[r]) for r in FIRST}, (WRITE_PARTITIONS,) * 2)
     by_a, by_b = QUERY.format(n=3, column="a"), QUERY.format(n=3, column="b")
     first = _run(topics, tmp_path, by_a, *_paused_at("2"), job_group=FIXED_UUID).start()
     assert _kill_after_commits(first, topics, held=[2], expect=[0, 1]) == {0: 2, 1: 1}
