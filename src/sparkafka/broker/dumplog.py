@@ -29,7 +29,8 @@ def dump_topic(
 ) -> Iterator[str]:
     """Lines as Kafka's kafka-dump-log.sh --print-data-log prints them, segment by segment.
 
-    Raises FileNotFoundError when the data directory holds no log of the topic (or partition). A
+    Raises FileNotFoundError when the data directory holds no log of the topic (or partition), or
+    when a segment goes away between listing and reading it (a running broker's cleaner). A
     corrupt or torn tail ends the segment's dump with a line saying where, since the broker truncates
     such a tail on its next start; ``report_corrupt`` receives that line instead, when given."""
     if not data_dir.is_dir():
@@ -41,7 +42,15 @@ def dump_topic(
     for directory in directories:
         for segment in sorted(directory.glob("*.log")):
             yield f"Dumping {segment}"
-            data = segment.read_bytes()
+            try:
+                data = segment.read_bytes()
+            except FileNotFoundError:
+                # Listed a moment ago: a running broker's cleaner or retention swapped or deleted it.
+                raise FileNotFoundError(
+                    f"{segment} was removed while the log was being dumped (a running broker's cleaner "
+                    "or retention replaced or deleted it): dump again, or stop the broker for a dump "
+                    "that holds still"
+                ) from None
             try:
                 for position, header in records.iter_batches(data):
                     batch = data[position : position + header.size]
