@@ -62,6 +62,14 @@ def test_a_source_line_that_is_not_kafka_offsets_stops_everything_before_any_cha
     assert not (tmp_path / "backup").exists()
 
 
+def test_a_source_line_that_is_not_json_stops_everything_before_any_change(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, json.dumps(SPARKAFKA_END), '{"in": {"0": 100,')
+    before = (checkpoint / "offsets" / "0").read_text()
+    with pytest.raises(CheckpointError, match=r"offsets/1, line 3: not JSON \("):
+        to_spark_kafka(checkpoint, tmp_path / "backup")
+    assert (checkpoint / "offsets" / "0").read_text() == before, "the valid batch was left as it was"
+
+
 def test_what_is_not_a_checkpoint_or_an_existing_backup_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="needs a 'metadata' file and an 'offsets' directory"):
         to_spark_kafka(tmp_path, tmp_path / "backup")
