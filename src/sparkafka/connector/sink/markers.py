@@ -25,7 +25,12 @@ from sparkafka.connector.kafka_admin import (
     partition_watermarks,
 )
 from sparkafka.connector.sink.failures import sink_unreachable_error
-from sparkafka.connector.sink.options import MARKER_PARTITION, OPERATION_TIMEOUT, SinkOptions
+from sparkafka.connector.sink.options import (
+    MARKER_PARTITION,
+    OPERATION_TIMEOUT,
+    REFUSAL_KEY_PREFIX,
+    SinkOptions,
+)
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
@@ -178,7 +183,8 @@ class RefusalRecord:
     prefix: str
     query_id: str
     batch_id: int
-    # None: Spark named no run for the refusing tasks; its commits cannot be told from other runs'.
+    # The refusing write's run (KafkaStreamWriter.run_id). None in a record of an earlier version,
+    # written where a foreachBatch function hid Spark's run id: its commits cannot be told apart.
     run_id: str | None
     time_ms: int
     # Runs that accepted this refusal in another shape than the refused run's (a task of theirs found
@@ -215,6 +221,16 @@ class RefusalRecord:
             int(data["time_ms"]),
             tuple(str(run) for run in data.get("rejected", ())),
         )
+
+    def names(self, query_id: str, batch_id: int) -> bool:
+        """Whether this refusal is of that micro-batch of that query."""
+        return self.query_id == query_id and self.batch_id == batch_id
+
+
+def refusal_record(found: Mapping[str, bytes], prefix: str) -> RefusalRecord | None:
+    """The prefix's refusal record in ``found`` (the marker partition as read), if it holds one."""
+    recorded = found.get(f"{REFUSAL_KEY_PREFIX}{prefix}")
+    return None if recorded is None else RefusalRecord.decode(recorded)
 
 
 def _optional_int(value: Any) -> int | None:

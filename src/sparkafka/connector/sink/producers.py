@@ -50,6 +50,7 @@ from sparkafka.connector.sink.markers import (
     RefusalRecord,
     query_needle,
     read_marker_partition,
+    refusal_record,
 )
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
@@ -299,8 +300,7 @@ def _read_committed_state(
     registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
     progress_key = f"{PROGRESS_KEY_PREFIX}{own_prefix}"
     cached.progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
-    refusal_key = f"{REFUSAL_KEY_PREFIX}{own_prefix}"
-    cached.refusal = RefusalRecord.decode(found[refusal_key]) if refusal_key in found else None
+    cached.refusal = refusal_record(found, own_prefix)
     cached.history_found = (
         registered is not None
         or bool(of_this_query)

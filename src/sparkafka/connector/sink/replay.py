@@ -823,8 +823,8 @@ def _two_shapes(view: TaskView, refused: str, kept: Sequence[Marker], earlier: S
 def _unknown_shapes(view: TaskView, committed: Sequence[Marker]) -> str:
     return (
         f"micro-batch {view.batch_id} of query {view.query_id} was refused as replayed in another shape by a "
-        "run its refusal record names no id for (an earlier version of the sink recorded one so where a "
-        "foreachBatch function hid Spark's run id), whose tasks may have committed their part in that "
+        "run its refusal record names no id for (an earlier version of the sink recorded refusals so where "
+        "a foreachBatch function hid Spark's run id), whose tasks may have committed their part in that "
         "shape: its commits cannot be told from "
         "the earlier ones, and a replay in either shape could skip rows by a count, so nothing is written "
         "and the query stops. Way on: accept the batch as written with "

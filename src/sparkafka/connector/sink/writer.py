@@ -32,13 +32,13 @@ from sparkafka.connector.sink.markers import (
     ProgressRecord,
     RefusalRecord,
     read_marker_partition,
+    refusal_record,
 )
 from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
     BATCH_ID_OPTION,
     EXACTLY_ONCE,
     MARKER_PARTITION,
-    REFUSAL_KEY_PREFIX,
     SinkOptions,
 )
 from sparkafka.connector.sink.producers import (
@@ -169,9 +169,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # so a retried or speculative task carries it and a later run of the batch does not. Markers,
         # refusals and acceptances name runs by it (the driver's commit of a streaming write runs on
         # a writer PySpark builds anew, and takes the run from the tasks' reports). Spark's own run id
-        # cannot serve: a foreachBatch
-        # function that sets a job group hides it (and a UUID group of the user's would pass for
-        # it, the same in every run), and a Spark Connect client's write is handed none.
+        # cannot serve: a foreachBatch function that sets a job group hides it (and a UUID group of
+        # the user's would pass for it, the same in every run), and a Spark Connect client's write is
+        # handed none.
         self.run_id = str(uuid.uuid4())
 
     # -- executor side ----------------------------------------------------------------------------
@@ -239,11 +239,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
         last_refusal = cached.refusal
         refusal_of_batch = (
-            last_refusal
-            if last_refusal is not None
-            and last_refusal.query_id == query_id
-            and last_refusal.batch_id == batch_id
-            else None
+            last_refusal if last_refusal is not None and last_refusal.names(query_id, batch_id) else None
         )
         # Step 3: write, skip, or refuse.
         view = TaskView(
@@ -649,11 +645,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         written twice on the strength of an option meant for another refusal."""
         if self.options.accepted_reshaped_batch != batch_id:
             return False
-        recorded = found.get(f"{REFUSAL_KEY_PREFIX}{prefix}")
-        if recorded is None:
-            return False
-        refusal = RefusalRecord.decode(recorded)
-        return refusal.query_id == query_id and refusal.batch_id == batch_id
+        refusal = refusal_record(found, prefix)
+        return refusal is not None and refusal.names(query_id, batch_id)
 
     def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> dict[int, int]:
         """At the first batch of a query run (a restart, when the batch may be a replay):
