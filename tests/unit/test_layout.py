@@ -199,6 +199,13 @@ FORBIDDEN_REACH = {
     # The runtime's session registers the connector (through the package), nothing more.
     "sparkafka.runtime": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
     "pyspark_sparkafka": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
+    # The executors' read of an offset range plans nothing: the driver's planning stays there.
+    "sparkafka.connector.source.reader": (
+        "sparkafka.connector.source.resolver",
+        "sparkafka.connector.source.planning",
+        "sparkafka.connector.source.stream",
+        "sparkafka.connector.source.batch",
+    ),
 }
 
 

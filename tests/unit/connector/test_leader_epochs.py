@@ -83,7 +83,7 @@ def _planned_at_100(**options: str) -> tuple:
 def test_an_unchanged_leader_epoch_costs_no_request() -> None:
     admin, reader, end = _planned_at_100()
     ends = RecordedEpochEnds({})
-    reader._epoch_ends = ends  # type: ignore[assignment]
+    reader.log_check.epoch_ends = ends  # type: ignore[assignment]
     admin.stable = {T0: 150, T1: 150}
     planned = reader.latestOffset(end, ReadAllAvailable())
     assert decode_offsets(planned) == {T0: 150, T1: 150}
@@ -92,7 +92,7 @@ def test_an_unchanged_leader_epoch_costs_no_request() -> None:
 
 def test_a_truncation_below_the_position_fails_naming_the_offsets_lost() -> None:
     admin, reader, end = _planned_at_100()
-    reader._epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 60)})  # type: ignore[assignment]
+    reader.log_check.epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 60)})  # type: ignore[assignment]
     admin.leader_epochs = {T0: 4, T1: 3}  # an unclean election on partition 0, refilled past 100
     admin.stable = {T0: 180, T1: 120}
     with pytest.raises(DataLossError) as lost:
@@ -106,7 +106,7 @@ def test_a_truncation_below_the_position_fails_naming_the_offsets_lost() -> None
 def test_with_fail_on_data_loss_off_the_query_reads_on_from_the_truncation() -> None:
     admin, reader, end = _planned_at_100(failOnDataLoss="false")
     ends = RecordedEpochEnds({T0: EpochEnd(3, 60), T1: EpochEnd(3, 120)})
-    reader._epoch_ends = ends  # type: ignore[assignment]
+    reader.log_check.epoch_ends = ends  # type: ignore[assignment]
     admin.leader_epochs = {T0: 4, T1: 4}
     admin.stable = {T0: 180, T1: 120}
     planned = reader.latestOffset(end, ReadAllAvailable())
@@ -124,19 +124,19 @@ def test_with_fail_on_data_loss_off_the_query_reads_on_from_the_truncation() -> 
 def test_a_replayed_batch_is_cut_where_its_log_was_truncated_since() -> None:
     admin, _, end = _planned_at_100(failOnDataLoss="false")
     restarted = reader_with(admin, failOnDataLoss="false")  # a new run: the batch is a replay
-    restarted._epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 70)})  # type: ignore[assignment]
+    restarted.log_check.epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 70)})  # type: ignore[assignment]
     admin.leader_epochs = {T0: 4, T1: 3}
     ranges = restarted.partitions({"t": {"0": 0, "1": 0}}, end)
     assert sorted((r.partition, r.start, r.end) for r in ranges) == [(0, 0, 70), (1, 0, 100)]
     failing = reader_with(admin)
-    failing._epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 70)})  # type: ignore[assignment]
+    failing.log_check.epoch_ends = RecordedEpochEnds({T0: EpochEnd(3, 70)})  # type: ignore[assignment]
     with pytest.raises(DataLossError, match="offsets 70 to 99"):
         failing.partitions({"t": {"0": 0, "1": 0}}, end)
 
 
 def test_an_epoch_the_log_does_not_know_is_left_to_the_latest_offset_check() -> None:
     admin, reader, end = _planned_at_100()
-    reader._epoch_ends = RecordedEpochEnds({T0: EpochEnd(-1, -1)})  # type: ignore[assignment]
+    reader.log_check.epoch_ends = RecordedEpochEnds({T0: EpochEnd(-1, -1)})  # type: ignore[assignment]
     admin.leader_epochs = {T0: 0, T1: 3}  # the topic deleted and created again, say
     admin.stable = {T0: 150, T1: 100}
     assert decode_offsets(reader.latestOffset(end, ReadAllAvailable())) == {T0: 150, T1: 100}
@@ -153,7 +153,7 @@ def test_a_recreated_topic_is_told_from_a_truncation_by_its_id() -> None:
     reader = reader_with(admin, failOnDataLoss="false")
     end = reader.latestOffset({"t": {"0": 0, "1": 0}}, ReadAllAvailable())
     assert end["sparkafka:topicId:t"] == {"lsb": 1, "msb": 1}
-    reader._epoch_ends = RecordedEpochEnds({T0: EpochEnd(0, 40)})  # type: ignore[assignment]
+    reader.log_check.epoch_ends = RecordedEpochEnds({T0: EpochEnd(0, 40)})  # type: ignore[assignment]
     admin.topic_ids = {"t": (2, 2)}
     admin.leader_epochs = {T0: 4, T1: 3}
     admin.stable = {T0: 60, T1: 100}
@@ -167,14 +167,14 @@ def test_a_position_its_leader_does_not_answer_for_is_held_until_it_does() -> No
     """No answer within the timeout: the partition is not read past, and keeps its recorded epoch,
     so the next batch asks again and finds the truncation."""
     admin, reader, end = _planned_at_100(failOnDataLoss="false")
-    reader._epoch_ends = RecordedEpochEnds({})  # type: ignore[assignment]
+    reader.log_check.epoch_ends = RecordedEpochEnds({})  # type: ignore[assignment]
     admin.leader_epochs = {T0: 4, T1: 3}
     admin.stable = {T0: 180, T1: 150}
     planned = reader.latestOffset(end, ReadAllAvailable())
     assert decode_offsets(planned) == {T0: 100, T1: 150}
     assert leader_epochs(planned) == {T0: 3, T1: 3}
     answering = RecordedEpochEnds({T0: EpochEnd(3, 60)})
-    reader._epoch_ends = answering  # type: ignore[assignment]
+    reader.log_check.epoch_ends = answering  # type: ignore[assignment]
     assert decode_offsets(reader.latestOffset(planned, ReadAllAvailable()))[T0] == 60
     assert answering.asked == [{T0: 3}]
 
@@ -184,7 +184,7 @@ def test_a_replay_whose_leader_does_not_answer_is_not_read_unchecked() -> None:
 
     admin, _, end = _planned_at_100()
     restarted = reader_with(admin)
-    restarted._epoch_ends = RecordedEpochEnds({})  # type: ignore[assignment]
+    restarted.log_check.epoch_ends = RecordedEpochEnds({})  # type: ignore[assignment]
     admin.leader_epochs = {T0: 4, T1: 3}
     with pytest.raises(KafkaUnavailableError, match="it is not read unchecked"):
         restarted.partitions({"t": {"0": 0, "1": 0}}, end)
@@ -193,7 +193,7 @@ def test_a_replay_whose_leader_does_not_answer_is_not_read_unchecked() -> None:
 def test_a_clean_leader_change_on_an_idle_input_is_asked_about_once() -> None:
     admin, reader, end = _planned_at_100()
     ends = RecordedEpochEnds({T0: EpochEnd(3, 100), T1: EpochEnd(3, 100)})
-    reader._epoch_ends = ends  # type: ignore[assignment]
+    reader.log_check.epoch_ends = ends  # type: ignore[assignment]
     admin.leader_epochs = {T0: 4, T1: 4}  # clean elections, no new records
     for _ in range(5):  # Spark asks for the latest offset every trigger while the input idles
         assert reader.latestOffset(end, ReadAllAvailable()) == end

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+import sparkafka.connector.source.planning as planning_module
 import sparkafka.connector.source.stream as source_module
 from sparkafka.connector.kafka_admin import PartitionOffsets, TopicPartitionKey
 from sparkafka.connector.source.heartbeat import (
@@ -112,6 +113,7 @@ class FakeAdmin:
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr(source_module, "time", fake)
+    monkeypatch.setattr(planning_module, "time", fake)
     return fake
 
 

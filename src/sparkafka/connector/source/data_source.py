@@ -10,8 +10,8 @@ from pyspark.sql.types import (
 from sparkafka.connector.kafka_admin import (
     validate_consumer_config,
 )
+from sparkafka.connector.source.batch import KafkaBatchReader
 from sparkafka.connector.source.options import SOURCE_NAME, SourceOptions
-from sparkafka.connector.source.reader import KafkaBatchReader
 from sparkafka.connector.source.schema import kafka_schema
 from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import (

@@ -11,21 +11,20 @@ from pyspark.sql.datasource import InputPartition
 
 from sparkafka.connector.source.offsets import (
     HEARTBEAT_OFFSET,
-    HEARTBEAT_OFFSET_KEY,
     HEARTBEAT_PARTITION,
-    HEARTBEAT_SLOT,
     HEARTBEAT_TIMESTAMP_TYPE,
     HEARTBEAT_TOPIC,
+    heartbeat_of,
 )
 from sparkafka.connector.source.schema import kafka_arrow_schema
 
-
-def heartbeat_of(encoded: Mapping[str, Mapping[str, int]]) -> int | None:
-    """The idle heartbeat time (ms) recorded in a source offset, None if it has none."""
-    entry = encoded.get(HEARTBEAT_OFFSET_KEY)
-    if not entry or HEARTBEAT_SLOT not in entry:
-        return None
-    return int(entry[HEARTBEAT_SLOT])
+__all__ = [
+    "HeartbeatPartition",
+    "heartbeat_batch",
+    "heartbeat_of",
+    "heartbeat_partition",
+    "next_heartbeat_ms",
+]
 
 
 def next_heartbeat_ms(previous_ms: int | None, now_ms: int) -> int:

@@ -4,7 +4,7 @@ source's own entries (``sparkafka:`` keys, never a topic name) that a replay pla
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
@@ -67,6 +67,14 @@ def encode_offsets(
         encoded[HEARTBEAT_OFFSET_KEY] = {HEARTBEAT_SLOT: int(heartbeat_ms)}
         encoded = dict(sorted(encoded.items()))
     return encoded
+
+
+def heartbeat_of(encoded: Mapping[str, Mapping[str, int]]) -> int | None:
+    """The idle heartbeat time (ms) recorded in a source offset, None if it has none."""
+    entry = encoded.get(HEARTBEAT_OFFSET_KEY)
+    if not entry or HEARTBEAT_SLOT not in entry:
+        return None
+    return int(entry[HEARTBEAT_SLOT])
 
 
 def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
@@ -199,3 +207,54 @@ def recorded_split(end: Mapping[str, Mapping[str, int]]) -> Split | None:
 def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
     """The start a first micro-batch's end offset carries (:func:`with_first_batch_start`), or None."""
     return _entries(end, FIRST_BATCH_START_PREFIX) or None
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """A source offset as the checkpoint holds it, typed: each partition's next offset and every
+    entry of sparkafka's own. :meth:`encode` writes what the ``with_*`` helpers above write, in the
+    same sorted order, so that equal offsets stay equal JSON for the engine."""
+
+    positions: PartitionOffsets
+    heartbeat_ms: int | None = None
+    # A new query's first start, not resolved yet (:data:`UNRESOLVED_START`).
+    unresolved_start: bool = False
+    # Resolved starting offsets (:data:`INITIAL_OFFSET_KEY`): the next batch is the query's first.
+    initial: bool = False
+    first_batch_start: PartitionOffsets | None = None
+    held_starts: PartitionOffsets = field(default_factory=dict)
+    leader_epochs: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    topic_ids: dict[str, tuple[int, int]] = field(default_factory=dict)
+    split: Split | None = None
+
+    @classmethod
+    def decode(cls, encoded: Mapping[str, Mapping[str, int]]) -> SourceOffset:
+        return cls(
+            positions=decode_offsets(encoded),
+            heartbeat_ms=heartbeat_of(encoded),
+            unresolved_start=encoded.get(UNRESOLVED_START_KEY) is not None,
+            initial=INITIAL_OFFSET_KEY in encoded,
+            first_batch_start=first_batch_start(encoded),
+            held_starts=held_starts(encoded),
+            leader_epochs=leader_epochs(encoded),
+            topic_ids=topic_ids(encoded),
+            split=recorded_split(encoded),
+        )
+
+    def encode(self) -> dict[str, dict[str, int]]:
+        if self.unresolved_start:
+            return {key: dict(value) for key, value in UNRESOLVED_START.items()}
+        encoded = encode_offsets(self.positions, heartbeat_ms=self.heartbeat_ms)
+        if self.initial:
+            encoded = _marked_initial(encoded)
+        if self.first_batch_start is not None:
+            encoded = with_first_batch_start(encoded, self.first_batch_start)
+        if self.held_starts:
+            encoded = with_held_starts(encoded, self.held_starts)
+        if self.leader_epochs:
+            encoded = with_leader_epochs(encoded, self.leader_epochs)
+        if self.topic_ids:
+            encoded = with_topic_ids(encoded, self.topic_ids)
+        if self.split is not None:
+            encoded = with_split(encoded, self.split)
+        return encoded

@@ -1,68 +1,27 @@
 """Reading one offset range in a Spark task: pooled consumers, Arrow batches, and the checks
-that a range read exactly what the plan said."""
+that a range read exactly what the plan said. Runs on the executors: nothing here plans."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from pyspark.sql.datasource import InputPartition
 
 from sparkafka.connector.client_pool import CONSUMERS
 from sparkafka.connector.kafka_admin import error_reason, partition_watermarks
+from sparkafka.connector.source.data_loss import report_data_loss
 from sparkafka.connector.source.options import ARROW_BATCH_ROWS, SourceOptions
-from sparkafka.connector.source.ranges import OffsetRange, offset_ranges, split_offset_ranges
-from sparkafka.connector.source.resolver import OffsetResolver, report_data_loss
+from sparkafka.connector.source.ranges import OffsetRange
 from sparkafka.connector.source.schema import kafka_arrow_schema
 from sparkafka.connector.worker_heap import freeze_long_lived_objects
 from sparkafka.errors import (
     KafkaReadError,
     KafkaUnavailableError,
-    SparkafkaOptionError,
 )
-
-# -- batch ------------------------------------------------------------------------------------------
-
-
-class KafkaBatchReader(DataSourceReader):
-    """``spark.read``: one job over ``[startingOffsets, endingOffsets)``."""
-
-    def __init__(self, options: SourceOptions) -> None:
-        self.options = options
-
-    def partitions(self) -> Sequence[InputPartition]:
-        admin = self.options.admin()
-        try:
-            resolver = OffsetResolver(self.options, admin)
-            topic_partitions = resolver.partitions(require_topics=True)
-            assert self.options.starting is not None and self.options.ending is not None, "set by for_batch()"
-            latest = resolver.latest(topic_partitions)
-            start = resolver.resolve(
-                self.options.starting, topic_partitions, starting=True, latest_snapshot=latest
-            )
-            end = resolver.resolve(
-                self.options.ending, topic_partitions, starting=False, latest_snapshot=latest
-            )
-        finally:
-            admin.close()
-        for tp in topic_partitions:
-            if start[tp] > end[tp]:
-                raise SparkafkaOptionError(
-                    f"the starting offset {start[tp]} of topic '{tp[0]}' partition {tp[1]} is after its "
-                    f"ending offset {end[tp]} ({self.options.starting.option} / {self.options.ending.option})"
-                )
-        return split_offset_ranges(
-            offset_ranges(start, end),
-            min_partitions=self.options.min_partitions,
-            max_records_per_partition=self.options.max_records_per_partition,
-        )
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_offset_range(partition, self.options)
-
 
 # -- reading one offset range -----------------------------------------------------------------------
 
@@ -193,73 +152,96 @@ def read_offset_range(partition: InputPartition, options: SourceOptions) -> Iter
 def _read_with(
     consumer: Consumer, partition: OffsetRange, options: SourceOptions
 ) -> Iterator[pa.RecordBatch]:
-    topic, number, end = partition.topic, partition.partition, partition.end
-    timeout_s = options.api_timeout_ms / 1000
-    position = partition.start
-    marks = _watermarks(consumer, topic, number, timeout_s, options)
-    if marks is None:
-        _partition_gone(options, partition, position, "it does not exist")
-        return
-    if position < marks[0]:
-        position = _range_data_loss(partition, position, marks[0], options)
-    if position >= end:
-        return
-    if position > marks[1]:
-        # Nothing to fetch there: asking would only bring the offset-reset error back again and again.
-        _partition_gone(options, partition, position, f"it now ends at offset {marks[1]}")
-        return
-    consumer.assign([TopicPartition(topic, number, position)])
-    columns = _Columns(topic, number, options.include_headers)
-    add_key, add_value, add_offset = columns.keys.append, columns.values.append, columns.offsets.append
-    add_type, add_ms = columns.timestamp_types.append, columns.timestamp_ms.append
-    add_headers = None if columns.headers is None else columns.headers.append
-    last_progress = time.monotonic()
-    done = ended_short = False
-    while not done:
-        messages = consumer.consume(num_messages=min(ARROW_BATCH_ROWS, end - position), timeout=0.1)
-        buffered = len(columns)
+    return _RangeRead(consumer, partition, options).batches()
+
+
+class _RangeRead:
+    """One offset range read by one assigned consumer, as a loop over explicit events: records,
+    the partition's end (EOF), an error, and a stall (no progress). The steps:
+
+    1. Open: the partition's log start and high watermark. Offsets below the log start are data
+       loss; a partition gone, or ending below the position, too; a range already past is done.
+    2. Records: each one below ``end`` is taken in offset order; one at or past ``end`` ends the
+       read (it is not taken).
+    3. EOF at or past ``end`` ends the read; one before it marks the read as ended short (the log
+       went back, or only skipped records follow), checked at the next stall.
+    4. An error about the assigned partition: partition or offsets gone are checked against the
+       cluster (the client also says "unknown partition" while it has no metadata) and reported as
+       data loss, or the read goes on where records are left; any other error fails the read.
+    5. A stall (ended short, or no record for ``kafkaConsumer.pollTimeoutMs``): a log that now ends
+       before ``end`` yields what was read and reports the rest as data loss; otherwise the read
+       fails, saying so. Nothing read is ever dropped."""
+
+    def __init__(self, consumer: Consumer, partition: OffsetRange, options: SourceOptions) -> None:
+        self.consumer = consumer
+        self.range = partition
+        self.options = options
+        self.timeout_s = options.api_timeout_ms / 1000
+        self.position = partition.start
+        self.columns = _Columns(partition.topic, partition.partition, options.include_headers)
+        self.done = False
+        self.ended_short = False
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if not self._open():
+            return
+        end, columns = self.range.end, self.columns
+        last_progress = time.monotonic()
+        while not self.done:
+            messages = self.consumer.consume(
+                num_messages=min(ARROW_BATCH_ROWS, end - self.position), timeout=0.1
+            )
+            buffered = len(columns)
+            self._take(messages)
+            if len(columns) > buffered:
+                last_progress = time.monotonic()
+            if not self.done:
+                self.done = self.position >= end or self._consumer_position() >= end
+            if columns and (self.done or len(columns) >= ARROW_BATCH_ROWS):
+                yield columns.to_batch()
+            stalled = time.monotonic() - last_progress > self.options.poll_timeout_ms / 1000
+            if not self.done and (self.ended_short or stalled):
+                yield from self._stalled()
+
+    def _open(self) -> bool:
+        """Step 1: whether there is anything to read; the consumer assigned at the position."""
+        end = self.range.end
+        marks = self._watermarks()
+        if marks is None:
+            _partition_gone(self.options, self.range, self.position, "it does not exist")
+            return False
+        if self.position < marks[0]:
+            self.position = _range_data_loss(self.range, self.position, marks[0], self.options)
+        if self.position >= end:
+            return False
+        if self.position > marks[1]:
+            # Nothing to fetch there: asking would only bring the offset-reset error back again and again.
+            _partition_gone(self.options, self.range, self.position, f"it now ends at offset {marks[1]}")
+            return False
+        self._assign()
+        return True
+
+    def _take(self, messages: list[Message]) -> None:
+        """Steps 2-4 over one poll's messages. The record path stays in this loop with bound
+        ``append`` methods: a method call per record would cost more than the appends."""
+        end, columns = self.range.end, self.columns
+        add_key, add_value, add_offset = columns.keys.append, columns.values.append, columns.offsets.append
+        add_type, add_ms = columns.timestamp_types.append, columns.timestamp_ms.append
+        add_headers = None if columns.headers is None else columns.headers.append
+        position = self.position
         for message in messages:
             error = message.error()
             if error is not None:
-                code = error.code()
-                about = message.topic()
-                if about is not None and (about != topic or message.partition() != number):
-                    continue  # about another partition: this consumer reads only the one assigned
-                if code == _EOF:
-                    eof_at = cast(int, message.offset())
-                    done = done or eof_at >= end
-                    # The range ended at most at the end offset the partition had when it was
-                    # planned: an end before it means the log went back, or nothing (asked below).
-                    ended_short = ended_short or eof_at < end
-                    continue
-                CONSUMERS.do_not_reuse(consumer)
-                # Both are checked with the cluster first: the client also says "unknown partition"
-                # while it has no metadata, as during a broker outage.
-                if code in _PARTITION_GONE or code in _OFFSET_GONE:
-                    marks = _watermarks(consumer, topic, number, timeout_s, options)
-                    if marks is None:
-                        _partition_gone(options, partition, position, error.str())
-                        done = True
-                        break
-                    if marks[0] > position:
-                        position = _range_data_loss(partition, position, marks[0], options)
-                    elif position > marks[1]:
-                        _partition_gone(options, partition, position, f"it now ends at offset {marks[1]}")
-                        done = True
-                        break
-                    done = position >= end
-                    if not done:
-                        consumer.assign([TopicPartition(topic, number, position)])
+                self.position = position
+                stop = self._on_error(message, error)
+                position = self.position
+                if stop:
                     break
-                raise KafkaReadError(
-                    f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) "
-                    f"failed at offset {position}: {error.str()}"
-                    + (_DAMAGED_HINT if code == _DAMAGED else "")
-                )
+                continue
             # Not typing.cast: that is a Python call for every record; the annotation costs nothing.
             offset: int = message.offset()  # type: ignore[assignment]  # set on every record
             if offset >= end:
-                done = True
+                self.done = True
                 break
             add_key(message.key())
             add_value(message.value())
@@ -270,28 +252,79 @@ def _read_with(
             if add_headers is not None:
                 add_headers(message.headers())
             position = offset + 1
-        if len(columns) > buffered:
-            last_progress = time.monotonic()
-        if not done:
-            done = position >= end or _consumer_position(consumer, topic, number) >= end
-        if columns and (done or len(columns) >= ARROW_BATCH_ROWS):
-            yield columns.to_batch()
-        if not done and (ended_short or time.monotonic() - last_progress > options.poll_timeout_ms / 1000):
-            marks = _watermarks(consumer, topic, number, timeout_s, options)
-            if marks is None or marks[1] < end:
-                if columns:
-                    yield columns.to_batch()  # what the log still had: never dropped
-                detail = "it does not exist" if marks is None else f"it now ends at offset {marks[1]}"
-                _partition_gone(options, partition, position, detail)
-                return
-            if ended_short:
-                ended_short = False
-                continue
-            raise KafkaReadError(
-                f"reading topic '{topic}' partition {number} offsets [{partition.start}, {end}) made no "
-                f"progress for {options.poll_timeout_ms} ms at offset {position} "
-                f"(option kafkaConsumer.pollTimeoutMs){_slow_fetch_hint(options)}"
-            )
+        self.position = position
+
+    def _on_error(self, message: Message, error: KafkaError) -> bool:
+        """Steps 3 and 4: whether the rest of this poll's messages is to be dropped (the consumer
+        was assigned anew, or the read ended)."""
+        topic, number, end = self.range.topic, self.range.partition, self.range.end
+        code = error.code()
+        about = message.topic()
+        if about is not None and (about != topic or message.partition() != number):
+            return False  # about another partition: this consumer reads only the one assigned
+        if code == _EOF:
+            eof_at = cast(int, message.offset())
+            self.done = self.done or eof_at >= end
+            # The range ended at most at the end offset the partition had when it was planned: an
+            # end before it means the log went back, or nothing (asked at the next stall).
+            self.ended_short = self.ended_short or eof_at < end
+            return False
+        CONSUMERS.do_not_reuse(self.consumer)
+        if code in _PARTITION_GONE or code in _OFFSET_GONE:
+            self._recover(error.str())
+            return True
+        raise KafkaReadError(
+            f"reading topic '{topic}' partition {number} offsets [{self.range.start}, {end}) "
+            f"failed at offset {self.position}: {error.str()}" + (_DAMAGED_HINT if code == _DAMAGED else "")
+        )
+
+    def _recover(self, reason: str) -> None:
+        """Step 4's check with the cluster, after the client said the partition or the position is gone."""
+        marks = self._watermarks()
+        if marks is None:
+            _partition_gone(self.options, self.range, self.position, reason)
+            self.done = True
+            return
+        if marks[0] > self.position:
+            self.position = _range_data_loss(self.range, self.position, marks[0], self.options)
+        elif self.position > marks[1]:
+            _partition_gone(self.options, self.range, self.position, f"it now ends at offset {marks[1]}")
+            self.done = True
+            return
+        self.done = self.position >= self.range.end
+        if not self.done:
+            self._assign()
+
+    def _stalled(self) -> Iterator[pa.RecordBatch]:
+        """Step 5."""
+        end = self.range.end
+        marks = self._watermarks()
+        if marks is None or marks[1] < end:
+            if self.columns:
+                yield self.columns.to_batch()  # what the log still had: never dropped
+            detail = "it does not exist" if marks is None else f"it now ends at offset {marks[1]}"
+            _partition_gone(self.options, self.range, self.position, detail)
+            self.done = True
+            return
+        if self.ended_short:
+            self.ended_short = False
+            return
+        raise KafkaReadError(
+            f"reading topic '{self.range.topic}' partition {self.range.partition} offsets "
+            f"[{self.range.start}, {end}) made no progress for {self.options.poll_timeout_ms} ms at offset "
+            f"{self.position} (option kafkaConsumer.pollTimeoutMs){_slow_fetch_hint(self.options)}"
+        )
+
+    def _assign(self) -> None:
+        self.consumer.assign([TopicPartition(self.range.topic, self.range.partition, self.position)])
+
+    def _consumer_position(self) -> int:
+        return _consumer_position(self.consumer, self.range.topic, self.range.partition)
+
+    def _watermarks(self) -> tuple[int, int] | None:
+        return _watermarks(
+            self.consumer, self.range.topic, self.range.partition, self.timeout_s, self.options
+        )
 
 
 def _slow_fetch_hint(options: SourceOptions) -> str:

@@ -12,6 +12,7 @@ from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
     TopicPartitionKey,
 )
+from sparkafka.connector.source.data_loss import report_data_loss
 from sparkafka.connector.source.options import (
     ASSIGN,
     EARLIEST_SENTINEL,
@@ -25,7 +26,6 @@ from sparkafka.connector.source.options import (
     _format_partitions,
 )
 from sparkafka.errors import (
-    DataLossError,
     SparkafkaOptionError,
     TopicNotFoundError,
 )
@@ -259,21 +259,3 @@ class OffsetResolver:
                 resume_at=log_start,
             )
         return offset
-
-
-DATA_LOSS_CAUSE = (
-    "Some data may have been lost because they are not available in Kafka any more; either the data was "
-    "aged out by Kafka (retention) or the topic may have been deleted (and recreated) before all the "
-    "data in the topic was processed."
-)
-
-
-def report_data_loss(options: SourceOptions, message: str, *, resume_at: int) -> int:
-    """Fail (``failOnDataLoss=true``) or warn and return the offset to continue from."""
-    if options.fail_on_data_loss:
-        raise DataLossError(
-            f"{message}. {DATA_LOSS_CAUSE} If you want your streaming query to continue from the earliest "
-            'available offset instead of failing, set the source option "failOnDataLoss" to "false".'
-        )
-    logger.warning("%s. %s Continuing (failOnDataLoss=false).", message, DATA_LOSS_CAUSE)
-    return resume_at
