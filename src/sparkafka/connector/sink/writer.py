@@ -151,6 +151,20 @@ class _RowEncoder:
         return extra
 
 
+@dataclass(frozen=True)
+class _PreparedTask:
+    """A write task after steps 1 and 2 (:meth:`KafkaStreamWriter._prepare`)."""
+
+    view: TaskView
+    cached: CachedProducer
+    width: TaskWidth
+    prefix: str
+    # The prefix's refusal record, where it names this task's batch.
+    refusal_of_batch: RefusalRecord | None
+    # The task's commit message, given what it wrote.
+    written: Callable[..., SinkCommitMessage]
+
+
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Runs ``write`` in the executors' Python workers, ``commit``/``abort`` on the driver side.
 
@@ -191,14 +205,35 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
            partitions, in one transaction; no rows, no transaction."""
         freeze_long_lived_objects("sink")
         identity = self._with_declared_batch(task_identity())
-        partition, query_id, batch_id = identity.partition, identity.query_id, identity.batch_id
         batches = (b for b in iterator if b.num_rows)
         if self.options.delivery_guarantee != EXACTLY_ONCE:
             first = next(batches, None)
             records = 0 if first is None else self._write_without_transaction(first, batches)
             return SinkCommitMessage(
-                partition=partition, records=records, query_id=query_id, batch_id=batch_id
+                partition=identity.partition,
+                records=records,
+                query_id=identity.query_id,
+                batch_id=identity.batch_id,
             )
+        task = self._prepare(identity)
+        task_input = _TaskInput(batches)
+        if self._decide(task, task_input) is Action.SKIP:
+            marker = task.cached.marker
+            assert marker is not None
+            log.info(
+                "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
+                task.view.batch_id,
+                task.view.query_id,
+                task.view.transactional_id,
+                marker.batch_id,
+            )
+            return task.written(records=0, skipped_replay=True)
+        return self._write_rows(task, task_input)
+
+    def _prepare(self, identity: TaskIdentity) -> _PreparedTask:
+        """Steps 1 and 2 of :meth:`write`: the refusals that need no marker, the width asked in the
+        background, the producer with what its id committed, and the task's view of them."""
+        query_id, batch_id = identity.query_id, identity.batch_id
         if query_id is None or batch_id is None:
             raise SparkafkaError(
                 "deliveryGuarantee=exactly-once needs a streaming query: writeStream, or df.write inside "
@@ -214,21 +249,21 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             identity.properties.get(STATUS_URL_SETTING),
             identity.properties.get(APP_ID_PROPERTY),
             identity.stage_id,
-            partition,
+            identity.partition,
         )
         # Step 2. The producer comes first, before any row is awaited: Spark keeps computing and
         # sending this task's rows while the producer initialises and reads the marker. Even a task
         # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
         # from a crash now, not at the broker's timeout. No transaction is open while rows are awaited.
         prefix = effective_prefix(self.options, query_id)
-        own_id = transactional_id(prefix, partition)
+        own_id = transactional_id(prefix, identity.partition)
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         cached = transactional_producer(
             self.options, identity, own_id, other_prefixes=not self.batch_write, plan=plan
         )
         written = functools.partial(
             SinkCommitMessage,
-            partition=partition,
+            partition=identity.partition,
             transactional_id=own_id,
             # Every task of the run's first batch of this id, a retry reusing the producer included.
             run_first_batch=cached.run_first_batch == batch_id,
@@ -241,11 +276,25 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         refusal_of_batch = (
             last_refusal if last_refusal is not None and last_refusal.names(query_id, batch_id) else None
         )
-        # Step 3: write, skip, or refuse.
-        view = TaskView(
-            query_id=query_id,
-            batch_id=batch_id,
-            partition=partition,
+        view = self._task_view(identity, own_id, cached, width, plan, refusal_of_batch)
+        return _PreparedTask(view, cached, width, prefix, refusal_of_batch, written)
+
+    def _task_view(
+        self,
+        identity: TaskIdentity,
+        own_id: str,
+        cached: CachedProducer,
+        width: TaskWidth,
+        plan: BatchPlan | None,
+        refusal_of_batch: RefusalRecord | None,
+    ) -> TaskView:
+        """What :func:`~.replay.decide` sees of this task: its identity, the options, and what the
+        marker topic said at the id's first write of the run."""
+        assert identity.query_id is not None and identity.batch_id is not None  # checked by _prepare
+        return TaskView(
+            query_id=identity.query_id,
+            batch_id=identity.batch_id,
+            partition=identity.partition,
             transactional_id=own_id,
             topic=self.options.topic or "",
             batch_write=self.batch_write,
@@ -268,43 +317,39 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             refusal_recorded=refusal_of_batch is not None,
             rejected_runs=() if refusal_of_batch is None else refusal_of_batch.rejected_runs,
         )
-        task_input = _TaskInput(batches)
+
+    def _decide(self, task: _PreparedTask, task_input: _TaskInput) -> Action:
+        """Step 3 of :meth:`write`: write, skip, or refuse; a refusal is recorded in the marker topic
+        where an acceptance depends on it."""
         try:
-            action = decide(view, rows=task_input.count)
+            return decide(task.view, rows=task_input.count)
         except ReshapedReplayRefused as refused:
-            raise self._recorded(refused, prefix, query_id, self.run_id) from None
+            raise self._recorded(refused, task.prefix, task.view.query_id, self.run_id) from None
         except WrongShapeAcceptance as refused:
-            raise self._rejected(refused, refusal_of_batch, self.run_id) from None
-        if action is Action.SKIP:
-            marker = cached.marker
-            assert marker is not None
-            log.info(
-                "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
-                batch_id,
-                query_id,
-                own_id,
-                marker.batch_id,
-            )
-            return written(records=0, skipped_replay=True)
+            raise self._rejected(refused, task.refusal_of_batch, self.run_id) from None
+
+    def _write_rows(self, task: _PreparedTask, task_input: _TaskInput) -> SinkCommitMessage:
+        """Step 4 of :meth:`write`: rows and marker in one transaction; no rows, no transaction."""
+        view = task.view
         rewritten = _rewritten_by_acceptance(view)
         first, rest = task_input.first(), task_input.rest()
-        if first is None:  # no rows, no transaction
-            return written(records=0)
-        # Step 4: rows and marker in one transaction.
+        if first is None:
+            return task.written(records=0)
+        accepted = self.options.accepted_reshaped_batch == view.batch_id
         draft = CommitMarker(
-            own_id,
-            query_id,
-            batch_id,
-            partition,
+            view.transactional_id,
+            view.query_id,
+            view.batch_id,
+            view.partition,
             0,
             0,
             self.options.topic or "",
             plan=view.plan,
             run_id=self.run_id,
-            accepted_run=view.refused_run if self.options.accepted_reshaped_batch == batch_id else None,
+            accepted_run=view.refused_run if accepted else None,
         )
-        marker = self._write_transaction(cached, draft, width.known, first, rest)
-        return written(
+        marker = self._write_transaction(task.cached, draft, task.width.known, first, rest)
+        return task.written(
             records=marker.records, write_partitions=marker.write_partitions, rewritten_records=rewritten
         )
 
