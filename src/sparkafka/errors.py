@@ -60,3 +60,32 @@ class RecordTooLargeError(SinkError):
 
 class OutputTopicNotFoundError(SinkError, LookupError):
     """The topic a row is written to does not exist."""
+
+
+class CheckpointVersionError(SparkafkaError, ValueError):
+    """The checkpoint holds what a newer sparkafka wrote, which this version cannot replay."""
+
+
+class ReplayRefused(SparkafkaError):
+    """A write task, or the driver, found that writing would lose or double records."""
+
+
+class ShapeRefusal(ReplayRefused):
+    """A refusal the writer records in the prefix's refusal record before the query stops."""
+
+    def __init__(self, message: str, *, batch_id: int) -> None:
+        super().__init__(message)
+        self.batch_id = batch_id
+
+
+class WrongShapeAcceptance(ShapeRefusal):
+    """An acceptance of a refused batch (``acceptReshapedBatch``) run in another shape than the
+    refused run's. Its sibling tasks may have written before it refused; the writer records this run
+    as rejected in the refusal record, so that no later acceptance keeps what they committed."""
+
+
+class ReshapedReplayRefused(ShapeRefusal):
+    """A refusal of a replay split otherwise than its batch was first written, which offers to accept
+    the batch as written. The refusing run records itself in the marker topic before the query stops
+    (:class:`~sparkafka.connector.sink.markers.RefusalRecord`): accepting then keeps what it
+    committed, and writes again only what the refusal counted."""

@@ -54,8 +54,8 @@ def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: B
     """The refusal record names the run by the writer's own id, made on the driver for each write
     of a batch (two writers, two runs), whatever job group or description Spark's tasks carry."""
     from sparkafka.connector.sink.markers import RefusalRecord
-    from sparkafka.connector.sink.replay import ReshapedReplayRefused
     from sparkafka.connector.sink.writer import KafkaStreamWriter
+    from sparkafka.errors import ReshapedReplayRefused
 
     marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})
@@ -71,8 +71,8 @@ def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: B
 def test_an_acceptance_in_a_wrong_shape_is_recorded_as_rejected(broker: BrokerProcess) -> None:
     """The refusal record keeps its refused run and gains the rejected acceptance's, once."""
     from sparkafka.connector.sink.markers import RefusalRecord
-    from sparkafka.connector.sink.replay import WrongShapeAcceptance
     from sparkafka.connector.sink.writer import KafkaStreamWriter
+    from sparkafka.errors import WrongShapeAcceptance
 
     marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})

@@ -15,7 +15,7 @@ import pytest
 from sparkafka.connector.sink import lease as lease_module
 from sparkafka.connector.sink.batch_plan import CheckpointFiles
 from sparkafka.connector.sink.lease import LEASE_FILE, Holder, Lease, hold_checkpoint_lease, this_driver
-from sparkafka.connector.sink.replay import ReplayRefused
+from sparkafka.errors import ReplayRefused
 
 HOST = socket.gethostname()
 MACHINE = lease_module._machine()

@@ -12,10 +12,7 @@ from sparkafka.connector.sink.replay import (
     ADAPTIVE_ENABLED,
     ADAPTIVE_STATELESS_STREAMING,
     Action,
-    ReplayRefused,
-    ReshapedReplayRefused,
     TaskView,
-    WrongShapeAcceptance,
     adaptive_execution_refusal,
     adopted_partial_batch,
     beyond_refusal,
@@ -23,7 +20,7 @@ from sparkafka.connector.sink.replay import (
     partitions_beyond,
 )
 from sparkafka.connector.sink.task import query_run_id, task_identity
-from sparkafka.errors import SparkafkaError
+from sparkafka.errors import ReplayRefused, ReshapedReplayRefused, SparkafkaError, WrongShapeAcceptance
 
 QUERY = "q-1"
 OTHER_QUERY = "q-0"

@@ -29,7 +29,7 @@ def test_a_refusal_that_cannot_be_recorded_says_what_accepting_then_costs_more()
     """A refusal offering acceptReshapedBatch records its run so that accepting keeps what the run
     committed; where the marker topic cannot be written, the refusal says accepting writes that again
     too (test_marker_writes.py: a run Spark names no id for, recorded as unknown)."""
-    from sparkafka.connector.sink.replay import ReshapedReplayRefused
+    from sparkafka.errors import ReshapedReplayRefused
 
     refused = ReshapedReplayRefused("micro-batch 3 is replayed in another shape", batch_id=3)
     nowhere = SinkOptions.parse(

@@ -34,7 +34,7 @@ from sparkafka.connector.source.options import SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange, split_offset_ranges
 from sparkafka.connector.source.schema import kafka_arrow_schema
 from sparkafka.connector.source.stream import KafkaStreamReader
-from sparkafka.errors import SparkafkaError, SparkafkaOptionError
+from sparkafka.errors import CheckpointVersionError, SparkafkaError, SparkafkaOptionError
 
 INTERVAL_MS = 1000
 T0, T1 = ("t", 0), ("t", 1)
@@ -390,7 +390,7 @@ def test_a_batch_recorded_without_a_calculator_replays_with_the_first_one() -> N
 
 def test_a_batch_planned_by_an_unknown_calculator_is_refused_not_split_some_other_way() -> None:
     end = {**encode_offsets({T0: 5, T1: 5}), SPLIT_KEY: {"calculator": 3, "minPartitions": 7}}
-    with pytest.raises(ValueError, match=r"calculator 3.*sparkafka version that checkpointed it"):
+    with pytest.raises(CheckpointVersionError, match=r"calculator 3.*sparkafka version that checkpointed it"):
         reader_with(FakeAdmin()).partitions(encode_offsets({T0: 0, T1: 0}), end)
 
 

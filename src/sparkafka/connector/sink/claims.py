@@ -70,7 +70,6 @@ from sparkafka.connector.sink.options import (
 from sparkafka.connector.sink.replay import (
     EXACTLY_ONCE_FROM_OPTION,
     PREVIOUS_MARKER_TOPIC_OPTION,
-    ReplayRefused,
     markers_lost,
     prefix_claimed_by_another_query,
     restart_output_here,
@@ -83,7 +82,7 @@ from sparkafka.connector.sink.transactional_ids import (
     transactional_id,
     write_partition_of,
 )
-from sparkafka.errors import CommitMarkerError, SparkafkaError
+from sparkafka.errors import CommitMarkerError, ReplayRefused, SparkafkaError
 
 log = logging.getLogger(__name__)
 

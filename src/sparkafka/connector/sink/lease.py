@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 
 from sparkafka.connector.sink.batch_plan import CheckpointFiles
 from sparkafka.connector.sink.options import LEASE_TIMEOUT_OPTION
-from sparkafka.connector.sink.replay import ReplayRefused
+from sparkafka.errors import ReplayRefused
 
 log = logging.getLogger(__name__)
 

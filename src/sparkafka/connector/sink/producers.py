@@ -64,13 +64,12 @@ from sparkafka.connector.sink.options import (
 from sparkafka.connector.sink.replay import (
     ADOPT_OPTION,
     PREVIOUS_MARKER_TOPIC_OPTION,
-    ReplayRefused,
     adopted_partial_batch,
     markers_lost,
 )
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
-from sparkafka.errors import CommitMarkerError, SparkafkaError
+from sparkafka.errors import CommitMarkerError, ReplayRefused, SparkafkaError
 
 log = logging.getLogger(__name__)
 

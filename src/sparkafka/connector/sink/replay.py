@@ -99,7 +99,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparkafka.connector.sink.transactional_ids import transactional_id
-from sparkafka.errors import SparkafkaError
+from sparkafka.errors import ReplayRefused, ReshapedReplayRefused, WrongShapeAcceptance
 
 ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
 ADAPTIVE_STATELESS_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
@@ -107,31 +107,6 @@ ADOPT_OPTION = "adoptTransactionalIdsFrom"
 ACCEPT_RESHAPED_OPTION = "acceptReshapedBatch"
 EXACTLY_ONCE_FROM_OPTION = "exactlyOnceFromBatch"
 PREVIOUS_MARKER_TOPIC_OPTION = "previousCommitMarkerTopic"
-
-
-class ReplayRefused(SparkafkaError):
-    """A write task, or the driver, found that writing would lose or double records."""
-
-
-class _ShapeRefusal(ReplayRefused):
-    """A refusal the writer records in the prefix's refusal record before the query stops."""
-
-    def __init__(self, message: str, *, batch_id: int) -> None:
-        super().__init__(message)
-        self.batch_id = batch_id
-
-
-class WrongShapeAcceptance(_ShapeRefusal):
-    """An acceptance of a refused batch (``acceptReshapedBatch``) run in another shape than the
-    refused run's. Its sibling tasks may have written before it refused; the writer records this run
-    as rejected in the refusal record, so that no later acceptance keeps what they committed."""
-
-
-class ReshapedReplayRefused(_ShapeRefusal):
-    """A refusal of a replay split otherwise than its batch was first written, which offers to accept
-    the batch as written. The refusing run records itself in the marker topic before the query stops
-    (:class:`~sparkafka.connector.sink.markers.RefusalRecord`): accepting then keeps what it
-    committed, and writes again only what the refusal counted."""
 
 
 class Action(enum.Enum):

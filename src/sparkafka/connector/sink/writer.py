@@ -54,10 +54,7 @@ from sparkafka.connector.sink.producers import (
 from sparkafka.connector.sink.replay import (
     ACCEPT_RESHAPED_OPTION,
     Action,
-    ReplayRefused,
-    ReshapedReplayRefused,
     TaskView,
-    WrongShapeAcceptance,
     adaptive_execution_refusal,
     beyond_refusal,
     decide,
@@ -77,10 +74,13 @@ from sparkafka.errors import (
     OutputTopicNotFoundError,
     ProducerFencedError,
     RecordTooLargeError,
+    ReplayRefused,
+    ReshapedReplayRefused,
     SinkError,
     SparkafkaError,
     SparkafkaOptionError,
     TransactionTimeoutError,
+    WrongShapeAcceptance,
 )
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
     TopicPartitionKey,
 )
+from sparkafka.errors import CheckpointVersionError
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def split_offset_ranges(
     rounds to one part stays whole and the others are split in proportion to their size. The result
     depends only on the input (deterministic replay)."""
     if calculator not in (LEGACY_CALCULATOR, SPARK_CALCULATOR):
-        raise ValueError(
+        raise CheckpointVersionError(
             f"a micro-batch was planned with offset-range calculator {calculator}, which this version "
             "of sparkafka does not know: replay it with the sparkafka version that checkpointed it"
         )
