@@ -202,7 +202,7 @@ def test_the_options_spark_hands_every_sink_are_accepted(handed: dict[str, str])
 
 
 def test_the_internal_fault_hooks_are_accepted_but_never_offered() -> None:
-    assert SinkOptions.parse({**BASE, "debug.pauseAt": "beforeCommit"}).pause_at == "beforecommit"
+    assert SinkOptions.parse({**BASE, "debug.pauseAt": "beforeCommit"}).faults.pause_at == "beforecommit"
     with pytest.raises(SparkafkaOptionError) as refused:
         SinkOptions.parse({**BASE, "no.such.option": "1"})
     assert "known options are" in str(refused.value)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
+from sparkafka.connector.sink.fault_injection import FaultInjection
 from sparkafka.connector.sink.replay import (
     ACCEPT_RESHAPED_OPTION,
     ADOPT_OPTION,
@@ -96,7 +94,7 @@ SINK_OPTIONS = (
     OptionSpec("checkpointLocation"),
     OptionSpec("path"),
     OptionSpec("queryName"),
-    # Fault-injection hooks of the project's own tests and demo (internal: never listed to users).
+    # Fault injection of the project's own tests and demo (sink/fault_injection.py; never listed).
     OptionSpec("debug.pauseAt", "beforeProduce, beforeCommit or driverCommit", hidden=True),
     OptionSpec("debug.pauseMs", hidden=True),
     OptionSpec("debug.pausePartitions", hidden=True),
@@ -137,11 +135,8 @@ class SinkOptions:
     previous_marker_topic: str | None = None
     checkpoint_location: str | None = None
     lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS
-    pause_at: str | None = None
-    pause_s: float = 0.0
-    pause_partitions: frozenset[int] | None = None
-    pause_from_batch: int = 0
-    fail_first_attempt_at: str | None = None
+    # The project's own chaos tests and demo (debug.* options, hidden): nothing by default.
+    faults: FaultInjection = field(default_factory=FaultInjection)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -194,50 +189,17 @@ class SinkOptions:
             previous_marker_topic=previous_marker_topic,
             checkpoint_location=reader.string("checkpointLocation") or None,
             lease_timeout_ms=_lease_timeout_ms(reader),
-            pause_at=reader.choice("debug.pauseAt", PAUSE_POINTS, "") or None,
-            pause_s=reader.duration_ms("debug.pauseMs", "30s") / 1000,
-            pause_partitions=_parse_partitions(reader.string("debug.pausePartitions")),
-            pause_from_batch=reader.integer("debug.pauseFromBatch", 0, minimum=0),
-            fail_first_attempt_at=reader.choice("debug.failFirstAttemptAt", ("beforecommit",), "") or None,
+            faults=FaultInjection.parse(
+                choice=lambda option, choices: reader.choice(option, choices, "") or None,
+                duration_s=lambda option, default: reader.duration_ms(option, default) / 1000,
+                string=reader.string,
+                integer=lambda option: reader.integer(option, 0, minimum=0),
+            ),
         )
 
     @property
     def bootstrap_servers(self) -> str:
         return self.client_config["bootstrap.servers"]
-
-    def pause(self, point: str, *, partition: int | None, batch_id: int | None) -> None:
-        """Demo and chaos-test hook: hold still at a named point of the protocol so a kill lands there.
-        Announced on stderr, which Spark forwards from its Python workers to the pipeline's output."""
-        if self.pause_at != point.lower() or (batch_id is not None and batch_id < self.pause_from_batch):
-            return
-        if (
-            partition is not None
-            and self.pause_partitions is not None
-            and partition not in self.pause_partitions
-        ):
-            return
-        print(
-            f"sparkafka debug pause: {point} partition={partition} batch={batch_id} for {self.pause_s:.1f} s "
-            f"(pid {os.getpid()})",
-            file=sys.stderr,
-            flush=True,
-        )
-        time.sleep(self.pause_s)
-
-    def fail_first_attempt(self, point: str) -> None:
-        """Chaos-test hook: fail a task's first attempt at a named point, after it wrote its rows."""
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        if (
-            self.fail_first_attempt_at == point.lower()
-            and context is not None
-            and context.attemptNumber() == 0
-        ):
-            raise RuntimeError(f"injected failure of the first attempt (debug.failFirstAttemptAt={point})")
-
-
-PAUSE_POINTS = ("beforeproduce", "beforecommit", "drivercommit")
 
 
 def _topic_name(reader: OptionReader, option: str) -> str | None:
@@ -252,17 +214,6 @@ def _topic_name(reader: OptionReader, option: str) -> str | None:
             "249 characters of ASCII letters, digits, '.', '_' and '-' (and not '.' or '..')"
         )
     return name
-
-
-def _parse_partitions(value: str | None) -> frozenset[int] | None:
-    if value is None:
-        return None
-    try:
-        return frozenset(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise SparkafkaOptionError(
-            f"option 'debug.pausePartitions' must be comma-separated partition numbers, got '{value}'"
-        ) from None
 
 
 def validate_input_schema(schema: StructType, options: SinkOptions) -> None:

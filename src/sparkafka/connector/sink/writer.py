@@ -431,7 +431,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         records = 0
         began_at: float | None = None
         try:
-            self.options.pause("beforeProduce", partition=partition, batch_id=batch_id)
+            self.options.faults.pause("beforeProduce", partition=partition, batch_id=batch_id)
             # Known by now nearly always (asked at the task's start); a slow answer must not keep the
             # transaction open, holding back read_committed consumers of the output.
             write_partitions = width()
@@ -439,10 +439,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             began_at = time.monotonic()
             for batch in _chain(first, rest):
                 records += self._produce_batch(producer, batch)
-            if self.options.pause_at == "beforecommit" or self.options.fail_first_attempt_at:
+            if self.options.faults.holds_before_commit:
                 producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
-                self.options.pause("beforeCommit", partition=partition, batch_id=batch_id)
-                self.options.fail_first_attempt("beforeCommit")
+                self.options.faults.pause("beforeCommit", partition=partition, batch_id=batch_id)
+                self.options.faults.fail_first_attempt("beforeCommit")
             # The marker goes last, just before the commit: the marker partition is shared by every
             # writer, and an open transaction there would hold back every reader of the markers.
             marker = dataclasses.replace(
@@ -640,7 +640,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if self.options.delivery_guarantee == EXACTLY_ONCE and written and not recorded:
             _warn_no_width_once()
         if self.options.delivery_guarantee != EXACTLY_ONCE:
-            self.options.pause("driverCommit", partition=None, batch_id=batchId)
+            self.options.faults.pause("driverCommit", partition=None, batch_id=batchId)
             return
         rewritten = {r.partition: r.rewritten_records for r in reports if r.rewritten_records}
         if any(r.run_first_batch for r in reports):
@@ -655,7 +655,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 ", ".join(f"{p}: {n}" for p, n in sorted(rewritten.items())),
             )
         self._record_progress(reports, batchId)
-        self.options.pause("driverCommit", partition=None, batch_id=batchId)
+        self.options.faults.pause("driverCommit", partition=None, batch_id=batchId)
 
     def _record_progress(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
         """Every task of ``batch_id`` committed: record it, with where its input ended, as the
