@@ -1,8 +1,12 @@
 """The Kafka sink: ``writeStream.format("sparkafka")`` with ``deliveryGuarantee`` exactly-once,
 at-least-once or none.
 
-Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`` of query ``q``):
+Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`` of query ``q``).
+This is its one full text; the code marks each step with its number here (``# Step N``).
 
+0. The task refuses while adaptive execution could split a replay of the batch otherwise
+   (:func:`~.replay.adaptive_execution_refusal`), and starts asking the driver, in the background,
+   how many write partitions the batch has (:mod:`.stage_width`).
 1. The transactional id is ``{prefix}-{p}``; the prefix defaults to ``sparkafka-{q}``. Spark keeps
    the query id in the checkpoint, so a restarted query uses the same ids, and two queries never
    share a prefix unless a user sets the same ``transactionalIdPrefix`` for both. A ``df.write``
@@ -31,7 +35,6 @@ Exactly-once protocol, per write task (Spark partition ``p`` of micro-batch ``b`
    differs, ``b`` committed under another prefix, a marker or progress record past ``b``, or a
    marker of ``b`` planned from other input (the checkpoint went back behind its output:
    :mod:`.batch_plan`) fail the task (a replay of another shape would lose or double records).
-   Before all this the task refuses while adaptive execution could split a replay otherwise.
 5. Otherwise: begin a transaction, produce the rows, produce the new marker (id, query, batch,
    partition, record count, topic, write partitions, plan digest, run, time) in the same
    transaction, commit. Output and marker become visible together or not at all. An empty partition

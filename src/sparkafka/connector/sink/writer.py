@@ -153,7 +153,7 @@ class _RowEncoder:
 
 @dataclass(frozen=True)
 class _PreparedTask:
-    """A write task after steps 1 and 2 (:meth:`KafkaStreamWriter._prepare`)."""
+    """A write task after the protocol's steps 0-3 (:meth:`KafkaStreamWriter._prepare`)."""
 
     view: TaskView
     cached: CachedProducer
@@ -191,18 +191,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     # -- executor side ----------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        """One write task. Exactly-once steps (the protocol in :mod:`sparkafka.connector.sink`):
+        """One write task. Exactly-once, the protocol's steps (numbered as in the one text of it, the
+        docstring of :mod:`sparkafka.connector.sink`) run top to bottom:
 
-        1. Refuse while adaptive execution could split a replayed batch otherwise
-           (:func:`~sparkafka.connector.sink.replay.adaptive_execution_refusal`); start asking the
-           driver how many write partitions the batch has (:mod:`.stage_width`), in the background.
-        2. The producer of ``{prefix}-{partition}`` and what the id committed, read at the id's first
-           write of the query run (:func:`~.producers.transactional_producer`).
-        3. :func:`~sparkafka.connector.sink.replay.decide`: skip a replay whose output this id committed
-           (same query, same batch, same row count), refuse where neither writing nor skipping is safe
-           (another number of write partitions than the batch's markers record, among others).
-        4. Write the rows and the marker, which records the row count and the number of write
-           partitions, in one transaction; no rows, no transaction."""
+        * step 0, the refusals that need no marker and the width asked in the background, and
+          steps 1-3, the producer of ``{prefix}-{p}`` and what its id committed
+          (:func:`~.producers.transactional_producer`): :meth:`_prepare`;
+        * step 4, write, skip or refuse (:func:`~.replay.decide`, whose checks are numbered within
+          it): :meth:`_decide`;
+        * step 5, rows and marker in one transaction, and step 6, a failed transaction aborted and
+          its producer discarded: :meth:`_write_rows`, :meth:`_write_transaction`."""
         freeze_long_lived_objects("sink")
         identity = self._with_declared_batch(task_identity())
         batches = (b for b in iterator if b.num_rows)
@@ -231,7 +229,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return self._write_rows(task, task_input)
 
     def _prepare(self, identity: TaskIdentity) -> _PreparedTask:
-        """Steps 1 and 2 of :meth:`write`: the refusals that need no marker, the width asked in the
+        """Steps 0-3 of the protocol: the refusals that need no marker, the width asked in the
         background, the producer with what its id committed, and the task's view of them."""
         query_id, batch_id = identity.query_id, identity.batch_id
         if query_id is None or batch_id is None:
@@ -241,7 +239,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 f"the micro-batch, with .option('{BATCH_ID_OPTION}', batch_id) and the query's "
                 "checkpointLocation); for a plain batch write use at-least-once"
             )
-        # Step 1: the settings of the task's job decide whether a replay keeps this batch's shape.
+        # Step 0: the settings of the task's job decide whether a replay keeps this batch's shape.
         refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
         if refusal is not None:
             raise ReplayRefused(refusal)
@@ -251,7 +249,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             identity.stage_id,
             identity.partition,
         )
-        # Step 2. The producer comes first, before any row is awaited: Spark keeps computing and
+        # Steps 1-3. The producer comes first, before any row is awaited: Spark keeps computing and
         # sending this task's rows while the producer initialises and reads the marker. Even a task
         # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
         # from a crash now, not at the broker's timeout. No transaction is open while rows are awaited.
@@ -319,7 +317,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def _decide(self, task: _PreparedTask, task_input: _TaskInput) -> Action:
-        """Step 3 of :meth:`write`: write, skip, or refuse; a refusal is recorded in the marker topic
+        """Step 4 of the protocol: write, skip, or refuse; a refusal is recorded in the marker topic
         where an acceptance depends on it."""
         try:
             return decide(task.view, rows=task_input.count)
@@ -329,7 +327,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             raise self._rejected(refused, task.refusal_of_batch, self.run_id) from None
 
     def _write_rows(self, task: _PreparedTask, task_input: _TaskInput) -> SinkCommitMessage:
-        """Step 4 of :meth:`write`: rows and marker in one transaction; no rows, no transaction."""
+        """Step 5 of the protocol: rows and marker in one transaction; no rows, no transaction."""
         view = task.view
         rewritten = _rewritten_by_acceptance(view)
         first, rest = task_input.first(), task_input.rest()
@@ -423,7 +421,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         first: pa.RecordBatch,
         rest: Iterator[pa.RecordBatch],
     ) -> CommitMarker:
-        """Step 4 of :meth:`write`: the rows, then ``draft`` completed with the row count, the time and
+        """Step 5 of the protocol: the rows, then ``draft`` completed with the row count, the time and
         the number of write partitions, in one transaction. Returns the committed marker."""
         producer = cached.producer
         transactional_id, partition, batch_id = draft.transactional_id, draft.partition, draft.batch_id
@@ -459,6 +457,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             # every row, and one that raises leaves the cause in delivery_errors for _failure.
             producer.commit_transaction(self.options.operation_timeout_s)
         except BaseException as raised:
+            # Step 6: abort where the producer still can, discard a fenced or failed one, and fail
+            # the task so that Spark retries it from step 1.
             error = kafka_exception_of(raised)
             # Measured before the abort, which may itself wait up to operationTimeoutMs.
             open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
