@@ -87,5 +87,5 @@ class WrongShapeAcceptance(ShapeRefusal):
 class ReshapedReplayRefused(ShapeRefusal):
     """A refusal of a replay split otherwise than its batch was first written, which offers to accept
     the batch as written. The refusing run records itself in the marker topic before the query stops
-    (:class:`~sparkafka.connector.sink.markers.RefusalRecord`): accepting then keeps what it
+    (:class:`~sparkafka.connector.sink.commit_log.RefusalRecord`): accepting then keeps what it
     committed, and writes again only what the refusal counted."""

@@ -8,11 +8,11 @@ import logging
 from pyspark.sql.types import StructType
 
 from sparkafka.connector.sink.batch_plan import BatchPlan, read_batch_plan
+from sparkafka.connector.sink.carry_over import carry_markers_over
 from sparkafka.connector.sink.claims import settle_checkpoint_claim
+from sparkafka.connector.sink.commit_log import ensure_marker_topic
 from sparkafka.connector.sink.lease import hold_checkpoint_lease
-from sparkafka.connector.sink.markers import ensure_marker_topic
 from sparkafka.connector.sink.options import BATCH_ID_OPTION, SinkOptions, validate_input_schema
-from sparkafka.connector.sink.producers import carry_markers_over
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.transactional_ids import (
     effective_prefix,

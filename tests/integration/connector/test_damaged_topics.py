@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink.markers import read_marker_partition
+from sparkafka.connector.sink.commit_log import read_marker_partition
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.errors import CommitMarkerError
 from tests.integration.kafka_clients import create_topic, end_offsets, producer, read_to_end

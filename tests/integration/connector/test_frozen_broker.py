@@ -18,7 +18,7 @@ import pytest
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
-from sparkafka.connector.sink.markers import read_marker_partition
+from sparkafka.connector.sink.commit_log import read_marker_partition
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.source.options import SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange

@@ -10,9 +10,8 @@ import uuid
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink.markers import ProgressRecord, read_marker_partition
+from sparkafka.connector.sink.commit_log import ProgressRecord, read_marker_partition, write_progress
 from sparkafka.connector.sink.options import SinkOptions
-from sparkafka.connector.sink.producers import write_progress
 from sparkafka.errors import CommitMarkerError
 from tests.integration.kafka_clients import create_topic
 
@@ -53,7 +52,7 @@ def test_a_progress_record_the_marker_topic_refuses_fails_the_commit_naming_the_
 def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: BrokerProcess) -> None:
     """The refusal record names the run by the writer's own id, made on the driver for each write
     of a batch (two writers, two runs), whatever job group or description Spark's tasks carry."""
-    from sparkafka.connector.sink.markers import RefusalRecord
+    from sparkafka.connector.sink.commit_log import RefusalRecord
     from sparkafka.connector.sink.writer import KafkaStreamWriter
     from sparkafka.errors import ReshapedReplayRefused
 
@@ -70,7 +69,7 @@ def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: B
 
 def test_an_acceptance_in_a_wrong_shape_is_recorded_as_rejected(broker: BrokerProcess) -> None:
     """The refusal record keeps its refused run and gains the rejected acceptance's, once."""
-    from sparkafka.connector.sink.markers import RefusalRecord
+    from sparkafka.connector.sink.commit_log import RefusalRecord
     from sparkafka.connector.sink.writer import KafkaStreamWriter
     from sparkafka.errors import WrongShapeAcceptance
 

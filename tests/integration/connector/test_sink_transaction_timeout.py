@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink.markers import ensure_marker_topic, read_marker_partition
+from sparkafka.connector.sink.commit_log import ensure_marker_topic, read_marker_partition
 from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
 from sparkafka.errors import SparkafkaError
 from tests.integration.kafka_clients import (

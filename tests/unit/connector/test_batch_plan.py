@@ -17,7 +17,7 @@ from sparkafka.connector.sink.batch_plan import (
     read_batch_plan,
     starting_offsets_of,
 )
-from sparkafka.connector.sink.markers import ProgressRecord
+from sparkafka.connector.sink.commit_log import ProgressRecord
 from sparkafka.errors import CommitMarkerError
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'

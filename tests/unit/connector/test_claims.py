@@ -13,7 +13,7 @@ from sparkafka.connector.sink.claims import (
     holds_query,
     read_claim_records,
 )
-from sparkafka.connector.sink.markers import CommitMarker
+from sparkafka.connector.sink.commit_log import CommitMarker
 from sparkafka.connector.sink.options import SinkOptions
 
 OPTIONS = SinkOptions.parse(
@@ -64,7 +64,7 @@ def test_a_claim_alone_does_not_hold_a_query() -> None:
 
 def test_the_newest_batch_counts_markers_of_the_query_and_the_prefixs_progress() -> None:
     from sparkafka.connector.sink.claims import newest_batch
-    from sparkafka.connector.sink.markers import ProgressRecord
+    from sparkafka.connector.sink.commit_log import ProgressRecord
 
     found = {
         "p-0": CommitMarker("p-0", "q-1", 3, 0, 10, 0, "out").encode(),
@@ -98,8 +98,8 @@ def test_an_unreadable_record_names_the_file_and_what_deleting_it_costs(tmp_path
 
 
 def test_carrying_over_keeps_the_newer_record_of_each_key() -> None:
-    from sparkafka.connector.sink.markers import ProgressRecord
-    from sparkafka.connector.sink.producers import _newer
+    from sparkafka.connector.sink.carry_over import _newer
+    from sparkafka.connector.sink.commit_log import ProgressRecord
 
     old, new = CommitMarker("p-0", "q", 1, 0, 5, 0, "out"), CommitMarker("p-0", "q", 2, 0, 5, 0, "out")
     assert _newer("p-0", new.encode(), old.encode())
@@ -110,7 +110,7 @@ def test_carrying_over_keeps_the_newer_record_of_each_key() -> None:
     progress = [ProgressRecord("p", "q", b, None, None, 0).encode() for b in (1, 2)]
     assert _newer("progress/p", progress[1], progress[0])
     assert not _newer("progress/p", progress[0], progress[1])
-    from sparkafka.connector.sink.markers import RefusalRecord
+    from sparkafka.connector.sink.commit_log import RefusalRecord
 
     refusals = [RefusalRecord("p", "q", b, f"run-{b}", 0).encode() for b in (1, 2)]
     assert _newer("refusal/p", refusals[1], refusals[0])
@@ -118,7 +118,7 @@ def test_carrying_over_keeps_the_newer_record_of_each_key() -> None:
 
 
 def test_a_refusal_record_belongs_to_its_query_and_prefix_but_holds_no_markers() -> None:
-    from sparkafka.connector.sink.markers import RefusalRecord
+    from sparkafka.connector.sink.commit_log import RefusalRecord
 
     refusal = RefusalRecord("p", "q-1", 3, "run-r", 0).encode()
     assert belongs_to("refusal/p", refusal, "q-1", "p")
@@ -133,7 +133,7 @@ def test_a_query_shows_in_a_marker_partition_by_its_claim_registration_progress_
     import json as json_module
 
     from sparkafka.connector.sink.claims import shows_query
-    from sparkafka.connector.sink.markers import ProgressRecord
+    from sparkafka.connector.sink.commit_log import ProgressRecord
 
     registration = {
         "registration/p-0": json_module.dumps({"transactional_id": "p-0", "query_id": "q-0"}).encode()

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from sparkafka.connector.sink.batch_plan import offsets_gap
-from sparkafka.connector.sink.markers import CommitMarker, ProgressRecord
+from sparkafka.connector.sink.commit_log import CommitMarker, ProgressRecord
 from sparkafka.connector.sink.replay import (
     ADAPTIVE_ENABLED,
     ADAPTIVE_STATELESS_STREAMING,

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
 )
 
 from sparkafka.connector.sink.client_config import producer_config
-from sparkafka.connector.sink.markers import CommitMarker
+from sparkafka.connector.sink.commit_log import CommitMarker
 from sparkafka.connector.sink.options import SinkOptions, validate_input_schema
 from sparkafka.errors import SparkafkaOptionError
 
@@ -139,7 +139,7 @@ def test_a_commit_marker_of_an_accepted_batch_round_trips_and_older_ones_read_as
 
 
 def test_a_refusal_record_round_trips_and_is_never_taken_for_a_commit_marker() -> None:
-    from sparkafka.connector.sink.markers import RefusalRecord, query_needle
+    from sparkafka.connector.sink.commit_log import RefusalRecord, query_needle
     from sparkafka.connector.sink.options import is_marker_key
     from sparkafka.errors import CommitMarkerError
 

@@ -45,18 +45,19 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from sparkafka.connector.kafka_admin import KafkaAdmin, error_code
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
-from sparkafka.connector.sink.failures import (
-    authorization_error,
-    sink_unreachable_error,
-    transaction_timeout_error,
-)
-from sparkafka.connector.sink.markers import (
+from sparkafka.connector.sink.commit_log import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
     ProgressRecord,
     RefusalRecord,
+    Registration,
     query_needle,
     read_marker_partition,
+)
+from sparkafka.connector.sink.failures import (
+    authorization_error,
+    sink_unreachable_error,
+    transaction_timeout_error,
 )
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
@@ -479,7 +480,7 @@ def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
             if key == f"{CLAIM_KEY_PREFIX}{prefix}" and claim_owner(found, prefix) == query_id:
                 return True
         elif key.startswith(REGISTRATION_KEY_PREFIX):
-            if registration_of_prefix(key, prefix) and json.loads(value).get("query_id") == query_id:
+            if registration_of_prefix(key, prefix) and Registration.decode(value).query_id == query_id:
                 return True
         elif needle in value and belongs_to(key, value, query_id, prefix):
             return True

@@ -5,11 +5,8 @@ producer only while this worker initialised its id last (see :func:`transactiona
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import hashlib
-import json
 import logging
 import os
 import tempfile
@@ -24,52 +21,44 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparkafka.connector.kafka_admin import (
-    EAGER_CONNECTIONS,
-    LIBRDKAFKA_LOGGER,
     error_code,
 )
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
 from sparkafka.connector.sink.claims import (
-    belongs_to,
     claim_missing,
-    holds_query,
     require_prefix_claim,
     settle_prefix_owner,
 )
 from sparkafka.connector.sink.client_config import producer_config
+from sparkafka.connector.sink.commit_log import (
+    CommitMarker,
+    CommittedState,
+    ProgressRecord,
+    Registration,
+    committed_state,
+    query_needle,
+    read_marker_partition,
+    register,
+    registered_transactional_ids,
+)
 from sparkafka.connector.sink.failures import (
     authorization_error,
     sink_unreachable_error,
     transaction_timeout_error,
 )
-from sparkafka.connector.sink.markers import (
-    MARKER_TOPIC_MUST_ACCEPT,
-    MOVE_MARKERS_HINT,
-    CommitMarker,
-    ProgressRecord,
-    RefusalRecord,
-    query_needle,
-    read_marker_partition,
-    refusal_record,
-)
 from sparkafka.connector.sink.options import (
-    CLAIM_KEY_PREFIX,
-    MARKER_PARTITION,
     PROGRESS_KEY_PREFIX,
-    REFUSAL_KEY_PREFIX,
-    REGISTRATION_KEY_PREFIX,
     SinkOptions,
     is_marker_key,
 )
 from sparkafka.connector.sink.replay import (
     ADOPT_OPTION,
-    PREVIOUS_MARKER_TOPIC_OPTION,
     adopted_partial_batch,
     markers_lost,
 )
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
-from sparkafka.errors import CommitMarkerError, ReplayRefused, SparkafkaError
+from sparkafka.errors import ReplayRefused, SparkafkaError
 
 log = logging.getLogger(__name__)
 
@@ -80,30 +69,18 @@ log = logging.getLogger(__name__)
 class CachedProducer:
     producer: Producer
     transactional_id: str | None
-    marker: CommitMarker | None = None
     delivery_errors: list[KafkaError] = field(default_factory=list)
     # The client's latest error events: why it cannot reach the cluster (a refused login, a refused
     # connection), which a timed-out call does not say. Bounded: a producer may live for days.
     client_errors: deque[KafkaError] = field(default_factory=lambda: deque(maxlen=_CLIENT_ERRORS_KEPT))
-    # The query run whose first write of this id read the markers below (see transactional_producer).
+    # The query run whose first write of this id read the commit log (see transactional_producer).
     query_id: str | None = None
     spark_run_id: str | None = None
     # The micro-batch of that first write: every task of it, retries included, reports itself to the
     # driver as the first batch of the run (SinkCommitMessage.run_first_batch).
     run_first_batch: int | None = None
-    registered_query: str | None = None
-    # Markers of this query under other prefixes, and under this id's prefix for the other write
-    # partitions, as read at that first write (streaming writes only).
-    other_prefix_markers: tuple[CommitMarker, ...] = ()
-    sibling_markers: tuple[CommitMarker, ...] = ()
-    # The last batch of this query every task and the driver committed under this id's prefix.
-    progress: ProgressRecord | None = None
-    # The marker topic held anything of this query at that first write (replay.TaskView).
-    history_found: bool = True
-    # The checkpoint recorded a claim the marker topic no longer holds (replay.TaskView).
-    claim_missing: bool = False
-    # The prefix's refusal record at that first write (replay.TaskView.refused_run).
-    refusal: RefusalRecord | None = None
+    # What the commit log said at that first write, and the id's own commits since.
+    state: CommittedState = field(default_factory=CommittedState)
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -275,51 +252,29 @@ def _read_committed_state(
     other_prefixes: bool,
     plan: BatchPlan | None,
 ) -> None:
-    """Step 3 of :func:`transactional_producer`."""
+    """Step 3 of :func:`transactional_producer` (step 3 of the protocol, with the registration of
+    step 2): read the commit log, refuse a run that finds its markers gone or adopts a partly
+    committed batch, check the prefix's claim, and register the id where it has no registration."""
     transactional_id, query_id = cached.transactional_id, identity.query_id
     assert transactional_id is not None and query_id is not None, "exactly-once writes only"
-    registration_key = f"{REGISTRATION_KEY_PREFIX}{transactional_id}"
     found = read_marker_partition(options)
     own_prefix = prefix_of(transactional_id, identity.partition)
-    needle = query_needle(query_id)
-    of_this_query = [
-        (key, marker)
-        for key, value in found.items()
-        if is_marker_key(key)
-        and key != transactional_id
-        and needle in value
-        and (marker := CommitMarker.decode(value)).query_id == query_id
-    ]
-    siblings = {key for key, _ in of_this_query if write_partition_of(key, own_prefix) is not None}
-    cached.sibling_markers = tuple(m for key, m in of_this_query if key in siblings)
-    cached.other_prefix_markers = (
-        tuple(m for key, m in of_this_query if key not in siblings) if other_prefixes else ()
-    )
-    cached.marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
-    registered = json.loads(found[registration_key]).get("query_id") if registration_key in found else None
-    progress_key = f"{PROGRESS_KEY_PREFIX}{own_prefix}"
-    cached.progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
-    cached.refusal = refusal_record(found, own_prefix)
-    cached.history_found = (
-        registered is not None
-        or bool(of_this_query)
-        or (cached.marker is not None and cached.marker.query_id == query_id)
-        or (cached.progress is not None and cached.progress.query_id == query_id)
-    )
-    cached.claim_missing = claim_missing(options, found, own_prefix, plan)
+    state = committed_state(found, transactional_id, own_prefix, query_id, other_prefixes=other_prefixes)
+    state.claim_missing = claim_missing(options, found, own_prefix, plan)
     if identity.batch_id is not None:
         refusal = markers_lost(
             query_id=query_id,
             batch_id=identity.batch_id,
             transactional_id=transactional_id,
             marker_topic=options.marker_topic,
-            history_found=cached.history_found,
+            history_found=state.history_found,
             exactly_once_from=options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,
-            claim_recorded=cached.claim_missing,
+            claim_recorded=state.claim_missing,
         )
         if refusal is not None:  # before registering: a refused run must leave no trace to pass by
             raise ReplayRefused(refusal)
+    registered = state.registered_query
     adopting = registered is not None and registered != query_id and registered == options.adopted_query
     if adopting and options.accepted_reshaped_batch != identity.batch_id:
         assert registered is not None
@@ -334,9 +289,9 @@ def _read_committed_state(
                 registered,
                 ADOPT_OPTION,
             )
-        _register(options, cached.producer, registration_key, query_id, identity.partition)
-        registered = query_id
-    cached.registered_query = registered
+        register(options, cached.producer, Registration(transactional_id, query_id, identity.partition))
+        state.registered_query = query_id
+    cached.state = state
     cached.query_id = query_id
     cached.spark_run_id = identity.spark_run_id
     cached.run_first_batch = identity.batch_id
@@ -401,147 +356,8 @@ def _refuse_adopting_a_partial_batch(
         )
 
 
-def _register(options: SinkOptions, producer: Producer, key: str, query_id: str, partition: int) -> None:
-    """Commit, in a transaction of its own and before any output, that this id exists: a restart with
-    fewer write partitions finds the ids it no longer uses through these records and fences them.
-    Committed first so that even an id whose very first output transaction was cut short is found."""
-    value = json.dumps(
-        {
-            "transactional_id": key[len(REGISTRATION_KEY_PREFIX) :],
-            "query_id": query_id,
-            "partition": partition,
-        }
-    )
-    try:
-        producer.begin_transaction()
-        producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
-        producer.commit_transaction(options.operation_timeout_s)
-    except KafkaException as error:
-        with contextlib.suppress(KafkaException):
-            producer.abort_transaction(options.operation_timeout_s)
-        raise CommitMarkerError(
-            f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
-            f"{error.args[0]}. The sink commits this record before its first output. "
-            f"{MARKER_TOPIC_MUST_ACCEPT}"
-        ) from None
-
-
-def _marker_producer(options: SinkOptions) -> Producer:
-    """An idempotent producer of records into the marker partition outside any transaction (progress
-    records, markers carried over): committed as soon as acknowledged, never holding readers back."""
-    config = {
-        **EAGER_CONNECTIONS,
-        **options.client_config,
-        "logger": LIBRDKAFKA_LOGGER,
-        "enable.idempotence": True,
-        "acks": "all",
-    }
-    return Producer(config)
-
-
-def _produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, bytes], what: str) -> None:
-    producer = _marker_producer(options)
-    failures: list[KafkaError] = []
-
-    def on_delivery(error: KafkaError | None, _message: Any) -> None:
-        if error is not None:
-            failures.append(error)
-
-    for key, value in records.items():
-        producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
-    remaining = producer.flush(options.operation_timeout_s)
-    if remaining or failures:
-        reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in time"
-        raise CommitMarkerError(
-            f"writing {what} to the commit-marker topic '{topic}' failed: {reason}. The sink needs it "
-            f"to tell a replay from new output; the batch fails, and Spark retries it. {MOVE_MARKERS_HINT}"
-        )
-
-
-def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
-    """Record that every task of ``record.batch_id`` committed (the driver's commit)."""
-    key = f"{PROGRESS_KEY_PREFIX}{record.prefix}"
-    _produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the progress record")
-
-
-def write_refusal(options: SinkOptions, record: RefusalRecord) -> None:
-    """Record that this query run refused to replay ``record.batch_id`` in its shape (see
-    :class:`~.markers.RefusalRecord`)."""
-    key = f"{REFUSAL_KEY_PREFIX}{record.prefix}"
-    _produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the refusal record")
-
-
-def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
-    """Copy what the marker topic ``options.previous_marker_topic`` holds of ``query_id`` under
-    ``prefix`` — the claim, the registrations of the prefix's ids, the query's commit markers, the
-    prefix's progress — into ``options.marker_topic``, each record unless the new topic's record of
-    the same key is as new (a later batch, or any claim or registration). Runs on the driver before
-    the micro-batch's tasks, which then read the markers where they are now. Returns the records
-    copied.
-
-    Invariant: nothing newer of the query is ever overwritten in the new topic, and afterwards it
-    holds, for every key, the newest of the two topics' records: going back to a topic used before
-    (whose records are older) takes the newer ones along."""
-    previous = options.previous_marker_topic
-    assert previous is not None
-    here = read_marker_partition(options)
-    found = read_marker_partition(dataclasses.replace(options, marker_topic=previous))
-    of_query = {key: value for key, value in found.items() if belongs_to(key, value, query_id, prefix)}
-    if not of_query and not holds_query(here, query_id, prefix):
-        raise CommitMarkerError(
-            f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{previous}' names a topic that holds nothing of query "
-            f"{query_id} under transactional-id prefix '{prefix}' either: name the topic that holds its "
-            "markers, or remove the option"
-        )
-    copied = {key: value for key, value in of_query.items() if _newer(key, value, here.get(key))}
-    if not copied:
-        return 0
-    _produce_to_markers(options, options.marker_topic, copied, f"{len(copied)} record(s) carried over")
-    log.warning(
-        "%s: carried %d commit-marker record(s) over from %s to %s (option %s; remove it now)",
-        query_id,
-        len(copied),
-        previous,
-        options.marker_topic,
-        PREVIOUS_MARKER_TOPIC_OPTION,
-    )
-    return len(copied)
-
-
-def _newer(key: str, value: bytes, existing: bytes | None) -> bool:
-    """Whether ``value`` should replace ``existing`` under ``key`` when carrying markers over."""
-    if existing is None:
-        return True
-    if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX)):
-        return False
-    try:
-        if key.startswith(PROGRESS_KEY_PREFIX):
-            return ProgressRecord.decode(value).batch_id > ProgressRecord.decode(existing).batch_id
-        if key.startswith(REFUSAL_KEY_PREFIX):
-            new, old = RefusalRecord.decode(value), RefusalRecord.decode(existing)
-            return (new.batch_id, new.time_ms) > (old.batch_id, old.time_ms)
-        return CommitMarker.decode(value).batch_id > CommitMarker.decode(existing).batch_id
-    except (ValueError, KeyError):
-        return False
-
-
 def plain_producer(options: SinkOptions) -> CachedProducer:
     return PRODUCERS.get_or_create(_cache_key(options, None), lambda: _new_cached_producer(options, None))
-
-
-def registered_transactional_ids(
-    options: SinkOptions, prefix: str, markers: Mapping[str, bytes] | None = None
-) -> dict[int, str]:
-    """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration
-    (in ``markers``, the marker partition's latest values, read when not given)."""
-    found: dict[int, str] = {}
-    for key in read_marker_partition(options) if markers is None else markers:
-        if key.startswith(REGISTRATION_KEY_PREFIX):
-            registered = key[len(REGISTRATION_KEY_PREFIX) :]
-            partition = write_partition_of(registered, prefix)
-            if partition is not None:
-                found[partition] = registered
-    return found
 
 
 def fence_query_transactions(

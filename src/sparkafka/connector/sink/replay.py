@@ -115,7 +115,7 @@ class Action(enum.Enum):
 
 
 class Marker(Protocol):
-    """What a commit marker tells (:class:`sparkafka.connector.sink.markers.CommitMarker`)."""
+    """What a commit marker tells (:class:`sparkafka.connector.sink.commit_log.CommitMarker`)."""
 
     @property
     def transactional_id(self) -> str: ...
@@ -140,7 +140,7 @@ class Marker(Protocol):
 
 
 class Progress(Protocol):
-    """What a progress record tells (:class:`sparkafka.connector.sink.markers.ProgressRecord`)."""
+    """What a progress record tells (:class:`sparkafka.connector.sink.commit_log.ProgressRecord`)."""
 
     @property
     def query_id(self) -> str: ...

@@ -21,18 +21,20 @@ from sparkafka.connector.kafka_admin import (
     waits_until_refused,
 )
 from sparkafka.connector.sink.batch_plan import BatchPlan
-from sparkafka.connector.sink.failures import (
-    authorization_error,
-    kafka_exception_of,
-    sink_unreachable_error,
-    transaction_timeout_error,
-)
-from sparkafka.connector.sink.markers import (
+from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     ProgressRecord,
     RefusalRecord,
     read_marker_partition,
     refusal_record,
+    write_progress,
+    write_refusal,
+)
+from sparkafka.connector.sink.failures import (
+    authorization_error,
+    kafka_exception_of,
+    sink_unreachable_error,
+    transaction_timeout_error,
 )
 from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
@@ -48,8 +50,6 @@ from sparkafka.connector.sink.producers import (
     fence_transactional_id,
     plain_producer,
     transactional_producer,
-    write_progress,
-    write_refusal,
 )
 from sparkafka.connector.sink.replay import (
     ACCEPT_RESHAPED_OPTION,
@@ -216,7 +216,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         task = self._prepare(identity)
         task_input = _TaskInput(batches)
         if self._decide(task, task_input) is Action.SKIP:
-            marker = task.cached.marker
+            marker = task.cached.state.marker
             assert marker is not None
             log.info(
                 "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
@@ -270,7 +270,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batch_id=batch_id,
             run_id=self.run_id,
         )
-        last_refusal = cached.refusal
+        last_refusal = cached.state.refusal
         refusal_of_batch = (
             last_refusal if last_refusal is not None and last_refusal.names(query_id, batch_id) else None
         )
@@ -296,18 +296,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             transactional_id=own_id,
             topic=self.options.topic or "",
             batch_write=self.batch_write,
-            own_marker=cached.marker,
-            registered_query=cached.registered_query,
-            other_prefix_markers=cached.other_prefix_markers,
-            sibling_markers=cached.sibling_markers,
+            own_marker=cached.state.marker,
+            registered_query=cached.state.registered_query,
+            other_prefix_markers=cached.state.other_prefix_markers,
+            sibling_markers=cached.state.sibling_markers,
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
             run_first_batch=cached.run_first_batch,
             write_partitions=width.decisive,
             plan=None if plan is None else plan.digest,
             run_id=self.run_id,
-            progress=cached.progress,
-            history_found=cached.history_found,
-            claim_missing=cached.claim_missing,
+            progress=cached.state.progress,
+            history_found=cached.state.history_found,
+            claim_missing=cached.state.claim_missing,
             marker_topic=self.options.marker_topic,
             exactly_once_from=self.options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,
@@ -375,7 +375,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         self, refused: ReshapedReplayRefused, prefix: str, query_id: str, run_id: str
     ) -> ReshapedReplayRefused:
         """``refused``, once this run is recorded as the one that refused its batch (the prefix's
-        :class:`~.markers.RefusalRecord`): an acceptance of the batch then keeps what this run's tasks
+        :class:`~.commit_log.RefusalRecord`): an acceptance of the batch then keeps what this run's tasks
         committed of it, as the refusal's cost assumes. Where nothing can be recorded, the refusal says
         that accepting writes those commits again too."""
         record = RefusalRecord(prefix, query_id, refused.batch_id, run_id, int(time.time() * 1000))
@@ -465,7 +465,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self._abort_after_failure(cached, transactional_id, error)
             prefix = prefix_of(transactional_id, draft.partition)
             raise self._failure(error, cached.delivery_errors, transactional_id, open_ms, prefix) from None
-        cached.marker = marker
+        cached.state.marker = marker
         return marker
 
     def _produce_batch(self, producer: Producer, batch: pa.RecordBatch) -> int:
@@ -659,7 +659,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def _record_progress(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
         """Every task of ``batch_id`` committed: record it, with where its input ended, as the
-        prefix's progress (see :class:`~.markers.ProgressRecord`). Before Spark's own commit log, so
+        prefix's progress (see :class:`~.commit_log.ProgressRecord`). Before Spark's own commit log, so
         the record is never behind the checkpoint; a crash between the two replays a batch whose
         tasks all skip."""
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None

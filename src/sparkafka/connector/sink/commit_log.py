@@ -1,11 +1,17 @@
-"""The commit-marker topic: one compacted partition whose latest record per transactional id
-says which micro-batch that id committed last (and, under ``registration/<id>``, which query owns
-the id; under ``claim/``, ``progress/`` and ``refusal/<prefix>``, which query owns a prefix, the
-last batch it completed, and the last run that refused a reshaped replay). Read with
-read_committed, so only committed markers count."""
+"""The commit log: the commit-marker topic, one compacted partition whose latest record per
+transactional id says which micro-batch that id committed last (and, under ``registration/<id>``,
+which query owns the id; under ``claim/``, ``progress/`` and ``refusal/<prefix>``, which query owns a
+prefix, the last batch it completed, and the last run that refused a reshaped replay). Read with
+read_committed, so only committed markers count.
+
+This module owns the topic: its record types (encoded and decoded here only), creating and
+checking it, reading the partition to its end, what one write task learns from it
+(:class:`CommittedState`), and every write into it outside a task's output transaction
+(registrations, progress and refusal records). Prefix claims are in :mod:`.claims`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -13,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
 from sparkafka.connector.client_pool import CONSUMERS
@@ -28,10 +34,14 @@ from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import (
     MARKER_PARTITION,
     OPERATION_TIMEOUT,
+    PROGRESS_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
+    REGISTRATION_KEY_PREFIX,
     SinkOptions,
+    is_marker_key,
 )
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
+from sparkafka.connector.sink.transactional_ids import write_partition_of
 from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
 log = logging.getLogger(__name__)
@@ -225,6 +235,42 @@ class RefusalRecord:
     def names(self, query_id: str, batch_id: int) -> bool:
         """Whether this refusal is of that micro-batch of that query."""
         return self.query_id == query_id and self.batch_id == batch_id
+
+
+@dataclass(frozen=True)
+class Registration:
+    """That a transactional id exists and which query owns it; key ``registration/<id>``. Committed
+    in a transaction of its own before the id's first output (:func:`register`), so that a restart
+    with fewer write partitions finds every id it no longer uses and fences it."""
+
+    transactional_id: str
+    query_id: str
+    partition: int
+
+    @property
+    def key(self) -> str:
+        return f"{REGISTRATION_KEY_PREFIX}{self.transactional_id}"
+
+    def encode(self) -> bytes:
+        # Default separators, as registrations have always been written.
+        return json.dumps(
+            {
+                "transactional_id": self.transactional_id,
+                "query_id": self.query_id,
+                "partition": self.partition,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Registration:
+        data = json.loads(raw)
+        return cls(str(data.get("transactional_id", "")), data["query_id"], int(data.get("partition", -1)))
+
+
+def registered_query(found: Mapping[str, bytes], transactional_id: str) -> str | None:
+    """The query ``found`` (the marker partition as read) registers ``transactional_id`` to, if any."""
+    recorded = found.get(f"{REGISTRATION_KEY_PREFIX}{transactional_id}")
+    return None if recorded is None else Registration.decode(recorded).query_id
 
 
 def refusal_record(found: Mapping[str, bytes], prefix: str) -> RefusalRecord | None:
@@ -421,3 +467,148 @@ def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -
         "logger": LIBRDKAFKA_LOGGER,
         **settings,
     }
+
+
+# -- what one write task learns from the topic ---------------------------------------------------------
+
+
+@dataclass
+class CommittedState:
+    """What the marker partition said at a transactional id's first write of a query run, then kept
+    up to date by the id's own commits (:attr:`marker`). The inputs of :func:`~.replay.decide`."""
+
+    # The id's latest commit marker.
+    marker: CommitMarker | None = None
+    registered_query: str | None = None
+    # Markers of this query under other prefixes, and under this id's prefix for the other write
+    # partitions (streaming writes only for the former).
+    other_prefix_markers: tuple[CommitMarker, ...] = ()
+    sibling_markers: tuple[CommitMarker, ...] = ()
+    # The last batch of this query every task and the driver committed under this id's prefix.
+    progress: ProgressRecord | None = None
+    # The topic held anything of this query (replay.TaskView.history_found).
+    history_found: bool = True
+    # The checkpoint recorded a claim the topic no longer holds (replay.TaskView).
+    claim_missing: bool = False
+    # The prefix's refusal record (replay.TaskView.refused_run).
+    refusal: RefusalRecord | None = None
+
+
+def committed_state(
+    found: Mapping[str, bytes], transactional_id: str, prefix: str, query_id: str, *, other_prefixes: bool
+) -> CommittedState:
+    """What ``found`` (the marker partition as read) holds for ``transactional_id`` of ``prefix``
+    written by ``query_id``: its marker and registration, the query's markers under the prefix and
+    (``other_prefixes``) under others, the prefix's progress and refusal records. ``claim_missing``
+    is left to the caller (:func:`~.claims.claim_missing`)."""
+    needle = query_needle(query_id)
+    of_this_query = [
+        (key, decoded)
+        for key, value in found.items()
+        if is_marker_key(key)
+        and key != transactional_id
+        and needle in value
+        and (decoded := CommitMarker.decode(value)).query_id == query_id
+    ]
+    siblings = {key for key, _ in of_this_query if write_partition_of(key, prefix) is not None}
+    others = tuple(m for key, m in of_this_query if key not in siblings)
+    own_marker = CommitMarker.decode(found[transactional_id]) if transactional_id in found else None
+    registered = registered_query(found, transactional_id)
+    progress_key = f"{PROGRESS_KEY_PREFIX}{prefix}"
+    progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
+    return CommittedState(
+        marker=own_marker,
+        registered_query=registered,
+        other_prefix_markers=others if other_prefixes else (),
+        sibling_markers=tuple(m for key, m in of_this_query if key in siblings),
+        progress=progress,
+        history_found=(
+            registered is not None
+            or bool(of_this_query)
+            or (own_marker is not None and own_marker.query_id == query_id)
+            or (progress is not None and progress.query_id == query_id)
+        ),
+        refusal=refusal_record(found, prefix),
+    )
+
+
+# -- writes into the topic outside a task's output transaction ----------------------------------------
+
+
+def register(options: SinkOptions, producer: Producer, registration: Registration) -> None:
+    """Commit, in a transaction of its own and before any output, that this id exists: a restart with
+    fewer write partitions finds the ids it no longer uses through these records and fences them.
+    Committed first so that even an id whose very first output transaction was cut short is found."""
+    key, value = registration.key, registration.encode()
+    try:
+        producer.begin_transaction()
+        producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+        producer.commit_transaction(options.operation_timeout_s)
+    except KafkaException as error:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(options.operation_timeout_s)
+        raise CommitMarkerError(
+            f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
+            f"{error.args[0]}. The sink commits this record before its first output. "
+            f"{MARKER_TOPIC_MUST_ACCEPT}"
+        ) from None
+
+
+def marker_producer(options: SinkOptions) -> Producer:
+    """An idempotent producer of records into the marker partition outside any transaction (progress
+    records, markers carried over): committed as soon as acknowledged, never holding readers back."""
+    config = {
+        **EAGER_CONNECTIONS,
+        **options.client_config,
+        "logger": LIBRDKAFKA_LOGGER,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    return Producer(config)
+
+
+def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, bytes], what: str) -> None:
+    producer = marker_producer(options)
+    failures: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for key, value in records.items():
+        producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
+    remaining = producer.flush(options.operation_timeout_s)
+    if remaining or failures:
+        reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in time"
+        raise CommitMarkerError(
+            f"writing {what} to the commit-marker topic '{topic}' failed: {reason}. The sink needs it "
+            f"to tell a replay from new output; the batch fails, and Spark retries it. {MOVE_MARKERS_HINT}"
+        )
+
+
+def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
+    """Record that every task of ``record.batch_id`` committed (the driver's commit)."""
+    key = f"{PROGRESS_KEY_PREFIX}{record.prefix}"
+    produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the progress record")
+
+
+def write_refusal(options: SinkOptions, record: RefusalRecord) -> None:
+    """Record that this query run refused to replay ``record.batch_id`` in its shape (see
+    :class:`~.commit_log.RefusalRecord`)."""
+    key = f"{REFUSAL_KEY_PREFIX}{record.prefix}"
+    produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the refusal record")
+
+
+def registered_transactional_ids(
+    options: SinkOptions, prefix: str, markers: Mapping[str, bytes] | None = None
+) -> dict[int, str]:
+    """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration
+    (in ``markers``, the marker partition's latest values, read when not given)."""
+    found: dict[int, str] = {}
+    for key in read_marker_partition(options) if markers is None else markers:
+        if key.startswith(REGISTRATION_KEY_PREFIX):
+            registered = key[len(REGISTRATION_KEY_PREFIX) :]
+            partition = write_partition_of(registered, prefix)
+            if partition is not None:
+                found[partition] = registered
+    return found
