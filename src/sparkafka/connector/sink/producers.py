@@ -216,6 +216,17 @@ def transactional_producer(
         discard_producer(options, transactional_id)
     settle_prefix_owner(options, identity, transactional_id, plan)
     cached = _new_cached_producer(options, transactional_id)
+    _init_transactions(options, cached, transactional_id, identity.partition)
+    state(options, cached, identity)
+    PRODUCERS.put(key, cached)
+    return cached
+
+
+def _init_transactions(
+    options: SinkOptions, cached: CachedProducer, transactional_id: str, partition: int
+) -> None:
+    """Step 2 of :func:`transactional_producer`: initialise the id (the broker aborts and fences
+    what an earlier attempt left open), or fail naming the cause and its fix."""
     producer = cached.producer
     try:
         producer.init_transactions(options.operation_timeout_s)
@@ -232,16 +243,13 @@ def transactional_producer(
             options,
             f"initialising transactional id '{transactional_id}'",
             error,
-            prefix=prefix_of(transactional_id, identity.partition),
+            prefix=prefix_of(transactional_id, partition),
         )
         if refused is not None:
             raise refused from None
         raise SparkafkaError(
             f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
         ) from None
-    state(options, cached, identity)
-    PRODUCERS.put(key, cached)
-    return cached
 
 
 def _read_committed_state(
