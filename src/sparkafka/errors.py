@@ -62,6 +62,10 @@ class OutputTopicNotFoundError(SinkError, LookupError):
     """The topic a row is written to does not exist."""
 
 
+class CheckpointFormatError(SparkafkaError, ValueError):
+    """The checkpoint holds something sparkafka never wrote (a hand edit, a damaged file)."""
+
+
 class CheckpointVersionError(SparkafkaError, ValueError):
     """The checkpoint holds what a newer sparkafka wrote, which this version cannot replay."""
 

@@ -31,9 +31,9 @@ from sparkafka.connector.source.planning import (
     reconcile,
     report_gone,
 )
-from sparkafka.errors import DataLossError
+from sparkafka.errors import CheckpointFormatError, DataLossError
 
-from .test_source_heartbeat import T0, T1, FakeClock, clock, parse
+from .test_source_heartbeat import T0, T1, FakeAdmin, FakeClock, clock, parse, reader_with
 
 __all__ = ["clock"]  # the fixture, used by name
 T2 = ("t", 2)
@@ -92,6 +92,37 @@ def test_an_offset_without_entries_of_its_own_decodes_to_none_and_empty() -> Non
     bare = SourceOffset.decode({"t": {"0": 4}})
     assert bare == SourceOffset({T0: 4})
     assert bare.encode() == {"t": {"0": 4}}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"sparkafka:split": {"calculator": "x"}},
+        {"sparkafka:heldStart:t": {"a": 1}},
+        {"sparkafka:topicId:t": {"msb": "not a number", "lsb": 1}},
+        {"t": {"zero": 5}},
+    ],
+)
+def test_an_offset_that_does_not_parse_fails_naming_it(entry: dict) -> None:
+    """sparkafka never writes one: a hand-edited or damaged checkpoint. Planning fails before it
+    reads or commits anything, rather than plan from the entries it can parse."""
+    with pytest.raises(
+        CheckpointFormatError, match="a source offset in the checkpoint does not parse"
+    ) as failed:
+        SourceOffset.decode({"t": {"0": 5}, **entry})
+    assert "restore the checkpoint's offsets log" in str(failed.value)
+
+
+def test_a_malformed_checkpointed_start_fails_the_plan_before_the_group_commit() -> None:
+    admin = FakeAdmin()
+    reader = reader_with(admin, **{"kafka.group.id": "g"})
+    with pytest.raises(CheckpointFormatError):
+        reader.latestOffset(
+            {"t": {"0": 0, "1": 0}, "sparkafka:split": {"calculator": "x"}}, ReadAllAvailable()
+        )
+    assert admin.group_commits == []
+    reader.latestOffset({"t": {"0": 0, "1": 0}}, ReadAllAvailable())
+    assert admin.group_commits == [{T0: 0, T1: 0}], "a well-formed start is committed to the group"
 
 
 # -- steps 3 and 4: holds, gone partitions, each partition's end ---------------------------------------

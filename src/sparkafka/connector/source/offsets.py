@@ -11,6 +11,7 @@ from sparkafka.connector.kafka_admin import (
     TopicPartitionKey,
 )
 from sparkafka.connector.source.ranges import LEGACY_CALCULATOR, SPARK_CALCULATOR
+from sparkafka.errors import CheckpointFormatError
 
 # -- offsets ----------------------------------------------------------------------------------------
 
@@ -229,6 +230,19 @@ class SourceOffset:
 
     @classmethod
     def decode(cls, encoded: Mapping[str, Mapping[str, int]]) -> SourceOffset:
+        """Every entry decoded up front: one that does not parse (a hand-edited checkpoint) fails
+        the planning before anything is read or committed, naming the offset."""
+        try:
+            return cls._decode(encoded)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise CheckpointFormatError(
+                f"a source offset in the checkpoint does not parse ({type(error).__name__}: {error}): "
+                f"{encoded}. sparkafka writes every entry it reads; restore the checkpoint's offsets "
+                "log from a backup, or undo the hand edit"
+            ) from None
+
+    @classmethod
+    def _decode(cls, encoded: Mapping[str, Mapping[str, int]]) -> SourceOffset:
         return cls(
             positions=decode_offsets(encoded),
             heartbeat_ms=heartbeat_of(encoded),
