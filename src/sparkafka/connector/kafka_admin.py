@@ -506,86 +506,94 @@ class KafkaAdmin:
     ) -> PartitionOffsets:
         if not specs:
             return {}
+        return self._with_retries("list offsets", lambda: self._fetch_offsets(specs, isolation, epochs))
 
-        def ask(
-            pending: Mapping[TopicPartitionKey, OffsetSpec], result: PartitionOffsets, wait_s: float
-        ) -> tuple[list[TopicPartitionKey], list[TopicPartitionKey]]:
-            """Put the offsets found into ``result``; return the partitions the client called unknown
-            and those it left unanswered.
+    def _fetch_offsets(
+        self,
+        specs: Mapping[TopicPartitionKey, OffsetSpec],
+        isolation: IsolationLevel,
+        epochs: dict[TopicPartitionKey, int] | None,
+    ) -> PartitionOffsets:
+        """Only a partition the cluster's metadata no longer lists is left out: one unknown
+        partition can fail the whole request, and the client calls partitions unknown while its
+        metadata is stale (for seconds after a broker restart), so the others are asked again,
+        as are unanswered ones, until ``timeout_s``.
 
-            librdkafka sends one ListOffsets per leader and, when such a request fails (its broker
-            went down while it was in flight, or is down), reports that leader's partitions with
-            offset -1001 and no error. No broker answers -1001 (a timestamp without a record is -1),
-            so it means "not asked", never an offset. A partition whose leadership is moving
-            (``_LEADER_MOVING_CODES``), or whose request found no broker within ``wait_s``, is
-            unanswered too."""
-            request = {TopicPartition(topic, partition): spec for (topic, partition), spec in pending.items()}
-            futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=wait_s)
-            unknown = []
-            unanswered = []
-            for tp, future in futures.items():
-                try:
-                    info = self._result(future)
-                except KafkaException as error:
-                    if error_code(error) in _UNKNOWN_PARTITION_CODES:
-                        unknown.append((tp.topic, tp.partition))
-                        continue
-                    if error_code(error) in _LEADER_MOVING_CODES | _NOT_ASKED_CODES:
-                        unanswered.append((tp.topic, tp.partition))
-                        continue
-                    raise
-                if info.offset == UNANSWERED_OFFSET:
+        An unanswered partition's leader may be dead: librdkafka's admin client keeps the leader
+        it knows and would ask the dead one until the request's timeout. So a request waits a
+        slice of ``timeout_s`` (2 s, then twice as long each time), and the client is replaced
+        before asking again: a new one learns the leaders from the cluster's current metadata."""
+        deadline = time.monotonic() + self.timeout_s
+        result: PartitionOffsets = {}
+        pending: Mapping[TopicPartitionKey, OffsetSpec] = specs
+        wait_s = _FIRST_LIST_OFFSETS_SLICE_S
+        while True:
+            slice_s = max(min(wait_s, deadline - time.monotonic()), 0.001)
+            unknown, unanswered = self._ask_offsets(pending, result, slice_s, isolation, epochs)
+            wait_s *= 2
+            if unknown:
+                existing = self.topic_partitions({topic for topic, _ in unknown})
+                unknown = [tp for tp in unknown if tp[1] in existing.get(tp[0], ())]
+            pending = {tp: specs[tp] for tp in [*unknown, *unanswered]}
+            if not pending:
+                return result
+            if time.monotonic() >= deadline:
+                reason = (
+                    "the cluster's metadata lists them, the client still calls them unknown"
+                    if unknown
+                    else "their leader's ListOffsets request failed"
+                )
+                raise self.unavailable(
+                    f"list the offsets of {sorted(pending)}",
+                    KafkaException(
+                        KafkaError(
+                            KafkaError._UNKNOWN_PARTITION if unknown else KafkaError._TRANSPORT, reason
+                        )
+                    ),
+                )
+            if unanswered:
+                self.close()
+            time.sleep(self.retry_interval_s)
+
+    def _ask_offsets(
+        self,
+        pending: Mapping[TopicPartitionKey, OffsetSpec],
+        result: PartitionOffsets,
+        wait_s: float,
+        isolation: IsolationLevel,
+        epochs: dict[TopicPartitionKey, int] | None,
+    ) -> tuple[list[TopicPartitionKey], list[TopicPartitionKey]]:
+        """Put the offsets found into ``result``; return the partitions the client called unknown
+        and those it left unanswered.
+
+        librdkafka sends one ListOffsets per leader and, when such a request fails (its broker
+        went down while it was in flight, or is down), reports that leader's partitions with
+        offset -1001 and no error. No broker answers -1001 (a timestamp without a record is -1),
+        so it means "not asked", never an offset. A partition whose leadership is moving
+        (``_LEADER_MOVING_CODES``), or whose request found no broker within ``wait_s``, is
+        unanswered too."""
+        request = {TopicPartition(topic, partition): spec for (topic, partition), spec in pending.items()}
+        futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=wait_s)
+        unknown = []
+        unanswered = []
+        for tp, future in futures.items():
+            try:
+                info = self._result(future)
+            except KafkaException as error:
+                if error_code(error) in _UNKNOWN_PARTITION_CODES:
+                    unknown.append((tp.topic, tp.partition))
+                    continue
+                if error_code(error) in _LEADER_MOVING_CODES | _NOT_ASKED_CODES:
                     unanswered.append((tp.topic, tp.partition))
                     continue
-                result[(tp.topic, tp.partition)] = int(info.offset)
-                if epochs is not None and info.leader_epoch is not None and info.leader_epoch >= 0:
-                    epochs[(tp.topic, tp.partition)] = int(info.leader_epoch)
-            return unknown, unanswered
-
-        def fetch() -> PartitionOffsets:
-            """Only a partition the cluster's metadata no longer lists is left out: one unknown
-            partition can fail the whole request, and the client calls partitions unknown while its
-            metadata is stale (for seconds after a broker restart), so the others are asked again,
-            as are unanswered ones, until ``timeout_s``.
-
-            An unanswered partition's leader may be dead: librdkafka's admin client keeps the leader
-            it knows and would ask the dead one until the request's timeout. So a request waits a
-            slice of ``timeout_s`` (2 s, then twice as long each time), and the client is replaced
-            before asking again: a new one learns the leaders from the cluster's current metadata."""
-            deadline = time.monotonic() + self.timeout_s
-            result: PartitionOffsets = {}
-            pending: Mapping[TopicPartitionKey, OffsetSpec] = specs
-            wait_s = _FIRST_LIST_OFFSETS_SLICE_S
-            while True:
-                unknown, unanswered = ask(
-                    pending, result, max(min(wait_s, deadline - time.monotonic()), 0.001)
-                )
-                wait_s *= 2
-                if unknown:
-                    existing = self.topic_partitions({topic for topic, _ in unknown})
-                    unknown = [tp for tp in unknown if tp[1] in existing.get(tp[0], ())]
-                pending = {tp: specs[tp] for tp in [*unknown, *unanswered]}
-                if not pending:
-                    return result
-                if time.monotonic() >= deadline:
-                    reason = (
-                        "the cluster's metadata lists them, the client still calls them unknown"
-                        if unknown
-                        else "their leader's ListOffsets request failed"
-                    )
-                    raise self.unavailable(
-                        f"list the offsets of {sorted(pending)}",
-                        KafkaException(
-                            KafkaError(
-                                KafkaError._UNKNOWN_PARTITION if unknown else KafkaError._TRANSPORT, reason
-                            )
-                        ),
-                    )
-                if unanswered:
-                    self.close()
-                time.sleep(self.retry_interval_s)
-
-        return self._with_retries("list offsets", fetch)
+                raise
+            if info.offset == UNANSWERED_OFFSET:
+                unanswered.append((tp.topic, tp.partition))
+                continue
+            result[(tp.topic, tp.partition)] = int(info.offset)
+            if epochs is not None and info.leader_epoch is not None and info.leader_epoch >= 0:
+                epochs[(tp.topic, tp.partition)] = int(info.leader_epoch)
+        return unknown, unanswered
 
     # -- consumer groups --------------------------------------------------------------------------
 
@@ -628,71 +636,61 @@ class KafkaAdmin:
         wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
         if not wanted:
             return {}
+        return self._with_retries(
+            f"fetch offsets of consumer group '{group_id}'",
+            lambda: self._fetch_committed(group_id, wanted, require_stable),
+        )
 
-        def unsettled(held: Iterable[TopicPartitionKey]) -> KafkaException:
-            pending = ", ".join(f"{topic}-{partition}" for topic, partition in held)
-            return KafkaException(
-                KafkaError(
-                    KafkaError.UNSTABLE_OFFSET_COMMIT,
-                    f"a transaction of consumer group '{group_id}' still holds uncommitted offsets "
-                    f"for {pending} after {self.timeout_s:g} s; it must commit or abort (see: "
-                    "sparkafka transactions list) before the group's offsets are stable",
-                )
-            )
-
-        def fetch() -> PartitionOffsets:
-            deadline = time.monotonic() + self.timeout_s
-            answers = _OffsetFetchAnswers(forward_debug="debug" in self.config)
-            consumer = Consumer(self._group_reader_config(group_id, require_stable, answers))
-            try:
-                while True:
-                    try:
-                        answer = consumer.committed(wanted, timeout=max(deadline - time.monotonic(), 0.001))
-                    except KafkaException as error:
-                        consumer.poll(0)  # serves the debug lines and error events queued meanwhile
-                        code = error_code(error)
-                        if code == KafkaError._TIMED_OUT and (held := answers.unstable()):
-                            raise unsettled(held) from None
-                        if code not in _COORDINATOR_MOVING_CODES:
-                            raise
-                        if deadline - time.monotonic() <= self.retry_interval_s:
-                            raise KafkaException(
-                                KafkaError(
-                                    KafkaError._TIMED_OUT,
-                                    f"the group's coordinator still answers {error.args[0].str()}",
-                                )
-                            ) from None
-                        time.sleep(self.retry_interval_s)
-                        continue
-                    failed = [(tp, tp.error) for tp in answer if tp.error is not None]
-                    unstable = [
-                        (tp.topic, tp.partition)
-                        for tp, failure in failed
-                        if failure.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
-                    ]
-                    for tp, failure in failed:
-                        if failure.code() != KafkaError.UNSTABLE_OFFSET_COMMIT:
-                            raise KafkaException(
-                                KafkaError(
-                                    failure.code(),
-                                    f"consumer group '{group_id}' topic '{tp.topic}' partition "
-                                    f"{tp.partition}: {failure.str()}",
-                                    retriable=failure.retriable(),
-                                )
-                            )
-                    if not unstable:
-                        return {(tp.topic, tp.partition): int(tp.offset) for tp in answer if tp.offset >= 0}
-                    # librdkafka gave up asking again by itself: ask again here, as step 2 would.
+    def _fetch_committed(
+        self, group_id: str, wanted: list[TopicPartition], require_stable: bool
+    ) -> PartitionOffsets:
+        """Steps 1-4 of :meth:`committed_offsets`."""
+        deadline = time.monotonic() + self.timeout_s
+        answers = _OffsetFetchAnswers(forward_debug="debug" in self.config)
+        consumer = Consumer(self._group_reader_config(group_id, require_stable, answers))
+        try:
+            while True:
+                try:
+                    answer = consumer.committed(wanted, timeout=max(deadline - time.monotonic(), 0.001))
+                except KafkaException as error:
+                    consumer.poll(0)  # serves the debug lines and error events queued meanwhile
+                    code = error_code(error)
+                    if code == KafkaError._TIMED_OUT and (held := answers.unstable()):
+                        raise self._unsettled(group_id, held) from None
+                    if code not in _COORDINATOR_MOVING_CODES:
+                        raise
                     if deadline - time.monotonic() <= self.retry_interval_s:
-                        raise unsettled(unstable)
+                        raise KafkaException(
+                            KafkaError(
+                                KafkaError._TIMED_OUT,
+                                f"the group's coordinator still answers {error.args[0].str()}",
+                            )
+                        ) from None
                     time.sleep(self.retry_interval_s)
-            finally:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    consumer.poll(0)  # its warnings and error events, to the log and _client_errors
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    consumer.close()
+                    continue
+                unstable = _unstable_in(group_id, answer)
+                if not unstable:
+                    return {(tp.topic, tp.partition): int(tp.offset) for tp in answer if tp.offset >= 0}
+                # librdkafka gave up asking again by itself: ask again here, as step 2 would.
+                if deadline - time.monotonic() <= self.retry_interval_s:
+                    raise self._unsettled(group_id, unstable)
+                time.sleep(self.retry_interval_s)
+        finally:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.poll(0)  # its warnings and error events, to the log and _client_errors
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
 
-        return self._with_retries(f"fetch offsets of consumer group '{group_id}'", fetch)
+    def _unsettled(self, group_id: str, held: Iterable[TopicPartitionKey]) -> KafkaException:
+        pending = ", ".join(f"{topic}-{partition}" for topic, partition in held)
+        return KafkaException(
+            KafkaError(
+                KafkaError.UNSTABLE_OFFSET_COMMIT,
+                f"a transaction of consumer group '{group_id}' still holds uncommitted offsets "
+                f"for {pending} after {self.timeout_s:g} s; it must commit or abort (see: "
+                "sparkafka transactions list) before the group's offsets are stable",
+            )
+        )
 
     def _group_reader_config(
         self, group_id: str, require_stable: bool, answers: _OffsetFetchAnswers
@@ -821,3 +819,20 @@ def unreachable_error(
         "(kafka.security.protocol, kafka.sasl.*, kafka.ssl.*); the wait is set by the option "
         f"{timeout_option}"
     )
+
+
+def _unstable_in(group_id: str, answer: list[TopicPartition]) -> list[TopicPartitionKey]:
+    """Step 5 of :meth:`KafkaAdmin.committed_offsets`: the partitions of an OffsetFetch answer still
+    held by an open transaction (UNSTABLE_OFFSET_COMMIT); any other error of a partition fails."""
+    failed = [(tp, tp.error) for tp in answer if tp.error is not None]
+    for tp, failure in failed:
+        if failure.code() != KafkaError.UNSTABLE_OFFSET_COMMIT:
+            raise KafkaException(
+                KafkaError(
+                    failure.code(),
+                    f"consumer group '{group_id}' topic '{tp.topic}' partition "
+                    f"{tp.partition}: {failure.str()}",
+                    retriable=failure.retriable(),
+                )
+            )
+    return [(tp.topic, tp.partition) for tp, _ in failed]

@@ -401,19 +401,24 @@ def read_marker_partition(
             position = consumer.position([partition])[0].offset
             if position >= high:
                 return latest
-        raise CommitMarkerError(
-            f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
-            f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms "
-            "(this sink's kafka.transaction.timeout.ms plus operationTimeoutMs): an open transaction holds "
-            "read_committed readers of that partition back and was not aborted by the broker. Every "
-            "exactly-once sink writing markers to this topic shares the partition, so a crashed writer of "
-            "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
-            "'sparkafka transactions list' shows the open transactions; restarting that query ends the "
-            f"wait. {MOVE_MARKERS_HINT}. If it lists none, the partition "
-            "holds a hanging transaction whose COMMIT or ABORT marker was never written (a lone broker "
-            "killed mid-commit, or an unclean leader election): Apache Kafka's 'kafka-transactions.sh "
-            "find-hanging' finds it and 'kafka-transactions.sh abort' ends it"
-        )
+        raise _markers_held_back(options, high)
+
+
+def _markers_held_back(options: SinkOptions, high: int) -> CommitMarkerError:
+    """Why :func:`read_marker_partition` did not reach the high watermark, and the ways on."""
+    return CommitMarkerError(
+        f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
+        f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms "
+        "(this sink's kafka.transaction.timeout.ms plus operationTimeoutMs): an open transaction holds "
+        "read_committed readers of that partition back and was not aborted by the broker. Every "
+        "exactly-once sink writing markers to this topic shares the partition, so a crashed writer of "
+        "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
+        "'sparkafka transactions list' shows the open transactions; restarting that query ends the "
+        f"wait. {MOVE_MARKERS_HINT}. If it lists none, the partition "
+        "holds a hanging transaction whose COMMIT or ABORT marker was never written (a lone broker "
+        "killed mid-commit, or an unclean leader election): Apache Kafka's 'kafka-transactions.sh "
+        "find-hanging' finds it and 'kafka-transactions.sh abort' ends it"
+    )
 
 
 def _unreadable_markers(options: SinkOptions, offset: int | None, failure: KafkaError) -> CommitMarkerError:

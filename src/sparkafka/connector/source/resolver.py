@@ -123,64 +123,70 @@ class OffsetResolver:
                     f"Specified: {_format_partitions(list(named))} Assigned: {_format_partitions(wanted)}"
                 )
 
-        cache: dict[str, PartitionOffsets] = {}
-
-        def earliest() -> PartitionOffsets:
-            if "earliest" not in cache:
-                cache["earliest"] = self.admin.earliest_offsets(wanted)
-            return cache["earliest"]
-
-        def latest() -> PartitionOffsets:
-            if "latest" not in cache:
-                cache["latest"] = (
-                    dict(latest_snapshot) if latest_snapshot is not None else self.latest(wanted)
-                )
-            return cache["latest"]
-
+        known = _LazyOffsets(self, wanted, latest_snapshot)
         if boundary.kind == "earliest":
-            resolved = earliest()
+            resolved = known.earliest()
         elif boundary.kind == "latest":
-            resolved = latest()
+            resolved = known.latest()
         elif boundary.kind == "group":
-            resolved = self._group_offsets(wanted, earliest, latest)
+            resolved = self._group_offsets(wanted, known.earliest, known.latest)
         elif boundary.kind == "offsets":
-            resolved = {}
-            for tp, offset in boundary.offsets.items():
-                if offset == EARLIEST_SENTINEL:
-                    resolved[tp] = earliest()[tp]
-                elif offset == LATEST_SENTINEL:
-                    resolved[tp] = latest()[tp]
-                else:
-                    resolved[tp] = self._checked_offset(
-                        boundary, tp, offset, earliest()[tp], latest()[tp], starting
-                    )
+            resolved = self._explicit_offsets(boundary, known, starting)
         else:
-            timestamps = (
-                boundary.offsets
-                if boundary.kind == "timestamps"
-                else dict.fromkeys(wanted, boundary.timestamp or 0)
-            )
-            found = self.admin.offsets_for_timestamps(timestamps, read_committed=self.options.read_committed)
-            resolved = {}
-            for tp in wanted:
-                match = found.get(tp)
-                if match is not None:
-                    resolved[tp] = match
-                    continue
-                if starting and self.options.timestamp_strategy == "error":
-                    raise SparkafkaOptionError(
-                        "No offset matched from request of topic-partition "
-                        f"{tp[0]}-{tp[1]} and timestamp {timestamps[tp]} ({boundary.option}): "
-                        "no record has a timestamp at or after it. "
-                        f"Set {STARTING_TIMESTAMP_STRATEGY}=latest to start at the latest offset instead."
-                    )
-                resolved[tp] = latest()[tp]
+            resolved = self._timestamp_offsets(boundary, wanted, known, starting)
         missing = [tp for tp in wanted if tp not in resolved]
         if missing:
             raise TopicNotFoundError(
                 f"partitions {_format_partitions(missing)} disappeared while resolving {boundary.option}"
             )
         return {tp: resolved[tp] for tp in wanted}
+
+    def _explicit_offsets(
+        self, boundary: OffsetBoundary, known: _LazyOffsets, starting: bool
+    ) -> PartitionOffsets:
+        """Offsets given as numbers, -2 (earliest) or -1 (latest), each checked against the log."""
+        resolved = {}
+        for tp, offset in boundary.offsets.items():
+            if offset == EARLIEST_SENTINEL:
+                resolved[tp] = known.earliest()[tp]
+            elif offset == LATEST_SENTINEL:
+                resolved[tp] = known.latest()[tp]
+            else:
+                resolved[tp] = self._checked_offset(
+                    boundary, tp, offset, known.earliest()[tp], known.latest()[tp], starting
+                )
+        return resolved
+
+    def _timestamp_offsets(
+        self,
+        boundary: OffsetBoundary,
+        wanted: Sequence[TopicPartitionKey],
+        known: _LazyOffsets,
+        starting: bool,
+    ) -> PartitionOffsets:
+        """The first offset at or after each timestamp; where no record is that late, the latest
+        offset, or (a start with ``startingOffsetsByTimestampStrategy=error``) an error."""
+        timestamps = (
+            boundary.offsets
+            if boundary.kind == "timestamps"
+            else dict.fromkeys(wanted, boundary.timestamp or 0)
+        )
+        found = self.admin.offsets_for_timestamps(timestamps, read_committed=self.options.read_committed)
+        resolved = {}
+        for tp in wanted:
+            match = found.get(tp)
+            if match is not None:
+                resolved[tp] = match
+                continue
+            if starting and self.options.timestamp_strategy == "error":
+                raise SparkafkaOptionError(
+                    "No offset matched from request of topic-partition "
+                    f"{tp[0]}-{tp[1]} and timestamp {timestamps[tp]} ({boundary.option}): "
+                    "no record has a timestamp at or after it. "
+                    f"Set {STARTING_TIMESTAMP_STRATEGY}=latest to start at the latest offset instead."
+                )
+            resolved[tp] = known.latest()[tp]
+        return resolved
 
     def _group_offsets(
         self,
@@ -259,3 +265,31 @@ class OffsetResolver:
                 resume_at=log_start,
             )
         return offset
+
+
+class _LazyOffsets:
+    """The earliest and latest offsets of the wanted partitions, each asked at most once per
+    resolution, and only when needed; latest from ``snapshot`` when one is given."""
+
+    def __init__(
+        self,
+        resolver: OffsetResolver,
+        wanted: Sequence[TopicPartitionKey],
+        snapshot: Mapping[TopicPartitionKey, int] | None,
+    ) -> None:
+        self._resolver = resolver
+        self._wanted = wanted
+        self._snapshot = snapshot
+        self._earliest: PartitionOffsets | None = None
+        self._latest: PartitionOffsets | None = None
+
+    def earliest(self) -> PartitionOffsets:
+        if self._earliest is None:
+            self._earliest = self._resolver.admin.earliest_offsets(self._wanted)
+        return self._earliest
+
+    def latest(self) -> PartitionOffsets:
+        if self._latest is None:
+            snapshot = self._snapshot
+            self._latest = dict(snapshot) if snapshot is not None else self._resolver.latest(self._wanted)
+        return self._latest
