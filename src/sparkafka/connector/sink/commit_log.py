@@ -162,12 +162,7 @@ class ProgressRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> ProgressRecord:
-        data = json.loads(raw)
-        if data.get("version") != 1:
-            raise CommitMarkerError(
-                f"a progress record of the commit-marker topic has version {data.get('version')!r}, and this "
-                "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
-            )
+        data = _version_1(raw, "progress")
         end = data.get("end_offsets")
         return cls(
             data["prefix"],
@@ -217,12 +212,7 @@ class RefusalRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> RefusalRecord:
-        data = json.loads(raw)
-        if data.get("version") != 1:
-            raise CommitMarkerError(
-                f"a refusal record of the commit-marker topic has version {data.get('version')!r}, and this "
-                "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
-            )
+        data = _version_1(raw, "refusal")
         return cls(
             data["prefix"],
             data["query"],
@@ -277,6 +267,17 @@ def refusal_record(found: Mapping[str, bytes], prefix: str) -> RefusalRecord | N
     """The prefix's refusal record in ``found`` (the marker partition as read), if it holds one."""
     recorded = found.get(f"{REFUSAL_KEY_PREFIX}{prefix}")
     return None if recorded is None else RefusalRecord.decode(recorded)
+
+
+def _version_1(raw: bytes, what: str) -> dict[str, Any]:
+    """The fields of a record of version 1, or the error saying a newer sparkafka wrote it."""
+    data: dict[str, Any] = json.loads(raw)
+    if data.get("version") != 1:
+        raise CommitMarkerError(
+            f"a {what} record of the commit-marker topic has version {data.get('version')!r}, and this "
+            "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
+        )
+    return data
 
 
 def _optional_int(value: Any) -> int | None:
