@@ -234,7 +234,7 @@ class Registration:
     with fewer write partitions finds every id it no longer uses and fences it."""
 
     transactional_id: str
-    query_id: str
+    query_id: str | None
     partition: int
 
     @property
@@ -253,8 +253,15 @@ class Registration:
 
     @classmethod
     def decode(cls, raw: bytes) -> Registration:
+        """Only ``query_id`` is ever read back, and a record without one (damaged, or edited by hand)
+        counts as no registration: the id is registered again, as it always was."""
         data = json.loads(raw)
-        return cls(str(data.get("transactional_id", "")), data["query_id"], int(data.get("partition", -1)))
+        partition = data.get("partition")
+        return cls(
+            str(data.get("transactional_id", "")),
+            data.get("query_id"),
+            partition if isinstance(partition, int) else -1,
+        )
 
 
 def registered_query(found: Mapping[str, bytes], transactional_id: str) -> str | None:

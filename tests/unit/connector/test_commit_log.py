@@ -1,0 +1,95 @@
+"""The commit log's record types and what one write task learns from the marker partition
+(sparkafka.connector.sink.commit_log): no Kafka. Reading the partition itself is tested against real
+brokers in tests/integration/connector/test_marker_writes.py and test_frozen_broker.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkafka.connector.sink.commit_log import (
+    CommitMarker,
+    ProgressRecord,
+    RefusalRecord,
+    Registration,
+    committed_state,
+    registered_query,
+)
+from sparkafka.errors import CommitMarkerError
+
+
+def test_a_registration_is_written_as_it_always_was() -> None:
+    """Readers of every earlier sparkafka find the query under "query_id" of this very JSON."""
+    record = Registration("p-3", "q-1", 3)
+    assert record.key == "registration/p-3"
+    assert (
+        record.encode() == json.dumps({"transactional_id": "p-3", "query_id": "q-1", "partition": 3}).encode()
+    )
+    assert Registration.decode(record.encode()) == record
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"transactional_id": "p-3", "partition": 3}', b'{"query_id": null}', b"{}"],
+)
+def test_a_registration_without_a_query_counts_as_none(raw: bytes) -> None:
+    """A damaged or hand-edited registration: the id is registered again, as it always was."""
+    assert registered_query({"registration/p-3": raw}, "p-3") is None
+    assert registered_query({}, "p-3") is None
+
+
+def test_a_registrations_odd_partition_does_not_fail_the_read() -> None:
+    for partition in (b"null", b'"x"'):
+        raw = b'{"transactional_id": "p-3", "query_id": "q-1", "partition": ' + partition + b"}"
+        assert Registration.decode(raw) == Registration("p-3", "q-1", -1)
+
+
+@pytest.mark.parametrize(
+    "record", [ProgressRecord("p", "q", 1, None, None, 0), RefusalRecord("p", "q", 1, "r", 0)]
+)
+def test_a_progress_or_refusal_record_of_a_newer_version_is_refused(
+    record: ProgressRecord | RefusalRecord,
+) -> None:
+    newer = json.loads(record.encode())
+    newer["version"] = 2
+    with pytest.raises(CommitMarkerError, match=r"has version 2, and this sparkafka reads version 1"):
+        type(record).decode(json.dumps(newer).encode())
+    assert type(record).decode(record.encode()) == record
+
+
+def _marker(transactional_id: str, query: str, batch: int) -> bytes:
+    partition = int(transactional_id.rsplit("-", 1)[1])
+    return CommitMarker(transactional_id, query, batch, partition, 10, 0, "out").encode()
+
+
+def test_the_state_of_an_id_tells_its_own_marker_siblings_and_other_prefixes_apart() -> None:
+    found = {
+        "p-0": _marker("p-0", "q", 4),
+        "p-1": _marker("p-1", "q", 4),
+        "p-2": _marker("p-2", "other", 9),  # another query's id under this prefix
+        "pp-0": _marker("pp-0", "q", 2),  # a prefix that merely starts the same
+        "registration/p-0": Registration("p-0", "q", 0).encode(),
+        "progress/p": ProgressRecord("p", "q", 3, None, None, 0).encode(),
+        "refusal/p": RefusalRecord("p", "q", 4, "run", 0).encode(),
+    }
+    state = committed_state(found, "p-0", "p", "q", other_prefixes=True)
+    assert state.marker == CommitMarker.decode(found["p-0"])
+    assert state.registered_query == "q"
+    assert [m.transactional_id for m in state.sibling_markers] == ["p-1"]
+    assert [m.transactional_id for m in state.other_prefix_markers] == ["pp-0"]
+    assert state.progress is not None and state.progress.batch_id == 3
+    assert state.refusal is not None and state.refusal.names("q", 4)
+    assert state.history_found and not state.claim_missing
+    batch_write = committed_state(found, "p-0", "p", "q", other_prefixes=False)
+    assert batch_write.other_prefix_markers == () and batch_write.sibling_markers == state.sibling_markers
+
+
+def test_an_id_whose_topic_holds_nothing_of_its_query_has_no_history() -> None:
+    found = {"p-1": _marker("p-1", "other", 4), "registration/p-1": Registration("p-1", "other", 1).encode()}
+    state = committed_state(found, "p-0", "p", "q", other_prefixes=True)
+    assert state.marker is None and state.registered_query is None and not state.history_found
+    assert state.sibling_markers == () and state.other_prefix_markers == ()
+    assert committed_state(
+        {"p-0": _marker("p-0", "q", 1)}, "p-0", "p", "q", other_prefixes=True
+    ).history_found
