@@ -49,6 +49,38 @@ def test_a_progress_record_the_marker_topic_refuses_fails_the_commit_naming_the_
     assert read_marker_partition(options) == {}, "nothing of the record is in the topic"
 
 
+def test_the_driver_writes_progress_with_one_producer_and_a_new_one_after_a_failure(
+    broker: BrokerProcess,
+) -> None:
+    """A progress record every micro-batch goes through one idempotent producer per process and
+    cluster, not a new one each time; a write that failed discards it, and the next write, once
+    the topic accepts it again, starts a new one and lands."""
+    from sparkafka.connector.sink import commit_log
+
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, marker_topic, config={"cleanup.policy": "compact"})
+    options = _options(broker.bootstrap_servers, marker_topic)
+    records = [ProgressRecord("p", "q-1", batch, None, None, int(time.time() * 1000)) for batch in range(3)]
+    write_progress(options, records[0])
+    first = commit_log.marker_producer(options)
+    write_progress(options, records[1])
+    assert commit_log.marker_producer(options) is first, "one producer for every batch"
+    assert ProgressRecord.decode(read_marker_partition(options)["progress/p"]).batch_id == 1
+
+    too_small = f"markers-{uuid.uuid4().hex[:8]}"
+    create_topic(
+        broker.bootstrap_servers, too_small, config={"cleanup.policy": "compact", "max.message.bytes": "100"}
+    )
+    with pytest.raises(CommitMarkerError):
+        commit_log.produce_to_markers(
+            options, too_small, {"progress/p": records[2].encode()}, "the progress record"
+        )
+    replacement = commit_log.marker_producer(options)
+    assert replacement is not first, "a producer whose write failed is not used again"
+    write_progress(options, records[2])
+    assert ProgressRecord.decode(read_marker_partition(options)["progress/p"]).batch_id == 2
+
+
 def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: BrokerProcess) -> None:
     """The refusal record names the run by the writer's own id, made on the driver for each write
     of a batch (two writers, two runs), whatever job group or description Spark's tasks carry."""

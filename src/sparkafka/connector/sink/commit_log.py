@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -567,20 +568,44 @@ def register(options: SinkOptions, producer: Producer, registration: Registratio
         ) from None
 
 
+# One idempotent producer per cluster configuration and process, kept from one write to the next:
+# the driver writes a progress record every micro-batch, and a new producer would first connect and
+# ask the cluster for a producer id each time.
+_MARKER_PRODUCERS: dict[tuple[tuple[str, str], ...], Producer] = {}
+_MARKER_PRODUCERS_LOCK = threading.Lock()
+
+
 def marker_producer(options: SinkOptions) -> Producer:
     """An idempotent producer of records into the marker partition outside any transaction (progress
-    records, markers carried over): committed as soon as acknowledged, never holding readers back."""
-    config = {
-        **EAGER_CONNECTIONS,
-        **options.client_config,
-        "logger": LIBRDKAFKA_LOGGER,
-        "enable.idempotence": True,
-        "acks": "all",
-    }
-    return Producer(config)
+    records, refusal records, markers carried over): committed as soon as acknowledged, never holding
+    readers back. Shared by the process's writes with the same client settings."""
+    key = tuple(sorted((name, str(value)) for name, value in options.client_config.items()))
+    with _MARKER_PRODUCERS_LOCK:
+        producer = _MARKER_PRODUCERS.get(key)
+        if producer is None:
+            config = {
+                **EAGER_CONNECTIONS,
+                **options.client_config,
+                "logger": LIBRDKAFKA_LOGGER,
+                "enable.idempotence": True,
+                "acks": "all",
+            }
+            producer = _MARKER_PRODUCERS[key] = Producer(config)
+        return producer
+
+
+def _discard_marker_producer(producer: Producer) -> None:
+    """Forget a producer whose write failed: the next write starts a new one (an idempotent producer
+    can be left in a state it does not leave, e.g. after a fatal sequence error)."""
+    with _MARKER_PRODUCERS_LOCK:
+        for key, cached in list(_MARKER_PRODUCERS.items()):
+            if cached is producer:
+                del _MARKER_PRODUCERS[key]
 
 
 def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, bytes], what: str) -> None:
+    """Write ``records`` (key -> value) to the marker partition of ``topic``, each acknowledged by all
+    in-sync replicas before this returns; otherwise fail naming the cause."""
     producer = marker_producer(options)
     failures: list[KafkaError] = []
 
@@ -588,10 +613,15 @@ def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, b
         if error is not None:
             failures.append(error)
 
-    for key, value in records.items():
-        producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
-    remaining = producer.flush(options.operation_timeout_s)
+    try:
+        for key, value in records.items():
+            producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
+        remaining = producer.flush(options.operation_timeout_s)
+    except BaseException:
+        _discard_marker_producer(producer)
+        raise
     if remaining or failures:
+        _discard_marker_producer(producer)
         reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in time"
         raise CommitMarkerError(
             f"writing {what} to the commit-marker topic '{topic}' failed: {reason}. The sink needs it "
