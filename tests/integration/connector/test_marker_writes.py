@@ -50,11 +50,12 @@ def test_a_progress_record_the_marker_topic_refuses_fails_the_commit_naming_the_
 
 
 def test_the_driver_writes_progress_with_one_producer_and_a_new_one_after_a_failure(
-    broker: BrokerProcess,
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A progress record every micro-batch goes through one idempotent producer per process and
     cluster, not a new one each time; a write that failed discards it, and the next write, once
-    the topic accepts it again, starts a new one and lands."""
+    the topic accepts it again, starts a new one and lands; so does a write after the producer sat
+    idle too long."""
     from sparkafka.connector.sink import commit_log
 
     marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
@@ -79,6 +80,9 @@ def test_the_driver_writes_progress_with_one_producer_and_a_new_one_after_a_fail
     assert replacement is not first, "a producer whose write failed is not used again"
     write_progress(options, records[2])
     assert ProgressRecord.decode(read_marker_partition(options)["progress/p"]).batch_id == 2
+    assert commit_log.marker_producer(options) is replacement
+    monkeypatch.setattr(commit_log, "MARKER_PRODUCER_IDLE_S", -1.0)
+    assert commit_log.marker_producer(options) is not replacement, "an idle producer is dropped"
 
 
 def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: BrokerProcess) -> None:

@@ -570,8 +570,10 @@ def register(options: SinkOptions, producer: Producer, registration: Registratio
 
 # One idempotent producer per cluster configuration and process, kept from one write to the next:
 # the driver writes a progress record every micro-batch, and a new producer would first connect and
-# ask the cluster for a producer id each time.
-_MARKER_PRODUCERS: dict[tuple[tuple[str, str], ...], Producer] = {}
+# ask the cluster for a producer id each time. One left unused this long (its query stopped, or runs
+# with a long trigger) is dropped: the next write makes a new one, as every write once did.
+MARKER_PRODUCER_IDLE_S = 300.0
+_MARKER_PRODUCERS: dict[tuple[tuple[str, str], ...], tuple[Producer, float]] = {}
 _MARKER_PRODUCERS_LOCK = threading.Lock()
 
 
@@ -580,9 +582,15 @@ def marker_producer(options: SinkOptions) -> Producer:
     records, refusal records, markers carried over): committed as soon as acknowledged, never holding
     readers back. Shared by the process's writes with the same client settings."""
     key = tuple(sorted((name, str(value)) for name, value in options.client_config.items()))
+    now = time.monotonic()
     with _MARKER_PRODUCERS_LOCK:
-        producer = _MARKER_PRODUCERS.get(key)
-        if producer is None:
+        for other, (_, used_at) in list(_MARKER_PRODUCERS.items()):
+            if other != key and now - used_at > MARKER_PRODUCER_IDLE_S:
+                del _MARKER_PRODUCERS[other]  # closed when the last reference goes
+        found = _MARKER_PRODUCERS.get(key)
+        if found is not None and now - found[1] <= MARKER_PRODUCER_IDLE_S:
+            producer = found[0]
+        else:
             config = {
                 **EAGER_CONNECTIONS,
                 **options.client_config,
@@ -590,7 +598,8 @@ def marker_producer(options: SinkOptions) -> Producer:
                 "enable.idempotence": True,
                 "acks": "all",
             }
-            producer = _MARKER_PRODUCERS[key] = Producer(config)
+            producer = Producer(config)
+        _MARKER_PRODUCERS[key] = (producer, now)
         return producer
 
 
@@ -598,7 +607,7 @@ def _discard_marker_producer(producer: Producer) -> None:
     """Forget a producer whose write failed: the next write starts a new one (an idempotent producer
     can be left in a state it does not leave, e.g. after a fatal sequence error)."""
     with _MARKER_PRODUCERS_LOCK:
-        for key, cached in list(_MARKER_PRODUCERS.items()):
+        for key, (cached, _) in list(_MARKER_PRODUCERS.items()):
             if cached is producer:
                 del _MARKER_PRODUCERS[key]
 
