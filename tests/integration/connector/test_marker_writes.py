@@ -4,8 +4,10 @@ code)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +85,44 @@ def test_the_driver_writes_progress_with_one_producer_and_a_new_one_after_a_fail
     assert commit_log.marker_producer(options) is replacement
     monkeypatch.setattr(commit_log, "MARKER_PRODUCER_IDLE_S", -1.0)
     assert commit_log.marker_producer(options) is not replacement, "an idle producer is dropped"
+
+
+def test_a_write_sharing_the_producer_is_judged_by_its_own_records(tmp_path: Path) -> None:
+    """Two writes in one process share the marker producer (one cluster): one whose topic does not
+    exist (no auto-creation) waits out its timeout, and the other, started meanwhile, still succeeds
+    at once, its record in its topic, instead of waiting for and failing by the other's record."""
+    import threading
+
+    from tests.conftest import FAST_BROKER_ARGS
+
+    with BrokerProcess(
+        tmp_path / "data", extra_args=[*FAST_BROKER_ARGS, "--no-auto-create-topics"]
+    ) as broker:
+        good = f"markers-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.bootstrap_servers, good, config={"cleanup.policy": "compact"})
+        healthy = _options(broker.bootstrap_servers, good)
+        stuck = dataclasses.replace(
+            healthy, marker_topic=f"missing-{uuid.uuid4().hex[:8]}", operation_timeout_s=8.0
+        )
+        write_progress(healthy, ProgressRecord("a", "q-a", 0, None, None, 0))  # the shared producer exists
+        outcome: list[BaseException] = []
+
+        def write_stuck() -> None:
+            try:
+                write_progress(stuck, ProgressRecord("b", "q-b", 0, None, None, 0))
+            except BaseException as error:
+                outcome.append(error)
+
+        waiting = threading.Thread(target=write_stuck)
+        waiting.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        write_progress(healthy, ProgressRecord("a", "q-a", 1, None, None, 0))
+        took = time.monotonic() - started
+        waiting.join()
+        assert took < 6, f"the healthy write waited {took:.1f} s for the other's record"
+        assert ProgressRecord.decode(read_marker_partition(healthy)["progress/a"]).batch_id == 1
+        assert len(outcome) == 1 and "not acknowledged in time" in str(outcome[0]), outcome
 
 
 def test_a_refusal_is_recorded_with_the_run_of_the_writer_that_refused(broker: BrokerProcess) -> None:

@@ -614,21 +614,31 @@ def _discard_marker_producer(producer: Producer) -> None:
 
 def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, bytes], what: str) -> None:
     """Write ``records`` (key -> value) to the marker partition of ``topic``, each acknowledged by all
-    in-sync replicas before this returns; otherwise fail naming the cause."""
+    in-sync replicas before this returns; otherwise fail naming the cause.
+
+    The producer may be shared with another thread's write: this waits for the delivery reports of
+    its own records only (not a flush, which would wait for the other's too and count them), and
+    judges the write by them alone."""
     producer = marker_producer(options)
     failures: list[KafkaError] = []
+    acknowledged: list[bool] = []
 
     def on_delivery(error: KafkaError | None, _message: Any) -> None:
         if error is not None:
             failures.append(error)
+        else:
+            acknowledged.append(True)
 
+    deadline = time.monotonic() + options.operation_timeout_s
     try:
         for key, value in records.items():
             producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
-        remaining = producer.flush(options.operation_timeout_s)
+        while len(acknowledged) + len(failures) < len(records) and (left := deadline - time.monotonic()) > 0:
+            producer.poll(min(left, 0.1))
     except BaseException:
         _discard_marker_producer(producer)
         raise
+    remaining = len(records) - len(acknowledged) - len(failures)
     if remaining or failures:
         _discard_marker_producer(producer)
         reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in time"
