@@ -52,15 +52,12 @@ class PartitionDiscovery:
     ) -> list[TopicPartitionKey]:
         interval_ms = self._interval_ms
         now = time.monotonic()
-        stale = (
-            self._known is None
-            or interval_ms is None
-            or (interval_ms > 0 and now - self._discovered_at >= interval_ms / 1000)
-        )
-        if force or require_topics or stale or self._known is None:
-            self._known = resolver.partitions(require_topics=require_topics)
+        known = self._known
+        stale = interval_ms is None or (interval_ms > 0 and now - self._discovered_at >= interval_ms / 1000)
+        if known is None or force or require_topics or stale:
+            known = self._known = resolver.partitions(require_topics=require_topics)
             self._discovered_at = now
-        return self._known
+        return known
 
 
 # -- step 3: the log under the positions -------------------------------------------------------------
