@@ -164,9 +164,13 @@ def test_an_executor_killed_mid_batch_is_relaunched_and_the_query_carries_on_exa
 def test_speculative_copies_of_a_slow_write_task_write_it_once(
     fresh_kafka: Kafka, topics: set[str], standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
-    """spark.speculation on: write partition 1 is slow (held 12 s before its commit), so Spark starts a
+    """spark.speculation on: write partition 1 is slow (held 30 s before its commit), so Spark starts a
     copy of it on the other executor. Both attempts use transactional id ...-1; the later one's
     initialisation fences the earlier, which can no longer commit; the output is written once.
+
+    The copy can only start once the other one-core executor has run write partitions 0, 2 and 3,
+    and must then write its rows before it reaches the pause: on a loaded machine that takes more
+    than 12 s, the original committed first and the copy was killed before it could be counted.
 
     Spark's efficiency rule (on by default) waits until a task has run twice the speculation
     threshold before copying it when its progress rate is unknown, and the threshold follows the
@@ -182,7 +186,7 @@ def test_speculative_copies_of_a_slow_write_task_write_it_once(
         "spark.speculation.minTaskRuntime=1s",
         "spark.speculation.efficiency.enabled=false",
     )
-    slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=12s")
+    slow = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=30s")
     run = _pipeline(broker, standalone, tmp_path, 2, *speculation, sink_options=slow).start()
     try:
         output = committed_ids(
