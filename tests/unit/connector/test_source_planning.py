@@ -249,3 +249,14 @@ def test_max_offsets_cap_the_batch_from_the_limit_or_the_options() -> None:
         start, end, ReadAllAvailable(), may_wait=True, available_now=False
     )
     assert capped == {T0: 3, T1: 3}
+
+
+def test_a_malformed_checkpointed_end_fails_the_batch_plan_naming_it() -> None:
+    """A replay plans its ranges from the end in the offsets log: one that does not parse fails
+    before any range is planned, with the checkpoint's own error rather than a KeyError."""
+    reader = reader_with(FakeAdmin())
+    with pytest.raises(CheckpointFormatError, match="does not parse"):
+        reader.partitions(
+            {"t": {"0": 0, "1": 0}}, {"t": {"0": 4, "1": 4}, "sparkafka:split": {"calculator": "x"}}
+        )
+    assert reader.partitions({"t": {"0": 0, "1": 0}}, {"t": {"0": 4, "1": 4}}), "a well-formed end plans"

@@ -31,18 +31,11 @@ from sparkafka.connector.source.heartbeat import (
     next_heartbeat_ms,
 )
 from sparkafka.connector.source.offsets import (
-    INITIAL_OFFSET_KEY,
-    SPLIT_KEY,
     UNRESOLVED_START,
-    UNRESOLVED_START_KEY,
     SourceOffset,
     _marked_initial,
     decode_offsets,
     encode_offsets,
-    first_batch_start,
-    leader_epochs,
-    recorded_split,
-    topic_ids,
 )
 from sparkafka.connector.source.options import (
     LATEST,
@@ -83,10 +76,10 @@ def _resolves_the_same_later(boundary: OffsetBoundary) -> bool:
     return boundary.kind == "offsets" and LATEST_SENTINEL not in boundary.offsets.values()
 
 
-def _first_batch_planned_elsewhere(end: dict[str, dict[str, int]], starting: OffsetBoundary) -> str:
+def _first_batch_planned_elsewhere(end: SourceOffset, starting: OffsetBoundary) -> str:
     """Why a first micro-batch that another source planned cannot be replayed (see partitions)."""
     return (
-        f"the first micro-batch of this checkpoint, ending at {encode_offsets(decode_offsets(end))}, was "
+        f"the first micro-batch of this checkpoint, ending at {encode_offsets(end.positions)}, was "
         "planned by another source, most likely Spark's kafka format before the query switched to "
         "sparkafka, and was never committed; its start is not in the offsets log (Spark's source keeps "
         "it in <checkpoint>/sources/0/0, which a Python data source cannot read), and "
@@ -284,35 +277,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         heartbeat, one :class:`HeartbeatPartition`. Depends only on the two offsets (invariant 1):
         the split options the batch was planned with are recorded in ``end`` and win over the
         current ones, which apply from the next batch on."""
+        # Decoded once, up front: an entry that does not parse fails here, naming the offset.
+        begin, finish = SourceOffset.decode(start), SourceOffset.decode(end)
         # A first micro-batch replayed after a crash gets a start resolved anew, which may differ
         # (retention moved the earliest offset); its checkpointed end knows the start it had.
-        begin = first_batch_start(end)
-        if begin is None and UNRESOLVED_START_KEY in start and INITIAL_OFFSET_KEY not in end:
-            raise SparkafkaError(_first_batch_planned_elsewhere(end, self.options.starting or LATEST))
-        if begin is None and INITIAL_OFFSET_KEY in start and SPLIT_KEY not in end:
+        if finish.first_batch_start is None and begin.unresolved_start and not finish.initial:
+            raise SparkafkaError(_first_batch_planned_elsewhere(finish, self.options.starting or LATEST))
+        if finish.first_batch_start is None and begin.initial and finish.split is None:
             logger.warning(
                 "the first micro-batch, ending at %s, was planned by another source (Spark's kafka format?): "
                 "it is read from the start sparkafka resolves now from startingOffsets (%s), which is where "
                 "that source began it only if startingOffsets is unchanged",
-                encode_offsets(decode_offsets(end)),
-                encode_offsets(decode_offsets(start)),
+                encode_offsets(finish.positions),
+                encode_offsets(begin.positions),
             )
         # Offsets checkpointed before the split was recorded were split by the first calculator.
-        split = recorded_split(end) or dataclasses.replace(self.options.split, calculator=LEGACY_CALCULATOR)
+        split = finish.split or dataclasses.replace(self.options.split, calculator=LEGACY_CALCULATOR)
         if split != self.options.split:
             logger.info(
                 "planning the micro-batch ending at %s with the split it was first planned with (%s); "
                 "the current options (%s) apply from the next micro-batch",
-                encode_offsets(decode_offsets(end)),
+                encode_offsets(finish.positions),
                 split.encode(),
                 self.options.split.encode(),
             )
-        ends = decode_offsets(end)
+        ends = finish.positions
         if end != self._planned_end:  # a replay: its input may have been truncated since
-            ends = self._intact_part(ends, leader_epochs(end), topic_ids(end))
+            ends = self._intact_part(ends, finish.leader_epochs, finish.topic_ids)
         ranges: list[InputPartition] = list(
             split_offset_ranges(
-                offset_ranges(decode_offsets(start) if begin is None else begin, ends),
+                offset_ranges(
+                    begin.positions if finish.first_batch_start is None else finish.first_batch_start, ends
+                ),
                 min_partitions=split.min_partitions,
                 max_records_per_partition=split.max_records_per_partition,
                 calculator=split.calculator,
