@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
 from sparkafka.errors import KafkaUnavailableError
-from tests.integration.conftest import Kafka
+from tests.integration.conftest import ALL_APACHE_KAFKAS, EMBEDDED, Kafka
 from tests.integration.kafka_clients import create_topic, open_transaction
 
 
@@ -129,6 +129,7 @@ print(admin.committed_offsets(sys.argv[2], [("t", 0)], require_stable=True))
 """
 
 
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED, *ALL_APACHE_KAFKAS], indirect=True)
 def test_group_offsets_asked_of_a_cluster_just_started_are_answered(fresh_kafka: Kafka) -> None:
     """An Apache Kafka just started answers a group's first OffsetFetch with NOT_COORDINATOR while
     its group coordinator loads, and librdkafka's AdminClient crashed the process with a segmentation

@@ -19,7 +19,7 @@ from sparkafka.broker.runner import BrokerProcess
 from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess
 from tests.integration.apache_kafka import ApacheKafka
-from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
+from tests.integration.conftest import ALL_APACHE_KAFKAS, APACHE_KAFKA, EMBEDDED, Kafka
 from tests.integration.kafka_clients import (
     committed_markers,
     create_topic,
@@ -114,7 +114,7 @@ def _no_open_transactions(broker: Kafka, topic: str, partitions: int) -> bool:
 @pytest.fixture
 def any_kafka_topics(fresh_kafka: Kafka) -> Kafka:
     """Topics in and out, two partitions each, on a Kafka of the test's own: the embedded broker,
-    then each pinned Apache Kafka."""
+    then the newest Apache Kafka (and each pinned one where the test asks)."""
     create_topic(fresh_kafka.bootstrap_servers, "in", partitions=2)
     create_topic(fresh_kafka.bootstrap_servers, "out", partitions=2)
     return fresh_kafka
@@ -141,6 +141,7 @@ def _kill_when_paused(pipeline: PipelineProcess, pause_line: str) -> None:
         raise
 
 
+@pytest.mark.parametrize("fresh_kafka", [EMBEDDED, *ALL_APACHE_KAFKAS], indirect=True)
 def test_sigkill_at_every_protocol_point_in_a_row_is_exactly_once(
     any_kafka_topics: Kafka, tmp_path: Path
 ) -> None:
