@@ -193,32 +193,11 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate the options common to streaming and batch reads (Spark's validateGeneralOptions)."""
         reader = OptionReader(options, SOURCE_OPTIONS, component="source")
-        kafka_params = reader.kafka_params()
-        reject_forbidden_kafka_params(kafka_params, FORBIDDEN_KAFKA_PARAMS)
-        if not kafka_params.get("bootstrap.servers", "").strip():
-            raise SparkafkaOptionError(
-                "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
-            )
-        strategy = _parse_strategy(reader)
-        # Read by the connector (bounded waits on the driver), not a librdkafka property.
-        api_timeout_ms = parse_int(
-            "kafka.default.api.timeout.ms",
-            kafka_params.pop("default.api.timeout.ms", DEFAULT_API_TIMEOUT),
-            minimum=1,
-        )
-        isolation = parse_choice(
-            "kafka.isolation.level", kafka_params.get("isolation.level", "read_committed"), ISOLATION_LEVELS
-        )
-        kafka_params["isolation.level"] = isolation
+        kafka_params, api_timeout_ms = _consumer_params(reader)
+        isolation = kafka_params["isolation.level"]
         group_id = kafka_params.get("group.id")
-
-        min_offsets = reader.optional_integer("minOffsetsPerTrigger", minimum=1)
-        max_offsets = reader.optional_integer("maxOffsetsPerTrigger", minimum=1)
-        if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
-            raise SparkafkaOptionError(
-                f"The value of minOffsetsPerTrigger({min_offsets}) is higher than the "
-                f"maxOffsetsPerTrigger({max_offsets})."
-            )
+        strategy = _parse_strategy(reader)
+        min_offsets, max_offsets = _offsets_per_trigger(reader)
         starting = _parse_boundary(
             reader, STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS
         )
@@ -348,6 +327,39 @@ class SourceOptions:
             attempts=self.fetch_offset_attempts,
             retry_interval_s=self.fetch_offset_retry_interval_ms / 1000,
         )
+
+
+def _consumer_params(reader: OptionReader) -> tuple[dict[str, str], int]:
+    """The ``kafka.*`` options as the consumers' configuration, checked (bootstrap servers given,
+    none of the properties the source sets itself, a known isolation level), and the API timeout,
+    which the connector reads itself and takes out."""
+    kafka_params = reader.kafka_params()
+    reject_forbidden_kafka_params(kafka_params, FORBIDDEN_KAFKA_PARAMS)
+    if not kafka_params.get("bootstrap.servers", "").strip():
+        raise SparkafkaOptionError(
+            "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
+        )
+    api_timeout_ms = parse_int(
+        "kafka.default.api.timeout.ms",
+        kafka_params.pop("default.api.timeout.ms", DEFAULT_API_TIMEOUT),
+        minimum=1,
+    )
+    kafka_params["isolation.level"] = parse_choice(
+        "kafka.isolation.level", kafka_params.get("isolation.level", "read_committed"), ISOLATION_LEVELS
+    )
+    return kafka_params, api_timeout_ms
+
+
+def _offsets_per_trigger(reader: OptionReader) -> tuple[int | None, int | None]:
+    """minOffsetsPerTrigger and maxOffsetsPerTrigger, the minimum no higher than the maximum."""
+    min_offsets = reader.optional_integer("minOffsetsPerTrigger", minimum=1)
+    max_offsets = reader.optional_integer("maxOffsetsPerTrigger", minimum=1)
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise SparkafkaOptionError(
+            f"The value of minOffsetsPerTrigger({min_offsets}) is higher than the "
+            f"maxOffsetsPerTrigger({max_offsets})."
+        )
+    return min_offsets, max_offsets
 
 
 def _parse_strategy(reader: OptionReader) -> Strategy:
