@@ -28,7 +28,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from sparkafka.connector import client_log
+from sparkafka.connector import client_log, kafka_errors
+from sparkafka.connector.kafka_errors import error_code, error_reason
 from sparkafka.connector.options import java_only_property_hint
 from sparkafka.errors import KafkaUnavailableError, SparkafkaOptionError
 
@@ -69,50 +70,14 @@ _CONSUMER_ONLY_PREFIXES = (
     "allow.auto.create.topics",
 )
 
-_UNAVAILABLE_CODES = frozenset(
-    {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
-)
 # The first slice of a wait cut by waits_until_refused; each next one is twice as long.
 _FIRST_WAIT_SLICE_S = 0.5
-_UNKNOWN_PARTITION_CODES = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError._NOENT,
-    }
-)
 
 # librdkafka's RD_KAFKA_OFFSET_INVALID: what its ListOffsets reports for a partition it did not ask.
 UNANSWERED_OFFSET = -1001
-# A ListOffsets request that found no broker to answer it within its timeout.
-_NOT_ASKED_CODES = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
 # The first slice of the list-offsets wait a request may take; each next one is twice as long.
 _FIRST_LIST_OFFSETS_SLICE_S = 2.0
-# A partition's leadership is moving (its leader died, or a new one was just elected and has not
-# caught up): Kafka's own clients refresh their metadata and ask the partition's leader again.
-_LEADER_MOVING_CODES = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-        KafkaError.REPLICA_NOT_AVAILABLE,
-        KafkaError.KAFKA_STORAGE_ERROR,
-    }
-)
 
-# A consumer group's coordinator moving (a failover) or loading (a cluster just started): the
-# consumer looks it up again, and the question can be asked again.
-_COORDINATOR_MOVING_CODES = frozenset(
-    {
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError._WAIT_COORD,
-    }
-)
 # librdkafka's debug line (``topic`` context) for each partition of an OffsetFetch answer.
 _OFFSET_FETCH_ANSWER = re.compile(
     r"OffsetFetchResponse: (?P<topic>\S+) \[(?P<partition>\d+)\] .*: (?P<error>\w+)\s*$"
@@ -240,34 +205,6 @@ def waits_until_refused(timeout_s: float, client_errors: Iterable[KafkaError]) -
         wait_s *= 2
 
 
-def error_code(error: BaseException) -> int | None:
-    """The librdkafka error code carried by a KafkaException, if any."""
-    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
-        return int(error.args[0].code())
-    return None
-
-
-def error_reason(error: BaseException) -> str:
-    """The text of the librdkafka error a KafkaException carries (not its ``KafkaError{...}`` repr),
-    or the exception's own text."""
-    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
-        return str(error.args[0].str())
-    return str(error)
-
-
-# What a client answers while it cannot tell: no connection, no metadata (yet) for the topic, a
-# leader moving, or a partition that is really gone (told apart by asking the cluster).
-_TRANSIENT_WATERMARK_CODES = (
-    _UNAVAILABLE_CODES
-    | _UNKNOWN_PARTITION_CODES
-    | _LEADER_MOVING_CODES
-    | {
-        KafkaError._DESTROY_BROKER,
-        KafkaError._WAIT_COORD,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
 _WATERMARK_RETRY_INTERVAL_S = 0.2
 
 
@@ -298,15 +235,15 @@ def partition_watermarks(
             return int(low), int(high)
         except KafkaException as error:
             code = error_code(error)
-            if code not in _TRANSIENT_WATERMARK_CODES:
+            if code not in kafka_errors.TRANSIENT_WATERMARK:
                 raise
-            if code in _UNKNOWN_PARTITION_CODES and not _partition_listed(
+            if code in kafka_errors.UNKNOWN_PARTITION and not _partition_listed(
                 consumer, topic, partition, remaining
             ):
                 return None
             if deadline - time.monotonic() <= _WATERMARK_RETRY_INTERVAL_S:
                 raise
-            if code not in _UNKNOWN_PARTITION_CODES:
+            if code not in kafka_errors.UNKNOWN_PARTITION:
                 # Answers with the current leaders, which the client keeps for its next request.
                 with contextlib.suppress(KafkaException):
                     consumer.list_topics(topic, timeout=max(min(wait_s, deadline - time.monotonic()), 0.001))
@@ -322,7 +259,7 @@ def _partition_listed(consumer: Consumer, topic: str, partition: int, timeout_s:
     except KafkaException:
         return True
     found = metadata.topics.get(topic)
-    if found is None or (found.error is not None and found.error.code() in _UNKNOWN_PARTITION_CODES):
+    if found is None or (found.error is not None and found.error.code() in kafka_errors.UNKNOWN_PARTITION):
         return False
     if found.error is not None:  # e.g. LEADER_NOT_AVAILABLE: it exists, its leader is moving
         return True
@@ -397,7 +334,7 @@ class KafkaAdmin:
             topics: dict[str, list[int]] = {}
             for name, topic in metadata.topics.items():
                 if name in INTERNAL_TOPICS or (
-                    topic.error is not None and topic.error.code() in _UNKNOWN_PARTITION_CODES
+                    topic.error is not None and topic.error.code() in kafka_errors.UNKNOWN_PARTITION
                 ):
                     continue
                 topics[name] = sorted(topic.partitions)
@@ -427,7 +364,7 @@ class KafkaAdmin:
                     try:
                         description = future.result()
                     except KafkaException as error:
-                        if error_code(error) not in _UNKNOWN_PARTITION_CODES:
+                        if error_code(error) not in kafka_errors.UNKNOWN_PARTITION:
                             raise
                         continue
                     found[name] = sorted(partition.id for partition in description.partitions)
@@ -438,7 +375,7 @@ class KafkaAdmin:
                             topic_id.get_least_significant_bits(),
                         )
             except KafkaException as error:
-                if error_code(error) not in _UNAVAILABLE_CODES:
+                if error_code(error) not in kafka_errors.UNAVAILABLE:
                     raise
                 failure = error
                 self.client.poll(0)  # error events reach _client_errors on a poll
@@ -459,7 +396,7 @@ class KafkaAdmin:
             try:
                 return self.client.list_topics(timeout=max(wait_s, 0.001))
             except KafkaException as error:
-                if error_code(error) not in _UNAVAILABLE_CODES:
+                if error_code(error) not in kafka_errors.UNAVAILABLE:
                     raise
                 failure = error
                 self.client.poll(0)  # error events reach _client_errors on a poll
@@ -570,7 +507,7 @@ class KafkaAdmin:
         went down while it was in flight, or is down), reports that leader's partitions with
         offset -1001 and no error. No broker answers -1001 (a timestamp without a record is -1),
         so it means "not asked", never an offset. A partition whose leadership is moving
-        (``_LEADER_MOVING_CODES``), or whose request found no broker within ``wait_s``, is
+        (``kafka_errors.LEADER_MOVING``), or whose request found no broker within ``wait_s``, is
         unanswered too."""
         request = {TopicPartition(topic, partition): spec for (topic, partition), spec in pending.items()}
         futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=wait_s)
@@ -580,10 +517,10 @@ class KafkaAdmin:
             try:
                 info = self._result(future)
             except KafkaException as error:
-                if error_code(error) in _UNKNOWN_PARTITION_CODES:
+                if error_code(error) in kafka_errors.UNKNOWN_PARTITION:
                     unknown.append((tp.topic, tp.partition))
                     continue
-                if error_code(error) in _LEADER_MOVING_CODES | _NOT_ASKED_CODES:
+                if error_code(error) in kafka_errors.LEADER_MOVING | kafka_errors.NOT_ANSWERED:
                     unanswered.append((tp.topic, tp.partition))
                     continue
                 raise
@@ -657,7 +594,7 @@ class KafkaAdmin:
                     code = error_code(error)
                     if code == KafkaError._TIMED_OUT and (held := answers.unstable()):
                         raise self._unsettled(group_id, held) from None
-                    if code not in _COORDINATOR_MOVING_CODES:
+                    if code not in kafka_errors.COORDINATOR_MOVING:
                         raise
                     if deadline - time.monotonic() <= self.retry_interval_s:
                         raise KafkaException(
@@ -732,7 +669,7 @@ class KafkaAdmin:
                     f"consumer group '{group_id}' topic '{tp.topic}' partition {tp.partition}: "
                     f"{tp.error.str()}"
                 )
-                if tp.error.code() in _UNKNOWN_PARTITION_CODES:
+                if tp.error.code() in kafka_errors.UNKNOWN_PARTITION:
                     detail += (
                         "; the cluster has no such partition (the topic was deleted, or has fewer "
                         f"partitions now): see sparkafka topics describe {tp.topic}"
@@ -767,7 +704,7 @@ class KafkaAdmin:
                 return operation()
             except KafkaException as error:
                 code = error_code(error)
-                if code in _UNAVAILABLE_CODES:
+                if code in kafka_errors.UNAVAILABLE:
                     raise self.unavailable(what, error) from None
                 kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
                 if kafka_error is None or not kafka_error.retriable() or attempt == attempts:

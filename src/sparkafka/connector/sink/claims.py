@@ -40,9 +40,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
-from sparkafka.connector.kafka_admin import KafkaAdmin, error_code
+from sparkafka.connector import kafka_errors
+from sparkafka.connector.kafka_admin import KafkaAdmin
+from sparkafka.connector.kafka_errors import error_code
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.commit_log import (
@@ -222,9 +224,9 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
             return query_id
         except KafkaException as error:
             code = error_code(error)
-            if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            if code == kafka_errors.TRANSACTION_TIMEOUT_REFUSED:
                 raise transaction_timeout_error(options) from None
-            if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+            if code in kafka_errors.NOT_ANSWERED:
                 raise sink_unreachable_error(
                     options, f"claim transactional-id prefix '{prefix}'", error
                 ) from None
@@ -233,7 +235,7 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
             )
             if refused is not None:
                 raise refused from None
-            if code not in _CLAIM_RACE_CODES:
+            if code not in kafka_errors.TRANSACTION_RACE:
                 raise CommitMarkerError(
                     f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "
                     f"'{options.marker_topic}' failed: {error.args[0]}. {MARKER_TOPIC_MUST_ACCEPT}"
@@ -248,20 +250,8 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
     )
 
 
-# What a claimer sees when another one initialised the claim id since its own initialisation.
-# Apache Kafka's coordinator under transactions v2 may answer a commit that races the fencing
-# abort with INVALID_TXN_STATE or an unknown server error instead of PRODUCER_FENCED
-# (KAFKA-20785). Retrying any of them is safe: every attempt initialises the id again and reads
-# the partition to its end, so a claim that did commit despite the error is found there.
-_CLAIM_RACE_CODES = (
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.CONCURRENT_TRANSACTIONS,
-    KafkaError.INVALID_TXN_STATE,
-    KafkaError.UNKNOWN,
-    KafkaError._STATE,
-)
+# Every attempt initialises the claim id again and reads the partition to its end, so a claim that
+# did commit despite a race error (kafka_errors.TRANSACTION_RACE) is found there on the next one.
 
 
 # -- the record in the checkpoint ------------------------------------------------------------------

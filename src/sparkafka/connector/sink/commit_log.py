@@ -28,9 +28,9 @@ from sparkafka.connector.kafka_admin import (
     EAGER_CONNECTIONS,
     LIBRDKAFKA_LOGGER,
     KafkaAdmin,
-    error_code,
     partition_watermarks,
 )
+from sparkafka.connector.kafka_errors import DAMAGED_BATCH, PARTITION_EOF, error_code
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import (
     MARKER_PARTITION,
@@ -401,7 +401,7 @@ def read_marker_partition(
             for message in chunk:
                 failure = message.error()
                 if failure is not None:
-                    if failure.code() != KafkaError._PARTITION_EOF:
+                    if failure.code() != PARTITION_EOF:
                         raise _unreadable_markers(options, message.offset(), failure)
                     continue
                 key = (message.key() or b"").decode("utf-8", "replace")
@@ -432,7 +432,7 @@ def _markers_held_back(options: SinkOptions, high: int) -> CommitMarkerError:
 
 def _unreadable_markers(options: SinkOptions, offset: int | None, failure: KafkaError) -> CommitMarkerError:
     at = "" if offset is None or offset < 0 else f" at offset {offset}"
-    if failure.code() == KafkaError.INVALID_MSG:  # Kafka's CORRUPT_MESSAGE
+    if failure.code() == DAMAGED_BATCH:
         way_out = (
             "The broker found its stored copy damaged: on a replicated topic, make a replica with an "
             "intact copy the leader (stop the broker holding the damaged one, or reassign the "

@@ -6,7 +6,9 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
-from sparkafka.connector.kafka_admin import error_code, error_reason, unreachable_error
+from sparkafka.connector import kafka_errors
+from sparkafka.connector.kafka_admin import unreachable_error
+from sparkafka.connector.kafka_errors import error_code, error_reason
 from sparkafka.connector.sink.options import OPERATION_TIMEOUT, SinkOptions
 from sparkafka.errors import SinkAuthorizationError, SparkafkaError, TransactionTimeoutError
 
@@ -56,7 +58,7 @@ def authorization_error(
     before it committed wrote nothing, and the replay skips the write partitions whose commit marker
     shows the batch committed."""
     code = error_code(error)
-    if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    if code == kafka_errors.TRANSACTIONAL_ID_DENIED:
         prefix = prefix or "<transactionalIdPrefix>"
         grant = (
             f"Write and Describe on the transactional ids prefixed '{prefix}' (the sink's ids are "
@@ -64,13 +66,13 @@ def authorization_error(
             f"User:<principal> --operation Write --operation Describe --transactional-id '{prefix}' "
             "--resource-pattern-type prefixed"
         )
-    elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+    elif code == kafka_errors.TOPIC_DENIED:
         output = f"the output topic '{options.topic}'" if options.topic else "every topic the rows name"
         grant = (
             f"Write and Describe on {output}, and Read, Write and Describe on the commit-marker topic "
             f"'{options.marker_topic}'"
         )
-    elif code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+    elif code == kafka_errors.CLUSTER_DENIED:
         grant = (
             "IdempotentWrite on the cluster (brokers before Kafka 3.0 ask it of every transactional producer)"
         )

@@ -20,9 +20,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from sparkafka.connector.kafka_admin import (
-    error_code,
-)
+from sparkafka.connector import kafka_errors
+from sparkafka.connector.kafka_errors import error_code
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
 from sparkafka.connector.sink.claims import (
     claim_missing,
@@ -232,9 +231,9 @@ def _init_transactions(
         producer.init_transactions(options.operation_timeout_s)
         _claim(transactional_id)
     except KafkaException as error:
-        if error_code(error) == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        if error_code(error) == kafka_errors.TRANSACTION_TIMEOUT_REFUSED:
             raise transaction_timeout_error(options) from None
-        if error_code(error) in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+        if error_code(error) in kafka_errors.NOT_ANSWERED:
             producer.poll(0)  # error events reach client_errors on a poll
             raise sink_unreachable_error(
                 options, f"initialise transactional id '{transactional_id}'", error, cached.client_errors

@@ -17,6 +17,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from sparkafka.connector import kafka_errors
 from sparkafka.connector.kafka_admin import (
     waits_until_refused,
 )
@@ -540,9 +541,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             return error
         kafka_error = error.args[0]
         code = kafka_error.code()
-        fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
         timeout_ms = self.options.transaction_timeout_ms
-        if code in fenced and open_ms is not None and open_ms >= timeout_ms:
+        if code in kafka_errors.FENCED and open_ms is not None and open_ms >= timeout_ms:
             # The coordinator aborts a transaction open longer than its timeout and bumps the epoch,
             # which fences this producer: no other attempt is involved, and a retry that is as slow
             # fails the same way.
@@ -554,13 +554,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 "task's rows: raise the sink option kafka.transaction.timeout.ms (up to the brokers' "
                 "transaction.max.timeout.ms), or make micro-batches smaller (maxOffsetsPerTrigger)"
             )
-        if code in fenced:
+        if code in kafka_errors.FENCED:
             return ProducerFencedError(
                 f"transactional id '{transactional_id}' was fenced by a newer producer with the same id (a "
                 "retried or duplicated task); this attempt's transaction was aborted and Spark retries "
                 "the task"
             )
-        if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        if code in kafka_errors.TOO_LARGE:
             return RecordTooLargeError(
                 f"a record is larger than the broker accepts ({kafka_error.str()}); raise the topic's "
                 "max.message.bytes (and the sink option kafka.message.max.bytes) or write smaller values"
@@ -569,13 +569,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         refused = authorization_error(self.options, what, error, prefix=prefix)
         if refused is not None:
             return refused
-        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+        if code in kafka_errors.UNKNOWN_TOPIC:
             return OutputTopicNotFoundError(
                 f"the output topic does not exist on {self.options.bootstrap_servers} ({kafka_error.str()}); "
                 "create it first (sparkafka topics create ...) or enable auto.create.topics.enable on the "
                 "brokers"
             )
-        if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        if code == kafka_errors.TRANSACTION_TIMEOUT_REFUSED:
             return transaction_timeout_error(self.options)
         if transactional_id is None:
             return SinkError(f"writing to {self.options.bootstrap_servers} failed: {kafka_error.str()}")

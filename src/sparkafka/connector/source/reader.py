@@ -11,8 +11,10 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
+from sparkafka.connector import kafka_errors
 from sparkafka.connector.client_pool import CONSUMERS
-from sparkafka.connector.kafka_admin import error_reason, partition_watermarks
+from sparkafka.connector.kafka_admin import partition_watermarks
+from sparkafka.connector.kafka_errors import error_reason
 from sparkafka.connector.source.data_loss import report_data_loss
 from sparkafka.connector.source.options import ARROW_BATCH_ROWS, SourceOptions
 from sparkafka.connector.source.ranges import OffsetRange
@@ -25,9 +27,8 @@ from sparkafka.errors import (
 
 # -- reading one offset range -----------------------------------------------------------------------
 
-_EOF = KafkaError._PARTITION_EOF
-# Kafka's CORRUPT_MESSAGE: the leader found the stored batch's CRC wrong (librdkafka names it INVALID_MSG).
-_DAMAGED = KafkaError.INVALID_MSG
+_EOF = kafka_errors.PARTITION_EOF
+_DAMAGED = kafka_errors.DAMAGED_BATCH
 _DAMAGED_HINT = (
     ". The partition leader's stored copy of that batch is damaged, and no record of it is skipped "
     "silently. On a replicated topic another replica may hold an intact copy: make it the leader "
@@ -35,10 +36,8 @@ _DAMAGED_HINT = (
     "the batch's records are lost: to go on without them, start the query past them (startingOffsets "
     "on a new checkpoint)"
 )
-_OFFSET_GONE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
-_PARTITION_GONE = frozenset(
-    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
-)
+_OFFSET_GONE = kafka_errors.OFFSET_GONE
+_PARTITION_GONE = kafka_errors.PARTITION_GONE
 
 
 class _Columns:
