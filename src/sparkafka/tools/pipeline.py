@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkafka.connector.sink.fencing import fence_query_transactions
 from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
-from sparkafka.connector.sink.producers import fence_query_transactions
 from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, effective_prefix
 from sparkafka.connector.source.options import SourceOptions
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError

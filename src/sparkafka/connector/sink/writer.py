@@ -37,6 +37,7 @@ from sparkafka.connector.sink.failures import (
     sink_unreachable_error,
     transaction_timeout_error,
 )
+from sparkafka.connector.sink.fencing import fence_query_transactions, fence_transactional_id
 from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
     BATCH_ID_OPTION,
@@ -47,8 +48,6 @@ from sparkafka.connector.sink.options import (
 from sparkafka.connector.sink.producers import (
     CachedProducer,
     discard_producer,
-    fence_query_transactions,
-    fence_transactional_id,
     plain_producer,
     transactional_producer,
 )

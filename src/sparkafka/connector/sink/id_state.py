@@ -1,0 +1,148 @@
+"""Step 3 of the exactly-once protocol for one transactional id (see :mod:`sparkafka.connector.sink`):
+what the id committed, read from the commit log at its first write of a run, and the refusals
+and the registration that reading decides."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from confluent_kafka import Producer
+
+from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
+from sparkafka.connector.sink.claims import claim_missing, require_prefix_claim
+from sparkafka.connector.sink.commit_log import (
+    CommitMarker,
+    CommittedState,
+    ProgressRecord,
+    Registration,
+    committed_state,
+    query_needle,
+    read_marker_partition,
+    register,
+)
+from sparkafka.connector.sink.options import PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
+from sparkafka.connector.sink.replay import ADOPT_OPTION, adopted_partial_batch, markers_lost
+from sparkafka.connector.sink.task import TaskIdentity
+from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
+from sparkafka.errors import ReplayRefused
+
+log = logging.getLogger(__name__)
+
+
+def read_committed_state(
+    options: SinkOptions,
+    producer: Producer,
+    transactional_id: str,
+    identity: TaskIdentity,
+    *,
+    other_prefixes: bool,
+    plan: BatchPlan | None,
+) -> CommittedState:
+    """What ``transactional_id`` committed, for the task of ``identity`` whose ``producer`` has just
+    initialised the id (step 3 of the protocol, with the registration of step 2).
+
+    Steps:
+    1. Read the marker partition to its end (read_committed).
+    2. Refuse a run past the query's first batch that finds nothing of the query (its markers
+       lost), before it registers anything: a refused run must leave no trace to pass by.
+    3. Refuse adopting the ids of a query that committed its last batch in part
+       (``adoptTransactionalIdsFrom``), counting what it would read twice or never.
+    4. Check the prefix's claim; register the id where it has no registration, or where this
+       query adopts it, in a transaction of ``producer``."""
+    query_id = identity.query_id
+    assert query_id is not None, "exactly-once writes only"
+    found = read_marker_partition(options)
+    own_prefix = prefix_of(transactional_id, identity.partition)
+    state = committed_state(found, transactional_id, own_prefix, query_id, other_prefixes=other_prefixes)
+    state.claim_missing = claim_missing(options, found, own_prefix, plan)
+    if identity.batch_id is not None:
+        refusal = markers_lost(
+            query_id=query_id,
+            batch_id=identity.batch_id,
+            transactional_id=transactional_id,
+            marker_topic=options.marker_topic,
+            history_found=state.history_found,
+            exactly_once_from=options.exactly_once_from,
+            batch_input_records=None if plan is None else plan.input_records,
+            claim_recorded=state.claim_missing,
+        )
+        if refusal is not None:  # before registering: a refused run must leave no trace to pass by
+            raise ReplayRefused(refusal)
+    registered = state.registered_query
+    adopting = registered is not None and registered != query_id and registered == options.adopted_query
+    if adopting and options.accepted_reshaped_batch != identity.batch_id:
+        assert registered is not None
+        _refuse_adopting_a_partial_batch(found, own_prefix, transactional_id, registered, identity, plan)
+    require_prefix_claim(options, found, own_prefix, query_id, transactional_id)
+    if registered is None or adopting:
+        if registered is not None:
+            log.warning(
+                "%s: adopting transactional id %s from query %s (option %s)",
+                query_id,
+                transactional_id,
+                registered,
+                ADOPT_OPTION,
+            )
+        register(options, producer, Registration(transactional_id, query_id, identity.partition))
+        state.registered_query = query_id
+    return state
+
+
+def _refuse_adopting_a_partial_batch(
+    found: Mapping[str, bytes],
+    prefix: str,
+    transactional_id: str,
+    old_query: str,
+    identity: TaskIdentity,
+    plan: BatchPlan | None,
+) -> None:
+    """Before this query takes over ``old_query``'s ids: the old query's markers past its last
+    complete batch (its progress record) are a batch it committed in part before it stopped, and
+    this query reads that input again; and where this query's checkpoint says where it starts
+    (``plan``), any distance from where the old query's last complete batch ended is input read
+    twice or never. Refuse, counting them, before registering anything, so that every task of the
+    adopting run sees the same and refuses too."""
+    progress_key = f"{PROGRESS_KEY_PREFIX}{prefix}"
+    progress = ProgressRecord.decode(found[progress_key]) if progress_key in found else None
+    if progress is None or progress.query_id != old_query:
+        log.warning(
+            "%s: adopting the ids of %s, which left no progress record (an older sparkafka): whether its "
+            "last micro-batch was committed in part cannot be told",
+            identity.query_id,
+            old_query,
+        )
+        return
+    needle = query_needle(old_query)
+    partial = sorted(
+        (
+            marker
+            for key, value in found.items()
+            if is_marker_key(key)
+            and write_partition_of(key, prefix) is not None
+            and needle in value
+            and (marker := CommitMarker.decode(value)).query_id == old_query
+            and marker.batch_id > progress.batch_id
+        ),
+        key=lambda m: m.partition,
+    )
+    starts_at = None if plan is None or plan.batch_id != identity.batch_id else plan.start_offsets
+    gap = (
+        None
+        if starts_at is None or progress.end_offsets is None
+        else offsets_gap(starts_at, progress.end_offsets)
+    )
+    if gap is None and starts_at is not None:
+        log.warning(
+            "%s: cannot compare where this query starts with where query %s's output ends; records "
+            "between the two are not counted",
+            identity.query_id,
+            old_query,
+        )
+    if partial or (gap is not None and any(gap)):
+        assert identity.query_id is not None and identity.batch_id is not None
+        raise ReplayRefused(
+            adopted_partial_batch(
+                identity.query_id, old_query, progress, partial, transactional_id, identity.batch_id, gap
+            )
+        )
