@@ -27,8 +27,8 @@ This is its one full text; the code marks each step with its number here (``# St
    the same query under its prefix and, for a streaming write, under other prefixes, and the
    prefix's progress record. A run past the query's first batch that finds nothing of the query
    there refuses before registering (markers deleted or moved); a query adopting another's ids
-   refuses while that query's last batch is partly committed. It tracks its marker locally from
-   then on.
+   refuses while that query's last batch is partly committed (:mod:`.id_state`). It tracks its
+   marker locally from then on.
 4. :func:`sparkafka.connector.sink.replay.decide` takes it from there: a marker of this query and
    batch ``b`` with the row count the task has now means ``b`` is a replay this id already
    committed, and the task writes nothing; an id registered to another query, a row count that
@@ -48,6 +48,6 @@ through the registration record each id commits to the marker topic, in a transa
 before its first output, and fails the batch if one of them committed this very batch; then it
 records the batch, with where its input ended, as the prefix's progress (``progress/<prefix>``).
 ``abort`` logs what tasks of the failed batch committed and re-initialises the ids of failed
-tasks, so read_committed readers are not held back until the transaction times out.
+tasks (:mod:`.fencing`), so read_committed readers are not held back until the transaction times out.
 No transaction ever spans two processes.
 """
