@@ -27,8 +27,6 @@ from sparkafka.errors import (
 
 # -- reading one offset range -----------------------------------------------------------------------
 
-_EOF = kafka_errors.PARTITION_EOF
-_DAMAGED = kafka_errors.DAMAGED_BATCH
 _DAMAGED_HINT = (
     ". The partition leader's stored copy of that batch is damaged, and no record of it is skipped "
     "silently. On a replicated topic another replica may hold an intact copy: make it the leader "
@@ -36,8 +34,6 @@ _DAMAGED_HINT = (
     "the batch's records are lost: to go on without them, start the query past them (startingOffsets "
     "on a new checkpoint)"
 )
-_OFFSET_GONE = kafka_errors.OFFSET_GONE
-_PARTITION_GONE = kafka_errors.PARTITION_GONE
 
 
 class _Columns:
@@ -261,7 +257,7 @@ class _RangeRead:
         about = message.topic()
         if about is not None and (about != topic or message.partition() != number):
             return False  # about another partition: this consumer reads only the one assigned
-        if code == _EOF:
+        if code == kafka_errors.PARTITION_EOF:
             eof_at = cast(int, message.offset())
             self.done = self.done or eof_at >= end
             # The range ended at most at the end offset the partition had when it was planned: an
@@ -269,12 +265,13 @@ class _RangeRead:
             self.ended_short = self.ended_short or eof_at < end
             return False
         CONSUMERS.do_not_reuse(self.consumer)
-        if code in _PARTITION_GONE or code in _OFFSET_GONE:
+        if code in kafka_errors.PARTITION_GONE or code in kafka_errors.OFFSET_GONE:
             self._recover(error.str())
             return True
+        hint = _DAMAGED_HINT if code == kafka_errors.DAMAGED_BATCH else ""
         raise KafkaReadError(
             f"reading topic '{topic}' partition {number} offsets [{self.range.start}, {end}) "
-            f"failed at offset {self.position}: {error.str()}" + (_DAMAGED_HINT if code == _DAMAGED else "")
+            f"failed at offset {self.position}: {error.str()}{hint}"
         )
 
     def _recover(self, reason: str) -> None:
