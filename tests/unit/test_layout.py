@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkafka"
 # only over the wire, so it never imports the embedded broker; the broker stands alone.
 ALLOWED = {
     "broker": ("sparkafka.broker",),
-    "connector": ("sparkafka.connector", "sparkafka.errors"),
+    # The launcher's record of who started it (python_exec: light, imports nothing of PySpark).
+    "connector": ("sparkafka.connector", "sparkafka.errors", "sparkafka.runtime.python_exec"),
     "formats": ("sparkafka.formats", "sparkafka.errors", "sparkafka.connector.eventtime"),
     "runtime": ("sparkafka.runtime", "sparkafka.errors"),
 }

@@ -36,8 +36,9 @@ Steps of ``sparkafka-python -m MODULE ARG...``:
 1. apply the path rule to ``sys.path`` (:func:`apply_path_rule`);
 2. put the working directory first on ``sys.path``, where ``python -m`` has it, instead of this
    script's directory;
-3. a streaming source runner, when a zygote serves this session (:mod:`sparkafka.runtime.runner_zygote`),
-   runs in a child of the zygote, which has PySpark imported already; its exit status is ours;
+3. a streaming source runner or a worker daemon, when a zygote serves this session
+   (:mod:`sparkafka.runtime.runner_zygote`), runs in a child of the zygote, which has PySpark
+   imported already, with this process's standard streams; its exit status is ours;
 4. otherwise run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status
    is ours.
 
@@ -55,7 +56,20 @@ LAUNCHER_NAME = "sparkafka-python"
 # A zygote's socket (sparkafka.runtime.runner_zygote), and the modules it runs: kept here, so that a launcher
 # imports the zygote's module only when it has something to ask of it.
 ZYGOTE_ENV = "SPARKAFKA_RUNNER_ZYGOTE"
-SERVED_MODULES = ("pyspark.sql.streaming.python_streaming_source_runner",)
+# The process that started the launcher (Spark's JVM), in the environment of a process the zygote
+# runs for it: that process descends from the zygote, not from the JVM, and whatever looks for the
+# Spark driver among its ancestors (the exactly-once sink's checkpoint lease) looks there instead.
+LAUNCHER_PARENT_ENV = "SPARKAFKA_LAUNCHER_PARENT"
+SERVED_MODULES = (
+    # One per streaming query that reads a Python data source.
+    "pyspark.sql.streaming.python_streaming_source_runner",
+    # The driver-side daemons Spark starts, one per kind of planning request (look up, create and plan
+    # a data source, create a writer, commit a write, the streaming sink's runner), whose forked
+    # workers run a module of ``pyspark.sql.worker``.
+    "pyspark.daemon",
+    # The executors' worker daemon of sparkafka's sessions (spark.python.daemon.module).
+    "sparkafka.runtime.worker_daemon",
+)
 _BUNDLED_ARCHIVES = (("pyspark", "pyspark.zip"), ("py4j", "py4j-"))  # (package, file name or prefix)
 
 
@@ -128,7 +142,9 @@ def main() -> None:
     if zygote and module in SERVED_MODULES:
         from sparkafka.runtime.runner_zygote import run_through
 
+        os.environ[LAUNCHER_PARENT_ENV] = str(os.getppid())
         status = run_through(zygote, module, args[2:])
+        del os.environ[LAUNCHER_PARENT_ENV]
         if status is not None:
             sys.exit(status)
     sys.argv = [module, *args[2:]]

@@ -1,27 +1,35 @@
-"""A forking server that starts Spark's streaming source runner with PySpark already imported.
+"""A forking server that starts Spark's Python processes with PySpark and sparkafka already imported.
 
 Why: Spark starts a new Python process for every streaming query that reads a Python data source
-(``pyspark.sql.streaming.python_streaming_source_runner``), without its worker daemon. Importing
-PySpark, pyarrow and numpy there costs 0.3-0.4 s of CPU and of query start-up each time
-(docs/benchmarks.md), as much as reading a third of a million records. sparkafka's local sessions
-start this zygote once (:func:`start`); ``sparkafka-python``, which Spark runs for that module,
+(``pyspark.sql.streaming.python_streaming_source_runner``), and on the driver one worker daemon
+(``pyspark.daemon``) per kind of planning request: looking up, creating and planning a data
+source, creating a writer, committing a write, running a streaming sink. Each imports PySpark,
+pyarrow and numpy: 0.3-0.4 s of CPU and of query start-up each time (docs/benchmarks.md), as much
+as reading a third of a million records, and every worker a daemon forks imports pyarrow and the
+connector again. sparkafka's local sessions start this zygote once (:func:`start`);
+``sparkafka-python``, which Spark runs for those modules and for the executors' worker daemon,
 asks it to fork a ready child instead of importing everything again (:func:`run_through`), as
 Spark's own daemon does for executor workers.
 
-Protocol, one Unix socket connection per runner, JSON lines:
+Protocol, one Unix socket connection per process, JSON lines:
 
-1. launcher -> zygote: ``{"module", "argv", "env", "cwd", "path"}``: what ``python -m`` would run,
-   with the launcher's environment, working directory and ``sys.path``;
+1. launcher -> zygote: one byte carrying the launcher's standard input, output and error
+   (SCM_RIGHTS): a worker daemon talks to Spark through them. Then ``{"module", "argv", "env",
+   "cwd", "path"}``: what ``python -m`` would run, with the launcher's environment, working
+   directory and ``sys.path``;
 2. zygote -> launcher: ``{"pid": n}`` once the child runs, or ``{"refused": reason}``: the module is
    not one the zygote imported, or the launcher's ``sys.path`` or ``PYTHONHASHSEED`` differs from
    the zygote's (the modules imported in advance would not be the ones the launcher would import);
    the launcher then runs the module itself;
 3. zygote -> launcher: ``{"exit": status}`` when the child ends; the launcher exits with it.
 
-Invariants: the child runs with the launcher's argv, environment and working directory, as
-``python -m`` would have run it there. A child never outlives its launcher: when the launcher's
-connection closes first (Spark destroyed it, or it was killed), the zygote kills the child. The
-zygote is one thread (so forking it is safe) and exits once the process that started it is gone.
+Invariants: the child runs with the launcher's argv, environment, working directory and standard
+streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
+launcher's connection closes first (Spark destroyed it, or it was killed), the zygote kills the
+child and the process group it leads (a worker daemon's forked workers). The zygote holds no
+descriptor of a launcher's streams once the child has them, so Spark sees the child's end as it
+would see a process of its own end. The zygote runs Python on one thread (so forking it is safe)
+and exits once the process that started it is gone.
 """
 
 from __future__ import annotations
@@ -46,8 +54,21 @@ from typing import Any
 from sparkafka.runtime.python_exec import SERVED_MODULES, ZYGOTE_ENV, apply_path_rule
 
 __all__ = ["SERVED_MODULES", "ZYGOTE_ENV", "run_through", "start"]
-# What the runner unpickles: sparkafka's reader and the client it uses.
-_ALSO_IMPORTED = ("sparkafka.connector.source", "sparkafka.connector.datasource")
+# What the runner and the workers unpickle (sparkafka's data source, its reader and writer, and the
+# client they use), PySpark's worker, and the modules a driver-side daemon's workers run.
+_ALSO_IMPORTED = (
+    "sparkafka.connector.source",
+    "sparkafka.connector.datasource",
+    "sparkafka.connector.sink.writer",
+    "pyspark.worker",
+    "pyspark.sql.worker.lookup_data_sources",
+    "pyspark.sql.worker.create_data_source",
+    "pyspark.sql.worker.plan_data_source_read",
+    "pyspark.sql.worker.write_into_data_source",
+    "pyspark.sql.worker.commit_data_source_write",
+    "pyspark.sql.worker.python_streaming_sink_runner",
+)
+_STANDARD_STREAMS = (0, 1, 2)
 _CONNECT_TIMEOUT_S = 2.0
 _PARENT_CHECK_S = 0.5
 _DIRECTORY_PREFIX = "sparkafka-zygote-"
@@ -113,6 +134,7 @@ def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
             "path": sys.path,
         }
         try:
+            socket.send_fds(connection, [b"S"], list(_STANDARD_STREAMS))
             stream.write(json.dumps(request).encode() + b"\n")
             stream.flush()
             answer = json.loads(stream.readline() or b"{}")
@@ -166,32 +188,39 @@ class _Zygote:
                 self._reap()
         finally:
             for pid in list(self.children):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                _kill_child(pid)
             shutil.rmtree(os.path.dirname(self.socket_path), ignore_errors=True)
 
     def _accept(self) -> None:
         connection, _ = self.listener.accept()
         connection.settimeout(_CONNECT_TIMEOUT_S)
+        streams: list[int] = []
         try:
+            _, streams, _, _ = socket.recv_fds(connection, 1, len(_STANDARD_STREAMS))
             request = json.loads(connection.makefile("rb").readline() or b"{}")
-            refusal = self._refusal(request)
+            refusal = self._refusal(request, streams)
             if refusal is not None:
                 connection.sendall(json.dumps({"refused": refusal}).encode() + b"\n")
                 connection.close()
                 return
             pid = os.fork()
             if pid == 0:
-                self._run_child(request, connection)  # never returns
+                self._run_child(request, streams, connection)  # never returns
             connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         except (OSError, ValueError):
             connection.close()
             return
+        finally:
+            # The child has its own copies: a stream Spark reads must end when the child ends.
+            for descriptor in streams:
+                os.close(descriptor)
         connection.settimeout(None)
         self.children[pid] = connection
         self.selector.register(connection, selectors.EVENT_READ, pid)
 
-    def _refusal(self, request: dict[str, Any]) -> str | None:
+    def _refusal(self, request: dict[str, Any], streams: list[int]) -> str | None:
+        if len(streams) != len(_STANDARD_STREAMS):
+            return "the launcher's standard streams did not arrive"
         if request.get("module") not in self.modules:
             return f"module {request.get('module')!r} is not one this zygote imported"
         if request.get("path") != sys.path:
@@ -200,9 +229,12 @@ class _Zygote:
             return "the launcher's PYTHONHASHSEED differs from the zygote's"
         return None
 
-    def _run_child(self, request: dict[str, Any], own_connection: socket.socket) -> None:
+    def _run_child(self, request: dict[str, Any], streams: list[int], own_connection: socket.socket) -> None:
         status = 1
         try:
+            for target, descriptor in zip(_STANDARD_STREAMS, streams, strict=True):
+                os.dup2(descriptor, target)
+                os.close(descriptor)
             self.selector.close()
             self.listener.close()
             for connection in [*self.children.values(), own_connection]:
@@ -234,8 +266,7 @@ class _Zygote:
 
     def _launcher_gone(self, pid: int) -> None:
         """The launcher's connection is readable: it closed (it never sends more). Kill its child."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        _kill_child(pid)
 
     def _reap(self) -> None:
         while self.children:
@@ -254,6 +285,16 @@ class _Zygote:
                     json.dumps({"exit": os.waitstatus_to_exitcode(wait_status)}).encode() + b"\n"
                 )
             connection.close()
+
+
+def _kill_child(pid: int) -> None:
+    """Kill a child, and the process group it leads if it made one (PySpark's daemon does, for the
+    workers it forks): a group id equal to the child's pid is the child's own group, never the
+    zygote's."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ from sparkafka.connector.sink import lease as lease_module
 from sparkafka.connector.sink.batch_plan import CheckpointFiles
 from sparkafka.connector.sink.lease import LEASE_FILE, Holder, Lease, hold_checkpoint_lease, this_driver
 from sparkafka.errors import ReplayRefused
+from sparkafka.runtime.python_exec import LAUNCHER_PARENT_ENV
 
 HOST = socket.gethostname()
 MACHINE = lease_module._machine()
@@ -96,14 +97,24 @@ def test_of_two_processes_taking_the_lease_together_the_last_writer_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other process writes its lease while this one waits to read its own back."""
-    monkeypatch.setattr(lease_module, "SETTLE_S", 0.3)
+    monkeypatch.setattr(lease_module, "SETTLE_S", 2.0)
     other = Holder("elsewhere.example", 4242, 1_000)
+    me = Holder(HOST, os.getpid(), 5)
     now_ms = lease_module._now_ms()
-    writer = threading.Timer(0.1, lambda: _write(tmp_path, Lease(other, now_ms, now_ms, 120_000)))
+    overwritten = threading.Event()
+
+    def write_once_this_one_has() -> None:
+        # After this process's write, never before: the other is then the last writer.
+        while not (tmp_path / LEASE_FILE).exists() or _read(tmp_path).holder != me:
+            threading.Event().wait(0.005)
+        _write(tmp_path, Lease(other, now_ms, now_ms, 120_000))
+        overwritten.set()
+
+    writer = threading.Thread(target=write_once_this_one_has, daemon=True)
     writer.start()
     with pytest.raises(ReplayRefused, match=r"process 4242 on host elsewhere\.example"):
-        hold_checkpoint_lease(str(tmp_path), 60_000, me=Holder(HOST, os.getpid(), 5))
-    writer.join()
+        hold_checkpoint_lease(str(tmp_path), 60_000, me=me)
+    assert overwritten.is_set()
 
 
 def test_an_unreadable_lease_is_taken_as_absent(tmp_path: Path) -> None:
@@ -140,3 +151,29 @@ def test_a_lease_that_cannot_be_read_back_refuses_with_a_way_on(
     monkeypatch.setattr(lease_module, "_read", lambda files: None)
     with pytest.raises(ReplayRefused, match=r"another process is taking it at this moment.*start again"):
         hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), 5))
+
+
+def test_a_process_the_zygote_forked_finds_the_driver_through_its_launcher(tmp_path: Path) -> None:
+    """A daemon sparkafka's zygote forked descends from the zygote, not from Spark's JVM: the launcher
+    names its own parent, and the lease is the JVM's whichever of the two started the daemon."""
+    fake_jvm_binary = tmp_path / "java"  # a process named java, as Spark's driver is
+    fake_jvm_binary.symlink_to("/bin/sleep")
+    jvm = subprocess.Popen([str(fake_jvm_binary), "60"])
+    plain = {key: value for key, value in os.environ.items() if key != LAUNCHER_PARENT_ENV}
+
+    def driver_pid(**env: str) -> int:
+        code = "from sparkafka.connector.sink.lease import this_driver; print(this_driver().pid)"
+        ran = subprocess.run(
+            [sys.executable, "-c", code], env={**plain, **env}, capture_output=True, text=True, check=True
+        )
+        return int(ran.stdout)
+
+    try:
+        assert driver_pid(**{LAUNCHER_PARENT_ENV: str(jvm.pid)}) == jvm.pid
+        # Without it (no java among the ancestors either): the process's parent, as before.
+        assert driver_pid() == os.getpid()
+        # A launcher parent that is no JVM (and has no JVM above it) is not taken for the driver.
+        assert driver_pid(**{LAUNCHER_PARENT_ENV: str(os.getpid())}) == os.getpid()
+    finally:
+        jvm.kill()
+        jvm.wait()

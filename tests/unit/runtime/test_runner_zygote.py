@@ -24,9 +24,21 @@ TARGET = f"{TARGET_PACKAGE}.runner"
 TARGET_SOURCE = """
 import json, os, sys, time
 if __name__ == "__main__":
+    helper = None
+    if os.environ.get("TARGET_GROUP"):  # lead a process group with a child in it, as PySpark's daemon does
+        os.setpgid(0, 0)
+        helper = os.fork()
+        if helper == 0:
+            time.sleep(60)
+            os._exit(0)
+    if os.environ.get("TARGET_ECHO"):  # talk through the standard streams, as PySpark's daemon does
+        sys.stdout.write(sys.stdin.readline().upper())
+        sys.stdout.flush()
+        sys.stderr.write("said on stderr\\n")
+        sys.stderr.flush()
     with open(os.environ["TARGET_OUT"], "w") as out:
         json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
-                   "marker": os.environ.get("TARGET_MARK")}, out)
+                   "marker": os.environ.get("TARGET_MARK"), "helper": helper}, out)
     time.sleep(float(os.environ.get("TARGET_SLEEP", "0")))
     sys.exit(int(os.environ.get("TARGET_EXIT", "0")))
 """
@@ -75,6 +87,7 @@ def driver(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     assert process.stdout is not None
     ready = json.loads(process.stdout.readline())
     assert ready["zygote_ready"], ready
+    (tmp_path / "socket").write_text(ready["socket"])
     yield process
     process.kill()
     process.wait()
@@ -140,6 +153,63 @@ def test_a_child_does_not_outlive_its_launcher(driver: subprocess.Popen[str], tm
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child)
+
+
+# A launcher of its own process, as sparkafka-python is: exit status 99 when the zygote refused.
+LAUNCHER = """
+import os, sys
+from sparkafka.runtime.runner_zygote import run_through
+sys.path[0] = os.getcwd()
+status = run_through(sys.argv[1], sys.argv[2], [])
+sys.exit(99 if status is None else status)
+"""
+
+
+def _launch(driver_dir: Path, **env: str) -> subprocess.Popen[str]:
+    modules = driver_dir / "modules"
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, (driver_dir / "socket").read_text(), TARGET],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(modules), "PYTHONHASHSEED": "0", **env},
+        cwd=modules,
+    )
+
+
+def test_the_child_talks_through_the_launchers_standard_streams(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """PySpark's daemon tells Spark its port on standard output and ends when its standard input
+    closes: the child has the launcher's streams, not the zygote's."""
+    out = tmp_path / "out.json"
+    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_ECHO="1")
+    said, complained = launcher.communicate("hello\n", timeout=30)
+    assert launcher.returncode == 0, complained
+    assert said == "HELLO\n"
+    assert "said on stderr" in complained
+    assert json.loads(out.read_text())["pid"] != launcher.pid  # it ran in the zygote's child
+    assert "said on stderr" not in (tmp_path / "driver.stderr").read_text()
+
+
+def test_a_child_and_the_group_it_leads_do_not_outlive_the_launcher(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_GROUP="1", TARGET_SLEEP="60")
+    deadline = time.monotonic() + 20
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ran = json.loads(out.read_text())
+    assert _alive(ran["pid"]) and _alive(ran["helper"])
+    launcher.kill()  # Spark destroys the daemon's process: here, the launcher
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while (_alive(ran["pid"]) or _alive(ran["helper"])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(ran["pid"])
+    assert not _alive(ran["helper"])
 
 
 def _alive(pid: int) -> bool:

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from sparkafka.connector.sink.batch_plan import CheckpointFiles
 from sparkafka.connector.sink.options import LEASE_TIMEOUT_OPTION
 from sparkafka.errors import ReplayRefused
+from sparkafka.runtime.python_exec import LAUNCHER_PARENT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,16 @@ def hold_checkpoint_lease(checkpoint_location: str, timeout_ms: int, *, me: Hold
 
 def this_driver() -> Holder:
     """The Spark driver this Python process works for: the JVM among its ancestors (Spark forks the
-    driver's Python workers from daemons of its own, one per kind of worker); where the process
-    table cannot be read, this process's parent."""
-    driver = _java_ancestor() or os.getppid()
+    driver's Python workers from daemons of its own, one per kind of worker), or among those of
+    the process that started sparkafka's launcher, for a daemon the launcher had sparkafka's zygote
+    fork (:mod:`sparkafka.runtime.python_exec`); where the process table cannot be read, this
+    process's parent."""
+    launcher_parent = os.environ.get(LAUNCHER_PARENT_ENV, "")
+    driver = (
+        _java_ancestor(os.getppid())
+        or (_java_ancestor(int(launcher_parent)) if launcher_parent.isdigit() else None)
+        or os.getppid()
+    )
     return Holder(socket.gethostname(), driver, _started_ms(driver) or 0, _machine())
 
 
@@ -160,8 +168,8 @@ def _machine() -> str:
     return f"{boot_id}/{namespace}"
 
 
-def _java_ancestor() -> int | None:
-    pid = os.getppid()
+def _java_ancestor(pid: int) -> int | None:
+    """The first process named ``java`` from ``pid`` up, within 8 generations."""
     for _ in range(8):
         try:
             with open(f"/proc/{pid}/comm", encoding="utf-8") as comm:
