@@ -1,0 +1,224 @@
+"""What a session's first exactly-once sparkafka query costs, with and without the zygote that forks
+Spark's Python processes ready-made (:mod:`sparkafka.runtime.runner_zygote`).
+
+Each run is a fresh Python process that creates a sparkafka session (``local[2]``, the class archive
+mapped when built), runs one exactly-once ``availableNow`` query of 1,000 records from a topic of
+the embedded broker to another, stops the session and waits for its driver JVM to exit. With the
+zygote on, the process also stops the zygote and waits for it, so that the CPU of every process the
+zygote forked (the driver-side daemons, the source runner, the executors' workers) is in the tree's
+count. Measured per run: the time to the session, to the query's end, and the whole process tree's
+CPU (from ``wait4``). The broker is a process of its own, started once and not counted. Runs
+alternate between the two modes so that the machine's load falls on both alike.
+
+    python -m benchmarks.first_query
+    python -m benchmarks.first_query --repeats 5 --update-docs docs/benchmarks.md
+    python -m benchmarks.first_query --from-results docs/benchmarks/first-query.json \
+        --update-docs docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+if not __package__:  # run as `python benchmarks/first_query.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import REPO, load_average, load_results, machine_line, save_results, update_docs
+from confluent_kafka import Producer
+
+from sparkafka.broker.runner import BrokerProcess
+from sparkafka.runtime.python_exec import ZYGOTE_ENV
+
+SECTION_START = "<!-- benchmark:first-query:start -->"
+SECTION_END = "<!-- benchmark:first-query:end -->"
+RESULTS = REPO / "docs" / "benchmarks" / "first-query.json"
+MODES = ("zygote off", "zygote on")
+RECORDS = 1_000
+
+CHILD = """
+import json, os, sys, time
+started = time.monotonic()
+import psutil
+from pyspark import SparkContext
+from sparkafka.runtime.session import spark_session
+bootstrap, source, sink, checkpoint = sys.argv[1:5]
+spark = spark_session("sparkafka-first-query-benchmark", master="local[2]")
+session_s = time.monotonic() - started
+query = (
+    spark.readStream.format("sparkafka").option("kafka.bootstrap.servers", bootstrap)
+    .option("subscribe", source).option("startingOffsets", "earliest").load()
+    .selectExpr("value").writeStream.format("sparkafka").option("kafka.bootstrap.servers", bootstrap)
+    .option("topic", sink).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+)
+query.awaitTermination()
+query_s = time.monotonic() - started
+spark.stop()
+gateway = SparkContext._gateway
+gateway.shutdown()
+gateway.proc.stdin.close()
+gateway.proc.wait(120)
+# The zygote ends with this process; stopped and waited for here, its children's CPU counts too.
+# Its children end when the JVM closes their standard input, and it reaps them: wait for that first.
+for child in psutil.Process().children():
+    if "sparkafka.runtime.runner_zygote" in " ".join(child.cmdline()):
+        deadline = time.monotonic() + 30
+        while child.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child.terminate()
+        os.waitpid(child.pid, 0)
+print("RESULT " + json.dumps({"session_s": session_s, "query_s": query_s}))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstQueryRun:
+    mode: str
+    session_s: float
+    query_s: float
+    total_s: float
+    cpu_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstQuerySetup:
+    machine: str
+    records: int
+    java_options: str
+
+
+def run_once(mode: str, bootstrap: str, work_dir: Path) -> FirstQueryRun:
+    environ = dict(os.environ)
+    if mode == "zygote off":
+        environ[ZYGOTE_ENV] = ""  # set (so no session starts one) and empty (so no launcher asks one)
+    else:
+        environ.pop(ZYGOTE_ENV, None)
+    source, sink = f"first-query-in-{uuid.uuid4().hex[:8]}", f"first-query-out-{uuid.uuid4().hex[:8]}"
+    _produce(bootstrap, source)
+    checkpoint = work_dir / uuid.uuid4().hex
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD, bootstrap, source, sink, str(checkpoint)],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    total_s = time.monotonic() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"the {mode} run failed (exit code {process.returncode}):\n{output[-2000:]}")
+    reported = json.loads(lines[-1].removeprefix("RESULT "))
+    return FirstQueryRun(
+        mode=mode,
+        session_s=reported["session_s"],
+        query_s=reported["query_s"],
+        total_s=total_s,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+    )
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for number in range(RECORDS):
+        producer.produce(topic, value=str(number).encode())
+    if producer.flush(30):
+        raise RuntimeError(f"producing {RECORDS} records to {topic} did not finish")
+
+
+def measure(repeats: int) -> tuple[list[FirstQueryRun], FirstQuerySetup]:
+    start_load = load_average()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="sparkafka-first-query-") as directory:
+        work_dir = Path(directory)
+        with BrokerProcess(work_dir / "broker", extra_args=["--log-level", "WARNING"]) as broker:
+            run_once(MODES[0], broker.bootstrap_servers, work_dir)  # warms the page cache for both
+            for repetition in range(repeats):
+                for mode in MODES if repetition % 2 == 0 else reversed(MODES):
+                    run = run_once(mode, broker.bootstrap_servers, work_dir)
+                    print(
+                        f"{mode:>10}: session {run.session_s:5.1f} s, query done {run.query_s:5.1f} s, "
+                        f"CPU {run.cpu_s:5.1f} s",
+                        file=sys.stderr,
+                    )
+                    runs.append(run)
+    setup = FirstQuerySetup(
+        machine=machine_line(start_load),
+        records=RECORDS,
+        java_options=os.environ.get("JDK_JAVA_OPTIONS", ""),
+    )
+    return runs, setup
+
+
+def render(runs: list[FirstQueryRun], setup: FirstQuerySetup) -> str:
+    def median(mode: str, field: str) -> float:
+        return statistics.median(getattr(run, field) for run in runs if run.mode == mode)
+
+    def cells(mode: str) -> str:
+        return " | ".join(
+            ", ".join(f"{getattr(run, field):.1f}" for run in runs if run.mode == mode)
+            for field in ("session_s", "query_s", "cpu_s")
+        )
+
+    rows = [f"| {mode} | {cells(mode)} |" for mode in MODES]
+    saved_cpu = median(MODES[0], "cpu_s") - median(MODES[1], "cpu_s")
+    saved_time = median(MODES[0], "query_s") - median(MODES[1], "query_s")
+    repeats = sum(run.mode == MODES[0] for run in runs)
+    options = f" (`JDK_JAVA_OPTIONS={setup.java_options}`)" if setup.java_options else ""
+    return "\n".join(
+        [
+            "## A session's first exactly-once query, and the zygote",
+            "",
+            "Measured with `python -m benchmarks.first_query` (see `benchmarks/first_query.py`): a fresh "
+            "process creates a sparkafka session (`local[2]`), runs one exactly-once `availableNow` query "
+            f"of {setup.records:,} records between two topics of the embedded broker, and stops; CPU is "
+            "the whole process tree's, the zygote's children included, the broker's not. With the zygote "
+            "off, every Python process Spark starts (the driver-side daemons, the source runner, the "
+            "executors' worker daemon) imports PySpark, pyarrow and the connector itself. "
+            f"{repeats} run(s) per mode, alternating{options}.",
+            "",
+            "| mode | session s, each run | query done s, each run | CPU s, each run |",
+            "| --- | --- | --- | --- |",
+            *rows,
+            "",
+            f"The zygote saves {saved_cpu:.1f} s of CPU and {saved_time:.1f} s to the query's end "
+            f"(medians). {setup.machine}.",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--update-docs", type=Path, help="rewrite this file's first-query section")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep the raw results")
+    parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
+    args = parser.parse_args()
+    if args.from_results is not None:
+        runs, setup = load_results(args.from_results, FirstQueryRun, FirstQuerySetup, "first-query benchmark")
+    else:
+        runs, setup = measure(args.repeats)
+        save_results(args.results, runs, setup)
+    section = render(runs, setup)
+    print(section)
+    if args.update_docs is not None:
+        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+
+
+if __name__ == "__main__":
+    main()
