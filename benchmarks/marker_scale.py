@@ -1,0 +1,287 @@
+"""What one exactly-once query's restart costs while the commit-marker topic holds the markers of many
+other queries.
+
+Every exactly-once sink keeps its commit markers in one compacted topic shared by every query of the
+cluster (``_sparkafka_commit_markers``), and the first write of each transactional id in a query run
+reads what the topic says about it. This benchmark measures how that read grows with the markers of
+*other* queries:
+
+1. an embedded broker (a child process) and one SparkSession (``local[2]``), kept for the whole run;
+2. one query, 4 source partitions so 4 write tasks, exactly-once ``availableNow`` from a topic to
+   another, run once on its checkpoint before anything is timed;
+3. for each level of foreign markers (``--levels``, default 0, 100,000 and 1,000,000), the marker
+   topic is filled up to that many markers of other queries (5,000 queries x 200 write partitions
+   for 1,000,000: JSON markers as the sink writes them, each key once), then, ``--repeats`` times,
+   2,000 new records are produced and the query is started again on its checkpoint (a new run: every
+   write task reads the marker topic at its first write) and timed from ``start()`` to its first
+   output visible to a read_committed reader, and to its end.
+
+Every run is kept in docs/benchmarks/marker-scale.json (``--results``), from which
+``--from-results`` makes the section of docs/benchmarks.md again without running anything.
+
+    python -m benchmarks.marker_scale
+    python -m benchmarks.marker_scale --levels 0,100000 --repeats 1
+    python -m benchmarks.marker_scale --from-results docs/benchmarks/marker-scale.json \\
+        --update-docs docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+if not __package__:  # run as `python benchmarks/marker_scale.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import (
+    REPO,
+    OutputWatcher,
+    load_average,
+    load_results,
+    machine_line,
+    save_results,
+    update_docs,
+)
+
+from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.sink.commit_log import CommitMarker
+from sparkafka.connector.sink.options import DEFAULT_MARKER_TOPIC
+from sparkafka.runtime.session import spark_session
+
+SECTION_START = "<!-- benchmark:marker-scale:start -->"
+SECTION_END = "<!-- benchmark:marker-scale:end -->"
+RESULTS = REPO / "docs" / "benchmarks" / "marker-scale.json"
+SOURCE_PARTITIONS = 4
+RECORDS_PER_RUN = 2_000
+FOREIGN_WRITE_PARTITIONS = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartRun:
+    foreign_markers: int
+    # Bytes of the marker partition when the run started (every record, the query's own included).
+    marker_bytes: int
+    first_output_s: float
+    done_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkerScaleSetup:
+    machine: str
+    write_tasks: int
+    records_per_run: int
+
+
+class _FirstOutput(OutputWatcher):
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic, SOURCE_PARTITIONS)
+        self.first_at: float | None = None
+        self.seen = 0
+        self._lock = threading.Lock()
+
+    def on_record(self, visible_at: float, message: Message) -> None:
+        with self._lock:
+            self.seen += 1
+            if self.first_at is None:
+                self.first_at = visible_at
+
+
+def foreign_marker(number: int) -> tuple[str, bytes]:
+    """The ``number``-th marker of another query: query ``number // 200``, write partition
+    ``number % 200``, as the sink encodes it."""
+    query = uuid.UUID(int=number // FOREIGN_WRITE_PARTITIONS + 1)
+    partition = number % FOREIGN_WRITE_PARTITIONS
+    transactional_id = f"sparkafka-{query}-{partition}"
+    marker = CommitMarker(
+        transactional_id=transactional_id,
+        query_id=str(query),
+        batch_id=1_000 + number % 7,
+        partition=partition,
+        records=500,
+        time_ms=1_765_000_000_000 + number,
+        topic=f"out-{query.hex[:8]}",
+        write_partitions=FOREIGN_WRITE_PARTITIONS,
+        plan=hashlib.sha256(str(query).encode()).hexdigest()[:32],
+        run_id=str(uuid.UUID(int=number // FOREIGN_WRITE_PARTITIONS + 10**9)),
+    )
+    return transactional_id, marker.encode()
+
+
+def fill_markers(bootstrap: str, first: int, end: int) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
+    for number in range(first, end):
+        key, value = foreign_marker(number)
+        while True:
+            try:
+                producer.produce(DEFAULT_MARKER_TOPIC, key=key, value=value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(300):
+        raise RuntimeError(f"writing foreign markers {first}..{end} did not finish")
+
+
+def _partition_bytes(data_dir: Path) -> int:
+    directory = data_dir / f"{DEFAULT_MARKER_TOPIC}-0"
+    return sum(path.stat().st_size for path in directory.glob("*.log")) if directory.exists() else 0
+
+
+def measure(levels: list[int], repeats: int) -> tuple[list[RestartRun], MarkerScaleSetup]:
+    start_load = load_average()
+    runs: list[RestartRun] = []
+    with tempfile.TemporaryDirectory(prefix="sparkafka-marker-scale-") as directory:
+        work = Path(directory)
+        with BrokerProcess(work / "broker", extra_args=["--log-level", "WARNING"]) as broker:
+            bootstrap = broker.bootstrap_servers
+            source, sink = "scale-in", "scale-out"
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            created = admin.create_topics(
+                [NewTopic(source, SOURCE_PARTITIONS, 1), NewTopic(sink, SOURCE_PARTITIONS, 1)]
+            )
+            for future in created.values():
+                future.result(30)
+            spark = spark_session("sparkafka-marker-scale-benchmark", master="local[2]")
+            checkpoint = str(work / "checkpoint")
+            watcher = _FirstOutput(bootstrap, sink).start()
+
+            def run_query() -> tuple[float, float]:
+                _produce(bootstrap, source)
+                seen_before = watcher.seen
+                watcher.first_at = None
+                started = time.time()
+                query = (
+                    spark.readStream.format("sparkafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", source)
+                    .option("startingOffsets", "earliest")
+                    .load()
+                    .selectExpr("value")
+                    .writeStream.format("sparkafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("topic", sink)
+                    .option("checkpointLocation", checkpoint)
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination()
+                done = time.time() - started
+                watcher.read_to_latest()
+                if watcher.error is not None:
+                    raise watcher.error
+                if watcher.seen - seen_before != RECORDS_PER_RUN or watcher.first_at is None:
+                    raise RuntimeError(
+                        f"the query wrote {watcher.seen - seen_before} records, not {RECORDS_PER_RUN}"
+                    )
+                return watcher.first_at - started, done
+
+            run_query()  # creates the marker topic and the checkpoint, untimed
+            filled = 0
+            for level in levels:
+                if level > filled:
+                    fill_markers(bootstrap, filled, level)
+                    filled = level
+                for _ in range(repeats):
+                    size = _partition_bytes(work / "broker")
+                    first_output_s, done_s = run_query()
+                    print(
+                        f"{level:>9,} foreign markers ({size / 2**20:6.1f} MiB): first output "
+                        f"{first_output_s:5.1f} s, done {done_s:5.1f} s",
+                        file=sys.stderr,
+                    )
+                    runs.append(RestartRun(level, size, first_output_s, done_s))
+            watcher.stop()
+            spark.stop()
+    setup = MarkerScaleSetup(machine_line(start_load), SOURCE_PARTITIONS, RECORDS_PER_RUN)
+    return runs, setup
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for number in range(RECORDS_PER_RUN):
+        producer.produce(topic, value=str(number).encode(), partition=number % SOURCE_PARTITIONS)
+    if producer.flush(30):
+        raise RuntimeError(f"producing to {topic} did not finish")
+
+
+def render(runs: list[RestartRun], setup: MarkerScaleSetup) -> str:
+    levels = sorted({run.foreign_markers for run in runs})
+    rows = []
+    baseline = statistics.median(run.first_output_s for run in runs if run.foreign_markers == levels[0])
+    for level in levels:
+        at_level = [run for run in runs if run.foreign_markers == level]
+        first = [run.first_output_s for run in at_level]
+        done = [run.done_s for run in at_level]
+        size = max(run.marker_bytes for run in at_level)
+        rows.append(
+            f"| {level:,} | {size / 2**20:.1f} | {_spread(first)} "
+            f"| {statistics.median(first) / baseline:.2f}x | {_spread(done)} |"
+        )
+    repeats = len(runs) // len(levels)
+    return "\n".join(
+        [
+            "## Restart of one query beside the commit markers of many",
+            "",
+            "Measured with `python -m benchmarks.marker_scale` (see `benchmarks/marker_scale.py`): one "
+            f"exactly-once `availableNow` query ({setup.write_tasks} write tasks, {setup.records_per_run:,} "
+            "new records per run) started again on its checkpoint in a running session (`local[2]`) while "
+            "the commit-marker topic holds that many markers of other queries (200 write partitions each); "
+            f"{repeats} run(s) per level, median (min-max). Target (issue: markers at scale): with "
+            "1,000,000 foreign markers, within 10 % of the empty topic's restart.",
+            "",
+            "| foreign markers | marker partition MiB | start to first output s | vs none | start to end s |",
+            "| ---: | ---: | ---: | ---: | ---: |",
+            *rows,
+            "",
+            f"{setup.machine}.",
+        ]
+    )
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--levels", default="0,100000,1000000", help="foreign markers, comma-separated")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--update-docs", type=Path, help="rewrite this file's marker-scale section")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep the raw results")
+    parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
+    args = parser.parse_args()
+    if args.from_results is not None:
+        runs, setup = load_results(args.from_results, RestartRun, MarkerScaleSetup, "marker-scale benchmark")
+    else:
+        levels = sorted(int(level) for level in args.levels.split(","))
+        runs, setup = measure(levels, args.repeats)
+        save_results(args.results, runs, setup)
+    section = render(runs, setup)
+    print(section)
+    if args.update_docs is not None:
+        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+
+
+if __name__ == "__main__":
+    main()
