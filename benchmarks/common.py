@@ -145,6 +145,55 @@ def load_results(
         raise ValueError(f"{path} is not a {what} results file: {error}") from None
 
 
+class CpuCgroup:
+    """A cgroup that counts the CPU of every process started into it (:meth:`command`) and of every
+    process those start, also after they leave the process tree: a daemon that outlives the JVM that
+    started it, a child of a zygote that is not the measured process's, whose time ``wait4`` never
+    sees. Linux only, and only where this user may make cgroups (cgroup v1's ``cpuacct``, or v2);
+    :meth:`create` returns None elsewhere."""
+
+    _V1 = Path("/sys/fs/cgroup/cpuacct")
+    _V2_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+
+    def __init__(self, directory: Path, members: str, version: int) -> None:
+        self.directory, self._members, self.version = directory, members, version
+
+    @classmethod
+    def create(cls) -> CpuCgroup | None:
+        name = f"sparkafka-benchmark-{os.getpid()}-{time.monotonic_ns()}"
+        candidates = [(cls._V1, "tasks", 1)] + [(root, "cgroup.procs", 2) for root in cls._V2_ROOTS]
+        for root, members, version in candidates:
+            usage = "cpuacct.usage" if version == 1 else "cpu.stat"
+            if not (root / members).exists() or not (root / usage).exists():
+                continue
+            with contextlib.suppress(OSError):
+                (root / name).mkdir()
+                if (root / name / usage).exists():
+                    return cls(root / name, members, version)
+                (root / name).rmdir()
+        return None
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv``, run by a shell that first moves itself into this cgroup, so that no process of
+        the run starts outside it."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.directory / self._members), *argv]
+
+    def cpu_seconds(self, settle_s: float = 30.0) -> float:
+        """The CPU time of every process that was in the cgroup, once none is left in it (waiting up
+        to ``settle_s`` for stragglers to end)."""
+        deadline = time.monotonic() + settle_s
+        while (self.directory / self._members).read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.version == 1:
+            return int((self.directory / "cpuacct.usage").read_text()) / 1e9
+        fields = dict(line.split() for line in (self.directory / "cpu.stat").read_text().splitlines())
+        return int(fields["usage_usec"]) / 1e6
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()
+
+
 def load_average() -> float:
     try:
         return os.getloadavg()[0]
