@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink.commit_log import ensure_marker_topic, read_marker_partition
+from sparkafka.connector.sink.commit_log import _markers_held_back, ensure_marker_topic, read_marker_partition
 from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
 from sparkafka.errors import SparkafkaError
 from tests.integration.kafka_clients import (
@@ -107,8 +108,48 @@ def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named
         with pytest.raises(SparkafkaError, match="did not reach offset") as failure:
             read_marker_partition(options, want={"mine-0"})
         message = str(failure.value)
+        assert "holds read_committed readers of that partition back at offset 0" in message
         assert "longer kafka.transaction.timeout.ms" in message
         assert "sparkafka transactions list" in message
         assert "kafka-transactions.sh find-hanging" in message  # a lost marker is listed nowhere
     finally:
         other.abort_transaction(30)
+
+
+def _three_markers(bootstrap: str, topic_name: str) -> tuple[SinkOptions, TopicPartition]:
+    markers = f"{topic_name}-markers"
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": markers,
+        }
+    )
+    ensure_marker_topic(options)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for number in range(3):
+        producer.produce(markers, key=f"k{number}".encode(), value=b"{}", partition=MARKER_PARTITION)
+    assert producer.flush(30) == 0
+    return options, TopicPartition(markers, MARKER_PARTITION)
+
+
+def test_a_marker_read_cut_short_by_a_log_that_went_back_says_so(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """A read that began when the partition ended at offset 10 and finds it ending at 3: the topic was
+    deleted and created again (or truncated) under it, not held back by a transaction."""
+    options, partition = _three_markers(broker.bootstrap_servers, topic_name)
+    message = str(_markers_held_back(options, partition, high=10, position=3))
+    assert "did not reach offset 10, the partition's end when the read began: its end is 3 now" in message
+    assert "deleted and created again" in message and "Spark retries the task" in message
+    assert "open transaction" not in message
+
+
+def test_a_marker_read_stalled_with_no_transaction_open_blames_the_leader(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    options, partition = _three_markers(broker.bootstrap_servers, topic_name)
+    message = str(_markers_held_back(options, partition, high=3, position=1))
+    assert "stopped at offset 1" in message and "short of offset 3" in message
+    assert "no transaction holds readers back there (the last stable offset is 3)" in message
+    assert "the broker's log says why" in message

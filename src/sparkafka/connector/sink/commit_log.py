@@ -391,6 +391,7 @@ def read_marker_partition(
     with CONSUMERS.borrow(config) as consumer:
         consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
         deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
+        position = low
         while time.monotonic() < deadline:
             # The partition holds a marker per committed batch per id until compaction runs, so it is
             # read in chunks rather than with a poll() and a position() per record (100,000 markers:
@@ -410,16 +411,47 @@ def read_marker_partition(
             position = consumer.position([partition])[0].offset
             if position >= high:
                 return latest
-        raise _markers_held_back(options, high)
+        raise _markers_held_back(options, partition, high, position)
 
 
-def _markers_held_back(options: SinkOptions, high: int) -> CommitMarkerError:
-    """Why :func:`read_marker_partition` did not reach the high watermark, and the ways on."""
+def _markers_held_back(
+    options: SinkOptions, partition: TopicPartition, high: int, position: int
+) -> Exception:
+    """Why :func:`read_marker_partition` stopped at ``position`` short of ``high``, the end the
+    partition had when the read began, told by the partition's offsets now:
+
+    1. its end is before ``high``: the log went back under the read (the topic deleted and created
+       again, or truncated by an unclean leader election);
+    2. its last stable offset is before ``high``: a transaction still open holds read_committed
+       readers back;
+    3. neither: the broker did not serve the reads.
+    A topic gone, or a cluster not answering, is the error of asking."""
+    _, end_now = _watermarks(options, partition, "read_uncommitted")
+    _, stable_now = _watermarks(options, partition, "read_committed")
+    waited_ms = options.transaction_timeout_ms + options.operation_timeout_s * 1000
+    where = f"reading commit markers from {options.marker_topic}-{partition.partition}"
+    if end_now < high:
+        return CommitMarkerError(
+            f"{where} did not reach offset {high}, the partition's end when the read began: its end is "
+            f"{end_now} now. The partition's log went back while it was read: the topic was deleted and "
+            "created again, or an unclean leader election truncated it, and markers it held are gone. "
+            "Spark retries the task, which judges the micro-batch by what the topic holds then (a query "
+            "that finds its markers gone refuses, naming the ways on)"
+        )
+    if stable_now >= high:
+        return CommitMarkerError(
+            f"{where} stopped at offset {max(position, 0)} within {waited_ms:.0f} ms (this sink's "
+            f"kafka.transaction.timeout.ms plus operationTimeoutMs), short of offset {high}, though no "
+            "transaction holds readers back there (the last stable offset is "
+            f"{stable_now}): the partition's leader did not serve the reads. Spark retries the task; if "
+            "this persists, the broker's log says why it does not answer fetches of that partition"
+        )
     return CommitMarkerError(
-        f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} did not reach offset "
-        f"{high} within {options.transaction_timeout_ms + options.operation_timeout_s * 1000:.0f} ms "
+        f"{where} did not reach offset "
+        f"{high} within {waited_ms:.0f} ms "
         "(this sink's kafka.transaction.timeout.ms plus operationTimeoutMs): an open transaction holds "
-        "read_committed readers of that partition back and was not aborted by the broker. Every "
+        f"read_committed readers of that partition back at offset {stable_now} and was not aborted by "
+        "the broker. Every "
         "exactly-once sink writing markers to this topic shares the partition, so a crashed writer of "
         "another query with a longer kafka.transaction.timeout.ms holds it until its own timeout. "
         "'sparkafka transactions list' shows the open transactions; restarting that query ends the "
