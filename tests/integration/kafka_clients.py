@@ -190,17 +190,30 @@ def committed_markers(
             "enable.partition.eof": True,
         }
     )
-    consumer.assign([TopicPartition(marker_topic, 0, 0)])
+    partitions = marker_topic_partitions(bootstrap, marker_topic)
+    consumer.assign([TopicPartition(marker_topic, partition, 0) for partition in partitions])
     found: dict[str, Any] = {}
+    ended: set[int] = set()
     try:
-        while True:
+        while len(ended) < len(partitions):
             message = consumer.poll(2)
-            if message is None or message.error():
+            if message is None:
+                break
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(message.partition())
+                    continue
                 break
             key = (message.key() or b"").decode()
-            if key.startswith(("registration/", "progress/", "claim/", "refusal/")) or not key.startswith(
-                prefix
-            ):
+            records_of_another_kind = (
+                "registration/",
+                "progress/",
+                "claim/",
+                "refusal/",
+                "query/",
+                "layout/",
+            )
+            if key.startswith(records_of_another_kind) or not key.startswith(prefix):
                 continue
             marker = json.loads(message.value())
             if marker["batch_id"] == batch_id:
@@ -208,6 +221,16 @@ def committed_markers(
     finally:
         consumer.close()
     return found
+
+
+def marker_topic_partitions(bootstrap: str, marker_topic: str = "_sparkafka_commit_markers") -> list[int]:
+    """Every partition of the commit-marker topic (the sink keeps a prefix's records in one of them,
+    chosen by the topic's layout)."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(marker_topic, timeout=30)
+    topic = metadata.topics.get(marker_topic)
+    if topic is None or topic.error is not None:
+        raise AssertionError(f"no commit-marker topic {marker_topic}")
+    return sorted(topic.partitions)
 
 
 def wait_for_committed(

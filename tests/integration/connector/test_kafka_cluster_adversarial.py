@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from sparkafka.connector.sink.commit_log import MarkerLayout
 from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.apache_kafka import ApacheKafka
@@ -21,6 +22,7 @@ from tests.integration.kafka_clients import (
     assert_exactly_once,
     committed_ids,
     create_topic,
+    marker_topic_partitions,
     producer,
     read_to_end,
     wait_for_committed,
@@ -94,7 +96,10 @@ def test_replay_reads_its_markers_from_a_new_leader(cluster: ApacheKafka, tmp_pa
     paused = ("debug.pauseAt=driverCommit", "debug.pauseMs=120s")
     pipeline = cluster_pipeline(cluster, tmp_path, sink_options=paused).start()
     pipeline.wait_for("sparkafka debug pause: driverCommit partition=None batch=0", timeout_s=240)
-    marker_leader = cluster.leader("_sparkafka_commit_markers", 0)
+    # The partition of the marker topic that holds the query's prefix (default sparkafka-<query id>).
+    prefix = transactional_id_of(tmp_path, 0).removesuffix("-0")
+    layout = MarkerLayout(len(marker_topic_partitions(cluster.bootstrap_servers)))
+    marker_leader = cluster.leader("_sparkafka_commit_markers", layout.partition_of(prefix))
     cluster.kill(marker_leader)
     pipeline.kill_group()
     replay = cluster_pipeline(cluster, tmp_path).start()

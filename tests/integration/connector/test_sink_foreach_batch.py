@@ -188,7 +188,9 @@ def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_ever
             {"bootstrap.servers": bootstrap, "group.id": f"witness-{time.monotonic_ns()}",
              "isolation.level": "read_committed", "auto.offset.reset": "earliest"}
         )  # fmt: skip
-        consumer.assign([TopicPartition("_sparkafka_commit_markers", 0, 0)])
+        metadata = consumer.list_topics("_sparkafka_commit_markers", timeout=30)
+        partitions = metadata.topics["_sparkafka_commit_markers"].partitions
+        consumer.assign([TopicPartition("_sparkafka_commit_markers", p, 0) for p in partitions])
         deadline = time.monotonic() + 60
         try:
             while time.monotonic() < deadline:

@@ -11,12 +11,14 @@ from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     ProgressRecord,
     RefusalRecord,
+    marker_layout,
     produce_to_markers,
-    read_marker_partition,
 )
+from sparkafka.connector.sink.id_state import read_query_markers
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
     PROGRESS_KEY_PREFIX,
+    QUERY_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
@@ -29,8 +31,9 @@ log = logging.getLogger(__name__)
 
 def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
     """Copy what the marker topic ``options.previous_marker_topic`` holds of ``query_id`` under
-    ``prefix`` — the claim, the registrations of the prefix's ids, the query's commit markers, the
-    prefix's progress — into ``options.marker_topic``, each record unless the new topic's record of
+    ``prefix`` — the claim, the registrations of the prefix's ids, the query's commit markers (under
+    any prefix it claimed), the prefix's progress, the query's records of its claims — into
+    ``options.marker_topic``, each into its partition there, and each unless the new topic's record of
     the same key is as new (a later batch, or any claim or registration). Runs on the driver before
     the micro-batch's tasks, which then read the markers where they are now. Returns the records
     copied.
@@ -40,8 +43,10 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
     (whose records are older) takes the newer ones along."""
     previous = options.previous_marker_topic
     assert previous is not None
-    here = read_marker_partition(options)
-    found = read_marker_partition(dataclasses.replace(options, marker_topic=previous))
+    layout = marker_layout(options)
+    here = read_query_markers(options, layout, prefix, query_id)
+    old_topic = dataclasses.replace(options, marker_topic=previous)
+    found = read_query_markers(old_topic, marker_layout(old_topic), prefix, query_id)
     of_query = {key: value for key, value in found.items() if belongs_to(key, value, query_id, prefix)}
     if not of_query and not holds_query(here, query_id, prefix):
         raise CommitMarkerError(
@@ -52,7 +57,8 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
     copied = {key: value for key, value in of_query.items() if _newer(key, value, here.get(key))}
     if not copied:
         return 0
-    produce_to_markers(options, options.marker_topic, copied, f"{len(copied)} record(s) carried over")
+    what = f"{len(copied)} record(s) carried over"
+    produce_to_markers(options, options.marker_topic, copied, what, layout)
     log.warning(
         "%s: carried %d commit-marker record(s) over from %s to %s (option %s; remove it now)",
         query_id,
@@ -68,7 +74,7 @@ def _newer(key: str, value: bytes, existing: bytes | None) -> bool:
     """Whether ``value`` should replace ``existing`` under ``key`` when carrying markers over."""
     if existing is None:
         return True
-    if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX)):
+    if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX, QUERY_KEY_PREFIX)):
         return False
     try:
         if key.startswith(PROGRESS_KEY_PREFIX):

@@ -53,8 +53,11 @@ from sparkafka.connector.sink.commit_log import (
     ProgressRecord,
     RefusalRecord,
     Registration,
+    encode_query_claim,
+    marker_layout,
+    query_claim_key,
     query_needle,
-    read_marker_partition,
+    read_markers,
 )
 from sparkafka.connector.sink.failures import (
     authorization_error,
@@ -63,9 +66,10 @@ from sparkafka.connector.sink.failures import (
 )
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
-    MARKER_PARTITION,
+    LAYOUT_KEY_PREFIX,
     OPERATION_TIMEOUT,
     PROGRESS_KEY_PREFIX,
+    QUERY_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
@@ -110,7 +114,7 @@ def settle_prefix_owner(
     owned = (options.bootstrap_servers, options.marker_topic, prefix, query_id)
     if owned in _OWNED_PREFIXES:
         return
-    found = read_marker_partition(options, stable_only=True)
+    found = read_markers(options, prefix, stable_only=True)
     owner = claim_owner(found, prefix)
     if owner is None and not any(registration_of_prefix(key, prefix) for key in found):
         if identity.batch_id is not None and claim_missing(options, found, prefix, plan):
@@ -207,18 +211,28 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
     claim_id = claim_transactional_id(prefix)
     key = f"{CLAIM_KEY_PREFIX}{prefix}"
     value = json.dumps({"prefix": prefix, "query_id": query_id, "time_ms": int(time.time() * 1000)})
+    layout = marker_layout(options)
     for _ in range(_CLAIM_ATTEMPTS):
         producer = Producer({**producer_config(options, claim_id), "logger": _CLAIM_CLIENT_LOG})
         try:
             producer.init_transactions(options.operation_timeout_s)
-            found = read_marker_partition(options)
+            found = read_markers(options, prefix, layout=layout)
             owner = claim_owner(found, prefix)
             if owner is not None and owner != replace:
                 return owner
             if owner is None and any(registration_of_prefix(key, prefix) for key in found):
                 return None  # ids registered before claims existed: the per-id check decides
             producer.begin_transaction()
-            producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+            producer.produce(
+                options.marker_topic, key=key, value=value, partition=layout.partition_of(prefix)
+            )
+            # In the same transaction: every write of the query finds the prefix through it.
+            producer.produce(
+                options.marker_topic,
+                key=query_claim_key(query_id, prefix),
+                value=encode_query_claim(query_id, prefix),
+                partition=layout.partition_of(query_id),
+            )
             producer.commit_transaction(options.operation_timeout_s)
             log.info("%s claimed transactional-id prefix %s", query_id, prefix)
             return query_id
@@ -388,25 +402,26 @@ def newest_batch(found: Mapping[str, bytes], query_id: str, prefix: str) -> int:
     return newest
 
 
-def _read_topic(options: SinkOptions, topic: str) -> dict[str, bytes]:
-    """The marker partition of ``topic`` (empty when the topic is gone), read to its stable end."""
+def _read_topic(options: SinkOptions, topic: str, prefix: str) -> dict[str, bytes]:
+    """The partition of ``topic`` that holds ``prefix``'s records (nothing when the topic is gone),
+    read to its stable end."""
     other = dataclasses.replace(options, marker_topic=topic)
     admin = KafkaAdmin(
         other.client_config, timeout_s=other.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
     )
     if topic not in admin.topic_partitions([topic]):
         return {}
-    return read_marker_partition(other, stable_only=True)
+    return read_markers(other, prefix, stable_only=True)
 
 
 def _refuse_unless_current_here(options: SinkOptions, own: ClaimRecord, plan: BatchPlan) -> None:
     """The checkpoint records the markers in another topic than this run names: go on only where
     this topic holds the query and nothing newer of it is in the recorded one (a checkpoint restored
     from before a move to this topic: the tasks then judge the batch by the markers here)."""
-    here = read_marker_partition(options, stable_only=True)
+    here = read_markers(options, own.prefix, stable_only=True)
     query_id = own.query_id
     if holds_query(here, query_id, own.prefix):
-        recorded = newest_batch(_read_topic(options, own.marker_topic), query_id, own.prefix)
+        recorded = newest_batch(_read_topic(options, own.marker_topic, own.prefix), query_id, own.prefix)
         if recorded <= newest_batch(here, query_id, own.prefix):
             log.warning(
                 "%s: the checkpoint recorded the markers of prefix %s in %s; %s holds them as far as %s "
@@ -426,7 +441,7 @@ def _refuse_partial_batch_elsewhere(options: SinkOptions, other: ClaimRecord, pl
     """A prefix new to the checkpoint on another marker topic than an earlier prefix of the query:
     both changed together. Fine between two batches; if the earlier prefix committed this batch
     (in part) or a later one in its topic, this one would write it again."""
-    found = _read_topic(options, other.marker_topic)
+    found = _read_topic(options, other.marker_topic, other.prefix)
     ahead = sorted(
         (marker.partition, marker.records, marker.batch_id)
         for key, value in found.items()
@@ -444,7 +459,7 @@ def _require_adopted_query_here(options: SinkOptions, prefix: str, plan: BatchPl
     is not the topic the old query wrote to, and its partial batch would go unseen."""
     adopted = options.adopted_query
     assert adopted is not None
-    if shows_query(read_marker_partition(options, stable_only=True), adopted, prefix):
+    if shows_query(read_markers(options, prefix, stable_only=True), adopted, prefix):
         return
     raise ReplayRefused(
         f"option adoptTransactionalIdsFrom names query {adopted}, and the commit-marker topic "
@@ -479,11 +494,12 @@ def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
 
 def holds_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
     """Whether the query's markers are in ``found`` already: a claim alone is not (a run refused for
-    want of its markers may have claimed the prefix there), nor a refusal record."""
+    want of its markers may have claimed the prefix there, and the claim's ``query/`` record with it),
+    nor a refusal record."""
     return any(
         belongs_to(key, value, query_id, prefix)
         for key, value in found.items()
-        if not key.startswith((CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX))
+        if not key.startswith((CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX, QUERY_KEY_PREFIX))
     )
 
 
@@ -497,6 +513,10 @@ def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
         return key == f"{CLAIM_KEY_PREFIX}{prefix}"
     if key.startswith(REFUSAL_KEY_PREFIX):
         return key == f"{REFUSAL_KEY_PREFIX}{prefix}" and RefusalRecord.decode(value).query_id == query_id
+    if key.startswith(QUERY_KEY_PREFIX):
+        return key.startswith(f"{QUERY_KEY_PREFIX}{query_id}/")
+    if key.startswith(LAYOUT_KEY_PREFIX):
+        return False
     try:
         return CommitMarker.decode(value).query_id == query_id
     except (ValueError, KeyError):

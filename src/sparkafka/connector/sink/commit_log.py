@@ -1,8 +1,17 @@
-"""The commit log: the commit-marker topic, one compacted partition whose latest record per
-transactional id says which micro-batch that id committed last (and, under ``registration/<id>``,
-which query owns the id; under ``claim/``, ``progress/`` and ``refusal/<prefix>``, which query owns a
-prefix, the last batch it completed, and the last run that refused a reshaped replay). Read with
-read_committed, so only committed markers count.
+"""The commit log: the commit-marker topic, compacted, whose latest record per transactional id says
+which micro-batch that id committed last (and, under ``registration/<id>``, which query owns the id;
+under ``claim/``, ``progress/`` and ``refusal/<prefix>``, which query owns a prefix, the last batch it
+completed, and the last run that refused a reshaped replay; under ``query/<query>/<prefix>``, that a
+query claimed a prefix). Read with read_committed, so only committed markers count.
+
+Layout (:class:`MarkerLayout`): every record of a prefix — its ids' markers and registrations, its
+claim, progress and refusal records — lives in one partition, chosen by a hash of the prefix over
+the topic's layout, and a query's ``query/`` records in the partition of its query id; so a write
+reads only the partitions of its prefix and query, whatever other queries keep in the topic. The
+layout is the partition count the topic was created with, recorded under ``layout/partitions`` in
+partition 0 before anything else is written (:func:`marker_layout`): partitions added later are never
+used, and a topic without that record (every topic written before layouts existed, and one created
+by hand) keeps everything in partition 0.
 
 This module owns the topic: its record types (encoded and decoded here only), creating and
 checking it, reading the partition to its end, what one write task learns from it
@@ -12,10 +21,12 @@ checking it, reading the partition to its end, what one write task learns from i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,17 +44,20 @@ from sparkafka.connector.kafka_admin import (
 from sparkafka.connector.kafka_errors import DAMAGED_BATCH, PARTITION_EOF, error_code
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import (
+    CLAIM_KEY_PREFIX,
+    LAYOUT_KEY_PREFIX,
     MARKER_PARTITION,
     OPERATION_TIMEOUT,
     PROGRESS_KEY_PREFIX,
+    QUERY_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
     is_marker_key,
 )
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
-from sparkafka.connector.sink.transactional_ids import write_partition_of
-from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
+from sparkafka.connector.sink.transactional_ids import prefix_of_any, write_partition_of
+from sparkafka.errors import CommitMarkerError, SparkafkaError, SparkafkaOptionError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +81,136 @@ def query_needle(query_id: str) -> bytes:
     (compact JSON): one without them is another query's, told without decoding it. Registrations
     are encoded otherwise: decode them."""
     return f'"query_id":{json.dumps(query_id)}'.encode()
+
+
+# -- the layout ---------------------------------------------------------------------------------------
+
+LAYOUT_KEY = f"{LAYOUT_KEY_PREFIX}partitions"
+
+
+@dataclass(frozen=True)
+class MarkerLayout:
+    """How many partitions of the marker topic hold records, and which one holds what."""
+
+    partitions: int
+
+    def partition_of(self, name: str) -> int:
+        """The partition of a prefix's records (``name``: the prefix), or of a query's ``query/``
+        records (``name``: the query id). A stable hash (CRC-32), the same in every process."""
+        return 0 if self.partitions == 1 else zlib.crc32(name.encode()) % self.partitions
+
+    def partition_of_key(self, key: str) -> int:
+        """The partition a record of ``key`` belongs in (see :meth:`partition_of`); the layout record's
+        is partition 0."""
+        if key.startswith(LAYOUT_KEY_PREFIX):
+            return MARKER_PARTITION
+        return self.partition_of(_owner_of_key(key))
+
+    def encode(self) -> bytes:
+        return json.dumps({"version": 1, "partitions": self.partitions}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> MarkerLayout:
+        partitions = _version_1(raw, "layout").get("partitions")
+        if not isinstance(partitions, int) or partitions < 1:
+            raise CommitMarkerError(
+                f"the layout record of the commit-marker topic names {partitions!r} partitions: it was "
+                "written by hand, or damaged; the topic's records cannot be found without it"
+            )
+        return cls(partitions)
+
+
+def _owner_of_key(key: str) -> str:
+    """The prefix (or, for a ``query/`` record, the query id) whose partition holds ``key``."""
+    if key.startswith(QUERY_KEY_PREFIX):
+        return key[len(QUERY_KEY_PREFIX) :].split("/", 1)[0]
+    for record_prefix in (CLAIM_KEY_PREFIX, PROGRESS_KEY_PREFIX, REFUSAL_KEY_PREFIX):
+        if key.startswith(record_prefix):
+            return key[len(record_prefix) :]
+    transactional_id = key.removeprefix(REGISTRATION_KEY_PREFIX)
+    prefix = prefix_of_any(transactional_id)
+    if prefix is None:
+        raise CommitMarkerError(
+            f"the commit-marker topic holds no records under the key {key!r}: it is neither a "
+            "transactional id of a write partition nor a record the sink writes"
+        )
+    return prefix
+
+
+def marker_layout(options: SinkOptions) -> MarkerLayout:
+    """The layout of the marker topic (which must exist).
+
+    Steps:
+    1. A topic of one partition: everything is in partition 0.
+    2. Otherwise read partition 0 from its start (read_uncommitted: the record is written outside
+       any transaction, and no open transaction may hide it) up to the first layout record, whose
+       count is the layout.
+    3. None there, and partition 0 holds nothing else: the topic was just created, by a process that
+       has not written the record yet, or by hand. Write it (the topic's partition count), read
+       again, and take the first one: every process racing here writes the same count, and all take
+       the first written.
+    4. None there, and partition 0 holds other records: a topic written before layouts existed (or
+       by hand): everything is in partition 0, as it always was.
+
+    Invariant: no process writes a record into a topic of more than one partition before it has
+    read or written the layout record, so the first record of partition 0 that any process wrote
+    after step 3 is a layout record."""
+    admin = KafkaAdmin(
+        options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
+    )
+    partitions = len(admin.topic_partitions([options.marker_topic]).get(options.marker_topic, []))
+    if partitions <= 1:
+        return MarkerLayout(1)
+    for attempt in range(2):
+        found, anything_else = _first_layout_record(options)
+        if found is not None:
+            if found.partitions > partitions:
+                raise CommitMarkerError(
+                    f"the commit-marker topic '{options.marker_topic}' was laid out over {found.partitions} "
+                    f"partitions and has {partitions}: it was deleted and created again with fewer, and its "
+                    f"markers are gone. {MOVE_MARKERS_HINT}"
+                )
+            return found
+        if anything_else or attempt:
+            return MarkerLayout(1)
+        record = {LAYOUT_KEY: MarkerLayout(partitions).encode()}
+        produce_to_markers(
+            options, options.marker_topic, record, "the layout record", MarkerLayout(partitions)
+        )
+    return MarkerLayout(1)  # not reached
+
+
+def _first_layout_record(options: SinkOptions) -> tuple[MarkerLayout | None, bool]:
+    """The first layout record of partition 0, and whether it holds records before it (or, with none,
+    at all)."""
+    partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
+    low, high = _watermarks(options, partition, "read_uncommitted")
+    if high <= low:
+        return None, False
+    config = _marker_consumer_config(
+        options, {"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10}
+    )
+    anything_else = False
+    with CONSUMERS.borrow(config) as consumer:
+        consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
+        deadline = time.monotonic() + options.operation_timeout_s
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            failure = message.error()
+            if failure is not None:
+                if failure.code() != PARTITION_EOF:
+                    raise _unreadable_markers(options, partition, message.offset(), failure)
+                if (message.offset() or 0) >= high:
+                    return None, anything_else
+                continue
+            if (message.key() or b"") == LAYOUT_KEY.encode():
+                return MarkerLayout.decode(message.value() or b""), anything_else
+            anything_else = True
+            if (message.offset() or 0) + 1 >= high:
+                return None, True
+    raise sink_unreachable_error(options, f"read the layout record of {options.marker_topic}", "timed out")
 
 
 # -- commit markers ---------------------------------------------------------------------------------
@@ -265,6 +409,27 @@ class Registration:
         )
 
 
+def query_claim_key(query_id: str, prefix: str) -> str:
+    """The key of the record that ``query_id`` claimed ``prefix``, in the partition of the query's id,
+    where a write of the query finds every prefix it ever wrote under (:func:`claimed_prefixes`)."""
+    return f"{QUERY_KEY_PREFIX}{query_id}/{prefix}"
+
+
+def encode_query_claim(query_id: str, prefix: str) -> bytes:
+    # The query is stored under "query", not "query_id": no reader looking for a query's commit
+    # markers by query_needle mistakes this record for one.
+    return json.dumps(
+        {"version": 1, "query": query_id, "prefix": prefix, "time_ms": int(time.time() * 1000)},
+        separators=(",", ":"),
+    ).encode()
+
+
+def claimed_prefixes(found: Mapping[str, bytes], query_id: str) -> set[str]:
+    """Every prefix ``found`` (the partitions read) records ``query_id`` to have claimed."""
+    head = f"{QUERY_KEY_PREFIX}{query_id}/"
+    return {key[len(head) :] for key in found if key.startswith(head)}
+
+
 def registered_query(found: Mapping[str, bytes], transactional_id: str) -> str | None:
     """The query ``found`` (the marker partition as read) registers ``transactional_id`` to, if any."""
     recorded = found.get(f"{REGISTRATION_KEY_PREFIX}{transactional_id}")
@@ -293,7 +458,8 @@ def _optional_int(value: Any) -> int | None:
 
 
 def ensure_marker_topic(options: SinkOptions) -> None:
-    """Create the compacted commit-marker topic unless it exists (racing creators are fine); refuse
+    """Create the compacted commit-marker topic unless it exists (racing creators are fine), with
+    ``commitMarkerTopicPartitions`` partitions and its layout record (:func:`marker_layout`); refuse
     one that exists with a cleanup policy that deletes markers (:func:`_require_compacted`)."""
     admin = KafkaAdmin(
         options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
@@ -302,13 +468,17 @@ def ensure_marker_topic(options: SinkOptions) -> None:
         _require_compacted(options, admin)
         return
     topic = NewTopic(
-        options.marker_topic, 1, -1, config={"cleanup.policy": "compact", "segment.bytes": "16777216"}
+        options.marker_topic,
+        options.marker_partitions,
+        -1,
+        config={"cleanup.policy": "compact", "segment.bytes": "16777216"},
     )
     try:
         admin.client.create_topics([topic], operation_timeout=options.operation_timeout_s)[
             options.marker_topic
         ].result(options.operation_timeout_s)
         log.info("created commit-marker topic %s", options.marker_topic)
+        marker_layout(options)
     except KafkaException as error:
         if error_code(error) != KafkaError.TOPIC_ALREADY_EXISTS:
             raise CommitMarkerError(
@@ -358,10 +528,29 @@ def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
 _MARKER_READ_CHUNK = 10_000
 
 
-def read_marker_partition(
-    options: SinkOptions, *, want: set[str] | None = None, stable_only: bool = False
+def read_markers(
+    options: SinkOptions, *names: str, stable_only: bool = False, layout: MarkerLayout | None = None
 ) -> dict[str, bytes]:
-    """Latest committed value per key of the marker partition (restricted to ``want`` when given).
+    """Latest committed value per key of the partitions that hold the records of ``names`` (prefixes,
+    and query ids for their ``query/`` records; see :class:`MarkerLayout`), each read as
+    :func:`read_marker_partition` reads one. Every key lives in one partition, so the partitions'
+    values never overlap."""
+    layout = layout or marker_layout(options)
+    latest: dict[str, bytes] = {}
+    for partition in sorted({layout.partition_of(name) for name in names}):
+        latest.update(read_marker_partition(options, partition=partition, stable_only=stable_only))
+    return latest
+
+
+def read_marker_partition(
+    options: SinkOptions,
+    *,
+    partition: int = MARKER_PARTITION,
+    want: set[str] | None = None,
+    stable_only: bool = False,
+) -> dict[str, bytes]:
+    """Latest committed value per key of one partition of the marker topic (restricted to ``want``
+    when given).
 
     ``stable_only``: read to the last stable offset seen at the start instead, never waiting for an
     open transaction: a quick look that may miss what was committed after one still open.
@@ -370,10 +559,11 @@ def read_marker_partition(
     open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
     committed after it would be missed; so this waits — bounded by the transaction timeout, after
     which the broker aborts a crashed writer's transaction — rather than answer from a partial view."""
-    partition = TopicPartition(options.marker_topic, MARKER_PARTITION)
+    number = partition
+    topic_partition = TopicPartition(options.marker_topic, number)
     # The watermarks come first: a consumer assigned a while after it was created (here: after
     # another client's round trips) waited up to a second for the partition's leader.
-    low, high = _watermarks(options, partition, "read_committed" if stable_only else "read_uncommitted")
+    low, high = _watermarks(options, topic_partition, "read_committed" if stable_only else "read_uncommitted")
     latest: dict[str, bytes] = {}
     if high <= low:
         return latest
@@ -389,7 +579,7 @@ def read_marker_partition(
         },
     )
     with CONSUMERS.borrow(config) as consumer:
-        consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
+        consumer.assign([TopicPartition(options.marker_topic, number, low)])
         deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
         position = low
         while time.monotonic() < deadline:
@@ -403,15 +593,15 @@ def read_marker_partition(
                 failure = message.error()
                 if failure is not None:
                     if failure.code() != PARTITION_EOF:
-                        raise _unreadable_markers(options, message.offset(), failure)
+                        raise _unreadable_markers(options, topic_partition, message.offset(), failure)
                     continue
                 key = (message.key() or b"").decode("utf-8", "replace")
                 if want is None or key in want:
                     latest[key] = message.value() or b""
-            position = consumer.position([partition])[0].offset
+            position = consumer.position([topic_partition])[0].offset
             if position >= high:
                 return latest
-        raise _markers_held_back(options, partition, high, position)
+        raise _markers_held_back(options, topic_partition, high, position)
 
 
 def _markers_held_back(
@@ -462,7 +652,9 @@ def _markers_held_back(
     )
 
 
-def _unreadable_markers(options: SinkOptions, offset: int | None, failure: KafkaError) -> CommitMarkerError:
+def _unreadable_markers(
+    options: SinkOptions, partition: TopicPartition, offset: int | None, failure: KafkaError
+) -> CommitMarkerError:
     at = "" if offset is None or offset < 0 else f" at offset {offset}"
     if failure.code() == DAMAGED_BATCH:
         way_out = (
@@ -475,7 +667,7 @@ def _unreadable_markers(options: SinkOptions, offset: int | None, failure: Kafka
     else:
         way_out = "Spark retries the task; if this persists, the broker's log says why it refuses the read"
     return CommitMarkerError(
-        f"reading commit markers from {options.marker_topic}-{MARKER_PARTITION} failed{at}: "
+        f"reading commit markers from {options.marker_topic}-{partition.partition} failed{at}: "
         f"{failure.str()}. The markers say which micro-batches each transactional id already "
         f"committed; without them a replay could write a batch twice, so this write stops. {way_out}"
     )
@@ -538,6 +730,8 @@ class CommittedState:
     claim_missing: bool = False
     # The prefix's refusal record (replay.TaskView.refused_run).
     refusal: RefusalRecord | None = None
+    # Where the topic keeps the id's records: its own commit goes to the prefix's partition.
+    layout: MarkerLayout = MarkerLayout(1)
 
 
 def committed_state(
@@ -581,14 +775,16 @@ def committed_state(
 # -- writes into the topic outside a task's output transaction ----------------------------------------
 
 
-def register(options: SinkOptions, producer: Producer, registration: Registration) -> None:
+def register(
+    options: SinkOptions, producer: Producer, registration: Registration, layout: MarkerLayout
+) -> None:
     """Commit, in a transaction of its own and before any output, that this id exists: a restart with
     fewer write partitions finds the ids it no longer uses through these records and fences them.
     Committed first so that even an id whose very first output transaction was cut short is found."""
     key, value = registration.key, registration.encode()
     try:
         producer.begin_transaction()
-        producer.produce(options.marker_topic, key=key, value=value, partition=MARKER_PARTITION)
+        producer.produce(options.marker_topic, key=key, value=value, partition=layout.partition_of_key(key))
         producer.commit_transaction(options.operation_timeout_s)
     except KafkaException as error:
         with contextlib.suppress(KafkaException):
@@ -644,13 +840,25 @@ def _discard_marker_producer(producer: Producer) -> None:
                 del _MARKER_PRODUCERS[key]
 
 
-def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, bytes], what: str) -> None:
-    """Write ``records`` (key -> value) to the marker partition of ``topic``, each acknowledged by all
-    in-sync replicas before this returns; otherwise fail naming the cause.
+def produce_to_markers(
+    options: SinkOptions,
+    topic: str,
+    records: Mapping[str, bytes],
+    what: str,
+    layout: MarkerLayout | None = None,
+) -> None:
+    """Write ``records`` (key -> value) to the marker topic ``topic``, each into its partition under
+    ``layout`` (the topic's; looked up when not given), and acknowledged by all in-sync replicas
+    before this returns; otherwise fail naming the cause.
 
     The producer may be shared with another thread's write: this waits for the delivery reports of
     its own records only (not a flush, which would wait for the other's too and count them), and
     judges the write by them alone."""
+    if layout is None:
+        try:
+            layout = marker_layout(dataclasses.replace(options, marker_topic=topic))
+        except SparkafkaError as error:
+            raise _marker_write_failed(what, topic, str(error)) from None
     producer = marker_producer(options)
     failures: list[KafkaError] = []
     acknowledged: list[bool] = []
@@ -664,7 +872,8 @@ def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, b
     deadline = time.monotonic() + options.operation_timeout_s
     try:
         for key, value in records.items():
-            producer.produce(topic, key=key, value=value, partition=MARKER_PARTITION, on_delivery=on_delivery)
+            partition = layout.partition_of_key(key)
+            producer.produce(topic, key=key, value=value, partition=partition, on_delivery=on_delivery)
         while len(acknowledged) + len(failures) < len(records) and (left := deadline - time.monotonic()) > 0:
             producer.poll(min(left, 0.1))
     except BaseException:
@@ -674,10 +883,14 @@ def produce_to_markers(options: SinkOptions, topic: str, records: Mapping[str, b
     if remaining or failures:
         _discard_marker_producer(producer)
         reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in time"
-        raise CommitMarkerError(
-            f"writing {what} to the commit-marker topic '{topic}' failed: {reason}. The sink needs it "
-            f"to tell a replay from new output; the batch fails, and Spark retries it. {MOVE_MARKERS_HINT}"
-        )
+        raise _marker_write_failed(what, topic, reason)
+
+
+def _marker_write_failed(what: str, topic: str, reason: str) -> CommitMarkerError:
+    return CommitMarkerError(
+        f"writing {what} to the commit-marker topic '{topic}' failed: {reason}. The sink needs it "
+        f"to tell a replay from new output; the batch fails, and Spark retries it. {MOVE_MARKERS_HINT}"
+    )
 
 
 def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
@@ -699,7 +912,7 @@ def registered_transactional_ids(
     """Write partition -> transactional id, for every id of ``prefix`` that ever wrote a registration
     (in ``markers``, the marker partition's latest values, read when not given)."""
     found: dict[int, str] = {}
-    for key in read_marker_partition(options) if markers is None else markers:
+    for key in read_markers(options, prefix) if markers is None else markers:
         if key.startswith(REGISTRATION_KEY_PREFIX):
             registered = key[len(REGISTRATION_KEY_PREFIX) :]
             partition = write_partition_of(registered, prefix)

@@ -14,9 +14,12 @@ from sparkafka.connector.sink.claims import claim_missing, require_prefix_claim
 from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     CommittedState,
+    MarkerLayout,
     ProgressRecord,
     Registration,
+    claimed_prefixes,
     committed_state,
+    marker_layout,
     query_needle,
     read_marker_partition,
     register,
@@ -43,7 +46,9 @@ def read_committed_state(
     initialised the id (step 3 of the protocol, with the registration of step 2).
 
     Steps:
-    1. Read the marker partition to its end (read_committed).
+    1. Read, to their ends (read_committed), the partitions of the marker topic that hold the id's
+       prefix and the query's ``query/`` records, then those of every other prefix the query claimed
+       (:func:`read_query_markers`).
     2. Refuse a run past the query's first batch that finds nothing of the query (its markers
        lost), before it registers anything: a refused run must leave no trace to pass by.
     3. Refuse adopting the ids of a query that committed its last batch in part
@@ -52,9 +57,11 @@ def read_committed_state(
        query adopts it, in a transaction of ``producer``."""
     query_id = identity.query_id
     assert query_id is not None, "exactly-once writes only"
-    found = read_marker_partition(options)
     own_prefix = prefix_of(transactional_id, identity.partition)
+    layout = marker_layout(options)
+    found = read_query_markers(options, layout, own_prefix, query_id)
     state = committed_state(found, transactional_id, own_prefix, query_id, other_prefixes=other_prefixes)
+    state.layout = layout
     state.claim_missing = claim_missing(options, found, own_prefix, plan)
     if identity.batch_id is not None:
         refusal = markers_lost(
@@ -84,9 +91,25 @@ def read_committed_state(
                 registered,
                 ADOPT_OPTION,
             )
-        register(options, producer, Registration(transactional_id, query_id, identity.partition))
+        register(options, producer, Registration(transactional_id, query_id, identity.partition), layout)
         state.registered_query = query_id
     return state
+
+
+def read_query_markers(
+    options: SinkOptions, layout: MarkerLayout, prefix: str, query_id: str
+) -> dict[str, bytes]:
+    """What the marker topic holds of ``prefix`` and of every prefix ``query_id`` claimed: the
+    partitions of the prefix and of the query's ``query/`` records, then the partitions of the other
+    prefixes those records name (each partition read once)."""
+    wanted = {layout.partition_of(prefix), layout.partition_of(query_id)}
+    found: dict[str, bytes] = {}
+    for partition in sorted(wanted):
+        found.update(read_marker_partition(options, partition=partition))
+    others = {layout.partition_of(other) for other in claimed_prefixes(found, query_id)} - wanted
+    for partition in sorted(others):
+        found.update(read_marker_partition(options, partition=partition))
+    return found
 
 
 def _refuse_adopting_a_partial_batch(

@@ -35,13 +35,27 @@ DEFAULT_MARKER_TOPIC = "_sparkafka_commit_markers"
 # Kafka's Topic.validate: the characters and the length a broker accepts in a topic name.
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+# The partition of a marker topic that holds its layout record, and every record of a topic laid
+# out over one partition (every topic before layouts existed).
 MARKER_PARTITION = 0
+# The partitions of a commit-marker topic the sink creates (commitMarkerTopicPartitions).
+MARKER_PARTITIONS_OPTION = "commitMarkerTopicPartitions"
+DEFAULT_MARKER_PARTITIONS = 16
 REGISTRATION_KEY_PREFIX = "registration/"
 PROGRESS_KEY_PREFIX = "progress/"
 CLAIM_KEY_PREFIX = "claim/"
 REFUSAL_KEY_PREFIX = "refusal/"
+QUERY_KEY_PREFIX = "query/"
+LAYOUT_KEY_PREFIX = "layout/"
 # Every key of the marker topic that is not a transactional id (whose value is its commit marker).
-RECORD_KEY_PREFIXES = (REGISTRATION_KEY_PREFIX, PROGRESS_KEY_PREFIX, CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX)
+RECORD_KEY_PREFIXES = (
+    REGISTRATION_KEY_PREFIX,
+    PROGRESS_KEY_PREFIX,
+    CLAIM_KEY_PREFIX,
+    REFUSAL_KEY_PREFIX,
+    QUERY_KEY_PREFIX,
+    LAYOUT_KEY_PREFIX,
+)
 
 
 def is_marker_key(key: str) -> bool:
@@ -63,6 +77,11 @@ SINK_OPTIONS = (
         "df.write in foreachBatch must set one of its own)",
     ),
     OptionSpec("commitMarkerTopic", f"compacted topic of commit markers (default {DEFAULT_MARKER_TOPIC})"),
+    OptionSpec(
+        MARKER_PARTITIONS_OPTION,
+        f"partitions of a commit-marker topic the sink creates (default {DEFAULT_MARKER_PARTITIONS}); a "
+        "topic that exists keeps the layout it has",
+    ),
     OptionSpec(
         ADOPT_OPTION,
         "the query id whose transactional ids this query takes over (it replaces that query, whose "
@@ -135,6 +154,7 @@ class SinkOptions:
     previous_marker_topic: str | None = None
     checkpoint_location: str | None = None
     lease_timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS
+    marker_partitions: int = DEFAULT_MARKER_PARTITIONS
     # The project's own chaos tests and demo (debug.* options, hidden): nothing by default.
     faults: FaultInjection = field(default_factory=FaultInjection)
 
@@ -189,6 +209,7 @@ class SinkOptions:
             previous_marker_topic=previous_marker_topic,
             checkpoint_location=reader.string("checkpointLocation") or None,
             lease_timeout_ms=_lease_timeout_ms(reader),
+            marker_partitions=reader.integer(MARKER_PARTITIONS_OPTION, DEFAULT_MARKER_PARTITIONS, minimum=1),
             faults=FaultInjection.parse(
                 choice=lambda option, choices: reader.choice(option, choices, "") or None,
                 duration_s=lambda option, default: reader.duration_ms(option, default) / 1000,

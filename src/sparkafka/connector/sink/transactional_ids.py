@@ -30,6 +30,13 @@ def write_partition_of(transactional_id: str, prefix: str) -> int | None:
     return int(partition)
 
 
+def prefix_of_any(transactional_id: str) -> str | None:
+    """The prefix of ``transactional_id``, whatever its write partition; None when it is not an id
+    of a write partition (no ``-<number>`` at its end)."""
+    head, separator, partition = transactional_id.rpartition("-")
+    return head if separator and partition.isdigit() else None
+
+
 def prefix_of(transactional_id: str, write_partition: int) -> str:
     """The prefix of ``transactional_id``, built for ``write_partition``."""
     suffix = f"-{write_partition}"

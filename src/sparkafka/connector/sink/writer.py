@@ -26,7 +26,7 @@ from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     ProgressRecord,
     RefusalRecord,
-    read_marker_partition,
+    read_markers,
     refusal_record,
     write_progress,
     write_refusal,
@@ -42,7 +42,6 @@ from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
     BATCH_ID_OPTION,
     EXACTLY_ONCE,
-    MARKER_PARTITION,
     SinkOptions,
 )
 from sparkafka.connector.sink.producers import (
@@ -450,7 +449,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 self.options.marker_topic,
                 key=transactional_id,
                 value=marker.encode(),
-                partition=MARKER_PARTITION,
+                partition=cached.state.layout.partition_of_key(transactional_id),
             )
             # librdkafka fails the commit with an abortable error when any record of the transaction
             # failed delivery (a record too large, an ACL, a topic gone): a commit that returns has
@@ -706,7 +705,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         query_id = next((r.query_id for r in reports if r.query_id), None)
         if prefix is None or query_id is None:
             return {}
-        found = read_marker_partition(self.options)
+        found = read_markers(self.options, prefix)
         fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
         of_prefix = [
             CommitMarker.decode(value)

@@ -1,0 +1,207 @@
+"""The commit-marker topic's layout: a prefix's records in one partition chosen by a hash of the
+prefix, a query's ``query/`` records in the partition of its id, the layout recorded in partition 0
+when the topic is created, and topics written before layouts existed read as they always were. On
+the embedded broker and on Apache Kafka."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.sql import SparkSession
+
+from sparkafka.connector.sink.commit_log import (
+    LAYOUT_KEY,
+    CommitMarker,
+    MarkerLayout,
+    ensure_marker_topic,
+    marker_layout,
+    query_claim_key,
+)
+from sparkafka.connector.sink.options import SinkOptions
+from tests.integration.conftest import Kafka
+from tests.integration.kafka_clients import (
+    create_topic,
+    producer,
+    read_to_end,
+    transactional_producer,
+)
+
+ROWS = 20
+
+
+def _options(kafka: Kafka, marker_topic: str, **extra: str) -> SinkOptions:
+    return SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": marker_topic,
+            "operationTimeoutMs": "20000",
+            **extra,
+        }
+    )
+
+
+def _keys_by_partition(kafka: Kafka, topic: str, partitions: int) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for message in read_to_end(kafka.bootstrap_servers, topic, partitions=partitions):
+        found.setdefault(message.partition(), []).append((message.key() or b"").decode())
+    return found
+
+
+def test_a_topic_the_sink_creates_has_its_partitions_and_records_them_first(
+    kafka: Kafka, topic_name: str
+) -> None:
+    options = _options(kafka, f"{topic_name}-markers", commitMarkerTopicPartitions="6")
+    ensure_marker_topic(options)
+    assert marker_layout(options) == MarkerLayout(6)
+    keys = _keys_by_partition(kafka, options.marker_topic, 6)
+    assert keys == {0: [LAYOUT_KEY]}, "the layout record, once, and nothing else yet"
+    # Partitions added later are never used: the records of a prefix stay where they are.
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_partitions([NewPartitions(options.marker_topic, 9)])[options.marker_topic].result(30)
+    assert marker_layout(options) == MarkerLayout(6)
+
+
+def test_a_one_partition_topic_keeps_everything_in_partition_0(kafka: Kafka, topic_name: str) -> None:
+    """Every marker topic written before layouts existed had one partition (and a topic created with
+    commitMarkerTopicPartitions=1 has one): no layout record, and every key in partition 0."""
+    options = _options(kafka, f"{topic_name}-markers", commitMarkerTopicPartitions="1")
+    ensure_marker_topic(options)
+    layout = marker_layout(options)
+    assert layout == MarkerLayout(1)
+    assert {layout.partition_of(f"prefix-{n}") for n in range(50)} == {0}
+    assert read_to_end(kafka.bootstrap_servers, options.marker_topic) == []
+
+
+def test_a_topic_of_several_partitions_an_older_sparkafka_wrote_is_read_as_it_was_written(
+    kafka: Kafka, topic_name: str
+) -> None:
+    """Created by hand with four partitions, then written by a sparkafka that knew one partition
+    only: its records are in partition 0 and no layout record precedes them, so everything stays in
+    partition 0 and no layout record is added."""
+    markers = f"{topic_name}-markers"
+    create_topic(kafka.bootstrap_servers, markers, partitions=4, config={"cleanup.policy": "compact"})
+    older = transactional_producer(kafka.bootstrap_servers, f"{topic_name}-old-0")
+    older.init_transactions(30)
+    older.begin_transaction()
+    marker = CommitMarker(f"{topic_name}-old-0", "q-old", 0, 0, 3, 1)
+    older.produce(markers, key=marker.transactional_id, value=marker.encode(), partition=0)
+    older.commit_transaction(30)
+    options = _options(kafka, markers)
+    ensure_marker_topic(options)
+    assert marker_layout(options) == MarkerLayout(1)
+    assert _keys_by_partition(kafka, markers, 4) == {0: [marker.transactional_id]}
+
+
+def test_processes_laying_out_a_topic_created_by_hand_all_take_the_same_layout(
+    kafka: Kafka, topic_name: str
+) -> None:
+    """An empty topic of five partitions: the first sparkafka to use it records its layout; racing
+    ones may record it too, and every one of them takes the same."""
+    markers = f"{topic_name}-markers"
+    create_topic(kafka.bootstrap_servers, markers, partitions=5, config={"cleanup.policy": "compact"})
+    options = _options(kafka, markers)
+    layouts: list[MarkerLayout] = []
+    racers = [threading.Thread(target=lambda: layouts.append(marker_layout(options))) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(60)
+    assert layouts == [MarkerLayout(5)] * 4
+    keys = _keys_by_partition(kafka, markers, 5)
+    assert set(keys) == {0} and set(keys[0]) == {LAYOUT_KEY}
+
+
+def _query(
+    spark: SparkSession, kafka: Kafka, source: str, sink: str, checkpoint: Path, **options: str
+) -> None:
+    writer = (
+        spark.readStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("value")
+        .writeStream.format("sparkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("topic", sink)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.trigger(availableNow=True).start().awaitTermination(300)
+
+
+def _prefix_in_another_partition(layout: MarkerLayout, partitions: set[int]) -> str:
+    return next(
+        prefix
+        for prefix in (f"other-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if layout.partition_of(prefix) not in partitions
+    )
+
+
+def test_a_query_keeps_its_records_in_its_partitions_and_is_not_held_back_by_another_querys_transaction(
+    spark: SparkSession, kafka: Kafka, topic_name: str, tmp_path: Path
+) -> None:
+    """A query's markers, registrations, claim and progress are in its prefix's partition of the
+    marker topic, its record of the claim in its query id's, nothing of it elsewhere. Another query's
+    writer then dies with a transaction open on a third partition (a 15-minute timeout): the query's
+    restart neither waits for it nor reads that partition, and writes each record once."""
+    bootstrap = kafka.bootstrap_servers
+    markers, source, sink = f"{topic_name}-markers", f"{topic_name}-in", f"{topic_name}-out"
+    options = _options(kafka, markers, commitMarkerTopicPartitions="8")
+    ensure_marker_topic(options)
+    layout = marker_layout(options)
+    assert layout == MarkerLayout(8)
+    prefix = f"{topic_name}-query"
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    sender = producer(bootstrap)
+
+    def send(numbers: range) -> None:
+        for number in numbers:
+            sender.produce(source, value=f"r{number}".encode(), partition=number % 2)
+        assert sender.flush(30) == 0
+
+    checkpoint = tmp_path / "checkpoint"
+    sink_options = {
+        "commitMarkerTopic": markers,
+        "transactionalIdPrefix": prefix,
+        # The marker read waits at most this (plus operationTimeoutMs) for an open transaction.
+        "kafka.transaction.timeout.ms": "10000",
+        "operationTimeoutMs": "10000",
+    }
+    send(range(ROWS))
+    _query(spark, kafka, source, sink, checkpoint, **sink_options)
+
+    keys = _keys_by_partition(kafka, markers, 8)
+    own = set(keys[layout.partition_of(prefix)])
+    expected = {f"{prefix}-0", f"{prefix}-1", f"registration/{prefix}-0", f"registration/{prefix}-1"}
+    assert expected | {f"claim/{prefix}", f"progress/{prefix}"} <= own
+    query_records = [key for found in keys.values() for key in found if key.startswith("query/")]
+    assert len(query_records) == 1, query_records
+    query_id = query_records[0].split("/")[1]
+    assert query_records[0] == query_claim_key(query_id, prefix)
+    assert query_records[0] in keys[layout.partition_of(query_id)]
+    theirs = (layout.partition_of(prefix), layout.partition_of(query_id))
+    elsewhere = [key for partition, found in keys.items() if partition not in theirs for key in found]
+    assert not [key for key in elsewhere if prefix in key or query_id in key], elsewhere
+
+    # The other query's crashed writer: its marker in a transaction left open, in its own partition.
+    other = _prefix_in_another_partition(layout, {*theirs, 0})
+    held = transactional_producer(bootstrap, f"{other}-0", transaction_timeout_ms=900_000)
+    held.init_transactions(30)
+    held.begin_transaction()
+    held.produce(markers, key=f"{other}-0", value=b"{}", partition=layout.partition_of(other))
+    assert held.flush(30) == 0
+    try:
+        send(range(ROWS, 2 * ROWS))
+        _query(spark, kafka, source, sink, checkpoint, **sink_options)
+        output = sorted((m.value() or b"").decode() for m in read_to_end(bootstrap, sink, partitions=2))
+        assert output == sorted(f"r{number}" for number in range(2 * ROWS))
+    finally:
+        held.abort_transaction(30)
