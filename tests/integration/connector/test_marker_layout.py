@@ -21,6 +21,8 @@ from sparkafka.connector.sink.commit_log import (
     query_claim_key,
 )
 from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.tools.harness import wait_until
+from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import (
     create_topic,
@@ -28,6 +30,7 @@ from tests.integration.kafka_clients import (
     read_to_end,
     transactional_producer,
 )
+from tests.integration.kafka_cluster import SAME_PARTITION
 
 ROWS = 20
 
@@ -205,3 +208,55 @@ def test_a_query_keeps_its_records_in_its_partitions_and_is_not_held_back_by_ano
         assert output == sorted(f"r{number}" for number in range(2 * ROWS))
     finally:
         held.abort_transaction(30)
+
+
+def test_a_query_on_a_one_partition_topic_of_an_older_sparkafka_replays_a_partial_commit_once(
+    kafka: Kafka, topic_name: str, tmp_path: Path
+) -> None:
+    """The marker topic an older sparkafka created (one partition, compacted): the pipeline is killed
+    when write partition 0 committed its half of the batch and partition 1's transaction is open;
+    the restart skips partition 0's half by its marker in partition 0 and writes partition 1's."""
+    bootstrap = kafka.bootstrap_servers
+    markers, source, sink = f"{topic_name}-markers", f"{topic_name}-in", f"{topic_name}-out"
+    create_topic(bootstrap, markers, partitions=1, config={"cleanup.policy": "compact"})
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    sender = producer(bootstrap)
+    for number in range(ROWS):
+        sender.produce(source, value=f"r{number}".encode(), partition=number % 2)
+    assert sender.flush(30) == 0
+    checkpoint = tmp_path / "checkpoint"
+    common = (f"commitMarkerTopic={markers}",)
+    paused = ("debug.pauseAt=beforeCommit", "debug.pausePartitions=1", "debug.pauseMs=600s")
+    first = PipelineProcess(
+        tmp_path / "first.log",
+        run_arguments(bootstrap, source, sink, checkpoint, sql=SAME_PARTITION, sink_options=common + paused),
+    ).start()
+    try:
+        first.wait_for("sparkafka debug pause: beforeCommit partition=1")
+        assert wait_until(lambda: len(read_to_end(bootstrap, sink, partitions=2)) == ROWS // 2, 60)
+    finally:
+        first.kill_group()
+    replay = PipelineProcess(
+        tmp_path / "replay.log",
+        run_arguments(bootstrap, source, sink, checkpoint, sql=SAME_PARTITION, sink_options=common),
+    ).start()
+    try:
+        assert wait_until(lambda: len(read_to_end(bootstrap, sink, partitions=2)) >= ROWS, 120), (
+            replay.output()[-3000:]
+        )
+    finally:
+        replay.terminate()
+    output = sorted((m.value() or b"").decode() for m in read_to_end(bootstrap, sink, partitions=2))
+    assert output == sorted(f"r{number}" for number in range(ROWS))
+    # Partition 1's aborted half is in the log beside the output; partition 0's half is not twice.
+    uncommitted = read_to_end(bootstrap, sink, partitions=2, isolation="read_uncommitted")
+    assert len(uncommitted) == ROWS + ROWS // 2
+    keys = _keys_by_partition(kafka, markers, 1)
+    assert set(keys) == {0} and LAYOUT_KEY not in keys[0]
+    assert {key.split("/")[0] for key in keys[0] if "/" in key} >= {
+        "claim",
+        "registration",
+        "progress",
+        "query",
+    }

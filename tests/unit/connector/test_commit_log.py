@@ -9,11 +9,17 @@ import json
 import pytest
 
 from sparkafka.connector.sink.commit_log import (
+    LAYOUT_KEY,
     CommitMarker,
+    MarkerLayout,
     ProgressRecord,
     RefusalRecord,
     Registration,
+    claimed_prefixes,
     committed_state,
+    encode_query_claim,
+    query_claim_key,
+    query_needle,
     registered_query,
 )
 from sparkafka.errors import CommitMarkerError
@@ -93,3 +99,50 @@ def test_an_id_whose_topic_holds_nothing_of_its_query_has_no_history() -> None:
     assert committed_state(
         {"p-0": _marker("p-0", "q", 1)}, "p-0", "p", "q", other_prefixes=True
     ).history_found
+
+
+def test_every_record_of_a_prefix_shares_its_partition_and_the_hash_is_fixed() -> None:
+    """The partition is CRC-32 of the prefix over the layout's count: the same in every process and
+    every release, or a restart would look for its markers elsewhere."""
+    layout = MarkerLayout(16)
+    assert [layout.partition_of(name) for name in ("sparkafka-q", "orders", "a")] == [1, 14, 3]
+    prefix = "orders"
+    keys = [
+        "orders-0",
+        "orders-17",
+        "registration/orders-3",
+        "claim/orders",
+        "progress/orders",
+        "refusal/orders",
+    ]
+    assert {layout.partition_of_key(key) for key in keys} == {layout.partition_of(prefix)}
+    # A prefix that itself ends in -<number> is still found: only the last one is the partition.
+    assert layout.partition_of_key("orders-7-2") == layout.partition_of("orders-7")
+    assert layout.partition_of_key("query/q-1/orders") == layout.partition_of("q-1")
+    assert layout.partition_of_key(LAYOUT_KEY) == 0
+    assert {MarkerLayout(1).partition_of_key(key) for key in keys} == {0}
+
+
+def test_a_key_the_sink_never_writes_has_no_partition() -> None:
+    with pytest.raises(CommitMarkerError, match="no records under the key 'not-an-id'"):
+        MarkerLayout(4).partition_of_key("not-an-id")
+
+
+def test_a_layout_record_must_name_a_positive_count() -> None:
+    assert MarkerLayout.decode(MarkerLayout(12).encode()) == MarkerLayout(12)
+    for raw in (b'{"version":1,"partitions":0}', b'{"version":1,"partitions":"8"}', b'{"version":1}'):
+        with pytest.raises(CommitMarkerError, match="written by hand, or damaged"):
+            MarkerLayout.decode(raw)
+    with pytest.raises(CommitMarkerError, match="newer sparkafka"):
+        MarkerLayout.decode(b'{"version":2,"partitions":8}')
+
+
+def test_a_query_finds_every_prefix_it_claimed_and_no_other_querys() -> None:
+    found = {
+        query_claim_key("q-1", "a"): encode_query_claim("q-1", "a"),
+        query_claim_key("q-1", "b-2"): encode_query_claim("q-1", "b-2"),
+        query_claim_key("q-10", "c"): encode_query_claim("q-10", "c"),
+    }
+    assert claimed_prefixes(found, "q-1") == {"a", "b-2"}
+    # Read as commit markers of the query they are not: their query is not under "query_id".
+    assert all(query_needle("q-1") not in value for value in found.values())
