@@ -40,6 +40,7 @@ from pathlib import Path
 
 from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
 
 if not __package__:  # run as `python benchmarks/marker_scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,8 +56,8 @@ from benchmarks.common import (
 )
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.connector.sink.commit_log import CommitMarker
-from sparkafka.connector.sink.options import DEFAULT_MARKER_TOPIC
+from sparkafka.connector.sink.commit_log import CommitMarker, MarkerLayout, marker_layout
+from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.runtime.session import spark_session
 
 SECTION_START = "<!-- benchmark:marker-scale:start -->"
@@ -70,10 +71,12 @@ FOREIGN_WRITE_PARTITIONS = 200
 @dataclasses.dataclass(frozen=True)
 class RestartRun:
     foreign_markers: int
-    # Bytes of the marker partition when the run started (every record, the query's own included).
+    # Bytes of the marker topic when the run started (every record, the query's own included).
     marker_bytes: int
     first_output_s: float
     done_s: float
+    # The marker topic's partitions (1: every record in one partition, as before layouts existed).
+    marker_partitions: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +121,8 @@ def foreign_marker(number: int) -> tuple[str, bytes]:
     return transactional_id, marker.encode()
 
 
-def fill_markers(bootstrap: str, first: int, end: int) -> None:
+def fill_markers(bootstrap: str, topic: str, first: int, end: int, layout: MarkerLayout) -> None:
+    """Foreign markers ``first``..``end``, each in the partition the sink would write it to."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -133,7 +137,7 @@ def fill_markers(bootstrap: str, first: int, end: int) -> None:
         key, value = foreign_marker(number)
         while True:
             try:
-                producer.produce(DEFAULT_MARKER_TOPIC, key=key, value=value, partition=0)
+                producer.produce(topic, key=key, value=value, partition=layout.partition_of_key(key))
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -141,79 +145,97 @@ def fill_markers(bootstrap: str, first: int, end: int) -> None:
         raise RuntimeError(f"writing foreign markers {first}..{end} did not finish")
 
 
-def _partition_bytes(data_dir: Path) -> int:
-    directory = data_dir / f"{DEFAULT_MARKER_TOPIC}-0"
-    return sum(path.stat().st_size for path in directory.glob("*.log")) if directory.exists() else 0
+def _topic_bytes(data_dir: Path, topic: str) -> int:
+    """Bytes of every partition of ``topic`` on the broker's disk."""
+    return sum(path.stat().st_size for path in data_dir.glob(f"{topic}-*/*.log"))
 
 
-def measure(levels: list[int], repeats: int) -> tuple[list[RestartRun], MarkerScaleSetup]:
+def measure(levels: list[int], repeats: int, layouts: list[int]) -> tuple[list[RestartRun], MarkerScaleSetup]:
     start_load = load_average()
     runs: list[RestartRun] = []
     with tempfile.TemporaryDirectory(prefix="sparkafka-marker-scale-") as directory:
         work = Path(directory)
         with BrokerProcess(work / "broker", extra_args=["--log-level", "WARNING"]) as broker:
-            bootstrap = broker.bootstrap_servers
-            source, sink = "scale-in", "scale-out"
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            created = admin.create_topics(
-                [NewTopic(source, SOURCE_PARTITIONS, 1), NewTopic(sink, SOURCE_PARTITIONS, 1)]
-            )
-            for future in created.values():
-                future.result(30)
             spark = spark_session("sparkafka-marker-scale-benchmark", master="local[2]")
-            checkpoint = str(work / "checkpoint")
-            watcher = _FirstOutput(bootstrap, sink).start()
+            try:
+                for partitions in layouts:
+                    runs += _measure_layout(
+                        spark, broker.bootstrap_servers, work, partitions, levels, repeats
+                    )
+            finally:
+                spark.stop()
+    return runs, MarkerScaleSetup(machine_line(start_load), SOURCE_PARTITIONS, RECORDS_PER_RUN)
 
-            def run_query() -> tuple[float, float]:
-                _produce(bootstrap, source)
-                seen_before = watcher.seen
-                watcher.first_at = None
-                started = time.time()
-                query = (
-                    spark.readStream.format("sparkafka")
-                    .option("kafka.bootstrap.servers", bootstrap)
-                    .option("subscribe", source)
-                    .option("startingOffsets", "earliest")
-                    .load()
-                    .selectExpr("value")
-                    .writeStream.format("sparkafka")
-                    .option("kafka.bootstrap.servers", bootstrap)
-                    .option("topic", sink)
-                    .option("deliveryGuarantee", "exactly-once")
-                    .option("checkpointLocation", checkpoint)
-                    .trigger(availableNow=True)
-                    .start()
+
+def _measure_layout(
+    spark: SparkSession, bootstrap: str, work: Path, partitions: int, levels: list[int], repeats: int
+) -> list[RestartRun]:
+    """Every level with a marker topic of ``partitions`` partitions (created by the sink), a query
+    and topics of its own."""
+    source, sink = f"scale-in-{partitions}", f"scale-out-{partitions}"
+    markers = f"scale-markers-{partitions}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics(
+        [NewTopic(source, SOURCE_PARTITIONS, 1), NewTopic(sink, SOURCE_PARTITIONS, 1)]
+    )
+    for future in created.values():
+        future.result(30)
+    checkpoint = str(work / f"checkpoint-{partitions}")
+    sink_options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "deliveryGuarantee": "exactly-once",
+        "commitMarkerTopic": markers,
+        "commitMarkerTopicPartitions": str(partitions),
+    }
+    watcher = _FirstOutput(bootstrap, sink).start()
+    runs = []
+
+    def run_query() -> tuple[float, float]:
+        _produce(bootstrap, source)
+        seen_before = watcher.seen
+        watcher.first_at = None
+        started = time.time()
+        writer = (
+            spark.readStream.format("sparkafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr("value")
+            .writeStream.format("sparkafka")
+            .option("topic", sink)
+            .option("checkpointLocation", checkpoint)
+            .options(**sink_options)
+        )
+        writer.trigger(availableNow=True).start().awaitTermination()
+        done = time.time() - started
+        watcher.read_to_latest()
+        if watcher.error is not None:
+            raise watcher.error
+        if watcher.seen - seen_before != RECORDS_PER_RUN or watcher.first_at is None:
+            raise RuntimeError(f"the query wrote {watcher.seen - seen_before} records, not {RECORDS_PER_RUN}")
+        return watcher.first_at - started, done
+
+    try:
+        run_query()  # creates the marker topic and the checkpoint, untimed
+        layout = marker_layout(SinkOptions.parse(sink_options))
+        filled = 0
+        for level in levels:
+            if level > filled:
+                fill_markers(bootstrap, markers, filled, level, layout)
+                filled = level
+            for _ in range(repeats):
+                size = _topic_bytes(work / "broker", markers)
+                first_output_s, done_s = run_query()
+                print(
+                    f"{partitions:>2} partition(s), {level:>9,} foreign markers ({size / 2**20:6.1f} MiB): "
+                    f"first output {first_output_s:5.1f} s, done {done_s:5.1f} s",
+                    file=sys.stderr,
                 )
-                query.awaitTermination()
-                done = time.time() - started
-                watcher.read_to_latest()
-                if watcher.error is not None:
-                    raise watcher.error
-                if watcher.seen - seen_before != RECORDS_PER_RUN or watcher.first_at is None:
-                    raise RuntimeError(
-                        f"the query wrote {watcher.seen - seen_before} records, not {RECORDS_PER_RUN}"
-                    )
-                return watcher.first_at - started, done
-
-            run_query()  # creates the marker topic and the checkpoint, untimed
-            filled = 0
-            for level in levels:
-                if level > filled:
-                    fill_markers(bootstrap, filled, level)
-                    filled = level
-                for _ in range(repeats):
-                    size = _partition_bytes(work / "broker")
-                    first_output_s, done_s = run_query()
-                    print(
-                        f"{level:>9,} foreign markers ({size / 2**20:6.1f} MiB): first output "
-                        f"{first_output_s:5.1f} s, done {done_s:5.1f} s",
-                        file=sys.stderr,
-                    )
-                    runs.append(RestartRun(level, size, first_output_s, done_s))
-            watcher.stop()
-            spark.stop()
-    setup = MarkerScaleSetup(machine_line(start_load), SOURCE_PARTITIONS, RECORDS_PER_RUN)
-    return runs, setup
+                runs.append(RestartRun(level, size, first_output_s, done_s, layout.partitions))
+    finally:
+        watcher.stop()
+    return runs
 
 
 def _produce(bootstrap: str, topic: str) -> None:
@@ -225,26 +247,30 @@ def _produce(bootstrap: str, topic: str) -> None:
 
 
 def render(runs: list[RestartRun], setup: MarkerScaleSetup) -> str:
-    levels = sorted({run.foreign_markers for run in runs})
-    rows = []
-    baseline = statistics.median(run.first_output_s for run in runs if run.foreign_markers == levels[0])
-    for level in levels:
-        at_level = [run for run in runs if run.foreign_markers == level]
-        first = [run.first_output_s for run in at_level]
-        done = [run.done_s for run in at_level]
-        size = max(run.marker_bytes for run in at_level)
-        rows.append(
-            f"| {level:,} | {size / 2**20:.1f} | {_spread(first)} "
-            f"| {statistics.median(first) / baseline:.2f}x | {_spread(done)} |"
+    rows, verdicts = [], []
+    for partitions in sorted({run.marker_partitions for run in runs}):
+        of_layout = [run for run in runs if run.marker_partitions == partitions]
+        levels = sorted({run.foreign_markers for run in of_layout})
+        baseline = statistics.median(r.first_output_s for r in of_layout if r.foreign_markers == levels[0])
+        for level in levels:
+            at_level = [run for run in of_layout if run.foreign_markers == level]
+            first = [run.first_output_s for run in at_level]
+            done = [run.done_s for run in at_level]
+            size = max(run.marker_bytes for run in at_level)
+            rows.append(
+                f"| {partitions} | {level:,} | {size / 2**20:.1f} | {_spread(first)} "
+                f"| {statistics.median(first) / baseline:.2f}x | {_spread(done)} |"
+            )
+        ratio = (
+            statistics.median(r.first_output_s for r in of_layout if r.foreign_markers == levels[-1])
+            / baseline
         )
-    repeats = len(runs) // len(levels)
-    largest = levels[-1]
-    ratio = statistics.median(r.first_output_s for r in runs if r.foreign_markers == largest) / baseline
-    verdict = (
-        f"With {largest:,} foreign markers the restart takes {ratio:.2f}x the empty topic's: the target "
-        f"{'is met' if ratio <= 1.10 else 'is not met'}. Every write task reads the whole marker "
-        "partition at its run's first write, each of them all of it."
-    )
+        verdicts.append(
+            f"{partitions} partition(s): {ratio:.2f}x with {levels[-1]:,} foreign markers, the target "
+            f"{'met' if ratio <= 1.10 else 'not met'}"
+        )
+    repeats = max(sum(1 for r in runs if (r.marker_partitions, r.foreign_markers) == key) for key in
+                  {(r.marker_partitions, r.foreign_markers) for r in runs})  # fmt: skip
     return "\n".join(
         [
             "## Restart of one query beside the commit markers of many",
@@ -252,15 +278,19 @@ def render(runs: list[RestartRun], setup: MarkerScaleSetup) -> str:
             "Measured with `python -m benchmarks.marker_scale` (see `benchmarks/marker_scale.py`): one "
             f"exactly-once `availableNow` query ({setup.write_tasks} write tasks, {setup.records_per_run:,} "
             "new records per run) started again on its checkpoint in a running session (`local[2]`) while "
-            "the commit-marker topic holds that many markers of other queries (200 write partitions each); "
-            f"{repeats} run(s) per level, median (min-max). Target (issue: markers at scale): with "
+            "the commit-marker topic holds that many markers of other queries (200 write partitions each, "
+            "each in the partition the sink would write it to), for a marker topic of one partition (every "
+            "record there, as before layouts existed: every write task reads all of it) and of several (a "
+            "task reads the partitions of its prefix and query id); "
+            f"{repeats} run(s) per row, median (min-max). Target (issue: markers at scale): with "
             "1,000,000 foreign markers, within 10 % of the empty topic's restart.",
             "",
-            "| foreign markers | marker partition MiB | start to first output s | vs none | start to end s |",
-            "| ---: | ---: | ---: | ---: | ---: |",
+            "| marker partitions | foreign markers | marker topic MiB | start to first output s | vs none "
+            "| start to end s |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: |",
             *rows,
             "",
-            f"{verdict} {setup.machine}.",
+            f"{'; '.join(verdicts)}. {setup.machine}.",
         ]
     )
 
@@ -275,6 +305,7 @@ def main() -> None:
     )
     parser.add_argument("--levels", default="0,100000,1000000", help="foreign markers, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--layouts", default="1,16", help="marker-topic partition counts, comma-separated")
     parser.add_argument("--update-docs", type=Path, help="rewrite this file's marker-scale section")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep the raw results")
     parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
@@ -283,7 +314,8 @@ def main() -> None:
         runs, setup = load_results(args.from_results, RestartRun, MarkerScaleSetup, "marker-scale benchmark")
     else:
         levels = sorted(int(level) for level in args.levels.split(","))
-        runs, setup = measure(levels, args.repeats)
+        layouts = [int(count) for count in args.layouts.split(",")]
+        runs, setup = measure(levels, args.repeats, layouts)
         save_results(args.results, runs, setup)
     section = render(runs, setup)
     print(section)

@@ -23,7 +23,9 @@ This is its one full text; the code marks each step with its number here (``# St
    left open and fences it (its later requests fail with PRODUCER_FENCED).
 3. At the id's first write of a query run (a restart, possibly in the same application: the only
    time a batch can be a replay), the task reads, with read_committed, the id's latest commit marker
-   and registration from the compacted commit-marker topic (key = transactional id), the markers of
+   and registration from the compacted commit-marker topic (key = transactional id; only the
+   partitions that hold its prefix, its query's records of its claims and the other prefixes those
+   name: :class:`~.commit_log.MarkerLayout`), the markers of
    the same query under its prefix and, for a streaming write, under other prefixes, and the
    prefix's progress record. A run past the query's first batch that finds nothing of the query
    there refuses before registering (markers deleted or moved); a query adopting another's ids
