@@ -56,6 +56,10 @@ LAUNCHER_NAME = "sparkafka-python"
 # A zygote's socket (sparkafka.runtime.runner_zygote), and the modules it runs: kept here, so that a launcher
 # imports the zygote's module only when it has something to ask of it.
 ZYGOTE_ENV = "SPARKAFKA_RUNNER_ZYGOTE"
+# The process that started the zygote ZYGOTE_ENV names: a process that inherited both from the one
+# that started it (a pipeline started from a program with a session) starts a zygote of its own, so
+# that its Spark's processes do not end with the other program. ZYGOTE_ENV set empty: no zygote.
+ZYGOTE_OWNER_ENV = "SPARKAFKA_RUNNER_ZYGOTE_OWNER"
 # The process that started the launcher (Spark's JVM), in the environment of a process the zygote
 # runs for it: that process descends from the zygote, not from the JVM, and whatever looks for the
 # Spark driver among its ancestors (the exactly-once sink's checkpoint lease) looks there instead.

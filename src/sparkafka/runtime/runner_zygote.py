@@ -15,16 +15,16 @@ Protocol, one Unix socket connection per process, JSON lines:
 
 1. launcher -> zygote: one byte carrying the launcher's standard input, output and error
    (SCM_RIGHTS): a worker daemon talks to Spark through them. Then ``{"module", "argv", "env",
-   "cwd", "path"}``: what ``python -m`` would run, with the launcher's environment, working
-   directory and ``sys.path``;
+   "cwd", "path", "umask"}``: what ``python -m`` would run, with the launcher's environment,
+   working directory, ``sys.path`` and file-creation mask;
 2. zygote -> launcher: ``{"pid": n}`` once the child runs, or ``{"refused": reason}``: the module is
    not one the zygote imported, or the launcher's ``sys.path`` or ``PYTHONHASHSEED`` differs from
    the zygote's (the modules imported in advance would not be the ones the launcher would import);
    the launcher then runs the module itself;
 3. zygote -> launcher: ``{"exit": status}`` when the child ends; the launcher exits with it.
 
-Invariants: the child runs with the launcher's argv, environment, working directory and standard
-streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
+Invariants: the child runs with the launcher's argv, environment, working directory, umask and
+standard streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
 launcher's connection closes first (Spark destroyed it, or it was killed), the zygote kills the
 child and the process group it leads (a worker daemon's forked workers). The zygote holds no
 descriptor of a launcher's streams once the child has them, so Spark sees the child's end as it
@@ -126,12 +126,15 @@ def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
     except OSError:
         return None
     with connection, connection.makefile("rwb") as stream:
+        umask = os.umask(0o077)  # reading it sets it: put it back at once (one thread here)
+        os.umask(umask)
         request = {
             "module": module,
             "argv": argv,
             "env": dict(os.environ),
             "cwd": os.getcwd(),
             "path": sys.path,
+            "umask": umask,
         }
         try:
             socket.send_fds(connection, [b"S"], list(_STANDARD_STREAMS))
@@ -168,6 +171,7 @@ class _Zygote:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         for module in [*self.modules, *_ALSO_IMPORTED]:
             importlib.import_module(module)
+        # The socket only this user may reach; the children get the launcher's umask back.
         os.umask(0o077)
         self.listener.bind(self.socket_path)
         self.listener.listen(16)
@@ -221,6 +225,8 @@ class _Zygote:
     def _refusal(self, request: dict[str, Any], streams: list[int]) -> str | None:
         if len(streams) != len(_STANDARD_STREAMS):
             return "the launcher's standard streams did not arrive"
+        if not isinstance(request.get("umask"), int):
+            return "the launcher sent no umask"
         if request.get("module") not in self.modules:
             return f"module {request.get('module')!r} is not one this zygote imported"
         if request.get("path") != sys.path:
@@ -245,6 +251,7 @@ class _Zygote:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             os.chdir(request["cwd"])
+            os.umask(int(request["umask"]))
             os.environ.clear()
             os.environ.update(request["env"])
             sys.argv = [request["module"], *request["argv"]]

@@ -45,21 +45,11 @@ def spark_session(
     import sparkafka
     from sparkafka.runtime import class_archive
     from sparkafka.runtime.python_exec import launcher_path
-    from sparkafka.runtime.runner_zygote import ZYGOTE_ENV
-    from sparkafka.runtime.runner_zygote import start as start_zygote
 
     # On a cluster the executors' interpreter path is the cluster's business; locally every Python
     # process Spark starts is on this machine, where the launcher is installed beside this Python.
     spark_python = (launcher_path() if is_local_master(master) else None) or sys.executable
-    # Every streaming query's source runner is then forked ready-made (sparkafka.runtime.runner_zygote); set
-    # before the JVM starts, which hands its environment to the runners.
-    if (
-        spark_python != sys.executable
-        and os.environ.get("PYSPARK_DRIVER_PYTHON", spark_python) == spark_python
-        and ZYGOTE_ENV not in os.environ
-        and (socket_path := start_zygote()) is not None
-    ):
-        os.environ[ZYGOTE_ENV] = socket_path
+    own_zygote(spark_python)
     os.environ.setdefault("PYSPARK_PYTHON", spark_python)
     # Spark also starts the driver-side lookup of Python data sources with this one.
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", spark_python)
@@ -98,6 +88,30 @@ def spark_session(
     sparkafka.register(spark)
     log.info("Spark web UI: %s", spark.sparkContext.uiWebUrl)
     return spark
+
+
+def own_zygote(spark_python: str) -> None:
+    """Start this process's zygote (:mod:`sparkafka.runtime.runner_zygote`) unless it has one, and
+    name it in the environment, which the JVM started next hands to Spark's Python processes: they
+    are then forked ready-made. Never another process's: a zygote inherited from the program that
+    started this one ends with that program, and its Spark's processes with it. Only where every
+    Python process Spark starts runs ``spark_python``, sparkafka's launcher; ``SPARKAFKA_RUNNER_ZYGOTE``
+    set empty turns it off."""
+    from sparkafka.runtime.python_exec import ZYGOTE_ENV, ZYGOTE_OWNER_ENV
+    from sparkafka.runtime.runner_zygote import start as start_zygote
+
+    me = str(os.getpid())
+    if os.environ.get(ZYGOTE_OWNER_ENV, me) != me:
+        del os.environ[ZYGOTE_OWNER_ENV]
+        os.environ.pop(ZYGOTE_ENV, None)
+    if (
+        spark_python != sys.executable
+        and os.environ.get("PYSPARK_DRIVER_PYTHON", spark_python) == spark_python
+        and ZYGOTE_ENV not in os.environ
+        and (socket_path := start_zygote()) is not None
+    ):
+        os.environ[ZYGOTE_ENV] = socket_path
+        os.environ[ZYGOTE_OWNER_ENV] = me
 
 
 def spark_log_level() -> str:

@@ -153,27 +153,44 @@ def test_a_lease_that_cannot_be_read_back_refuses_with_a_way_on(
         hold_checkpoint_lease(str(tmp_path), 60_000, me=_here(os.getpid(), 5))
 
 
-def test_a_process_the_zygote_forked_finds_the_driver_through_its_launcher(tmp_path: Path) -> None:
+def test_a_process_the_zygote_forked_finds_the_driver_through_its_launcher_only(tmp_path: Path) -> None:
     """A daemon sparkafka's zygote forked descends from the zygote, not from Spark's JVM: the launcher
-    names its own parent, and the lease is the JVM's whichever of the two started the daemon."""
-    fake_jvm_binary = tmp_path / "java"  # a process named java, as Spark's driver is
-    fake_jvm_binary.symlink_to("/bin/sleep")
-    jvm = subprocess.Popen([str(fake_jvm_binary), "60"])
+    names its own parent, and the driver is looked for from there only — never among the daemon's
+    own ancestors, where a JVM that started the user's process (a build tool, a CI agent) would
+    pass for every pipeline's driver — and is that process where no JVM is found."""
+    (tmp_path / "jvm").mkdir()
+    (tmp_path / "jvm" / "java").symlink_to("/bin/sleep")  # a process named java, as Spark's driver is
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "java").symlink_to(os.path.realpath(sys.executable))  # a JVM above the user's
+    jvm = subprocess.Popen([str(tmp_path / "jvm" / "java"), "60"])
+    not_a_jvm = subprocess.Popen(["sleep", "60"])
     plain = {key: value for key, value in os.environ.items() if key != LAUNCHER_PARENT_ENV}
+    ask = "from sparkafka.connector.sink.lease import this_driver; print(this_driver().pid)"
+    # What the "agent" runs: the asking process, as its child.
+    through_agent = (
+        "import subprocess, sys; "
+        "print(subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout, end='')"
+    )
 
-    def driver_pid(**env: str) -> int:
-        code = "from sparkafka.connector.sink.lease import this_driver; print(this_driver().pid)"
-        ran = subprocess.run(
-            [sys.executable, "-c", code], env={**plain, **env}, capture_output=True, text=True, check=True
-        )
-        return int(ran.stdout)
+    def driver_pid(*, under_agent: bool = False, **env: str) -> tuple[int, int]:
+        """The driver the asking process names, and the pid of its parent."""
+        command = [sys.executable, "-c", f"import os; print(os.getppid()); {ask}"]
+        if under_agent:
+            command = [str(tmp_path / "agent" / "java"), "-c", through_agent, *command]
+        ran = subprocess.run(command, env={**plain, **env}, capture_output=True, text=True, check=True)
+        parent, driver = ran.stdout.split()
+        return int(driver), int(parent)
 
     try:
-        assert driver_pid(**{LAUNCHER_PARENT_ENV: str(jvm.pid)}) == jvm.pid
-        # Without it (no java among the ancestors either): the process's parent, as before.
-        assert driver_pid() == os.getpid()
-        # A launcher parent that is no JVM (and has no JVM above it) is not taken for the driver.
-        assert driver_pid(**{LAUNCHER_PARENT_ENV: str(os.getpid())}) == os.getpid()
+        assert driver_pid(**{LAUNCHER_PARENT_ENV: str(jvm.pid)})[0] == jvm.pid
+        assert driver_pid(under_agent=True, **{LAUNCHER_PARENT_ENV: str(jvm.pid)})[0] == jvm.pid
+        assert driver_pid(under_agent=True, **{LAUNCHER_PARENT_ENV: str(not_a_jvm.pid)})[0] == not_a_jvm.pid
+        # Without it: the JVM among the process's ancestors (Spark's, where it started the daemon
+        # itself), else the process's parent, as before.
+        driver, parent = driver_pid(under_agent=True)
+        assert driver == parent  # the agent named java is the parent here
+        assert driver_pid() == (os.getpid(), os.getpid())
     finally:
-        jvm.kill()
-        jvm.wait()
+        for process in (jvm, not_a_jvm):
+            process.kill()
+            process.wait()

@@ -37,8 +37,9 @@ if __name__ == "__main__":
         sys.stderr.write("said on stderr\\n")
         sys.stderr.flush()
     with open(os.environ["TARGET_OUT"], "w") as out:
+        umask = os.umask(0)
         json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
-                   "marker": os.environ.get("TARGET_MARK"), "helper": helper}, out)
+                   "marker": os.environ.get("TARGET_MARK"), "helper": helper, "umask": umask}, out)
     time.sleep(float(os.environ.get("TARGET_SLEEP", "0")))
     sys.exit(int(os.environ.get("TARGET_EXIT", "0")))
 """
@@ -160,6 +161,7 @@ LAUNCHER = """
 import os, sys
 from sparkafka.runtime.runner_zygote import run_through
 sys.path[0] = os.getcwd()
+os.umask(0o027)
 status = run_through(sys.argv[1], sys.argv[2], [])
 sys.exit(99 if status is None else status)
 """
@@ -189,7 +191,9 @@ def test_the_child_talks_through_the_launchers_standard_streams(
     assert launcher.returncode == 0, complained
     assert said == "HELLO\n"
     assert "said on stderr" in complained
-    assert json.loads(out.read_text())["pid"] != launcher.pid  # it ran in the zygote's child
+    ran = json.loads(out.read_text())
+    assert ran["pid"] != launcher.pid  # it ran in the zygote's child
+    assert ran["umask"] == 0o027, "the launcher's umask, not the zygote's own (0o077, for its socket)"
     assert "said on stderr" not in (tmp_path / "driver.stderr").read_text()
 
 

@@ -1,10 +1,17 @@
-"""The driver JVM's collector choice of sparkafka's own sessions."""
+"""The driver JVM's collector choice of sparkafka's own sessions, and whose zygote they use."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
 import pytest
 
-from sparkafka.runtime.session import driver_java_options, is_local_master
+from sparkafka.runtime.python_exec import ZYGOTE_ENV, ZYGOTE_OWNER_ENV, launcher_path
+from sparkafka.runtime.session import driver_java_options, is_local_master, own_zygote
 
 BASE = "-Dlog4j.configurationFile=x"
 
@@ -40,3 +47,46 @@ def test_a_collector_chosen_in_the_environment_is_not_contradicted(variable: str
 def test_a_collector_in_the_base_options_is_kept() -> None:
     base = f"{BASE} -XX:+UseParallelGC"
     assert driver_java_options("local[2]", base, cores=2, environ={}) == base
+
+
+def _stop_zygote(socket_path: str) -> None:
+    owner = Path(socket_path).parent / "owner"
+    with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+        os.kill(int(owner.read_text()), signal.SIGKILL)
+
+
+def test_a_session_never_uses_the_zygote_of_the_program_that_started_its_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipeline started from a program with a session inherits that program's zygote in its
+    environment: its own session starts a zygote of its own, or Spark's processes of the pipeline
+    would be children of the other program's, and end with it."""
+    launcher = launcher_path()
+    assert launcher is not None
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    monkeypatch.setenv(ZYGOTE_ENV, "/tmp/sparkafka-zygote-of-another-program/zygote.sock")
+    monkeypatch.setenv(ZYGOTE_OWNER_ENV, "1")
+    own_zygote(launcher)
+    socket_path = os.environ[ZYGOTE_ENV]
+    try:
+        assert "another-program" not in socket_path
+        assert os.environ[ZYGOTE_OWNER_ENV] == str(os.getpid())
+        own_zygote(launcher)  # this process's own: kept
+        assert os.environ[ZYGOTE_ENV] == socket_path
+    finally:
+        _stop_zygote(socket_path)
+
+
+def test_an_inherited_zygote_is_dropped_where_no_zygote_serves_and_an_empty_setting_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    monkeypatch.setenv(ZYGOTE_ENV, "/tmp/sparkafka-zygote-of-another-program/zygote.sock")
+    monkeypatch.setenv(ZYGOTE_OWNER_ENV, "1")
+    own_zygote(sys.executable)  # a cluster's master: Spark's processes run the plain interpreter
+    assert ZYGOTE_ENV not in os.environ and ZYGOTE_OWNER_ENV not in os.environ
+    monkeypatch.setenv(ZYGOTE_ENV, "")
+    launcher = launcher_path()
+    assert launcher is not None
+    own_zygote(launcher)
+    assert os.environ[ZYGOTE_ENV] == "" and ZYGOTE_OWNER_ENV not in os.environ

@@ -144,16 +144,20 @@ def hold_checkpoint_lease(checkpoint_location: str, timeout_ms: int, *, me: Hold
 
 def this_driver() -> Holder:
     """The Spark driver this Python process works for: the JVM among its ancestors (Spark forks the
-    driver's Python workers from daemons of its own, one per kind of worker), or among those of
-    the process that started sparkafka's launcher, for a daemon the launcher had sparkafka's zygote
-    fork (:mod:`sparkafka.runtime.python_exec`); where the process table cannot be read, this
-    process's parent."""
+    driver's Python workers from daemons of its own, one per kind of worker); where the process
+    table cannot be read, this process's parent.
+
+    A daemon that sparkafka's zygote forked for the launcher Spark started
+    (:mod:`sparkafka.runtime.python_exec`) descends from the zygote, whose ancestors are the user's
+    process and whatever started it — a JVM among them (a build tool, a CI agent) is not the
+    driver. There the launcher named the process that started it, Spark's JVM: the driver is looked
+    for from that one only, and is that one where no JVM is found, so every daemon of a session
+    names the same driver, also one orphaned by a zygote that died."""
     launcher_parent = os.environ.get(LAUNCHER_PARENT_ENV, "")
-    driver = (
-        _java_ancestor(os.getppid())
-        or (_java_ancestor(int(launcher_parent)) if launcher_parent.isdigit() else None)
-        or os.getppid()
-    )
+    if launcher_parent.isdigit():
+        driver = _java_ancestor(int(launcher_parent)) or int(launcher_parent)
+    else:
+        driver = _java_ancestor(os.getppid()) or os.getppid()
     return Holder(socket.gethostname(), driver, _started_ms(driver) or 0, _machine())
 
 
