@@ -7,6 +7,7 @@ real local SparkSession."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections import Counter
@@ -17,9 +18,16 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sparkafka.connector.sink.commit_log import MarkerLayout
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import EMBEDDED, Kafka
-from tests.integration.kafka_clients import committed_markers, create_topic, producer, read_to_end
+from tests.integration.kafka_clients import (
+    committed_markers,
+    create_topic,
+    marker_topic_partitions,
+    producer,
+    read_to_end,
+)
 
 PARTITIONS = 4
 
@@ -702,3 +710,65 @@ def test_a_foreach_batch_write_whose_prefix_changes_in_the_middle_of_a_batch(
         assert topics.written("read_uncommitted") == before
         return
     _assert_exactly_once(topics)
+
+
+@pytest.mark.parametrize("kafka", [EMBEDDED], indirect=True)
+def test_a_prefix_carried_from_a_one_partition_topic_is_found_by_the_querys_next_prefix(
+    spark: SparkSession, topics: Topics, tmp_path: Path, topic_name: str
+) -> None:
+    """Batch 0 cut short under prefix A on a topic of one partition (as an older sparkafka kept every
+    topic: its claim has no ``query/`` record), then again after moving to a topic of 16 partitions
+    with previousCommitMarkerTopic; then the prefix changes to B, which lives in another partition
+    than A and the query id. B must find A's part of batch 0 there and refuse, not write it again;
+    back on A the batch completes exactly once."""
+    checkpoint = tmp_path / "checkpoint"
+    a, b = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
+    old_prefix = f"{topic_name}-a"
+    _held_batch(
+        spark, topics, checkpoint, a, batch=0, prefix=old_prefix,
+        transactionalIdPrefix=old_prefix, commitMarkerTopicPartitions="1",
+    )  # fmt: skip
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    held = _start(
+        spark, topics, checkpoint, commitMarkerTopic=b, previousCommitMarkerTopic=a,
+        transactionalIdPrefix=old_prefix, commitMarkerTopicPartitions="16", source_minPartitions="2",
+        **{"debug.pauseAt": "beforeCommit", "debug.pausePartitions": "1", "debug.pauseMs": "600s",
+           "kafka.transaction.timeout.ms": "600000"},
+    )  # fmt: skip
+    try:
+        # The driver carried the markers over and recorded the query's claim of A in b.
+        claim_record = f"query/{query_id}/{old_prefix}"
+        assert wait_until(lambda: claim_record in _keys(topics.bootstrap, b), timeout_s=120)
+    finally:
+        held.stop()
+    layout = MarkerLayout(16)
+    taken = {layout.partition_of(old_prefix), layout.partition_of(query_id)}
+    new_prefix = next(
+        f"{topic_name}-b{n}" for n in range(1000) if layout.partition_of(f"{topic_name}-b{n}") not in taken
+    )
+    message = _refused(
+        spark,
+        topics,
+        checkpoint,
+        commitMarkerTopic=b,
+        transactionalIdPrefix=new_prefix,
+        source_minPartitions="2",
+    )
+    assert f"partly committed under transactional id(s) '{old_prefix}-0'" in message
+    _run(
+        spark,
+        topics,
+        checkpoint,
+        commitMarkerTopic=b,
+        transactionalIdPrefix=old_prefix,
+        source_minPartitions="2",
+    )
+    _assert_exactly_once(topics)
+
+
+def _keys(bootstrap: str, marker_topic: str) -> set[str]:
+    partitions = marker_topic_partitions(bootstrap, marker_topic)
+    return {
+        (message.key() or b"").decode()
+        for message in read_to_end(bootstrap, marker_topic, partitions=len(partitions))
+    }

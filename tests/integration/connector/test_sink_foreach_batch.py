@@ -188,7 +188,7 @@ def test_a_write_retried_inside_foreach_batch_after_a_partial_commit_writes_ever
             {"bootstrap.servers": bootstrap, "group.id": f"witness-{time.monotonic_ns()}",
              "isolation.level": "read_committed", "auto.offset.reset": "earliest"}
         )  # fmt: skip
-        metadata = consumer.list_topics("_sparkafka_commit_markers", timeout=30)
+        metadata = consumer.list_topics(timeout=30)  # naming the topic could auto-create it
         partitions = metadata.topics["_sparkafka_commit_markers"].partitions
         consumer.assign([TopicPartition("_sparkafka_commit_markers", p, 0) for p in partitions])
         deadline = time.monotonic() + 60

@@ -50,13 +50,16 @@ from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.commit_log import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
+    MarkerLayout,
     ProgressRecord,
     RefusalRecord,
     Registration,
     encode_query_claim,
     marker_layout,
+    produce_to_markers,
     query_claim_key,
     query_needle,
+    read_marker_partition,
     read_markers,
 )
 from sparkafka.connector.sink.failures import (
@@ -187,6 +190,30 @@ def registration_of_prefix(key: str, prefix: str) -> bool:
     )
 
 
+def record_query_claim(
+    options: SinkOptions,
+    layout: MarkerLayout,
+    query_id: str,
+    prefix: str,
+    found: Mapping[str, bytes] | None = None,
+) -> None:
+    """Write ``query/<query_id>/<prefix>`` where it is missing, though the query owns the prefix: a
+    claim an older sparkafka committed, or one carried over from a topic of one such, came without
+    it, and a later prefix of the query would not find this one's markers (a batch committed in part
+    under it would be written again). ``found``: what the caller read, the query id's partition
+    among it (read here otherwise). Nothing to do on a topic of one partition, which is read whole."""
+    if layout.partitions == 1:
+        return
+    key = query_claim_key(query_id, prefix)
+    if found is None:
+        found = read_marker_partition(options, partition=layout.partition_of(query_id))
+    if key in found:
+        return
+    log.info("%s: recording its claim of prefix %s under %s", query_id, prefix, key)
+    record = {key: encode_query_claim(query_id, prefix)}
+    produce_to_markers(options, options.marker_topic, record, "the query's claim", layout)
+
+
 _CLAIM_ATTEMPTS = 20
 # The claim producers' own client log: racing claimers fence each other by design, which librdkafka
 # reports as errors; what matters reaches claim_prefix as an exception and is raised from there.
@@ -219,6 +246,8 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
             found = read_markers(options, prefix, layout=layout)
             owner = claim_owner(found, prefix)
             if owner is not None and owner != replace:
+                if owner == query_id:
+                    record_query_claim(options, layout, query_id, prefix)
                 return owner
             if owner is None and any(registration_of_prefix(key, prefix) for key in found):
                 return None  # ids registered before claims existed: the per-id check decides
@@ -226,13 +255,15 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
             producer.produce(
                 options.marker_topic, key=key, value=value, partition=layout.partition_of(prefix)
             )
-            # In the same transaction: every write of the query finds the prefix through it.
-            producer.produce(
-                options.marker_topic,
-                key=query_claim_key(query_id, prefix),
-                value=encode_query_claim(query_id, prefix),
-                partition=layout.partition_of(query_id),
-            )
+            if layout.partitions > 1:
+                # In the same transaction: every write of the query finds the prefix through it (a
+                # topic of one partition is read whole, and has no such records, as none ever had).
+                producer.produce(
+                    options.marker_topic,
+                    key=query_claim_key(query_id, prefix),
+                    value=encode_query_claim(query_id, prefix),
+                    partition=layout.partition_of(query_id),
+                )
             producer.commit_transaction(options.operation_timeout_s)
             log.info("%s claimed transactional-id prefix %s", query_id, prefix)
             return query_id

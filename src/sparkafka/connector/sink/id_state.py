@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from confluent_kafka import Producer
 
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
-from sparkafka.connector.sink.claims import claim_missing, require_prefix_claim
+from sparkafka.connector.sink.claims import claim_missing, record_query_claim, require_prefix_claim
 from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     CommittedState,
@@ -53,7 +53,8 @@ def read_committed_state(
        lost), before it registers anything: a refused run must leave no trace to pass by.
     3. Refuse adopting the ids of a query that committed its last batch in part
        (``adoptTransactionalIdsFrom``), counting what it would read twice or never.
-    4. Check the prefix's claim; register the id where it has no registration, or where this
+    4. Check the prefix's claim, and that the query's record of it is there (a claim an older
+       sparkafka committed has none); register the id where it has no registration, or where this
        query adopts it, in a transaction of ``producer``."""
     query_id = identity.query_id
     assert query_id is not None, "exactly-once writes only"
@@ -82,6 +83,7 @@ def read_committed_state(
         assert registered is not None
         _refuse_adopting_a_partial_batch(found, own_prefix, transactional_id, registered, identity, plan)
     require_prefix_claim(options, found, own_prefix, query_id, transactional_id)
+    record_query_claim(options, layout, query_id, own_prefix, found)
     if registered is None or adopting:
         if registered is not None:
             log.warning(
