@@ -3,14 +3,17 @@ topic, and a description of the machine a run was measured on."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
 import os
 import platform
 import re
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -192,6 +195,87 @@ class CpuCgroup:
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             self.directory.rmdir()
+
+
+@dataclasses.dataclass(frozen=True)
+class ResultsSection:
+    """Where a benchmark keeps its raw results and its section of docs/benchmarks.md."""
+
+    name: str  # "start-up", in "rewrite this file's start-up section"
+    results: Path
+    start_marker: str
+    end_marker: str
+
+
+def results_main(
+    doc: str | None,
+    section: ResultsSection,
+    run_type: type[Run],
+    setup_type: type[Setup],
+    measure: Callable[[argparse.Namespace], tuple[list[Run], Setup]],
+    render: Callable[[list[Run], Setup], str],
+    add_arguments: Callable[[argparse.ArgumentParser], None] = lambda _parser: None,
+) -> None:
+    """A benchmark's command line: measure (with ``--repeats`` and ``add_arguments``' options) and keep
+    every run in ``--results``, or render again from ``--from-results`` without running anything;
+    print the section, and with ``--update-docs`` rewrite it in that file."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    add_arguments(parser)
+    parser.add_argument("--update-docs", type=Path, help=f"rewrite this file's {section.name} section")
+    parser.add_argument("--results", type=Path, default=section.results, help="where to keep the raw results")
+    parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
+    args = parser.parse_args()
+    if args.from_results is not None:
+        runs, setup = load_results(args.from_results, run_type, setup_type, f"{section.name} benchmark")
+    else:
+        runs, setup = measure(args)
+        save_results(args.results, runs, setup)
+    text = render(runs, setup)
+    print(text)
+    if args.update_docs is not None:
+        update_docs(args.update_docs, text, section.start_marker, section.end_marker)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildRun:
+    """What a measured child process reported (its last ``RESULT {json}`` line), how long it took,
+    and the CPU of its whole run (see :func:`run_reporting_child`)."""
+
+    reported: dict[str, Any]
+    total_s: float
+    cpu_s: float
+    cpu_counted_by: str
+
+
+def run_reporting_child(command: list[str], environ: dict[str, str], what: str) -> ChildRun:
+    """Run ``command``, which prints ``RESULT {json}``, and count its CPU: every process of the run by
+    a cgroup where one can be made (:class:`CpuCgroup`), else what ``wait4`` sees of it. Fails naming
+    ``what`` when the child fails or reports nothing."""
+    cgroup = CpuCgroup.create()
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command if cgroup is None else cgroup.command(command),
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    total_s = time.monotonic() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"the {what} run failed (exit code {process.returncode}):\n{output[-2000:]}")
+    reported = json.loads(lines[-1].removeprefix("RESULT "))
+    if cgroup is None:
+        return ChildRun(reported, total_s, usage.ru_utime + usage.ru_stime, "wait4")
+    try:
+        return ChildRun(reported, total_s, cgroup.cpu_seconds(), f"cgroup v{cgroup.version}")
+    finally:
+        cgroup.remove()
 
 
 def load_average() -> float:

@@ -20,15 +20,11 @@ falls on both alike.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -37,21 +33,23 @@ if not __package__:  # run as `python benchmarks/first_query.py`
 
 from benchmarks.common import (
     REPO,
-    CpuCgroup,
+    ResultsSection,
     load_average,
-    load_results,
     machine_line,
-    save_results,
-    update_docs,
+    results_main,
+    run_reporting_child,
 )
 from confluent_kafka import Producer
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.runtime.python_exec import ZYGOTE_ENV
 
-SECTION_START = "<!-- benchmark:first-query:start -->"
-SECTION_END = "<!-- benchmark:first-query:end -->"
-RESULTS = REPO / "docs" / "benchmarks" / "first-query.json"
+SECTION = ResultsSection(
+    "first-query",
+    REPO / "docs" / "benchmarks" / "first-query.json",
+    "<!-- benchmark:first-query:start -->",
+    "<!-- benchmark:first-query:end -->",
+)
 MODES = ("zygote off", "zygote on")
 RECORDS = 1_000
 
@@ -120,36 +118,14 @@ def run_once(mode: str, bootstrap: str, work_dir: Path) -> FirstQueryRun:
     _produce(bootstrap, source)
     checkpoint = work_dir / uuid.uuid4().hex
     command = [sys.executable, "-c", CHILD, bootstrap, source, sink, str(checkpoint)]
-    cgroup = CpuCgroup.create()
-    started = time.monotonic()
-    process = subprocess.Popen(
-        command if cgroup is None else cgroup.command(command),
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    total_s = time.monotonic() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-    if process.returncode != 0 or not lines:
-        raise RuntimeError(f"the {mode} run failed (exit code {process.returncode}):\n{output[-2000:]}")
-    reported = json.loads(lines[-1].removeprefix("RESULT "))
-    if cgroup is not None:
-        cpu_s, cpu_counted_by = cgroup.cpu_seconds(), f"cgroup v{cgroup.version}"
-        cgroup.remove()
-    else:
-        cpu_s, cpu_counted_by = usage.ru_utime + usage.ru_stime, "wait4"
+    child = run_reporting_child(command, environ, mode)
     return FirstQueryRun(
         mode=mode,
-        session_s=reported["session_s"],
-        query_s=reported["query_s"],
-        total_s=total_s,
-        cpu_s=cpu_s,
-        cpu_counted_by=cpu_counted_by,
+        session_s=child.reported["session_s"],
+        query_s=child.reported["query_s"],
+        total_s=child.total_s,
+        cpu_s=child.cpu_s,
+        cpu_counted_by=child.cpu_counted_by,
     )
 
 
@@ -231,23 +207,7 @@ def _counted_by(runs: list[FirstQueryRun]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--update-docs", type=Path, help="rewrite this file's first-query section")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep the raw results")
-    parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
-    args = parser.parse_args()
-    if args.from_results is not None:
-        runs, setup = load_results(args.from_results, FirstQueryRun, FirstQuerySetup, "first-query benchmark")
-    else:
-        runs, setup = measure(args.repeats)
-        save_results(args.results, runs, setup)
-    section = render(runs, setup)
-    print(section)
-    if args.update_docs is not None:
-        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+    results_main(__doc__, SECTION, FirstQueryRun, FirstQuerySetup, lambda args: measure(args.repeats), render)
 
 
 if __name__ == "__main__":

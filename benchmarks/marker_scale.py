@@ -48,11 +48,10 @@ if not __package__:  # run as `python benchmarks/marker_scale.py`
 from benchmarks.common import (
     REPO,
     OutputWatcher,
+    ResultsSection,
     load_average,
-    load_results,
     machine_line,
-    save_results,
-    update_docs,
+    results_main,
 )
 
 from sparkafka.broker.runner import BrokerProcess
@@ -60,9 +59,12 @@ from sparkafka.connector.sink.commit_log import CommitMarker, MarkerLayout, mark
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.runtime.session import spark_session
 
-SECTION_START = "<!-- benchmark:marker-scale:start -->"
-SECTION_END = "<!-- benchmark:marker-scale:end -->"
-RESULTS = REPO / "docs" / "benchmarks" / "marker-scale.json"
+SECTION = ResultsSection(
+    "marker-scale",
+    REPO / "docs" / "benchmarks" / "marker-scale.json",
+    "<!-- benchmark:marker-scale:start -->",
+    "<!-- benchmark:marker-scale:end -->",
+)
 SOURCE_PARTITIONS = 4
 RECORDS_PER_RUN = 2_000
 FOREIGN_WRITE_PARTITIONS = 200
@@ -300,27 +302,17 @@ def _spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--levels", default="0,100000,1000000", help="foreign markers, comma-separated")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--layouts", default="1,16", help="marker-topic partition counts, comma-separated")
-    parser.add_argument("--update-docs", type=Path, help="rewrite this file's marker-scale section")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep the raw results")
-    parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
-    args = parser.parse_args()
-    if args.from_results is not None:
-        runs, setup = load_results(args.from_results, RestartRun, MarkerScaleSetup, "marker-scale benchmark")
-    else:
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--levels", default="0,100000,1000000", help="foreign markers, comma-separated")
+        parser.add_argument(
+            "--layouts", default="1,16", help="marker-topic partition counts, comma-separated"
+        )
+
+    def measured(args: argparse.Namespace) -> tuple[list[RestartRun], MarkerScaleSetup]:
         levels = sorted(int(level) for level in args.levels.split(","))
-        layouts = [int(count) for count in args.layouts.split(",")]
-        runs, setup = measure(levels, args.repeats, layouts)
-        save_results(args.results, runs, setup)
-    section = render(runs, setup)
-    print(section)
-    if args.update_docs is not None:
-        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+        return measure(levels, args.repeats, [int(count) for count in args.layouts.split(",")])
+
+    results_main(__doc__, SECTION, RestartRun, MarkerScaleSetup, measured, render, arguments)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 
 Each run is a fresh Python process that creates a sparkafka session (``local[2]``), runs one small
 aggregation, stops the session and waits for its driver JVM to exit. Measured per run: the time to
-the session (``getOrCreate`` returned), to the first query's answer, and the whole process tree's
-CPU (Python, launcher and driver JVM, from ``wait4``). Runs alternate between the two modes so that
-the machine's load falls on both alike; the archive is built first when it is missing.
+the session (``getOrCreate`` returned), to the first query's answer, and the CPU of every process
+of the run (Python, launcher, zygote and driver JVM), counted by a cgroup where one can be made,
+else by ``wait4`` (:func:`benchmarks.common.run_reporting_child`). Runs alternate between the two
+modes so that the machine's load falls on both alike; the archive is built first when it is missing.
 
     python -m benchmarks.startup
     python -m benchmarks.startup --repeats 5 --update-docs docs/benchmarks.md
@@ -14,26 +15,32 @@ the machine's load falls on both alike; the archive is built first when it is mi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 if not __package__:  # run as `python benchmarks/startup.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import REPO, load_average, load_results, machine_line, save_results, update_docs
+from benchmarks.common import (
+    REPO,
+    ResultsSection,
+    load_average,
+    machine_line,
+    results_main,
+    run_reporting_child,
+)
 
 from sparkafka.runtime import class_archive
 
-SECTION_START = "<!-- benchmark:startup:start -->"
-SECTION_END = "<!-- benchmark:startup:end -->"
-RESULTS = REPO / "docs" / "benchmarks" / "startup.json"
+SECTION = ResultsSection(
+    "start-up",
+    REPO / "docs" / "benchmarks" / "startup.json",
+    "<!-- benchmark:startup:start -->",
+    "<!-- benchmark:startup:end -->",
+)
 MODES = ("without archive", "with archive")
 
 CHILD = """
@@ -72,29 +79,13 @@ class StartupSetup:
 
 def run_once(mode: str) -> StartupRun:
     environ = {**os.environ, class_archive.SWITCH_ENV: "on" if mode == "with archive" else "off"}
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    total_s = time.monotonic() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-    if process.returncode != 0 or not lines:
-        raise RuntimeError(f"the {mode} run failed (exit code {process.returncode}):\n{output[-2000:]}")
-    reported = json.loads(lines[-1].removeprefix("RESULT "))
+    child = run_reporting_child([sys.executable, "-c", CHILD], environ, mode)
     return StartupRun(
         mode=mode,
-        session_s=reported["session_s"],
-        first_query_s=reported["first_query_s"],
-        total_s=total_s,
-        cpu_s=usage.ru_utime + usage.ru_stime,
+        session_s=child.reported["session_s"],
+        first_query_s=child.reported["first_query_s"],
+        total_s=child.total_s,
+        cpu_s=child.cpu_s,
     )
 
 
@@ -159,23 +150,7 @@ def render(runs: list[StartupRun], setup: StartupSetup) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--update-docs", type=Path, help="rewrite this file's start-up section")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to keep the raw results")
-    parser.add_argument("--from-results", type=Path, help="render from these raw results, running nothing")
-    args = parser.parse_args()
-    if args.from_results is not None:
-        runs, setup = load_results(args.from_results, StartupRun, StartupSetup, "start-up benchmark")
-    else:
-        runs, setup = measure(args.repeats)
-        save_results(args.results, runs, setup)
-    section = render(runs, setup)
-    print(section)
-    if args.update_docs is not None:
-        update_docs(args.update_docs, section, SECTION_START, SECTION_END)
+    results_main(__doc__, SECTION, StartupRun, StartupSetup, lambda args: measure(args.repeats), render)
 
 
 if __name__ == "__main__":
