@@ -187,9 +187,9 @@ def _first_layout_record(options: SinkOptions) -> tuple[MarkerLayout | None, boo
     low, high = _watermarks(options, partition, "read_uncommitted")
     if high <= low:
         return None, False
-    config = _marker_consumer_config(
-        options, {"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10}
-    )
+    settings = {"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10}
+    # Not held back by a transaction open in partition 0: the record is written outside any.
+    config = _marker_consumer_config(options, {**settings, "isolation.level": "read_uncommitted"})
     anything_else = False
     with CONSUMERS.borrow(config) as consumer:
         consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
