@@ -257,3 +257,24 @@ def test_a_query_on_a_one_partition_topic_of_an_older_sparkafka_replays_a_partia
     kinds = {key.split("/")[0] for key in keys[0] if "/" in key}
     # As an older sparkafka wrote it: no record of the query's claims, the topic is read whole.
     assert kinds >= {"claim", "registration", "progress"} and "query" not in kinds
+
+
+def test_a_transaction_open_in_partition_0_does_not_hold_the_layout_read_back(
+    kafka: Kafka, topic_name: str
+) -> None:
+    """A topic of several partitions an older sparkafka wrote (everything in partition 0), with a
+    writer's transaction open there: whether it has a layout is answered at once, not after the
+    transaction's timeout."""
+    markers = f"{topic_name}-markers"
+    create_topic(kafka.bootstrap_servers, markers, partitions=3, config={"cleanup.policy": "compact"})
+    held = transactional_producer(
+        kafka.bootstrap_servers, f"{topic_name}-held-0", transaction_timeout_ms=900_000
+    )
+    held.init_transactions(30)
+    held.begin_transaction()
+    held.produce(markers, key=f"{topic_name}-held-0", value=b"{}", partition=0)
+    assert held.flush(30) == 0
+    try:
+        assert marker_layout(_options(kafka, markers, operationTimeoutMs="5000")) == MarkerLayout(1)
+    finally:
+        held.abort_transaction(30)
