@@ -61,6 +61,12 @@ def test_options_are_case_insensitive_and_pass_kafka_properties() -> None:
         ({**BASE, "kafka.value.serializer": "x"}, "value"),
         ({**BASE, "kafka.transaction.timeout.ms": "0"}, "must be positive"),
         ({**BASE, "transactionalIdPrefix": ""}, "must not be empty"),
+        (
+            {**BASE, "transactionalIdPrefix": "query/orders"},
+            r"option 'transactionalIdPrefix' is 'query/orders', which starts with 'query/': the "
+            r"commit-marker topic keys records of its own so",
+        ),
+        ({**BASE, "transactionalIdPrefix": "claim/x"}, "starts with 'claim/'"),
         ({**BASE, "debug.pausePartitions": "one"}, "partition numbers"),
         ({**BASE, "debug.pauseAt": "sometime"}, "debug.pauseAt"),
         (

@@ -187,6 +187,15 @@ class SinkOptions:
         prefix = reader.string("transactionalIdPrefix")
         if prefix is not None and not prefix:
             raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
+        if prefix is not None and prefix.startswith(RECORD_KEY_PREFIXES):
+            # A marker keyed by such an id would be taken for the record of another kind.
+            taken = next(start for start in RECORD_KEY_PREFIXES if prefix.startswith(start))
+            raise SparkafkaOptionError(
+                f"option 'transactionalIdPrefix' is '{prefix}', which starts with '{taken}': the "
+                "commit-marker topic keys records of its own so, and the commit markers of these ids "
+                f"would be taken for them. Choose a prefix that starts with none of "
+                f"{', '.join(repr(start) for start in RECORD_KEY_PREFIXES)}"
+            )
         marker_topic = _topic_name(reader, "commitMarkerTopic") or DEFAULT_MARKER_TOPIC
         previous_marker_topic = _topic_name(reader, PREVIOUS_MARKER_TOPIC_OPTION)
         if previous_marker_topic == marker_topic:
