@@ -93,6 +93,7 @@ def test_a_transaction_another_writer_left_open_on_the_marker_partition_is_named
             "kafka.bootstrap.servers": bootstrap,
             "deliveryGuarantee": "exactly-once",
             "commitMarkerTopic": markers,
+            "commitMarkerTopicPartitions": "1",  # the offsets below are the one partition's
             "kafka.transaction.timeout.ms": "2000",
             "operationTimeoutMs": "1000",
         }
@@ -123,6 +124,7 @@ def _three_markers(bootstrap: str, topic_name: str) -> tuple[SinkOptions, TopicP
             "kafka.bootstrap.servers": bootstrap,
             "deliveryGuarantee": "exactly-once",
             "commitMarkerTopic": markers,
+            "commitMarkerTopicPartitions": "1",  # the offsets below are the one partition's
         }
     )
     ensure_marker_topic(options)
