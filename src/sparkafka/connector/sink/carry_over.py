@@ -13,8 +13,8 @@ from sparkafka.connector.sink.commit_log import (
     RefusalRecord,
     marker_layout,
     produce_to_markers,
+    read_query_markers,
 )
-from sparkafka.connector.sink.id_state import read_query_markers
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
     PROGRESS_KEY_PREFIX,

@@ -536,8 +536,25 @@ def read_markers(
     :func:`read_marker_partition` reads one. Every key lives in one partition, so the partitions'
     values never overlap."""
     layout = layout or marker_layout(options)
+    return _read_partitions(options, {layout.partition_of(name) for name in names}, stable_only)
+
+
+def read_query_markers(
+    options: SinkOptions, layout: MarkerLayout, prefix: str, query_id: str
+) -> dict[str, bytes]:
+    """What the marker topic holds of ``prefix`` and of every prefix ``query_id`` claimed: the
+    partitions of the prefix and of the query's ``query/`` records, then the partitions of the other
+    prefixes those records name (each partition read once)."""
+    first = {layout.partition_of(prefix), layout.partition_of(query_id)}
+    found = _read_partitions(options, first, stable_only=False)
+    others = {layout.partition_of(other) for other in claimed_prefixes(found, query_id)} - first
+    found.update(_read_partitions(options, others, stable_only=False))
+    return found
+
+
+def _read_partitions(options: SinkOptions, partitions: set[int], stable_only: bool) -> dict[str, bytes]:
     latest: dict[str, bytes] = {}
-    for partition in sorted({layout.partition_of(name) for name in names}):
+    for partition in sorted(partitions):
         latest.update(read_marker_partition(options, partition=partition, stable_only=stable_only))
     return latest
 
@@ -559,8 +576,7 @@ def read_marker_partition(
     open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
     committed after it would be missed; so this waits — bounded by the transaction timeout, after
     which the broker aborts a crashed writer's transaction — rather than answer from a partial view."""
-    number = partition
-    topic_partition = TopicPartition(options.marker_topic, number)
+    topic_partition = TopicPartition(options.marker_topic, partition)
     # The watermarks come first: a consumer assigned a while after it was created (here: after
     # another client's round trips) waited up to a second for the partition's leader.
     low, high = _watermarks(options, topic_partition, "read_committed" if stable_only else "read_uncommitted")
@@ -579,7 +595,7 @@ def read_marker_partition(
         },
     )
     with CONSUMERS.borrow(config) as consumer:
-        consumer.assign([TopicPartition(options.marker_topic, number, low)])
+        consumer.assign([TopicPartition(options.marker_topic, partition, low)])
         deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
         position = low
         while time.monotonic() < deadline:

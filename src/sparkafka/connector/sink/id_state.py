@@ -14,14 +14,12 @@ from sparkafka.connector.sink.claims import claim_missing, record_query_claim, r
 from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     CommittedState,
-    MarkerLayout,
     ProgressRecord,
     Registration,
-    claimed_prefixes,
     committed_state,
     marker_layout,
     query_needle,
-    read_marker_partition,
+    read_query_markers,
     register,
 )
 from sparkafka.connector.sink.options import PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
@@ -96,22 +94,6 @@ def read_committed_state(
         register(options, producer, Registration(transactional_id, query_id, identity.partition), layout)
         state.registered_query = query_id
     return state
-
-
-def read_query_markers(
-    options: SinkOptions, layout: MarkerLayout, prefix: str, query_id: str
-) -> dict[str, bytes]:
-    """What the marker topic holds of ``prefix`` and of every prefix ``query_id`` claimed: the
-    partitions of the prefix and of the query's ``query/`` records, then the partitions of the other
-    prefixes those records name (each partition read once)."""
-    wanted = {layout.partition_of(prefix), layout.partition_of(query_id)}
-    found: dict[str, bytes] = {}
-    for partition in sorted(wanted):
-        found.update(read_marker_partition(options, partition=partition))
-    others = {layout.partition_of(other) for other in claimed_prefixes(found, query_id)} - wanted
-    for partition in sorted(others):
-        found.update(read_marker_partition(options, partition=partition))
-    return found
 
 
 def _refuse_adopting_a_partial_batch(
