@@ -76,9 +76,9 @@ class BrokerConfig:
     # before reading pauses (sparkafka.broker.limits). Kafka's default is -1 (no bound); here the
     # smallest bound Kafka accepts with its default socket.request.max.bytes. -1: no bound.
     queued_max_request_bytes: int = 104_857_600
-    # max.connections (Kafka: 2147483647): connections beyond it wait until one ends; a bound a
-    # laptop's open-file limit can hold.
-    max_connections: int = 1000
+    # max.connections (Kafka: 2147483647): connections beyond it wait until one ends; None: half of
+    # the open files the broker may have once it raised its limit (sparkafka.broker.limits).
+    max_connections: int | None = None
     # max.connections.per.ip: connections from one address beyond it are closed (Kafka's default)
     max_connections_per_ip: int = 2_147_483_647
     # connections.max.idle.ms: a connection that neither sent nor received for this long is closed;
@@ -135,7 +135,7 @@ def check_socket_limits(
     *,
     socket_request_max_bytes: int,
     queued_max_request_bytes: int,
-    max_connections: int,
+    max_connections: int | None,
     max_connections_per_ip: int,
     connections_max_idle_ms: int,
 ) -> None:
@@ -156,7 +156,7 @@ def check_socket_limits(
         ("max.connections", max_connections),
         ("max.connections.per.ip", max_connections_per_ip),
     ):
-        if value < 1:
+        if value is not None and value < 1:
             raise ValueError(
                 f"{name} (--{name.replace('.', '-')}) must be at least 1, got {value}: with no "
                 "connection allowed no client can reach the broker"

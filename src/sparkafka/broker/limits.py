@@ -13,18 +13,58 @@ them frees memory and reading resumes.
 Connections. Over max.connections a new connection waits, unread and unanswered, until one ends,
 as Kafka leaves it in the listen backlog (at most Kafka's socket.listen.backlog.size default, 50,
 wait; any more are closed). Over max.connections.per.ip it is closed at once, as Kafka closes it.
+
+Open files. Each connection is a socket and each partition keeps its active segment open. At start
+the broker raises its soft open-file limit to the hard limit (:func:`raise_open_file_limit`), as the
+JVM does for a Kafka broker, and max.connections defaults to half of that limit
+(:func:`default_max_connections`): Kafka's own default is unbounded, and a broker whose connections
+took every file descriptor would accept nothing and roll no segment.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import resource
 from typing import Generic, Protocol, TypeVar
 
 log = logging.getLogger("sparkafka.broker")
 
 # Kafka's socket.listen.backlog.size default: connections waiting for a slot under max.connections.
 LISTEN_BACKLOG = 50
+# Kafka's max.connections default: no bound.
+KAFKA_MAX_CONNECTIONS = 2_147_483_647
+# The soft open-file limit the JVM takes where the system refuses the hard one (macOS's OPEN_MAX).
+_OPEN_MAX_FALLBACK = 10240
+
+
+def raise_open_file_limit() -> None:
+    """Raise this process's soft open-file limit to its hard limit, as the JVM does when it starts a
+    Kafka broker (-XX:+MaxFDLimit, on by default), before the broker opens its partitions. A
+    desktop's usual soft limit (1024) would cap connections and partitions far below what the hard
+    limit allows. Where the system refuses an unlimited soft limit (macOS), the JVM's fallback
+    (OPEN_MAX, 10240) is taken. The process keeps the raised limit, as a JVM does, and so do the
+    processes it starts."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        if soft != resource.RLIM_INFINITY and soft < _OPEN_MAX_FALLBACK:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (_OPEN_MAX_FALLBACK, hard))
+
+
+def default_max_connections() -> int:
+    """max.connections unless set: half of the open files this process may have (the soft limit in
+    effect, once :func:`raise_open_file_limit` raised it), so that connections alone cannot use up
+    the files the logs need; Kafka's unbounded default where the limit is unlimited."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return KAFKA_MAX_CONNECTIONS
+    return max(1, soft // 2)
 
 
 _Connection = TypeVar("_Connection")

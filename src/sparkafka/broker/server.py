@@ -39,7 +39,13 @@ from sparkafka.broker.groups import GroupConfig, GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS, api_versions_response
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.journal import Journal
-from sparkafka.broker.limits import LISTEN_BACKLOG, ConnectionQuotas, RequestMemory
+from sparkafka.broker.limits import (
+    LISTEN_BACKLOG,
+    ConnectionQuotas,
+    RequestMemory,
+    default_max_connections,
+    raise_open_file_limit,
+)
 from sparkafka.broker.log import CleanableRange, FileRegion, LogConfig
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.sasl import (
@@ -107,6 +113,8 @@ class Broker:
     group and transactional id."""
 
     def __init__(self, config: BrokerConfig) -> None:
+        # Before any partition is opened: the limit decides how many files the broker may hold.
+        raise_open_file_limit()
         self._config = config
         # Before anything is opened: a broker that cannot serve its TLS listener does not start.
         self._ssl_context: ssl.SSLContext | None = (
@@ -152,7 +160,8 @@ class Broker:
             None if config.queued_max_request_bytes == -1 else config.queued_max_request_bytes
         )
         self.connection_quotas: ConnectionQuotas[Connection] = ConnectionQuotas(
-            config.max_connections, config.max_connections_per_ip
+            default_max_connections() if config.max_connections is None else config.max_connections,
+            config.max_connections_per_ip,
         )
         self._background: list[asyncio.Task[None]] = []
         # Kafka's log cleaner: one thread, so a long cleaning pass never holds up requests.

@@ -115,11 +115,12 @@ def broker(
         "connections, before the broker stops reading (at least --socket-request-max-bytes; -1: no "
         "bound, Kafka's default).",
     ),
-    max_connections: int = typer.Option(
-        1000,
+    max_connections: int | None = typer.Option(
+        None,
         "--max-connections",
         help="Kafka's max.connections (Kafka's default: 2147483647): further connections wait, "
-        "unanswered, until one ends.",
+        "unanswered, until one ends. Default: half the open-file limit (ulimit -Hn), to which the "
+        "broker raises its own.",
     ),
     max_connections_per_ip: int = typer.Option(
         2_147_483_647,

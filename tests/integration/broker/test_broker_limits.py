@@ -5,6 +5,7 @@ raw sockets and confluent-kafka clients."""
 from __future__ import annotations
 
 import contextlib
+import resource
 import socket
 import struct
 import threading
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.producer import ProduceResponse
 from typer.testing import CliRunner
 
@@ -237,6 +238,62 @@ def test_max_connections_makes_new_connections_wait(tmp_path: Path) -> None:
         assert struct.unpack(">i", answer[4:8])[0] == 7  # its correlation id
         second.close()
         third.close()
+
+
+def test_a_broker_started_under_a_desktops_open_file_limit_serves_more_than_a_thousand_clients(
+    tmp_path: Path,
+) -> None:
+    """A desktop's soft open-file limit is often 1024. As the JVM does for Kafka, the broker raises
+    its soft limit to the hard limit at start, and serves connections up to half of it by default
+    (Kafka: unbounded): a session whose Python workers hold pooled clients for many queries reached
+    1,000 connections, and a broker capped there left the next ones waiting, unanswered."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    clients = 1100
+    needed = 2 * clients + 512  # the broker serves half its limit; this process holds the clients
+    assert hard >= needed, f"the hard open-file limit ({hard}) is too low for this test"
+    with contextlib.ExitStack() as stack:
+        stack.callback(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # inherited by the broker process
+        try:
+            broker = stack.enter_context(_broker(tmp_path))
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, needed), hard))
+        assert broker.process is not None
+        limits = Path(f"/proc/{broker.process.pid}/limits").read_text()
+        open_files = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        assert open_files.split()[3:5] == [str(hard), str(hard)]
+        connections = [_connect(broker.port) for _ in range(clients)]
+        for conn in connections:
+            stack.callback(conn.close)
+        unanswered = [n for n, conn in enumerate(connections) if not _api_versions(conn, timeout_s=10)]
+        assert unanswered == []
+
+
+def test_partitions_made_beyond_a_desktops_open_file_limit_are_opened_again_on_restart(
+    tmp_path: Path,
+) -> None:
+    """The broker raises its open-file limit before it opens its partitions: started again from a
+    shell whose soft limit is lower than its partitions, it opens every one of them (and does not fail
+    with "too many open files")."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    partitions = 900
+    assert hard >= 4 * partitions, f"the hard open-file limit ({hard}) is too low for this test"
+    with contextlib.ExitStack() as stack:
+        stack.callback(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))  # inherited by the broker processes
+        with _broker(tmp_path) as broker:
+            create_topic(broker.bootstrap_servers, "many", partitions=partitions)
+        with _broker(tmp_path) as broker:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            sender = Producer({"bootstrap.servers": broker.bootstrap_servers})
+            sender.produce("many", value=b"last", partition=partitions - 1)
+            assert sender.flush(30) == 0
+            reader = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "limits"})
+            try:
+                last = TopicPartition("many", partitions - 1)
+                assert reader.get_watermark_offsets(last, timeout=30, cached=False) == (0, 1)
+            finally:
+                reader.close()
 
 
 def test_idle_connections_are_closed(tmp_path: Path) -> None:
