@@ -20,7 +20,11 @@ Protocol, one Unix socket connection per process, JSON lines:
 2. zygote -> launcher: ``{"pid": n}`` once the child runs, or ``{"refused": reason}``: the module is
    not one the zygote imported, or the launcher's ``sys.path`` or ``PYTHONHASHSEED`` differs from
    the zygote's (the modules imported in advance would not be the ones the launcher would import);
-   the launcher then runs the module itself;
+   the launcher then runs the module itself. Once its request is sent, the launcher waits for
+   this answer however long the zygote takes, and runs the module itself only on a refusal or on
+   a connection closed without an answer. A child waits for a go byte the zygote writes only once
+   its launcher was sent the pid, so a child that could not be reported (its launcher gone, or the
+   zygote killed in between) never runs the module. So a module never runs twice for one launcher;
 3. zygote -> launcher: ``{"exit": status}`` when the child ends; the launcher exits with it.
 
 Invariants: the child runs with the launcher's argv, environment, working directory, umask and
@@ -35,6 +39,7 @@ and exits once the process that started it is gone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -70,6 +75,12 @@ _ALSO_IMPORTED = (
 )
 _STANDARD_STREAMS = (0, 1, 2)
 _CONNECT_TIMEOUT_S = 2.0
+# How long a launcher waits for the zygote's answer once it sent its request: Spark gives up on a
+# worker that has not connected back long before.
+_ANSWER_TIMEOUT_S = 60.0
+# What the zygote sends a child once its launcher knows it runs.
+_GO = b"g"
+_PR_SET_PDEATHSIG = 1
 _PARENT_CHECK_S = 0.5
 _DIRECTORY_PREFIX = "sparkafka-zygote-"
 _OWNER_FILE = "owner"  # the zygote's pid
@@ -140,18 +151,27 @@ def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
             socket.send_fds(connection, [b"S"], list(_STANDARD_STREAMS))
             stream.write(json.dumps(request).encode() + b"\n")
             stream.flush()
+        except OSError:
+            return None  # the zygote forks nothing for a request it did not receive whole
+        # From here on the zygote may fork a child for this request, however long it takes to answer
+        # (a loaded machine): running the module here too would run it twice, so only an answer
+        # saying no child runs lets the caller run it itself.
+        connection.settimeout(_ANSWER_TIMEOUT_S)
+        try:
             answer = json.loads(stream.readline() or b"{}")
+        except ConnectionResetError:
+            return None  # the zygote closed with the request unread: it forked nothing
         except (OSError, ValueError):
-            return None
+            return 1  # unknown whether a child runs: closing the connection makes the zygote kill it
         if "pid" not in answer:
-            return None
+            return None  # refused, or closed before reporting a child, which then never runs
         connection.settimeout(None)
         # From here on the child runs: its end is the launcher's end, whatever happens.
         line = stream.readline()
     try:
         return int(json.loads(line)["exit"])
     except (ValueError, KeyError, TypeError):
-        return 1  # the zygote went away without reporting: the child was killed with it
+        return 1  # the zygote went away without reporting: the child was killed with it (_die_with_parent)
 
 
 class _Zygote:
@@ -207,10 +227,24 @@ class _Zygote:
                 connection.sendall(json.dumps({"refused": refusal}).encode() + b"\n")
                 connection.close()
                 return
+            # The child waits for a go byte, written once its launcher was told its pid: a launcher
+            # gone by then (or a zygote killed in between) leaves the module unrun.
+            go_read, go_write = os.pipe()
             pid = os.fork()
             if pid == 0:
-                self._run_child(request, streams, connection)  # never returns
-            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                os.close(go_write)
+                self._run_child(request, streams, connection, go_read)  # never returns
+            os.close(go_read)
+            try:
+                connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                os.write(go_write, _GO)
+            except OSError:
+                _kill_child(pid)  # its launcher is gone: no child runs without one
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                raise
+            finally:
+                os.close(go_write)
         except (OSError, ValueError):
             connection.close()
             return
@@ -235,7 +269,13 @@ class _Zygote:
             return "the launcher's PYTHONHASHSEED differs from the zygote's"
         return None
 
-    def _run_child(self, request: dict[str, Any], streams: list[int], own_connection: socket.socket) -> None:
+    def _run_child(
+        self, request: dict[str, Any], streams: list[int], own_connection: socket.socket, go: int
+    ) -> None:
+        _die_with_parent()
+        if os.read(go, 1) != _GO:
+            os._exit(1)  # the launcher never learnt of this child: it must not run the module
+        os.close(go)
         status = 1
         try:
             for target, descriptor in zip(_STANDARD_STREAMS, streams, strict=True):
@@ -292,6 +332,14 @@ class _Zygote:
                     json.dumps({"exit": os.waitstatus_to_exitcode(wait_status)}).encode() + b"\n"
                 )
             connection.close()
+
+
+def _die_with_parent() -> None:
+    """Have the kernel kill this child when the zygote ends however it ends (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing): a zygote killed with SIGKILL cannot kill its children, and
+    their launchers, told of the zygote's end, exit."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _kill_child(pid: int) -> None:

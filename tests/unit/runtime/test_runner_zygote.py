@@ -12,11 +12,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from sparkafka.runtime import runner_zygote
 
 # A module in a package, as Spark's runner is (pyspark.sql.streaming.python_streaming_source_runner).
 TARGET_PACKAGE = "zygote_target"
@@ -36,6 +39,9 @@ if __name__ == "__main__":
         sys.stdout.flush()
         sys.stderr.write("said on stderr\\n")
         sys.stderr.flush()
+    if os.environ.get("TARGET_RUNS"):  # one line per run of the module
+        with open(os.environ["TARGET_RUNS"], "a") as runs:
+            runs.write("ran\\n")
     with open(os.environ["TARGET_OUT"], "w") as out:
         umask = os.umask(0)
         json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
@@ -127,6 +133,30 @@ def test_a_child_runs_the_module_it_was_asked_for_without_warnings(
     assert "Warning" not in (tmp_path / "driver.stderr").read_text()
 
 
+def test_a_zygote_slow_to_answer_runs_the_module_once_and_the_launcher_waits_for_it(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """On a loaded machine the zygote may answer seconds late (here: stopped for 3 s). The launcher
+    waits: had it given up and run the module itself, the zygote's child would run it as well (two
+    source runners connecting back to Spark for one worker)."""
+    socket_path = Path((tmp_path / "socket").read_text())
+    zygote_pid = int((socket_path.parent / runner_zygote._OWNER_FILE).read_text())
+    runs = tmp_path / "runs"
+    env = {"TARGET_OUT": str(tmp_path / "out.json"), "TARGET_MARK": "slow"}
+    os.kill(zygote_pid, signal.SIGSTOP)
+    resume = threading.Timer(3.0, os.kill, (zygote_pid, signal.SIGCONT))
+    resume.start()
+    try:
+        started = time.monotonic()
+        assert ask(driver, module=TARGET, env={**env, "TARGET_RUNS": str(runs)}) == 0
+        assert time.monotonic() - started >= 2.5
+    finally:
+        resume.join()
+        os.kill(zygote_pid, signal.SIGCONT)
+    time.sleep(1)  # a second run, had there been one, has written by now
+    assert runs.read_text().splitlines() == ["ran"]
+
+
 def test_modules_it_did_not_import_and_other_hash_seeds_are_refused(
     driver: subprocess.Popen[str], tmp_path: Path
 ) -> None:
@@ -178,6 +208,32 @@ def _launch(driver_dir: Path, **env: str) -> subprocess.Popen[str]:
         env={**os.environ, "PYTHONPATH": str(modules), "PYTHONHASHSEED": "0", **env},
         cwd=modules,
     )
+
+
+def test_a_launcher_gone_before_the_zygote_answered_has_its_module_run_by_no_one(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """Launchers killed while the zygote (stopped here) had not answered them yet: when it resumes, it
+    forks for their requests, cannot tell them the pids, and the children must not run the module
+    (they wait for a go byte that only a launcher told of its child releases)."""
+    socket_path = Path((tmp_path / "socket").read_text())
+    zygote_pid = int((socket_path.parent / runner_zygote._OWNER_FILE).read_text())
+    runs = tmp_path / "runs"
+    os.kill(zygote_pid, signal.SIGSTOP)
+    try:
+        launchers = [
+            _launch(tmp_path, TARGET_OUT=str(tmp_path / f"out-{n}.json"), TARGET_RUNS=str(runs))
+            for n in range(24)
+        ]
+        time.sleep(1.0)  # their requests are sent, unanswered
+        for launcher in launchers:
+            launcher.kill()
+            launcher.wait()
+    finally:
+        os.kill(zygote_pid, signal.SIGCONT)
+    time.sleep(2.0)  # the zygote has forked for every request by now, and any run has written
+    assert not runs.exists()
+    assert ask(driver, module=TARGET, env={"TARGET_OUT": str(tmp_path / "out.json")}) == 0
 
 
 def test_the_child_talks_through_the_launchers_standard_streams(
