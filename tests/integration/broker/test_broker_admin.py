@@ -364,23 +364,31 @@ def test_a_null_config_value_is_invalid_config_and_the_rest_of_the_request_is_an
             CreateTopicsResponse,
             version=5,
         )
-        described = connection.roundtrip(
-            DescribeConfigsRequest(
-                resources=[
-                    DescribeConfigsRequest.DescribeConfigsResource(
-                        resource_type=2, resource_name=fine, configuration_keys=[]
-                    )
-                ],
-                include_synonyms=False,
-                include_documentation=False,
-            ),
-            DescribeConfigsResponse,
-            version=4,
+        describe = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=2, resource_name=fine, configuration_keys=[]
+                )
+            ],
+            include_synonyms=False,
+            include_documentation=False,
         )
+        # Apache Kafka answers CreateTopics once its controller committed the topic; the broker's
+        # metadata image may learn of it a moment later, and until then DescribeConfigs answers
+        # an error with no entries (UNKNOWN_TOPIC_OR_PARTITION), which a client retries.
+        answers: list[Any] = []
+
+        def described_without_error() -> bool:
+            answers.append(connection.roundtrip(describe, DescribeConfigsResponse, version=4))
+            return answers[-1].results[0].error_code == ErrorCode.NONE
+
+        wait_until(described_without_error, timeout_s=30)
+        described = answers[-1]
     assert [(t.name, t.error_code) for t in created.topics] == [
         (null_valued, ErrorCode.INVALID_CONFIG),
         (fine, ErrorCode.NONE),
     ]
+    assert described.results[0].error_code == ErrorCode.NONE
     # An empty key list asks for every config (Kafka's ConfigHelper), each with its type (KIP-569).
     entries = {entry.name: entry for entry in described.results[0].configs}
     assert len(entries) > 30

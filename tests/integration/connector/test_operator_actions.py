@@ -248,6 +248,7 @@ def _held_batch(
 ) -> int:
     """20 more records, and micro-batch ``batch`` held as :func:`_held_batch_1` describes
     (``prefix``: the transactionalIdPrefix the run writes with, when it sets one in ``options``)."""
+    written_before = topics.written("read_uncommitted").total()
     topics.send(20)
     held = _start(
         spark,
@@ -272,6 +273,11 @@ def _held_batch(
                 == expected
             ),
             timeout_s=120,
+        )
+        # And write partition 1's rows, in the transaction it holds: a stopped query's task may
+        # still be producing them, and a later check of what a run wrote must not count them.
+        assert wait_until(
+            lambda: topics.written("read_uncommitted").total() == written_before + 20, timeout_s=120
         )
     finally:
         held.stop()
@@ -724,7 +730,7 @@ def test_a_prefix_carried_from_a_one_partition_topic_is_found_by_the_querys_next
     checkpoint = tmp_path / "checkpoint"
     a, b = f"{topic_name}-markers-a", f"{topic_name}-markers-b"
     old_prefix = f"{topic_name}-a"
-    _held_batch(
+    held_rows = 20 - _held_batch(
         spark, topics, checkpoint, a, batch=0, prefix=old_prefix,
         transactionalIdPrefix=old_prefix, commitMarkerTopicPartitions="1",
     )  # fmt: skip
@@ -739,6 +745,9 @@ def test_a_prefix_carried_from_a_one_partition_topic_is_found_by_the_querys_next
         # The driver carried the markers over and recorded the query's claim of A in b.
         claim_record = f"query/{query_id}/{old_prefix}"
         assert wait_until(lambda: claim_record in _keys(topics.bootstrap, b), timeout_s=120)
+        # The replay writes partition 1's rows again in a transaction it holds (the others are
+        # skipped): wait for them, so that the refusal below is judged against them.
+        assert wait_until(lambda: topics.written("read_uncommitted").total() == 20 + held_rows, timeout_s=120)
     finally:
         held.stop()
     layout = MarkerLayout(16)

@@ -249,17 +249,22 @@ def test_a_refused_replay_that_committed_in_its_shape_is_refused_by_either_query
 ) -> None:
     """The web UI off in every run. c0 commits write partition 1 {r3, r4}, 0 is held. The wider c1
     runs its tasks one after another: partition 0, without a marker, commits {r3, r4}, then 1
-    refuses. Both ways on its refusal names meet a batch of two shapes: the first run's query (whose
-    partition 0 would otherwise skip by c1's marker of as many rows, losing r1 and r2) and c1's again
-    (whose refusal would otherwise replace c1's and raise the cost). Each refuses before writing,
+    refuses (2 is held before it writes). Both ways on its refusal names meet a batch of two
+    shapes: the first run's query (whose partition 0 would otherwise skip by c1's marker of as many
+    rows, losing r1 and r2) and c1's again (whose refusal would otherwise replace c1's and raise the
+    cost). Each refuses before writing,
     stating what accepting c1's shape costs; accepted, r3 and r4 are in twice, as stated."""
     _send_placed(spark, topics, WIDER_WITHOUT_UI, (2, 3))
     without_ui = ("--spark-conf", "spark.ui.enabled=false")
     first_query, wider = _placed_query(2, 0, 2), _placed_query(3, 1, 2)
     first = _pipeline(topics, tmp_path, first_query, *without_ui, *_paused_at("0"), master="local[2]").start()
     assert _kill_after_commits(first, topics, held=[0], expect=[1]) == {1: 2}
+    # Partition 2 is held before it writes: Spark may start it on the freed core before it ends the
+    # stage that partition 1's refusal failed.
+    hold_partition_2 = ("debug.pauseAt=beforeProduce", "debug.pausePartitions=2", "debug.pauseMs=600s")
+    held = tuple(a for option in hold_partition_2 for a in ("--sink-option", option))
     refusal = _refused(
-        _pipeline(topics, tmp_path, wider, *without_ui, master="local[1]").start(),
+        _pipeline(topics, tmp_path, wider, *without_ui, *held, master="local[1]").start(),
         "is replayed in another shape than it was first written",
     )
     assert "the first run's query refuses in turn" in refusal
