@@ -241,3 +241,27 @@ def test_the_contract_follows_chains_importlib_names_and_package_forms() -> None
     assert _reached(graph, "a")["sparkafka.broker.log"] == ["a", "b", "sparkafka.broker.log"]
     relative = _imports("from . import options\n", "sparkafka.connector.sink", is_package=True)
     assert "sparkafka.connector.sink.options" in relative
+
+
+# A function a screen holds: longer ones in the connector are split into steps that are named.
+LONGEST_CONNECTOR_FUNCTION = 60
+
+
+def _body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of ``function``'s body after its docstring."""
+    first = function.body[0]
+    is_docstring = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+    start = first.end_lineno + 1 if is_docstring and first.end_lineno is not None else first.lineno
+    return (function.end_lineno or start) - start + 1
+
+
+def test_no_connector_function_is_longer_than_a_screen() -> None:
+    too_long = []
+    for path in sorted((PACKAGE / "connector").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and (lines := _body_lines(node)) > LONGEST_CONNECTOR_FUNCTION
+            ):
+                too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
+    assert too_long == []

@@ -172,30 +172,13 @@ class SinkOptions:
             reader.choice("deliveryGuarantee", tuple(DeliveryGuarantee), AT_LEAST_ONCE)
         )
         if guarantee == EXACTLY_ONCE:
-            for key, allowed in _EXACTLY_ONCE_NEEDS.items():
-                if key in params and str(params[key]).strip().lower() not in allowed:
-                    raise SparkafkaOptionError(
-                        f"option 'kafka.{key}={params[key]}' contradicts deliveryGuarantee 'exactly-once': "
-                        f"Kafka transactions need {key}={allowed[0]}; remove the option, or choose "
-                        "deliveryGuarantee 'at-least-once'"
-                    )
+            _check_transactional_params(params)
         timeout_ms = int(params.pop("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
         if timeout_ms <= 0:
             raise SparkafkaOptionError(
                 f"option 'kafka.transaction.timeout.ms' must be positive, got {timeout_ms}"
             )
-        prefix = reader.string("transactionalIdPrefix")
-        if prefix is not None and not prefix:
-            raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
-        if prefix is not None and prefix.startswith(RECORD_KEY_PREFIXES):
-            # A marker keyed by such an id would be taken for the record of another kind.
-            taken = next(start for start in RECORD_KEY_PREFIXES if prefix.startswith(start))
-            raise SparkafkaOptionError(
-                f"option 'transactionalIdPrefix' is '{prefix}', which starts with '{taken}': the "
-                "commit-marker topic keys records of its own so, and the commit markers of these ids "
-                f"would be taken for them. Choose a prefix that starts with none of "
-                f"{', '.join(repr(start) for start in RECORD_KEY_PREFIXES)}"
-            )
+        prefix = _transactional_id_prefix(reader)
         marker_topic = _topic_name(reader, "commitMarkerTopic") or DEFAULT_MARKER_TOPIC
         previous_marker_topic = _topic_name(reader, PREVIOUS_MARKER_TOPIC_OPTION)
         if previous_marker_topic == marker_topic:
@@ -230,6 +213,33 @@ class SinkOptions:
     @property
     def bootstrap_servers(self) -> str:
         return self.client_config["bootstrap.servers"]
+
+
+def _check_transactional_params(params: Mapping[str, object]) -> None:
+    """Producer settings a user passed that Kafka transactions cannot work with."""
+    for key, allowed in _EXACTLY_ONCE_NEEDS.items():
+        if key in params and str(params[key]).strip().lower() not in allowed:
+            raise SparkafkaOptionError(
+                f"option 'kafka.{key}={params[key]}' contradicts deliveryGuarantee 'exactly-once': "
+                f"Kafka transactions need {key}={allowed[0]}; remove the option, or choose "
+                "deliveryGuarantee 'at-least-once'"
+            )
+
+
+def _transactional_id_prefix(reader: OptionReader) -> str | None:
+    prefix = reader.string("transactionalIdPrefix")
+    if prefix is not None and not prefix:
+        raise SparkafkaOptionError("option 'transactionalIdPrefix' must not be empty")
+    if prefix is not None and prefix.startswith(RECORD_KEY_PREFIXES):
+        # A marker keyed by such an id would be taken for the record of another kind.
+        taken = next(start for start in RECORD_KEY_PREFIXES if prefix.startswith(start))
+        raise SparkafkaOptionError(
+            f"option 'transactionalIdPrefix' is '{prefix}', which starts with '{taken}': the "
+            "commit-marker topic keys records of its own so, and the commit markers of these ids "
+            f"would be taken for them. Choose a prefix that starts with none of "
+            f"{', '.join(repr(start) for start in RECORD_KEY_PREFIXES)}"
+        )
+    return prefix
 
 
 def _topic_name(reader: OptionReader, option: str) -> str | None:
