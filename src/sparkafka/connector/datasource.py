@@ -10,8 +10,9 @@ from pyspark.sql.types import StructType
 from sparkafka.connector.sink.batch_plan import BatchPlan, read_batch_plan
 from sparkafka.connector.sink.carry_over import carry_markers_over
 from sparkafka.connector.sink.claims import settle_checkpoint_claim
-from sparkafka.connector.sink.commit_log import ensure_marker_topic
+from sparkafka.connector.sink.commit_log import ensure_marker_topic, marker_layout
 from sparkafka.connector.sink.lease import hold_checkpoint_lease
+from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, snapshot_for_run
 from sparkafka.connector.sink.options import BATCH_ID_OPTION, SinkOptions, validate_input_schema
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.transactional_ids import (
@@ -58,17 +59,23 @@ def _require_checkpoint(options: SinkOptions, *, batch_write: bool) -> None:
     )
 
 
-def _settled_plan(options: SinkOptions, *, batch_write: bool) -> BatchPlan | None:
+def _settled_plan(
+    options: SinkOptions, *, batch_write: bool
+) -> tuple[BatchPlan | None, MarkerSnapshot | None]:
     """On the driver, before the batch's tasks: the batch's plan from the checkpoint, the markers
-    carried over where asked, and the prefix's claim settled and recorded in the checkpoint."""
-    ensure_marker_topic(options)
-    plan = read_batch_plan(options.checkpoint_location)
-    return settle_checkpoint_claim(
+    carried over where asked, the prefix's claim settled and recorded in the checkpoint, and what the
+    commit log holds of the query for the tasks of a run's first batch (:mod:`.marker_snapshot`)."""
+    topic_id = ensure_marker_topic(options)
+    plan = settle_checkpoint_claim(
         options,
-        plan,
+        read_batch_plan(options.checkpoint_location),
         batch_write=batch_write,
         carry_over=functools.partial(_carry_markers_over, options),
     )
+    if plan is None or plan.query_id is None:
+        return plan, None
+    prefix = effective_prefix(options, plan.query_id)
+    return plan, snapshot_for_run(options, marker_layout(options), prefix, plan.query_id, topic_id)
 
 
 def _declared_plan(options: SinkOptions, plan: BatchPlan | None) -> BatchPlan | None:
@@ -106,7 +113,8 @@ class KafkaDataSource(KafkaSource):
         if options.delivery_guarantee != "exactly-once":
             return KafkaStreamWriter(options)
         _require_checkpoint(options, batch_write=False)
-        return KafkaStreamWriter(options, plan=_settled_plan(options, batch_write=False))
+        plan, snapshot = _settled_plan(options, batch_write=False)
+        return KafkaStreamWriter(options, plan=plan, snapshot=snapshot)
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         if overwrite:
@@ -123,4 +131,5 @@ class KafkaDataSource(KafkaSource):
         if options.delivery_guarantee != "exactly-once":
             return KafkaBatchWriter(options)
         _require_checkpoint(options, batch_write=True)
-        return KafkaBatchWriter(options, _declared_plan(options, _settled_plan(options, batch_write=True)))
+        plan, snapshot = _settled_plan(options, batch_write=True)
+        return KafkaBatchWriter(options, _declared_plan(options, plan), snapshot)

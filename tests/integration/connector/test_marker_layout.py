@@ -5,6 +5,7 @@ the embedded broker and on Apache Kafka."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from sparkafka.connector.sink.commit_log import (
     MarkerLayout,
     ensure_marker_topic,
     marker_layout,
+    marker_partition_end,
     query_claim_key,
 )
 from sparkafka.connector.sink.options import SinkOptions
@@ -66,6 +68,31 @@ def test_a_topic_the_sink_creates_has_its_partitions_and_records_them_first(
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.create_partitions([NewPartitions(options.marker_topic, 9)])[options.marker_topic].result(30)
     assert marker_layout(options) == MarkerLayout(6)
+
+
+def test_a_topic_a_node_learns_of_late_is_laid_out_and_read_not_taken_for_deleted(
+    kafka: Kafka, topic_name: str
+) -> None:
+    """Kafka's controller acknowledges CreateTopics before every node learnt of the topic, and a node
+    that has not answers as if it did not exist (a first batch on a busy three-node Apache Kafka was
+    refused as "deleted while the query ran"). Here the topic appears a moment after the sink first
+    asks: the layout is that of the topic, and its offsets are read, not refused."""
+    options = _options(kafka, f"{topic_name}-markers", commitMarkerTopicPartitions="4")
+    created = threading.Timer(
+        1.5, lambda: create_topic(kafka.bootstrap_servers, options.marker_topic, partitions=4)
+    )
+    created.start()
+    try:
+        assert marker_layout(options) == MarkerLayout(4)
+    finally:
+        created.join()
+    late = f"{topic_name}-late"
+    later = threading.Timer(1.5, lambda: create_topic(kafka.bootstrap_servers, late, partitions=1))
+    later.start()
+    try:
+        assert marker_partition_end(dataclasses.replace(options, marker_topic=late), 0) == 0
+    finally:
+        later.join()
 
 
 def test_a_one_partition_topic_keeps_everything_in_partition_0(kafka: Kafka, topic_name: str) -> None:
@@ -118,7 +145,7 @@ def test_processes_laying_out_a_topic_created_by_hand_all_take_the_same_layout(
     assert set(keys) == {0} and set(keys[0]) == {LAYOUT_KEY}
 
 
-def _query(
+def exactly_once_query(
     spark: SparkSession, kafka: Kafka, source: str, sink: str, checkpoint: Path, **options: str
 ) -> None:
     writer = (
@@ -179,7 +206,7 @@ def test_a_query_keeps_its_records_in_its_partitions_and_is_not_held_back_by_ano
         "operationTimeoutMs": "10000",
     }
     send(range(ROWS))
-    _query(spark, kafka, source, sink, checkpoint, **sink_options)
+    exactly_once_query(spark, kafka, source, sink, checkpoint, **sink_options)
 
     keys = _keys_by_partition(kafka, markers, 8)
     own = set(keys[layout.partition_of(prefix)])
@@ -203,7 +230,7 @@ def test_a_query_keeps_its_records_in_its_partitions_and_is_not_held_back_by_ano
     assert held.flush(30) == 0
     try:
         send(range(ROWS, 2 * ROWS))
-        _query(spark, kafka, source, sink, checkpoint, **sink_options)
+        exactly_once_query(spark, kafka, source, sink, checkpoint, **sink_options)
         output = sorted((m.value() or b"").decode() for m in read_to_end(bootstrap, sink, partitions=2))
         assert output == sorted(f"r{number}" for number in range(2 * ROWS))
     finally:

@@ -27,7 +27,10 @@ This is its one full text; the code marks each step with its number here (``# St
    partitions that hold its prefix, its query's records of its claims and the other prefixes those
    name: :class:`~.commit_log.MarkerLayout`), the markers of
    the same query under its prefix and, for a streaming write, under other prefixes, and the
-   prefix's progress record. A run past the query's first batch that finds nothing of the query
+   prefix's progress record. It reads them only past the driver's snapshot of them, which the
+   writer carries (:mod:`.marker_snapshot`: taken from the checkpoint and read on, to the last stable
+   offset, when Spark creates the writer), and lays what it reads over the snapshot: once per run,
+   not once per task. A run past the query's first batch that finds nothing of the query
    there refuses before registering (markers deleted or moved); a query adopting another's ids
    refuses while that query's last batch is partly committed (:mod:`.id_state`). It tracks its
    marker locally from then on.

@@ -67,6 +67,7 @@ from sparkafka.connector.sink.failures import (
     sink_unreachable_error,
     transaction_timeout_error,
 )
+from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, prefix_markers, task_layout
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
     LAYOUT_KEY_PREFIX,
@@ -103,21 +104,27 @@ _OWNED_PREFIXES: set[tuple[str, str, str, str]] = set()
 
 
 def settle_prefix_owner(
-    options: SinkOptions, identity: TaskIdentity, transactional_id: str, plan: BatchPlan | None
+    options: SinkOptions,
+    identity: TaskIdentity,
+    transactional_id: str,
+    plan: BatchPlan | None,
+    snapshot: MarkerSnapshot | None = None,
 ) -> None:
     """Before a task initialises ``transactional_id`` (which would fence another query's producer of
     it): learn which query owns the prefix, claiming it for this one when nobody has, and refuse if
     it is another query this write does not adopt. A quick read to the last stable offset finds an
     existing claim; a claim hidden behind an open transaction is found by the claim itself, which
     reads to the end. A claim missing where the checkpoint recorded one (``plan.claimed_in``) means
-    lost markers: refused here, before claiming anew would hide it."""
+    lost markers: refused here, before claiming anew would hide it. The quick read starts where the
+    driver's ``snapshot`` of the commit log ends (:mod:`.marker_snapshot`)."""
     query_id = identity.query_id
     assert query_id is not None
     prefix = prefix_of(transactional_id, identity.partition)
     owned = (options.bootstrap_servers, options.marker_topic, prefix, query_id)
     if owned in _OWNED_PREFIXES:
         return
-    found = read_markers(options, prefix, stable_only=True)
+    layout = task_layout(options, snapshot, prefix, query_id)
+    found = prefix_markers(options, layout, prefix, query_id, snapshot)
     owner = claim_owner(found, prefix)
     if owner is None and not any(registration_of_prefix(key, prefix) for key in found):
         if identity.batch_id is not None and claim_missing(options, found, prefix, plan):

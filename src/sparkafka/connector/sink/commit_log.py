@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
 from sparkafka.connector.client_pool import CONSUMERS
@@ -58,6 +59,8 @@ from sparkafka.connector.sink.options import (
 from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.transactional_ids import prefix_of_any, write_partition_of
 from sparkafka.errors import CommitMarkerError, SparkafkaError, SparkafkaOptionError
+
+_Answer = TypeVar("_Answer")
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +161,9 @@ def marker_layout(options: SinkOptions) -> MarkerLayout:
     admin = KafkaAdmin(
         options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
     )
-    partitions = len(admin.topic_partitions([options.marker_topic]).get(options.marker_topic, []))
+    partitions = _until_known(
+        options, lambda: len(admin.topic_partitions([options.marker_topic]).get(options.marker_topic, []))
+    )
     if partitions <= 1:
         return MarkerLayout(1)
     for attempt in range(2):
@@ -457,16 +462,18 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def ensure_marker_topic(options: SinkOptions) -> None:
+def ensure_marker_topic(options: SinkOptions) -> tuple[int, int] | None:
     """Create the compacted commit-marker topic unless it exists (racing creators are fine), with
     ``commitMarkerTopicPartitions`` partitions and its layout record (:func:`marker_layout`); refuse
-    one that exists with a cleanup policy that deletes markers (:func:`_require_compacted`)."""
+    one that exists with a cleanup policy that deletes markers (:func:`_require_compacted`). Returns
+    the topic's id (most and least significant bits; None where the cluster names none), which tells
+    it from a topic of the same name deleted and created again."""
     admin = KafkaAdmin(
         options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
     )
     if options.marker_topic in admin.topic_partitions([options.marker_topic]):
         _require_compacted(options, admin)
-        return
+        return admin.known_topic_ids.get(options.marker_topic)
     topic = NewTopic(
         options.marker_topic,
         options.marker_partitions,
@@ -486,8 +493,16 @@ def ensure_marker_topic(options: SinkOptions) -> None:
                 f"{options.bootstrap_servers}: {error.args[0]}. Create it yourself with "
                 f"cleanup.policy=compact. {MOVE_MARKERS_HINT}"
             ) from None
+    admin.topic_partitions([options.marker_topic])
+    return admin.known_topic_ids.get(options.marker_topic)
 
 
+# A node that has not learnt of a topic yet answers as if it did not exist: Kafka's controller
+# acknowledges CreateTopics once it committed the topic, and each broker learns of it a moment later
+# (longer on a loaded machine). So "no such topic or partition" is believed only once it held this
+# long (at most the operation timeout), asked again every _UNKNOWN_POLL_S.
+_UNKNOWN_CONFIRM_S = 10.0
+_UNKNOWN_POLL_S = 0.2
 # How long one attempt of describing the marker topic waits (see _require_compacted).
 _DESCRIBE_ATTEMPT_S = 15.0
 
@@ -545,10 +560,24 @@ def read_query_markers(
     """What the marker topic holds of ``prefix`` and of every prefix ``query_id`` claimed: the
     partitions of the prefix and of the query's ``query/`` records, then the partitions of the other
     prefixes those records name (each partition read once)."""
+    return read_in_query_order(
+        layout, prefix, query_id, lambda partition: read_marker_partition(options, partition=partition)
+    )
+
+
+def read_in_query_order(
+    layout: MarkerLayout, prefix: str, query_id: str, read: Callable[[int], Mapping[str, bytes]]
+) -> dict[str, bytes]:
+    """``read`` the partitions :func:`read_query_markers` reads, each once and in its order, laying
+    each over the ones before: those of the prefix and of the query id, then those of the other
+    prefixes the query's ``query/`` records name."""
     first = {layout.partition_of(prefix), layout.partition_of(query_id)}
-    found = _read_partitions(options, first, stable_only=False)
+    found: dict[str, bytes] = {}
+    for partition in sorted(first):
+        found.update(read(partition))
     others = {layout.partition_of(other) for other in claimed_prefixes(found, query_id)} - first
-    found.update(_read_partitions(options, others, stable_only=False))
+    for partition in sorted(others):
+        found.update(read(partition))
     return found
 
 
@@ -567,22 +596,81 @@ def read_marker_partition(
     stable_only: bool = False,
 ) -> dict[str, bytes]:
     """Latest committed value per key of one partition of the marker topic (restricted to ``want``
-    when given).
+    when given), read from its start as :func:`read_marker_partition_from` reads."""
+    read = read_marker_partition_from(options, partition, None, want=want, stable_only=stable_only)
+    assert read is not None, "a read from the log's start always has its start"
+    return read.latest
+
+
+@dataclass(frozen=True)
+class RecordAnchor:
+    """The last committed record a read of a marker partition returned: where a later read goes on
+    from, and how that read tells the log still holds it there (a digest of its key, value and
+    timestamp)."""
+
+    offset: int
+    digest: str
+
+
+def _digest(message: Any) -> str:
+    """A record's digest: its key, value, timestamp and the leader epoch it was written in (a record
+    written after an unclean election carries a later one, however alike it is otherwise)."""
+    stamp = f"{message.timestamp()[1]}/{message.leader_epoch()}".encode()
+    body = (message.key() or b"") + b"\0" + (message.value() or b"") + b"\0" + stamp
+    return hashlib.blake2b(body, digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """What one read of a marker partition found: the latest committed value per key it read, the
+    position it reached (every record before it was read, or skipped as aborted), and the last
+    committed record it returned (None: none)."""
+
+    latest: dict[str, bytes]
+    position: int
+    last: RecordAnchor | None = None
+
+
+def read_marker_partition_from(
+    options: SinkOptions,
+    partition: int,
+    start: RecordAnchor | None,
+    *,
+    want: set[str] | None = None,
+    stable_only: bool = False,
+) -> PartitionRead | None:
+    """Latest committed value per key of one partition of the marker topic (restricted to ``want``
+    when given), read from the log's start, or from ``start``, the last record an earlier read
+    returned, on. None where the log does not hold that very record at its offset any more: the log
+    went back (the topic deleted and created again, or truncated by an unclean leader election),
+    perhaps to be written past it again, or compaction removed the record; the caller reads from the
+    start then. A read that goes on from a record re-reads what followed it, aborted records and
+    transaction markers included, so whatever the log holds after the record is read.
 
     ``stable_only``: read to the last stable offset seen at the start instead, never waiting for an
-    open transaction: a quick look that may miss what was committed after one still open.
+    open transaction: a quick look that may miss what was committed after one still open. What it
+    reads is exact all the same: every record before the last stable offset belongs to a decided
+    transaction, so read_committed returns it or skips it for good.
 
-    Reads with read_committed up to the high watermark seen at the start. Until every transaction
-    open on the partition ends, read_committed stops at the first one (the LSO), and a marker this id
-    committed after it would be missed; so this waits — bounded by the transaction timeout, after
-    which the broker aborts a crashed writer's transaction — rather than answer from a partial view."""
+    Otherwise reads with read_committed up to the high watermark seen at the start. Until every
+    transaction open on the partition ends, read_committed stops at the first one (the LSO), and a
+    marker this id committed after it would be missed; so this waits — bounded by the transaction
+    timeout, after which the broker aborts a crashed writer's transaction — rather than answer from a
+    partial view."""
     topic_partition = TopicPartition(options.marker_topic, partition)
     # The watermarks come first: a consumer assigned a while after it was created (here: after
     # another client's round trips) waited up to a second for the partition's leader.
     low, high = _watermarks(options, topic_partition, "read_committed" if stable_only else "read_uncommitted")
-    latest: dict[str, bytes] = {}
-    if high <= low:
-        return latest
+    if start is not None:
+        # The anchor was committed, so below the last stable offset, when it was read, and that
+        # offset never goes back but with the log: an anchor at or past it now (a stable read's
+        # end) or past the end is not the record it was.
+        end = high if stable_only else _watermarks(options, topic_partition, "read_committed")[1]
+        if not low <= start.offset < end:
+            return None
+    position = low if start is None else start.offset
+    if high <= position:
+        return PartitionRead({}, position)
     config = _marker_consumer_config(
         options,
         {
@@ -595,29 +683,60 @@ def read_marker_partition(
         },
     )
     with CONSUMERS.borrow(config) as consumer:
-        consumer.assign([TopicPartition(options.marker_topic, partition, low)])
-        deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
-        position = low
-        while time.monotonic() < deadline:
-            # The partition holds a marker per committed batch per id until compaction runs, so it is
-            # read in chunks rather than with a poll() and a position() per record (100,000 markers:
-            # 0.2 s instead of 0.3-0.5 s). consume(n, timeout) would wait out the timeout for n
-            # records; poll() returns with the first, consume(n, 0) takes what is already fetched.
-            first = consumer.poll(0.5)
-            chunk = [] if first is None else [first, *consumer.consume(_MARKER_READ_CHUNK, 0)]
-            for message in chunk:
-                failure = message.error()
-                if failure is not None:
-                    if failure.code() != PARTITION_EOF:
-                        raise _unreadable_markers(options, topic_partition, message.offset(), failure)
-                    continue
-                key = (message.key() or b"").decode("utf-8", "replace")
-                if want is None or key in want:
-                    latest[key] = message.value() or b""
-            position = consumer.position([topic_partition])[0].offset
-            if position >= high:
-                return latest
-        raise _markers_held_back(options, topic_partition, high, position)
+        consumer.assign([TopicPartition(options.marker_topic, partition, position)])
+        return _read_until(options, consumer, topic_partition, (position, high), want, start)
+
+
+def _read_until(
+    options: SinkOptions,
+    consumer: Consumer,
+    partition: TopicPartition,
+    offsets: tuple[int, int],
+    want: set[str] | None,
+    start: RecordAnchor | None,
+) -> PartitionRead | None:
+    """Read with ``consumer`` (assigned to ``partition`` at the first of ``offsets``) until its
+    position, or the end of the partition it reports, reaches the second, within the transaction
+    timeout; why it could not otherwise (:func:`_markers_held_back`). None where ``start`` is not the
+    first record read."""
+    position, high = offsets
+    latest: dict[str, bytes] = {}
+    last = start
+    deadline = time.monotonic() + options.transaction_timeout_ms / 1000 + options.operation_timeout_s
+    while time.monotonic() < deadline:
+        # The partition holds a marker per committed batch per id until compaction runs, so it is
+        # read in chunks rather than with a poll() and a position() per record (100,000 markers:
+        # 0.2 s instead of 0.3-0.5 s). consume(n, timeout) would wait out the timeout for n
+        # records; poll() returns with the first, consume(n, 0) takes what is already fetched.
+        first = consumer.poll(0.5)
+        chunk = [] if first is None else [first, *consumer.consume(_MARKER_READ_CHUNK, 0)]
+        reached_end = False
+        for message in chunk:
+            failure = message.error()
+            if failure is not None:
+                if failure.code() != PARTITION_EOF:
+                    raise _unreadable_markers(options, partition, message.offset(), failure)
+                # The end for this reader: read_committed's is the last stable offset, and the
+                # position stays before a trailing aborted record until the next fetch.
+                reached_end = reached_end or (message.offset() or 0) >= high
+                continue
+            offset = message.offset() or 0
+            if (
+                start is not None
+                and last is start
+                and (offset, _digest(message)) != (start.offset, start.digest)
+            ):
+                return None  # the anchor is not the first record read: the log is another now
+            last = RecordAnchor(offset, _digest(message))
+            key = (message.key() or b"").decode("utf-8", "replace")
+            if want is None or key in want:
+                latest[key] = message.value() or b""
+        position = consumer.position([partition])[0].offset
+        if position >= high or reached_end:
+            if start is not None and last is start:
+                return None  # the anchor was not there to read
+            return PartitionRead(latest, max(position, high if reached_end else position), last)
+    raise _markers_held_back(options, partition, high, position)
 
 
 def _markers_held_back(
@@ -689,19 +808,15 @@ def _unreadable_markers(
     )
 
 
+def marker_partition_end(options: SinkOptions, partition: int) -> int:
+    """The high watermark of one partition of the marker topic."""
+    return _watermarks(options, TopicPartition(options.marker_topic, partition), "read_uncommitted")[1]
+
+
 def _watermarks(options: SinkOptions, partition: TopicPartition, isolation: str) -> tuple[int, int]:
     """The low watermark, and the high watermark (read_uncommitted) or last stable offset
     (read_committed: Kafka answers a read_committed ListOffsets for the end with it)."""
-    config = _marker_consumer_config(options, {"isolation.level": isolation})
-    with CONSUMERS.borrow(config) as probe:
-        try:
-            marks = partition_watermarks(
-                probe, partition.topic, partition.partition, options.operation_timeout_s
-            )
-        except KafkaException as error:
-            raise sink_unreachable_error(
-                options, f"read the offsets of {options.marker_topic}", error
-            ) from None
+    marks = _until_known(options, lambda: _watermarks_if_any(options, partition, isolation))
     if marks is None:
         raise CommitMarkerError(
             f"the commit-marker topic '{options.marker_topic}' has no partition {partition.partition} any "
@@ -710,6 +825,34 @@ def _watermarks(options: SinkOptions, partition: TopicPartition, isolation: str)
             "with a new checkpoint"
         )
     return marks
+
+
+def _until_known(options: SinkOptions, ask: Callable[[], _Answer]) -> _Answer:
+    """``ask()``'s answer once it is not "unknown" (None or 0), or "unknown" once it held for
+    :data:`_UNKNOWN_CONFIRM_S` (at most ``operationTimeoutMs``): a node may not have learnt of a
+    topic created a moment ago."""
+    deadline = time.monotonic() + min(_UNKNOWN_CONFIRM_S, options.operation_timeout_s)
+    answer = ask()
+    while not answer and time.monotonic() < deadline:
+        time.sleep(_UNKNOWN_POLL_S)
+        answer = ask()
+    return answer
+
+
+def _watermarks_if_any(
+    options: SinkOptions, partition: TopicPartition, isolation: str
+) -> tuple[int, int] | None:
+    """:func:`_watermarks`, or None where the cluster's metadata lists no such partition."""
+    config = _marker_consumer_config(options, {"isolation.level": isolation})
+    with CONSUMERS.borrow(config) as probe:
+        try:
+            return partition_watermarks(
+                probe, partition.topic, partition.partition, options.operation_timeout_s
+            )
+        except KafkaException as error:
+            raise sink_unreachable_error(
+                options, f"read the offsets of {options.marker_topic}", error
+            ) from None
 
 
 def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -841,6 +984,11 @@ def marker_producer(options: SinkOptions) -> Producer:
                 "logger": LIBRDKAFKA_LOGGER,
                 "enable.idempotence": True,
                 "acks": "all",
+                # A producer asks the cluster about the topics it knows, and a broker with
+                # auto.create.topics.enable (Kafka's default) creates one it lacks on such a request:
+                # a marker topic deleted while this producer lives would come back with one
+                # partition and cleanup.policy=delete. ensure_marker_topic creates it, or refuses.
+                "allow.auto.create.topics": False,
             }
             producer = Producer(config)
         _MARKER_PRODUCERS[key] = (producer, now)

@@ -17,11 +17,10 @@ from sparkafka.connector.sink.commit_log import (
     ProgressRecord,
     Registration,
     committed_state,
-    marker_layout,
     query_needle,
-    read_query_markers,
     register,
 )
+from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
 from sparkafka.connector.sink.options import PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
 from sparkafka.connector.sink.replay import ADOPT_OPTION, adopted_partial_batch, markers_lost
 from sparkafka.connector.sink.task import TaskIdentity
@@ -39,6 +38,7 @@ def read_committed_state(
     *,
     other_prefixes: bool,
     plan: BatchPlan | None,
+    snapshot: MarkerSnapshot | None = None,
 ) -> CommittedState:
     """What ``transactional_id`` committed, for the task of ``identity`` whose ``producer`` has just
     initialised the id (step 3 of the protocol, with the registration of step 2).
@@ -46,7 +46,8 @@ def read_committed_state(
     Steps:
     1. Read, to their ends (read_committed), the partitions of the marker topic that hold the id's
        prefix and the query's ``query/`` records, then those of every other prefix the query claimed
-       (:func:`read_query_markers`).
+       (:func:`read_query_markers`): from where the driver's ``snapshot`` of them ends, laid over it
+       (:func:`~.marker_snapshot.query_markers`).
     2. Refuse a run past the query's first batch that finds nothing of the query (its markers
        lost), before it registers anything: a refused run must leave no trace to pass by.
     3. Refuse adopting the ids of a query that committed its last batch in part
@@ -57,8 +58,8 @@ def read_committed_state(
     query_id = identity.query_id
     assert query_id is not None, "exactly-once writes only"
     own_prefix = prefix_of(transactional_id, identity.partition)
-    layout = marker_layout(options)
-    found = read_query_markers(options, layout, own_prefix, query_id)
+    layout = task_layout(options, snapshot, own_prefix, query_id)
+    found = query_markers(options, layout, own_prefix, query_id, snapshot)
     state = committed_state(found, transactional_id, own_prefix, query_id, other_prefixes=other_prefixes)
     state.layout = layout
     state.claim_missing = claim_missing(options, found, own_prefix, plan)

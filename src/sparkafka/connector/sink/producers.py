@@ -29,6 +29,7 @@ from sparkafka.connector.sink.failures import (
     transaction_timeout_error,
 )
 from sparkafka.connector.sink.id_state import read_committed_state
+from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.sink.ownership import initialised_here_last, record_initialised_here
 from sparkafka.connector.sink.task import TaskIdentity
@@ -161,6 +162,7 @@ def transactional_producer(
     *,
     other_prefixes: bool,
     plan: BatchPlan | None = None,
+    snapshot: MarkerSnapshot | None = None,
 ) -> CachedProducer:
     """The producer of ``transactional_id`` for this task, with what the id committed.
 
@@ -175,17 +177,27 @@ def transactional_producer(
        when it has no registration, or when this write adopts it from the query its registration
        names. A run past the query's first batch that finds nothing of the query is refused here,
        before it registers anything; ``plan``, the batch's entry of the checkpoint when the writer
-       read it, counts what ways on cost and where an adopting query starts."""
+       read it, counts what ways on cost and where an adopting query starts; ``snapshot``, what the
+       driver read of the commit log, spares reading what it holds (:mod:`.marker_snapshot`)."""
 
     def state(cached: CachedProducer) -> None:
         cached.state = read_committed_state(
-            options, cached.producer, transactional_id, identity, other_prefixes=other_prefixes, plan=plan
+            options,
+            cached.producer,
+            transactional_id,
+            identity,
+            other_prefixes=other_prefixes,
+            plan=plan,
+            snapshot=snapshot,
         )
         cached.query_id = identity.query_id
         cached.spark_run_id = identity.spark_run_id
         cached.run_first_batch = identity.batch_id
 
     key = _cache_key(options, transactional_id)
+    # Producers of other ids that moved to another worker are closed now rather than when idle for
+    # PRODUCER_IDLE_TIMEOUT_S: a session that ran many queries kept hundreds of connections so.
+    PRODUCERS.discard_where(lambda other: other != key and initialised_elsewhere(other))
     cached = PRODUCERS.get(key)
     if cached is not None and initialised_here_last(transactional_id):
         same_run = identity.spark_run_id is not None and cached.spark_run_id == identity.spark_run_id
@@ -196,7 +208,7 @@ def transactional_producer(
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
         discard_producer(options, transactional_id)
-    settle_prefix_owner(options, identity, transactional_id, plan)
+    settle_prefix_owner(options, identity, transactional_id, plan, snapshot)
     cached = _new_cached_producer(options, transactional_id)
     _init_transactions(options, cached, transactional_id, identity.partition)
     state(cached)

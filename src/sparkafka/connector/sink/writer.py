@@ -26,7 +26,6 @@ from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     ProgressRecord,
     RefusalRecord,
-    read_markers,
     refusal_record,
     write_progress,
     write_refusal,
@@ -38,6 +37,7 @@ from sparkafka.connector.sink.failures import (
     transaction_timeout_error,
 )
 from sparkafka.connector.sink.fencing import fence_query_transactions, fence_transactional_id
+from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
 from sparkafka.connector.sink.options import (
     AT_LEAST_ONCE,
     BATCH_ID_OPTION,
@@ -171,13 +171,21 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     writes of the same micro-batch (see :class:`KafkaBatchWriter`)."""
 
     def __init__(
-        self, options: SinkOptions, *, batch_write: bool = False, plan: BatchPlan | None = None
+        self,
+        options: SinkOptions,
+        *,
+        batch_write: bool = False,
+        plan: BatchPlan | None = None,
+        snapshot: MarkerSnapshot | None = None,
     ) -> None:
         self.options = options
         self.batch_write = batch_write
         # The checkpoint's newest offsets-log entry when Spark created this writer (the driver, once
         # per micro-batch): the batch being written and the input it was planned from.
         self.plan = plan
+        # What the commit log held of the query, read on the driver: a task at its id's first write
+        # of a run reads only what follows it (step 3).
+        self.snapshot = snapshot
         # This run of the batch: made here, on the driver, and pickled into every task of the write,
         # so a retried or speculative task carries it and a later run of the batch does not. Markers,
         # refusals and acceptances name runs by it (the driver's commit of a streaming write runs on
@@ -256,7 +264,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         own_id = transactional_id(prefix, identity.partition)
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         cached = transactional_producer(
-            self.options, identity, own_id, other_prefixes=not self.batch_write, plan=plan
+            self.options,
+            identity,
+            own_id,
+            other_prefixes=not self.batch_write,
+            plan=plan,
+            snapshot=self.snapshot,
         )
         written = functools.partial(
             SinkCommitMessage,
@@ -705,7 +718,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         query_id = next((r.query_id for r in reports if r.query_id), None)
         if prefix is None or query_id is None:
             return {}
-        found = read_markers(self.options, prefix)
+        layout = task_layout(self.options, self.snapshot, prefix, query_id)
+        found = query_markers(self.options, layout, prefix, query_id, self.snapshot)
         fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
         of_prefix = [
             CommitMarker.decode(value)
@@ -869,9 +883,11 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     ``df.write`` outside a streaming query has no batch id a retry could be matched against; there
     exactly-once fails with a clear message in the tasks."""
 
-    def __init__(self, options: SinkOptions, plan: BatchPlan | None = None) -> None:
+    def __init__(
+        self, options: SinkOptions, plan: BatchPlan | None = None, snapshot: MarkerSnapshot | None = None
+    ) -> None:
         self.options = options
-        self._writer = KafkaStreamWriter(options, batch_write=True, plan=plan)
+        self._writer = KafkaStreamWriter(options, batch_write=True, plan=plan, snapshot=snapshot)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self._writer.write(iterator)
