@@ -109,6 +109,14 @@ class ProducerCache:
             self._entries[key] = (cached, self._clock())
         return cached
 
+    def discard_where(self, stale: Callable[[CacheKey], bool]) -> None:
+        """Forget and close every producer whose key ``stale`` accepts."""
+        with self._lock:
+            keys = [key for key in self._entries if stale(key)]
+            found = [self._entries.pop(key)[0] for key in keys]
+        for cached in found:
+            _close(cached)
+
     def discard(self, key: CacheKey) -> None:
         """Forget and close the producer under ``key``, if any."""
         with self._lock:
@@ -149,6 +157,15 @@ def _new_cached_producer(options: SinkOptions, transactional_id: str | None) -> 
     return CachedProducer(
         Producer(config), transactional_id, delivery_errors=errors, client_errors=client_errors
     )
+
+
+def initialised_elsewhere(key: CacheKey) -> bool:
+    """Whether the transactional producer under ``key`` lost its id to another worker of this
+    machine, which initialised the id since: the broker has fenced it, so it can never commit again
+    (a task commits its own transaction: nothing of it is left open), yet it keeps its connections
+    until it is closed."""
+    transactional_id = key[1]
+    return transactional_id is not None and not initialised_here_last(transactional_id)
 
 
 def discard_producer(options: SinkOptions, transactional_id: str | None) -> None:
