@@ -69,7 +69,10 @@ def _method(context: RunContext) -> str:
         "latest count equal to its total (count); **start → done**: runner start to complete; **CPU s** "
         "and **peak RSS**: the runner's whole process tree (JVM and Python workers included, broker "
         "excluded), from start to complete and over "
-        "the run; **CPU s per M after first output**: the tree's CPU from the first output visible to "
+        "the run; **peak PSS**: the same tree's proportional set size, a page shared by several of its "
+        "processes (forked Python workers, mapped jars) counted once in all: the tree's fair share of "
+        'the memory, where RSS counts such a page once per process ("-": not measured then); '
+        "**CPU s per M after first output**: the tree's CPU from the first output visible to "
         "complete, per million inputs accounted for in that time (start-up left out: what a long-running "
         "pipeline pays per record); **broker CPU s**: the broker from start to complete. Commits (Kafka "
         "transactions for "

@@ -80,6 +80,7 @@ class RunResult:
     cpu_s: float | None = None  # process tree, runner start -> complete
     cpu_s_per_million: float | None = None  # process tree, first output -> complete, per 1 M inputs
     peak_rss_mib: float | None = None  # process tree, whole run
+    peak_pss_mib: float | None = None  # process tree, whole run, shared pages counted once
     broker_cpu_s: float | None = None  # broker process, runner start -> complete
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
@@ -302,6 +303,8 @@ def measure(
         watcher.stop()
         if runner.sampler is not None:
             result.peak_rss_mib = runner.sampler.peak_rss_bytes / 2**20
+            if (pss := runner.sampler.peak_pss_bytes) is not None:
+                result.peak_pss_mib = pss / 2**20
     if watcher.error is not None:
         result.problems.append(f"the output watcher failed: {watcher.error!r}")
     result.problems.extend(watcher.problems())

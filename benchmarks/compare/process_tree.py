@@ -3,7 +3,10 @@ that JVM forks, …), sampled with psutil in a background thread.
 
 CPU: the last user+system time seen of every process ever in the tree, so a child that exits between
 samples still counts with what it had used at the previous sample (a child living less than one
-interval is missed). Memory: the sum of RSS over the tree at each sample, maximum over the samples.
+interval is missed). Memory: the sum of RSS over the tree at each sample, maximum over the samples;
+and the same for PSS (proportional set size), which counts a page shared by several processes of the
+tree (forked Python workers, mapped jars and class archives) once in all instead of once per process:
+the tree's fair share of the machine's memory, where RSS overcounts a tree of forks.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class ProcessTreeSampler:
         self.exclude_pids = exclude_pids
         self.interval_s = interval_s
         self.peak_rss_bytes = 0
+        # None where the system tells no PSS (no /proc/<pid>/smaps_rollup, or not allowed to read it)
+        self.peak_pss_bytes: int | None = 0
         # (pid, create time) so that a reused pid is a new process.
         self._cpu_by_process: dict[tuple[int, float], float] = {}
         self._processes: dict[tuple[int, float], psutil.Process] = {}
@@ -56,6 +61,7 @@ class ProcessTreeSampler:
 
     def sample(self) -> None:
         rss = 0
+        pss: int | None = 0
         with self._lock:
             for process in self._tree():
                 with contextlib.suppress(psutil.Error):
@@ -67,7 +73,12 @@ class ProcessTreeSampler:
                     self._cpu_by_process[identity] = times.user + times.system
                     self._processes[identity] = process
                     self._names[identity] = name
+                    pss = _add_pss(pss, process)
             self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+            if pss is None or self.peak_pss_bytes is None:
+                self.peak_pss_bytes = None
+            else:
+                self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
 
     def cpu_seconds(self) -> float:
         """CPU seconds of the tree as of the last sample (call :meth:`sample` first for "now")."""
@@ -95,3 +106,16 @@ class ProcessTreeSampler:
     def survivors(self) -> list[psutil.Process]:
         """Processes of the tree still running (e.g. ones that left the runner's process group)."""
         return [p for p in self._processes.values() if p.is_running()]
+
+
+def _add_pss(total: int | None, process: psutil.Process) -> int | None:
+    """``total`` plus the PSS of ``process``; None once any process of the tree tells none (a
+    process that exited in between adds nothing)."""
+    if total is None:
+        return None
+    try:
+        return total + int(process.memory_full_info().pss)
+    except psutil.NoSuchProcess:
+        return total
+    except (psutil.AccessDenied, AttributeError):
+        return None

@@ -71,7 +71,7 @@ def rows(results: list[RunResult]) -> list[Row]:
 def table(workload_rows: list[Row], with_latency: bool) -> list[str]:
     header = [
         "system", "guarantee", "correct", "records/s", "start-up s", "start → done s",
-        "CPU s", "CPU s per M after first output", "peak RSS MiB", "broker CPU s",
+        "CPU s", "CPU s per M after first output", "peak RSS MiB", "peak PSS MiB", "broker CPU s",
     ]  # fmt: skip
     if with_latency:
         header += ["latency p50 ms", "latency p99 ms", "steady rate achieved"]
@@ -87,6 +87,7 @@ def table(workload_rows: list[Row], with_latency: bool) -> list[str]:
             row.cell(lambda r: r.cpu_s, 1),
             row.cell(lambda r: r.cpu_s_per_million, 1),
             row.cell(lambda r: r.peak_rss_mib),
+            row.cell(lambda r: r.peak_pss_mib),
             row.cell(lambda r: r.broker_cpu_s, 1),
         ]
         if with_latency:

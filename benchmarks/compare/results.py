@@ -75,7 +75,8 @@ def load(path: Path) -> tuple[list[RunResult], docs.RunContext, list[str]]:
             config = Config(_system(record), record["guarantee"], record["workload"])
             result = RunResult(config, record["repeat"], Path("-"), list(record["problems"]))
             for name in _METRICS:
-                setattr(result, name, record[name])
+                # A metric added since the file was written reads as not measured.
+                setattr(result, name, record.get(name))
             results.append(result)
         return results, context, list(document["workloads"])
     except (OSError, KeyError, TypeError, ValueError) as error:
