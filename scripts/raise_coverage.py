@@ -45,7 +45,8 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[1]
 SOURCES = REPOSITORY / "src" / "sparkafka"
 TESTS = REPOSITORY / "tests"
-PYTEST_OPTIONS = ["-n", "2", "--dist", "loadfile", "-q", "-p", "no:cacheprovider"]
+# As scripts/check shares the suite between its workers.
+PYTEST_OPTIONS = ["-n", "3", "--schedule-by-cost", "-q", "-p", "no:cacheprovider"]
 MIN_FRAGMENT = 12
 MIN_ASSERTION = 15
 SPECIFIC_CLASS_SITES = 2

@@ -11,6 +11,9 @@ import pytest
 
 from sparkafka.broker.runner import BrokerProcess
 
+# How scripts/check shares the suite between its workers (--schedule-by-cost).
+pytest_plugins = ["tests.scheduling"]
+
 # Spark's JVMs (the test session's and those of pipeline child processes, which inherit this) start
 # about twice as fast with the C1 compiler only and the serial collector. Test jobs are small, so peak
 # JIT throughput does not matter; production sessions keep the JVM defaults.
