@@ -17,6 +17,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.commit_log import _markers_held_back, ensure_marker_topic, read_marker_partition
 from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
+from sparkafka.connector.sink.producers import _init_transactions, _new_cached_producer
 from sparkafka.errors import SparkafkaError
 from tests.integration.kafka_clients import (
     create_topic,
@@ -155,3 +156,26 @@ def test_a_marker_read_stalled_with_no_transaction_open_blames_the_leader(
     assert "stopped at offset 1" in message and "short of offset 3" in message
     assert "no transaction holds readers back there (the last stable offset is 3)" in message
     assert "the broker's log says why" in message
+
+
+def test_an_initialisation_that_fails_for_a_cause_without_advice_names_the_id_and_the_clients_words(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """A failure of init_transactions that is neither the timeout, nor an unreachable cluster, nor a
+    refused ACL has no advice to give: it still names the id and what librdkafka said. Here the
+    producer had initialised the id already, which librdkafka refuses as an invalid state."""
+    options = SinkOptions.parse(
+        {"kafka.bootstrap.servers": broker.bootstrap_servers, "deliveryGuarantee": "exactly-once"}
+    )
+    transactional_id = f"{topic_name}-0"
+    cached = _new_cached_producer(options, transactional_id)
+    try:
+        cached.producer.init_transactions(30)
+        with pytest.raises(SparkafkaError) as refused:
+            _init_transactions(options, cached, transactional_id, 0)
+        assert str(refused.value) == (
+            f"init_transactions for transactional id '{transactional_id}' failed: "
+            "Operation not valid in state Ready"
+        )
+    finally:
+        cached.producer.flush(0)

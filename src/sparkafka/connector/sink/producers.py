@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparkafka.connector import kafka_errors
-from sparkafka.connector.kafka_errors import error_code
+from sparkafka.connector.kafka_errors import error_code, error_reason
 from sparkafka.connector.sink.batch_plan import BatchPlan
 from sparkafka.connector.sink.claims import settle_prefix_owner
 from sparkafka.connector.sink.client_config import producer_config
@@ -259,7 +259,7 @@ def _init_transactions(
         if refused is not None:
             raise refused from None
         raise SparkafkaError(
-            f"init_transactions for transactional id '{transactional_id}' failed: {error.args[0]}"
+            f"init_transactions for transactional id '{transactional_id}' failed: {error_reason(error)}"
         ) from None
 
 
