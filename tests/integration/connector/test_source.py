@@ -3,6 +3,7 @@ Kafka's own — and a real local SparkSession (no mocks)."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -447,6 +448,15 @@ def test_available_now_reads_only_what_existed_at_start_rate_limited(
     assert [sum(1 for r in first if r.partition == p) for p in (0, 1)] == [6, 3]
 
 
+def _triggers_started_after(query: StreamingQuery, moment: float) -> int:
+    """How many of ``query``'s recent triggers started after ``moment`` (seconds since the epoch)."""
+    return sum(
+        1
+        for progress in query.recentProgress
+        if datetime.datetime.fromisoformat(progress["timestamp"]).timestamp() > moment
+    )
+
+
 def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
     spark: SparkSession, broker: Kafka, topic_name: str, tmp_path: Path
 ) -> None:
@@ -454,11 +464,18 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
     create_topic(bootstrap, topic_name)
     sink = Batches()
     frame = stream(spark, bootstrap, subscribe=topic_name, minOffsetsPerTrigger="20", maxTriggerDelay="10s")
-    query = start(frame, sink, tmp_path / "checkpoint", available_now=False)
+    # Every trigger reports its progress, those that run no batch too (Spark's default: one a 10 s).
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
     try:
+        query = start(frame, sink, tmp_path / "checkpoint", available_now=False)
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+    try:
+        # The first trigger runs at once, as Spark's maxTriggerDelay counts from the last batch.
         wait_for(lambda: query.lastProgress is not None)
         produce(bootstrap, topic_name, [f"few{i}" for i in range(5)])
-        time.sleep(2.5)  # many triggers (the default trigger polls every few ms) see the 5 records
+        produced_at = time.time()
+        wait_for(lambda: _triggers_started_after(query, produced_at) >= 3, timeout_s=30)
         assert sink.rows == [], "5 new records are below minOffsetsPerTrigger: the batch must wait"
         produce(bootstrap, topic_name, [f"more{i}" for i in range(20)])
         wait_for(lambda: len(sink.rows) == 25, timeout_s=30)
