@@ -146,8 +146,8 @@ def test_broker_aborts_transaction_after_its_timeout(tmp_path, topic_name: str) 
         producer.begin_transaction()
         producer.produce(topic_name, value=b"expires")
         producer.flush(10)
-        time.sleep(3)
-        # The broker aborted it (ABORT marker), so read_committed readers are no longer held back.
+        started = time.monotonic()
+        # The broker aborts it (ABORT marker), so read_committed readers are no longer held back.
         consumer = Consumer(
             {
                 "bootstrap.servers": short_broker.bootstrap_servers,
@@ -155,9 +155,15 @@ def test_broker_aborts_transaction_after_its_timeout(tmp_path, topic_name: str) 
                 "isolation.level": "read_committed",
             }
         )
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
-        consumer.close()
-        assert high == 2  # the data record and the ABORT marker: the LSO reached the log end
+        try:
+            # The data record and the ABORT marker: the LSO reached the log end.
+            assert wait_until(
+                lambda: consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)[1] == 2,
+                timeout_s=60,
+            )
+        finally:
+            consumer.close()
+        assert time.monotonic() - started >= 1.0  # not before its timeout (1.5 s from its first record)
         assert read_to_end(short_broker.bootstrap_servers, topic_name) == []
         with pytest.raises(KafkaException):
             producer.commit_transaction(10)
