@@ -19,6 +19,9 @@ that and exits):
     python -m benchmarks.compare.results docs/benchmarks/compare.json --update-docs docs/benchmarks.md
                                                            # the same section again, running nothing
     python -m benchmarks --systems sparkafka,quix --workloads map --records 200000 --repeats 1
+    python -m benchmarks --background-load 2 --update-docs docs/benchmarks.md
+                                                           # beside 2 busy processes: a section, charts
+                                                           # and docs/benchmarks/compare-loaded.json apart
 
 Every run of every system gets a fresh 4-partition input topic with ``--records`` records of 100 B
 (keys ``k0`` .. ``k999``) and a fresh output topic, which a read_committed consumer in this process
@@ -70,6 +73,7 @@ from pathlib import Path
 from benchmarks.common import REPO, load_average, machine_line
 from benchmarks.compare import docs
 from benchmarks.compare import results as saved_results
+from benchmarks.compare.load import BackgroundLoad
 from benchmarks.compare.measure import Config, RunResult, Settings, measure
 from benchmarks.compare.report import rows, table, targets
 from benchmarks.compare.systems import SYSTEMS, System, prepare, select, versions
@@ -95,6 +99,14 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     add("--seconds", type=float, default=60, help="seconds of the latency phase (default 60)")
     add("--skip-latency", action="store_true", help="no steady-rate latency phase")
     add("--commit-interval-ms", type=int, default=1000, help="transaction / trigger interval (default 1000)")
+    add(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N busy processes beside the systems for the whole run; its docs section, charts and raw "
+        "results are kept apart from the quiet run's (default 0)",
+    )
     add("--timeout", type=float, default=900, help="seconds a phase of a run may take (default 900)")
     add("--update-docs", type=Path, help="rewrite this markdown file's compare section, charts beside it")
     add("--venvs-dir", type=Path, default=REPO / ".bench-venvs", help="default .bench-venvs")
@@ -113,6 +125,8 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         parser.error(str(error))
     if args.records < 1 or args.repeats < 1:
         parser.error("--records and --repeats must be at least 1")
+    if args.background_load < 0:
+        parser.error(f"--background-load: {args.background_load} given; give 0 or more busy processes")
     return args
 
 
@@ -211,14 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(temporary)
         cluster = Cluster(work).start()
         try:
-            for repeat in range(1, args.repeats + 1):
-                for number, config in enumerate(rotated(configs, repeat), 1):
-                    run_id = f"r{repeat}-{number}-{config.workload}-{config.system.name}-{config.guarantee}"
-                    result = measure(
-                        cluster, pythons[config.system.name], config, settings, work / run_id, run_id, repeat
-                    )
-                    results.append(result)
-                    print(progress_line(result, repeat, args.repeats), file=sys.stderr, flush=True)
+            with BackgroundLoad(args.background_load) as load:
+                _run_all(cluster, pythons, configs, settings, work, args.repeats, load, results)
         finally:
             cluster.stop()
         # Runner logs vanish with the temporary directory: keep those of failed runs.
@@ -247,16 +255,39 @@ def main(argv: list[str] | None = None) -> int:
             machine=machine_line(start_load),
             versions=version_lines(args.systems, pythons),
             skipped=skipped,
+            background_load=args.background_load,
         )
         plot_dir = args.update_docs.parent / "benchmarks"
-        results_file = plot_dir / "compare.json"
+        results_file = plot_dir / context.results_file
         saved_results.save(results_file, results, context, args.workloads)
         section = docs.render_section(
             all_rows, context, args.update_docs, plot_dir, args.workloads, results_file
         )
-        docs.write(args.update_docs, section)
+        docs.write(args.update_docs, section, context)
         print(f"updated {args.update_docs} (charts and raw results in {plot_dir})", file=sys.stderr)
     return 0 if all(result.ok for result in results) else 1
+
+
+def _run_all(
+    cluster: Cluster,
+    pythons: dict[str, Path],
+    configs: list[Config],
+    settings: Settings,
+    work: Path,
+    repeats: int,
+    load: BackgroundLoad,
+    results: list[RunResult],
+) -> None:
+    """Every run of every repetition, appended to ``results`` as it ends."""
+    for repeat in range(1, repeats + 1):
+        for number, config in enumerate(rotated(configs, repeat), 1):
+            if load.running != load.count:
+                raise RuntimeError(f"{load.count - load.running} of the background load's processes died")
+            run_id = f"r{repeat}-{number}-{config.workload}-{config.system.name}-{config.guarantee}"
+            python = pythons[config.system.name]
+            result = measure(cluster, python, config, settings, work / run_id, run_id, repeat)
+            results.append(result)
+            print(progress_line(result, repeat, repeats), file=sys.stderr, flush=True)
 
 
 def rotated(configs: list[Config], repeat: int) -> list[Config]:

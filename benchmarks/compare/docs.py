@@ -11,8 +11,6 @@ from benchmarks.compare import plots
 from benchmarks.compare.measure import max_offsets_per_trigger
 from benchmarks.compare.report import Row, table, targets
 
-SECTION_START = "<!-- benchmark:compare:start -->"
-SECTION_END = "<!-- benchmark:compare:end -->"
 # Spark's update mode writes each changed key once per micro-batch; the others write an update per
 # input record, so their output holds as many records as the input.
 PER_BATCH_COUNT_SYSTEMS = ("sparkafka", "spark-kafka")
@@ -44,6 +42,18 @@ class RunContext:
     machine: str
     versions: list[str]
     skipped: list[str]
+    # Busy processes beside the systems for the whole run (--background-load); 0: a quiet machine.
+    background_load: int = 0
+
+    @property
+    def name(self) -> str:
+        """The run's name in the docs' markers, chart files and raw results: quiet and loaded runs
+        keep sections of their own."""
+        return "compare" if self.background_load == 0 else "compare-loaded"
+
+    @property
+    def results_file(self) -> str:
+        return f"{self.name}.json"
 
 
 def _method(context: RunContext) -> str:
@@ -55,7 +65,13 @@ def _method(context: RunContext) -> str:
         if context.latency
         else ""
     )
-    return (
+    loaded = (
+        f"{context.background_load} busy processes (each a pure-Python loop spinning one core, at normal "
+        "priority, none counted in any system's CPU or memory) run beside every system for the whole run. "
+        if context.background_load
+        else ""
+    )
+    return loaded + (
         f"Every system runs the same workloads on the embedded broker (its own process), {context.repeats} "
         "repetition(s), the systems alternating within each repetition (their order rotating from one "
         "repetition to the next); cells show the median and, in "
@@ -105,12 +121,14 @@ def render_section(
         return Path(os.path.relpath(path, docs_file.parent)).as_posix()
 
     title = "## Side by side: sparkafka, Spark's kafka connector, a hand-written loop, Quix Streams, PyFlink"
+    if context.background_load:
+        title += f", under load ({context.background_load} busy processes)"
     lines = [title, "", _method(context)]
     for workload in workloads:
         workload_rows = [row for row in all_rows if row.config.workload == workload]
         if not workload_rows:
             continue
-        chart = plot_dir / f"compare-throughput-{workload}.png"
+        chart = plot_dir / f"{context.name}-throughput-{workload}.png"
         plots.throughput_chart(workload_rows, workload, chart)
         lines += ["", f"### {WORKLOAD_TITLES[workload]}", ""]
         with_latency = workload == "map" and context.latency
@@ -132,7 +150,7 @@ def render_section(
             lines += table(workload_rows, with_latency=with_latency)
         lines += ["", f"![{workload} throughput]({link(chart)})"]
     map_rows = [row for row in all_rows if row.config.workload == "map"]
-    cdf = plot_dir / "compare-latency-cdf.png"
+    cdf = plot_dir / f"{context.name}-latency-cdf.png"
     limit_ms = context.commit_interval_ms + 2000
     if context.latency and plots.latency_cdf_chart(map_rows, limit_ms, context.rate, cdf):
         lines += ["", "### Steady-rate latency (map)", "", f"![latency CDF]({link(cdf)})"]
@@ -154,5 +172,7 @@ def render_section(
     return "\n".join(lines)
 
 
-def write(path: Path, section: str) -> None:
-    update_docs(path, section, SECTION_START, SECTION_END)
+def write(path: Path, section: str, context: RunContext) -> None:
+    """Replace the section of ``context``'s run (quiet or loaded) in ``path``."""
+    marker = f"<!-- benchmark:{context.name}"
+    update_docs(path, section, f"{marker}:start -->", f"{marker}:end -->")

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     plot_dir = args.update_docs.parent / "benchmarks"
     section = docs.render_section(rows(results), context, args.update_docs, plot_dir, workloads, args.results)
-    docs.write(args.update_docs, section)
+    docs.write(args.update_docs, section, context)
     print(f"updated {args.update_docs} from {args.results} (charts in {plot_dir})", file=sys.stderr)
     return 0
 

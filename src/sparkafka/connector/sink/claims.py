@@ -44,7 +44,7 @@ from confluent_kafka import KafkaException, Producer
 
 from sparkafka.connector import kafka_errors
 from sparkafka.connector.kafka_admin import KafkaAdmin
-from sparkafka.connector.kafka_errors import error_code
+from sparkafka.connector.kafka_errors import error_code, error_reason
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.commit_log import (
@@ -290,7 +290,7 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
             if code not in kafka_errors.TRANSACTION_RACE:
                 raise CommitMarkerError(
                     f"claiming transactional-id prefix '{prefix}' in the commit-marker topic "
-                    f"'{options.marker_topic}' failed: {error.args[0]}. {MARKER_TOPIC_MUST_ACCEPT}"
+                    f"'{options.marker_topic}' failed: {error_reason(error)}. {MARKER_TOPIC_MUST_ACCEPT}"
                 ) from None
             time.sleep(random.uniform(0.02, 0.2))  # another claimer won this round; look again
         finally:

@@ -42,7 +42,7 @@ from sparkafka.connector.kafka_admin import (
     KafkaAdmin,
     partition_watermarks,
 )
-from sparkafka.connector.kafka_errors import DAMAGED_BATCH, PARTITION_EOF, error_code
+from sparkafka.connector.kafka_errors import DAMAGED_BATCH, PARTITION_EOF, error_code, error_reason
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
@@ -490,7 +490,7 @@ def ensure_marker_topic(options: SinkOptions) -> tuple[int, int] | None:
         if error_code(error) != KafkaError.TOPIC_ALREADY_EXISTS:
             raise CommitMarkerError(
                 f"cannot create the commit-marker topic '{options.marker_topic}' on "
-                f"{options.bootstrap_servers}: {error.args[0]}. Create it yourself with "
+                f"{options.bootstrap_servers}: {error_reason(error)}. Create it yourself with "
                 f"cleanup.policy=compact. {MOVE_MARKERS_HINT}"
             ) from None
     admin.topic_partitions([options.marker_topic])
@@ -950,7 +950,7 @@ def register(
             producer.abort_transaction(options.operation_timeout_s)
         raise CommitMarkerError(
             f"registering {key} in the commit-marker topic '{options.marker_topic}' failed: "
-            f"{error.args[0]}. The sink commits this record before its first output. "
+            f"{error_reason(error)}. The sink commits this record before its first output. "
             f"{MARKER_TOPIC_MUST_ACCEPT}"
         ) from None
 
