@@ -56,6 +56,10 @@ class RunContext:
         return f"{self.name}.json"
 
 
+def _busy(count: int) -> str:
+    return f"{count} busy process{'' if count == 1 else 'es'}"
+
+
 def _method(context: RunContext) -> str:
     batch = max_offsets_per_trigger(context.records)
     latency = (
@@ -66,8 +70,8 @@ def _method(context: RunContext) -> str:
         else ""
     )
     loaded = (
-        f"{context.background_load} busy processes (each a pure-Python loop spinning one core, at normal "
-        "priority, none counted in any system's CPU or memory) run beside every system for the whole run. "
+        f"Beside every system, for the whole run: {_busy(context.background_load)}, each a pure-Python "
+        "loop spinning one core at normal priority, counted in no system's CPU or memory. "
         if context.background_load
         else ""
     )
@@ -122,7 +126,7 @@ def render_section(
 
     title = "## Side by side: sparkafka, Spark's kafka connector, a hand-written loop, Quix Streams, PyFlink"
     if context.background_load:
-        title += f", under load ({context.background_load} busy processes)"
+        title += f", under load ({_busy(context.background_load)})"
     lines = [title, "", _method(context)]
     for workload in workloads:
         workload_rows = [row for row in all_rows if row.config.workload == workload]
