@@ -113,6 +113,65 @@ def _find(all_rows: list[Row], system: str, guarantee: str, workload: str) -> Ro
     )
 
 
+@dataclass(frozen=True)
+class _Bound:
+    """sparkafka exactly-once's median of ``metric`` (map) held against another system's: at most
+    ``factor`` times it where lower is better, at least ``factor`` times it otherwise."""
+
+    what: str
+    metric: Callable[[RunResult], float | None]
+    unit: str
+    other: tuple[str, str]
+    factor: float
+    lower_is_better: bool = True
+
+    def judge(self, all_rows: list[Row]) -> str:
+        ours = _find(all_rows, "sparkafka", "exactly-once", "map")
+        theirs = _find(all_rows, *self.other, "map")
+        ours_spread = ours.spread(self.metric) if ours else None
+        theirs_spread = theirs.spread(self.metric) if theirs else None
+        if ours_spread is None or theirs_spread is None:
+            missing = "sparkafka" if ours_spread is None else self.other[0]
+            return f"{self.what}: not measured (no correct run of {missing} measured it)"
+        ratio = ours_spread.median / theirs_spread.median
+        met = ratio <= self.factor if self.lower_is_better else ratio >= self.factor
+        medians = f"medians {ours_spread.median:,.1f} vs {theirs_spread.median:,.1f} {self.unit}"
+        return f"{self.what}: {'met' if met else 'NOT met'} ({ratio:.2f}x, {medians})"
+
+
+# Start-up, memory, CPU and latency against the alternatives (issue: start faster and lighter).
+_FOOTPRINT_BOUNDS = (
+    _Bound(
+        "sparkafka exactly-once start-up ≤ Spark's kafka connector's (map)",
+        lambda r: r.startup_s, "s", ("spark-kafka", "at-least-once"), 1.0,
+    ),
+    _Bound(
+        "sparkafka exactly-once peak RSS ≤ 1.3x Spark's kafka connector's (map)",
+        lambda r: r.peak_rss_mib, "MiB", ("spark-kafka", "at-least-once"), 1.3,
+    ),
+    _Bound(
+        "sparkafka exactly-once CPU per M after first output ≤ Spark's kafka connector's (map)",
+        lambda r: r.cpu_s_per_million, "CPU s", ("spark-kafka", "at-least-once"), 1.0,
+    ),
+    _Bound(
+        "sparkafka exactly-once CPU per M after first output ≤ 2x the confluent-kafka loop's (map)",
+        lambda r: r.cpu_s_per_million, "CPU s", ("handwritten", "exactly-once"), 2.0,
+    ),
+    _Bound(
+        "sparkafka exactly-once p99 latency ≤ PyFlink EXACTLY_ONCE's with a Python UDF (map)",
+        lambda r: r.latency_p99_ms, "ms", ("flink-python", "exactly-once"), 1.0,
+    ),
+    _Bound(
+        "stretch: sparkafka exactly-once ≥ 1.0x PyFlink EXACTLY_ONCE with a Java UDF (map)",
+        lambda r: r.throughput, "records/s", ("flink-java", "exactly-once"), 1.0, lower_is_better=False,
+    ),
+)  # fmt: skip
+
+
+def _footprint_targets(all_rows: list[Row]) -> list[str]:
+    return [bound.judge(all_rows) for bound in _FOOTPRINT_BOUNDS]
+
+
 def _throughput_target(
     all_rows: list[Row], workload: str, other: tuple[str, str], factor: float, what: str
 ) -> str:
@@ -163,6 +222,7 @@ def targets(all_rows: list[Row], commit_interval_ms: int, rate: float) -> list[s
                     f"sparkafka exactly-once ≥ 0.85x its at-least-once ({workload})",
                 )
             )  # fmt: skip
+    lines += _footprint_targets(all_rows)
     limit_ms = commit_interval_ms + 2000
     what = f"sparkafka exactly-once p99 latency ≤ trigger + 2 s = {limit_ms:,} ms at {rate:,.0f} records/s"
     ours = _find(all_rows, "sparkafka", "exactly-once", "map")
