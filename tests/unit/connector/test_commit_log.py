@@ -12,6 +12,7 @@ from sparkafka.connector.sink.commit_log import (
     LAYOUT_KEY,
     CommitMarker,
     MarkerLayout,
+    PrefixClaim,
     ProgressRecord,
     RefusalRecord,
     Registration,
@@ -23,6 +24,24 @@ from sparkafka.connector.sink.commit_log import (
     registered_query,
 )
 from sparkafka.errors import CommitMarkerError
+
+
+def test_a_prefix_claim_is_written_as_it_always_was_and_never_taken_for_a_marker() -> None:
+    """Every earlier sparkafka wrote claims with json.dumps' default separators and read the owner
+    from "query_id"; the space after its colon keeps query_needle from matching a claim."""
+    claim = PrefixClaim("sparkafka-q-1", "q-1", 1700000000000)
+    assert claim.key == "claim/sparkafka-q-1"
+    written_before = json.dumps({"prefix": "sparkafka-q-1", "query_id": "q-1", "time_ms": 1700000000000})
+    assert claim.encode() == written_before.encode()
+    assert PrefixClaim.decode(claim.encode()) == claim
+    assert query_needle("q-1") not in claim.encode()
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"prefix": "p"}', b'{"prefix": "p", "query_id": null}', b'{"query_id": ""}']
+)
+def test_a_claim_without_a_query_names_no_owner(raw: bytes) -> None:
+    assert PrefixClaim.decode(raw).query_id is None
 
 
 def test_a_registration_is_written_as_it_always_was() -> None:

@@ -51,6 +51,7 @@ from sparkafka.connector.sink.commit_log import (
     MARKER_TOPIC_MUST_ACCEPT,
     CommitMarker,
     MarkerLayout,
+    PrefixClaim,
     ProgressRecord,
     RefusalRecord,
     Registration,
@@ -185,10 +186,7 @@ def require_prefix_claim(
 
 def claim_owner(found: Mapping[str, bytes], prefix: str) -> str | None:
     raw = found.get(f"{CLAIM_KEY_PREFIX}{prefix}")
-    if raw is None:
-        return None
-    owner = json.loads(raw).get("query_id")
-    return str(owner) if owner else None
+    return None if raw is None else PrefixClaim.decode(raw).query_id
 
 
 def registration_of_prefix(key: str, prefix: str) -> bool:
@@ -243,8 +241,7 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
        other's commit is fenced, and it starts again at step 1, now seeing the winner's claim.
     Tasks of one query race the same way and find their own query's claim."""
     claim_id = claim_transactional_id(prefix)
-    key = f"{CLAIM_KEY_PREFIX}{prefix}"
-    value = json.dumps({"prefix": prefix, "query_id": query_id, "time_ms": int(time.time() * 1000)})
+    claim = PrefixClaim(prefix, query_id, int(time.time() * 1000))
     layout = marker_layout(options)
     for _ in range(_CLAIM_ATTEMPTS):
         producer = Producer({**producer_config(options, claim_id), "logger": _CLAIM_CLIENT_LOG})
@@ -259,9 +256,8 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
             if owner is None and any(registration_of_prefix(key, prefix) for key in found):
                 return None  # ids registered before claims existed: the per-id check decides
             producer.begin_transaction()
-            producer.produce(
-                options.marker_topic, key=key, value=value, partition=layout.partition_of(prefix)
-            )
+            partition = layout.partition_of(prefix)
+            producer.produce(options.marker_topic, key=claim.key, value=claim.encode(), partition=partition)
             if layout.partitions > 1:
                 # In the same transaction: every write of the query finds the prefix through it (a
                 # topic of one partition is read whole, and has no such records, as none ever had).

@@ -414,6 +414,37 @@ class Registration:
         )
 
 
+@dataclass(frozen=True)
+class PrefixClaim:
+    """That query ``query_id`` owns transactional-id prefix ``prefix``; key ``claim/<prefix>``, in the
+    prefix's partition. Committed by :func:`~.claims.claim_prefix` in a transaction of the prefix's
+    claim id, so that of two queries racing for a prefix exactly one claim commits."""
+
+    prefix: str
+    query_id: str | None
+    time_ms: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{CLAIM_KEY_PREFIX}{self.prefix}"
+
+    def encode(self) -> bytes:
+        # Default separators, as claims have always been written: a claim's '"query_id": ' (with its
+        # space) never matches query_needle, so no reader takes it for a commit marker.
+        fields = {"prefix": self.prefix, "query_id": self.query_id, "time_ms": self.time_ms}
+        return json.dumps(fields).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PrefixClaim:
+        """A claim without a query (damaged, or edited by hand) names no owner."""
+        data = json.loads(raw)
+        owner = data.get("query_id")
+        stamp = data.get("time_ms")
+        return cls(
+            str(data.get("prefix", "")), str(owner) if owner else None, stamp if isinstance(stamp, int) else 0
+        )
+
+
 def query_claim_key(query_id: str, prefix: str) -> str:
     """The key of the record that ``query_id`` claimed ``prefix``, in the partition of the query's id,
     where a write of the query finds every prefix it ever wrote under (:func:`claimed_prefixes`)."""
