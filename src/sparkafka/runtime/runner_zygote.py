@@ -30,7 +30,9 @@ Protocol, one Unix socket connection per process, JSON lines:
 Invariants: the child runs with the launcher's argv, environment, working directory, umask and
 standard streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
 launcher's connection closes first (Spark destroyed it, or it was killed), the zygote kills the
-child and the process group it leads (a worker daemon's forked workers). The zygote holds no
+child and the process group it leads (a worker daemon's forked workers); when the zygote itself is
+killed (kill -9 of the pipeline's process group), the kernel kills its children, and theirs, as
+each parent dies (PR_SET_PDEATHSIG, asked for in every process forked below the zygote). The zygote holds no
 descriptor of a launcher's streams once the child has them, so Spark sees the child's end as it
 would see a process of its own end. The zygote runs Python on one thread (so forking it is safe)
 and exits once the process that started it is gone.
@@ -273,6 +275,11 @@ class _Zygote:
         self, request: dict[str, Any], streams: list[int], own_connection: socket.socket, go: int
     ) -> None:
         _die_with_parent()
+        # And so every process it forks, and they fork, down the tree: PySpark's daemon leads a
+        # process group of its own with the workers it forks, which no kill of the pipeline's group
+        # reaches, and which it can signal only when it ends gracefully. A worker left running after
+        # a kill -9 would finish its task, committing the transaction the kill caught open.
+        os.register_at_fork(before=_note_parent, after_in_child=_die_with_noted_parent)
         if os.read(go, 1) != _GO:
             os._exit(1)  # the launcher never learnt of this child: it must not run the module
         os.close(go)
@@ -340,6 +347,23 @@ def _die_with_parent() -> None:
     their launchers, told of the zygote's end, exit."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# The pid of the process about to fork (see _die_with_noted_parent).
+_forking_parent = 0
+
+
+def _note_parent() -> None:
+    global _forking_parent
+    _forking_parent = os.getpid()
+
+
+def _die_with_noted_parent() -> None:
+    """In a forked child: die with the parent, and at once if it ended before the death signal was
+    asked for (the kernel sends none for a parent already gone)."""
+    _die_with_parent()
+    if os.getppid() != _forking_parent:
+        os._exit(1)
 
 
 def _kill_child(pid: int) -> None:

@@ -272,6 +272,32 @@ def test_a_child_and_the_group_it_leads_do_not_outlive_the_launcher(
     assert not _alive(ran["helper"])
 
 
+def test_a_zygote_killed_takes_its_children_and_the_processes_they_forked_with_it(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """kill -9 of a pipeline's process group reaches the zygote but not the group a child leads
+    (PySpark's daemon leads one with the workers it forks). Nothing may run on: a write task's worker
+    left running would commit the transaction the kill caught open."""
+    out = tmp_path / "out.json"
+    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_GROUP="1", TARGET_SLEEP="60")
+    try:
+        deadline = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ran = json.loads(out.read_text())
+        assert _alive(ran["pid"]) and _alive(ran["helper"])
+        socket_path = Path((tmp_path / "socket").read_text())
+        os.kill(int((socket_path.parent / runner_zygote._OWNER_FILE).read_text()), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (_alive(ran["pid"]) or _alive(ran["helper"])) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(ran["pid"])
+        assert not _alive(ran["helper"]), "the process the zygote's child forked outlived the zygote"
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
