@@ -484,10 +484,15 @@ def test_transactional_produce_is_verified_as_kafka_does(broker: Any, topic_name
                 ],
             )
             # Apache Kafka verifies the partition with the transaction coordinator, and answers
-            # NOT_LEADER_OR_FOLLOWER (retriable) while that coordinator is still loading.
+            # NOT_LEADER_OR_FOLLOWER (retriable) while that coordinator is still loading, and
+            # NOT_ENOUGH_REPLICAS naming CONCURRENT_TRANSACTIONS (retriable) while it completes the
+            # transaction before (its COMMIT markers written, its state not Complete yet).
             for _ in range(100):
                 answer = connection.roundtrip(request, ProduceResponse, 9).responses[0].partition_responses[0]
-                if answer.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                completing = answer.error_code == ErrorCode.NOT_ENOUGH_REPLICAS and (
+                    "CONCURRENT_TRANSACTIONS" in (answer.error_message or "")
+                )
+                if answer.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER and not completing:
                     break
                 time.sleep(0.2)
             return answer.error_code, answer.log_start_offset, answer.error_message
