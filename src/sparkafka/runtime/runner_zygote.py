@@ -53,6 +53,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -350,17 +351,23 @@ def _die_with_parent() -> None:
 
 
 # The pid of the process about to fork (see _die_with_noted_parent).
+# The pid of the process about to fork, or 0 when it forks from another thread than its main one
+# (see _die_with_noted_parent).
 _forking_parent = 0
 
 
 def _note_parent() -> None:
     global _forking_parent
-    _forking_parent = os.getpid()
+    _forking_parent = os.getpid() if threading.current_thread() is threading.main_thread() else 0
 
 
 def _die_with_noted_parent() -> None:
     """In a forked child: die with the parent, and at once if it ended before the death signal was
-    asked for (the kernel sends none for a parent already gone)."""
+    asked for (the kernel sends none for a parent already gone). Only for a fork from the parent's
+    main thread, as PySpark's daemon forks its workers: the kernel sends the signal when the forking
+    thread ends, which for another thread (a user's pool) may be long before the parent does."""
+    if not _forking_parent:
+        return
     _die_with_parent()
     if os.getppid() != _forking_parent:
         os._exit(1)
