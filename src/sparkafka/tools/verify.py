@@ -187,7 +187,8 @@ class ChaosRun:
                     progress.update(task, description=f"kill -9 number {number} of {settings.kills}")
                     pipeline.kill_group()
                     # Nothing runs now that could end the killed pipeline's transaction.
-                    caught = transaction_open(self.cluster, self.out_topic, settings.partitions)
+                    bootstrap = self.cluster.bootstrap_servers
+                    caught = transaction_open(bootstrap, self.out_topic, settings.partitions)
                     kills_in_transactions += caught
                     if settings.kill_broker:
                         self.cluster.restart_broker(kill=True)
@@ -236,12 +237,12 @@ class ChaosRun:
             self.cluster.stop()
 
 
-def transaction_open(cluster: Cluster, topic: str, partitions: int) -> bool:
+def transaction_open(bootstrap_servers: str, topic: str, partitions: int) -> bool:
     """Whether a transaction is open on an output partition now: its last stable offset (the latest
     offset for read_committed readers) below its high watermark. Asked with the high watermarks first,
     so a transaction that ends between the two answers is not counted."""
-    high = latest_offsets(cluster.bootstrap_servers, topic, partitions, "read_uncommitted")
-    stable = latest_offsets(cluster.bootstrap_servers, topic, partitions, "read_committed")
+    high = latest_offsets(bootstrap_servers, topic, partitions, "read_uncommitted")
+    stable = latest_offsets(bootstrap_servers, topic, partitions, "read_committed")
     return any(stable[p] < high[p] for p in high)
 
 

@@ -8,19 +8,12 @@ import time
 from pathlib import Path
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.tools.harness import latest_offsets
 from sparkafka.tools.pipeline import SEED_MAP_SQL
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.tools.verify import transaction_open
 from tests.integration.kafka_clients import create_topic, producer, read_to_end
 
 HOLD_S = 4
-
-
-def _transaction_open(bootstrap: str, topic: str) -> bool:
-    """A partition's last stable offset below its high watermark (asked first)."""
-    high = latest_offsets(bootstrap, topic, 2, "read_uncommitted")
-    stable = latest_offsets(bootstrap, topic, 2, "read_committed")
-    return any(stable[partition] < high[partition] for partition in high)
 
 
 def test_a_killed_pipelines_open_transaction_stays_open_until_a_restart_aborts_it(
@@ -52,8 +45,8 @@ def test_a_killed_pipelines_open_transaction_stays_open_until_a_restart_aborts_i
         pipeline.wait_for("sparkafka debug pause: beforeCommit", 180)
     finally:
         pipeline.kill_group()
-    assert _transaction_open(bootstrap, sink), "the kill came while the write task held its transaction"
+    assert transaction_open(bootstrap, sink, 2), "the kill came while the write task held its transaction"
     time.sleep(HOLD_S + 3)  # the hold's end, and then some: a surviving worker would have committed
-    assert _transaction_open(bootstrap, sink)
+    assert transaction_open(bootstrap, sink, 2)
     assert read_to_end(bootstrap, sink, partitions=2) == []
     assert len(read_to_end(bootstrap, sink, partitions=2, isolation="read_uncommitted")) > 0
