@@ -55,6 +55,7 @@ from sparkafka.connector.sink.commit_log import (
     ProgressRecord,
     RefusalRecord,
     Registration,
+    commit_claim,
     encode_query_claim,
     marker_layout,
     produce_to_markers,
@@ -255,19 +256,7 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
                 return owner
             if owner is None and any(registration_of_prefix(key, prefix) for key in found):
                 return None  # ids registered before claims existed: the per-id check decides
-            producer.begin_transaction()
-            partition = layout.partition_of(prefix)
-            producer.produce(options.marker_topic, key=claim.key, value=claim.encode(), partition=partition)
-            if layout.partitions > 1:
-                # In the same transaction: every write of the query finds the prefix through it (a
-                # topic of one partition is read whole, and has no such records, as none ever had).
-                producer.produce(
-                    options.marker_topic,
-                    key=query_claim_key(query_id, prefix),
-                    value=encode_query_claim(query_id, prefix),
-                    partition=layout.partition_of(query_id),
-                )
-            producer.commit_transaction(options.operation_timeout_s)
+            commit_claim(options, producer, claim, layout)
             log.info("%s claimed transactional-id prefix %s", query_id, prefix)
             return query_id
         except KafkaException as error:

@@ -417,8 +417,9 @@ class Registration:
 @dataclass(frozen=True)
 class PrefixClaim:
     """That query ``query_id`` owns transactional-id prefix ``prefix``; key ``claim/<prefix>``, in the
-    prefix's partition. Committed by :func:`~.claims.claim_prefix` in a transaction of the prefix's
-    claim id, so that of two queries racing for a prefix exactly one claim commits."""
+    prefix's partition. Committed by :func:`commit_claim` (for :func:`~.claims.claim_prefix`) in a
+    transaction of the prefix's claim id, so that of two queries racing for a prefix exactly one
+    claim commits."""
 
     prefix: str
     query_id: str | None
@@ -984,6 +985,28 @@ def register(
             f"{error_reason(error)}. The sink commits this record before its first output. "
             f"{MARKER_TOPIC_MUST_ACCEPT}"
         ) from None
+
+
+def commit_claim(options: SinkOptions, producer: Producer, claim: PrefixClaim, layout: MarkerLayout) -> None:
+    """Commit ``claim`` in a transaction of ``producer`` (initialised with the prefix's claim id, and
+    which read the partition to its end after that): the claim in the prefix's partition and, on a
+    topic of several partitions, ``query/<query>/<prefix>`` in the query's, in the same transaction, so
+    that every write of the query finds the prefix through it (a topic of one partition is read whole,
+    and has no such records, as none ever had). Kafka's errors reach the caller as raised: a fenced
+    commit means another claimer initialised the id since, and the caller starts again."""
+    assert claim.query_id is not None, "a claim names the query that owns the prefix"
+    producer.begin_transaction()
+    producer.produce(
+        options.marker_topic, key=claim.key, value=claim.encode(), partition=layout.partition_of(claim.prefix)
+    )
+    if layout.partitions > 1:
+        producer.produce(
+            options.marker_topic,
+            key=query_claim_key(claim.query_id, claim.prefix),
+            value=encode_query_claim(claim.query_id, claim.prefix),
+            partition=layout.partition_of(claim.query_id),
+        )
+    producer.commit_transaction(options.operation_timeout_s)
 
 
 # One idempotent producer per cluster configuration and process, kept from one write to the next:
