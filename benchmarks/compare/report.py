@@ -115,8 +115,9 @@ def _find(all_rows: list[Row], system: str, guarantee: str, workload: str) -> Ro
 
 @dataclass(frozen=True)
 class _Bound:
-    """sparkafka exactly-once's median of ``metric`` (map) held against another system's: at most
-    ``factor`` times it where lower is better, at least ``factor`` times it otherwise."""
+    """sparkafka exactly-once's median of ``metric`` (in ``workload``) held against another system's:
+    at most ``factor`` times it where lower is better, at least ``factor`` times it otherwise.
+    ``with_total``: also show the ratio of the times from start to done."""
 
     what: str
     metric: Callable[[RunResult], float | None]
@@ -124,20 +125,63 @@ class _Bound:
     other: tuple[str, str]
     factor: float
     lower_is_better: bool = True
+    workload: str = "map"
+    digits: int = 1
+    with_total: bool = False
 
     def judge(self, all_rows: list[Row]) -> str:
-        ours = _find(all_rows, "sparkafka", "exactly-once", "map")
-        theirs = _find(all_rows, *self.other, "map")
+        ours = _find(all_rows, "sparkafka", "exactly-once", self.workload)
+        theirs = _find(all_rows, *self.other, self.workload)
         ours_spread = ours.spread(self.metric) if ours else None
         theirs_spread = theirs.spread(self.metric) if theirs else None
-        if ours_spread is None or theirs_spread is None:
+        if ours is None or theirs is None or ours_spread is None or theirs_spread is None:
             missing = "sparkafka" if ours_spread is None else self.other[0]
             return f"{self.what}: not measured (no correct run of {missing} measured it)"
         ratio = ours_spread.median / theirs_spread.median
         met = ratio <= self.factor if self.lower_is_better else ratio >= self.factor
-        medians = f"medians {ours_spread.median:,.1f} vs {theirs_spread.median:,.1f} {self.unit}"
-        return f"{self.what}: {'met' if met else 'NOT met'} ({ratio:.2f}x, {medians})"
+        medians = (
+            f"medians {ours_spread.median:,.{self.digits}f} vs {theirs_spread.median:,.{self.digits}f} "
+            f"{self.unit}"
+        )
+        return (
+            f"{self.what}: {'met' if met else 'NOT met'} ({ratio:.2f}x, {medians}{self._total(ours, theirs)})"
+        )
 
+    def _total(self, ours: Row, theirs: Row) -> str:
+        # records/s starts at the first visible output, which flatters late, large commits; the time
+        # from start to done does not, so its ratio is shown next to it.
+        ours_total, theirs_total = ours.spread(lambda r: r.total_s), theirs.spread(lambda r: r.total_s)
+        if not self.with_total or ours_total is None or theirs_total is None:
+            return ""
+        return f"; by start → done {theirs_total.median / ours_total.median:.2f}x"
+
+
+def _throughput(what: str, workload: str, other: tuple[str, str], factor: float) -> _Bound:
+    """At least ``factor`` times the other system's records/s."""
+    return _Bound(
+        what, lambda r: r.throughput, "records/s", other, factor,
+        lower_is_better=False, workload=workload, digits=0, with_total=True,
+    )  # fmt: skip
+
+
+_THROUGHPUT_BOUNDS = (
+    _throughput(
+        "sparkafka exactly-once ≥ 0.8x Spark's kafka connector at-least-once (map)",
+        "map", ("spark-kafka", "at-least-once"), 0.8,
+    ),
+    _throughput(
+        "sparkafka exactly-once ≥ 1.0x Spark's kafka connector at-least-once (count)",
+        "count", ("spark-kafka", "at-least-once"), 1.0,
+    ),
+    _throughput(
+        "sparkafka exactly-once ≥ 1.0x PyFlink EXACTLY_ONCE with a Python UDF (map)",
+        "map", ("flink-python", "exactly-once"), 1.0,
+    ),
+    _throughput(
+        "sparkafka exactly-once ≥ 2x Quix Streams exactly-once (map)",
+        "map", ("quix", "exactly-once"), 2.0,
+    ),
+)  # fmt: skip
 
 # Start-up, memory, CPU and latency against the alternatives (issue: start faster and lighter).
 _FOOTPRINT_BOUNDS = (
@@ -168,61 +212,17 @@ _FOOTPRINT_BOUNDS = (
 )  # fmt: skip
 
 
-def _footprint_targets(all_rows: list[Row]) -> list[str]:
-    return [bound.judge(all_rows) for bound in _FOOTPRINT_BOUNDS]
-
-
-def _throughput_target(
-    all_rows: list[Row], workload: str, other: tuple[str, str], factor: float, what: str
-) -> str:
-    ours = _find(all_rows, "sparkafka", "exactly-once", workload)
-    theirs = _find(all_rows, *other, workload)
-    ours_spread = ours.spread(lambda r: r.throughput) if ours else None
-    theirs_spread = theirs.spread(lambda r: r.throughput) if theirs else None
-    if ours is None or theirs is None or ours_spread is None or theirs_spread is None:
-        return f"{what}: not measured (no correct run of {'sparkafka' if ours_spread is None else other[0]})"
-    ratio = ours_spread.median / theirs_spread.median
-    verdict = "met" if ratio >= factor else "NOT met"
-    medians = f"medians {ours_spread.median:,.0f} vs {theirs_spread.median:,.0f} records/s"
-    # records/s starts at the first visible output, which flatters late, large commits; the time from
-    # start to done does not, so its ratio is shown next to it.
-    ours_total, theirs_total = ours.spread(lambda r: r.total_s), theirs.spread(lambda r: r.total_s)
-    by_total = (
-        f"; by start → done {theirs_total.median / ours_total.median:.2f}x"
-        if ours_total is not None and theirs_total is not None
-        else ""
-    )
-    return f"{what}: {verdict} ({ratio:.2f}x, {medians}{by_total})"
-
-
 def targets(all_rows: list[Row], commit_interval_ms: int, rate: float) -> list[str]:
-    lines = [
-        _throughput_target(
-            all_rows, "map", ("spark-kafka", "at-least-once"), 0.8,
-            "sparkafka exactly-once ≥ 0.8x Spark's kafka connector at-least-once (map)",
-        ),
-        _throughput_target(
-            all_rows, "count", ("spark-kafka", "at-least-once"), 1.0,
-            "sparkafka exactly-once ≥ 1.0x Spark's kafka connector at-least-once (count)",
-        ),
-        _throughput_target(
-            all_rows, "map", ("flink-python", "exactly-once"), 1.0,
-            "sparkafka exactly-once ≥ 1.0x PyFlink EXACTLY_ONCE with a Python UDF (map)",
-        ),
-        _throughput_target(
-            all_rows, "map", ("quix", "exactly-once"), 2.0,
-            "sparkafka exactly-once ≥ 2x Quix Streams exactly-once (map)",
-        ),
-    ]  # fmt: skip
+    lines = [bound.judge(all_rows) for bound in _THROUGHPUT_BOUNDS]
     for workload in ("map", "count"):
         if _find(all_rows, "sparkafka", "exactly-once", workload) is not None:
             lines.append(
-                _throughput_target(
-                    all_rows, workload, ("sparkafka", "at-least-once"), 0.85,
+                _throughput(
                     f"sparkafka exactly-once ≥ 0.85x its at-least-once ({workload})",
-                )
+                    workload, ("sparkafka", "at-least-once"), 0.85,
+                ).judge(all_rows)
             )  # fmt: skip
-    lines += _footprint_targets(all_rows)
+    lines += [bound.judge(all_rows) for bound in _FOOTPRINT_BOUNDS]
     limit_ms = commit_interval_ms + 2000
     what = f"sparkafka exactly-once p99 latency ≤ trigger + 2 s = {limit_ms:,} ms at {rate:,.0f} records/s"
     ours = _find(all_rows, "sparkafka", "exactly-once", "map")
