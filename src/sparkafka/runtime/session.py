@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from sparkafka.errors import SparkafkaError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -24,6 +26,11 @@ JAVA_OPTIONS_VARIABLES = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTION
 _COLLECTOR_FLAG = re.compile(r"-XX:[+-]Use\w*GC\b")
 _LOCAL_MASTER = re.compile(r"local(?:\[(?:\*|\d+)(?:,\s*\d+)?\])?")
 SERIAL_GC_MAX_CORES = 2
+# How the driver JVM compiles: "full" is the JVM's own tiered compilation (C1, then C2 for hot code);
+# "quick" stops at C1 (-XX:TieredStopAtLevel=1).
+JIT_ENV = "SPARKAFKA_DRIVER_JIT"
+JIT_MODES = {"full": "", "quick": "-XX:TieredStopAtLevel=1"}
+_JIT_FLAG = re.compile(r"-XX:(?:[+-]TieredCompilation\b|TieredStopAtLevel=)")
 
 
 def spark_session(
@@ -36,10 +43,10 @@ def spark_session(
     :mod:`sparkafka.runtime.python_exec` when it is installed, and executor workers start through
     :mod:`sparkafka.runtime.worker_daemon`: both import PySpark from its compiled files, not from
     pyspark.zip. log4j prints errors only unless SPARKAFKA_SPARK_LOG_LEVEL says otherwise; no
-    progress bars; the web UI on, at any free port (``conf`` may name one); the driver JVM's collector is
-    chosen by :func:`driver_java_options`, and it maps the class archive where one was built
-    (:mod:`sparkafka.runtime.class_archive`); with a local master, checkpoints are written as described
-    at :func:`_prefer_local_checkpoints`."""
+    progress bars; the web UI on, at any free port (``conf`` may name one); the driver JVM's collector
+    and compiler mode are chosen by :func:`driver_java_options`, and it maps the class archive where
+    one was built (:mod:`sparkafka.runtime.class_archive`); with a local master, checkpoints are
+    written as described at :func:`_prefer_local_checkpoints`."""
     from pyspark.sql import SparkSession
 
     import sparkafka
@@ -134,8 +141,9 @@ def machine_cores() -> int:
 def driver_java_options(
     master: str, base: str, *, cores: int | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """``base`` plus ``-XX:+UseSerialGC`` when a local master runs on a machine of at most two cores
-    and no collector is chosen elsewhere (the JVM refuses two).
+    """``base`` plus the compiler mode ``SPARKAFKA_DRIVER_JIT`` asks for (:func:`_with_jit_mode`),
+    plus ``-XX:+UseSerialGC`` when a local master runs on a machine of at most two cores and no
+    collector is chosen elsewhere (the JVM refuses two).
 
     With a local master the driver JVM runs every task. On two cores the JVM picks G1, whose
     concurrent refinement and marking threads take CPU from the task threads: the map pipeline
@@ -145,10 +153,35 @@ def driver_java_options(
     JVM's own choice stands."""
     environ = os.environ if environ is None else environ
     cores = machine_cores() if cores is None else cores
+    options = _with_jit_mode(base, environ)
     chosen = any(_COLLECTOR_FLAG.search(environ.get(name, "")) for name in JAVA_OPTIONS_VARIABLES)
     if not is_local_master(master) or cores > SERIAL_GC_MAX_CORES or chosen or _COLLECTOR_FLAG.search(base):
+        return options
+    return f"{options} -XX:+UseSerialGC"
+
+
+def _with_jit_mode(base: str, environ: Mapping[str, str]) -> str:
+    """``base`` plus the compiler flags of ``SPARKAFKA_DRIVER_JIT`` (:data:`JIT_MODES`), unless the
+    JVM's compilation is chosen in ``base`` or a Java options variable already.
+
+    Why "quick": until its first output a pipeline's driver JVM spends about half its CPU compiling
+    Spark's planning and start-up code with C2, code that then hardly runs again; C1 alone starts a
+    pipeline on about half the JVM CPU, and runs its records on somewhat more (docs/benchmarks.md,
+    "Side by side (compare-driver-jit)"). What starts a pipeline for a short while (the demo, `sparkafka
+    verify`) asks for it, as the test suite does for all its JVMs; a long-running pipeline keeps
+    the JVM's default."""
+    mode = environ.get(JIT_ENV, "full").strip().lower()
+    if mode not in JIT_MODES:
+        raise SparkafkaError(
+            f"{JIT_ENV}={environ[JIT_ENV]!r} is not a compiler mode of the driver JVM: set it to "
+            f"{' or '.join(repr(name) for name in JIT_MODES)}, or unset it (full)"
+        )
+    chosen = _JIT_FLAG.search(base) or any(
+        _JIT_FLAG.search(environ.get(name, "")) for name in JAVA_OPTIONS_VARIABLES
+    )
+    if chosen or not JIT_MODES[mode]:
         return base
-    return f"{base} -XX:+UseSerialGC"
+    return f"{base} {JIT_MODES[mode]}"
 
 
 def _prefer_local_checkpoints(spark: SparkSession) -> None:

@@ -37,7 +37,7 @@ from sparkafka.tools.harness import (
     readers,
     wait_until,
 )
-from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.tools.pipeline_process import PipelineProcess, quick_start_environment, run_arguments
 
 FIRST_WAVE = [b"aa,bb", b"cc,dd"]
 SECOND_WAVE = [b"xx,yy", b"zz,aa", b"cc,dd", b"mm,nn"]
@@ -83,7 +83,7 @@ class Demo:
             sql="SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input",
             sink_options=sink_options,
         )
-        return PipelineProcess(self.work_dir / "pipeline.log", args)
+        return PipelineProcess(self.work_dir / "pipeline.log", args, env=quick_start_environment())
 
     def _send(self, lines: list[bytes]) -> None:
         producer = self.cluster.producer()

@@ -12,6 +12,15 @@ import time
 from pathlib import Path
 
 from sparkafka.errors import SparkafkaError
+from sparkafka.runtime.session import JIT_ENV
+
+
+def quick_start_environment() -> dict[str, str]:
+    """For a pipeline started for a short while (the demo's, verify's): its driver JVM compiles with
+    C1 only unless ``SPARKAFKA_DRIVER_JIT`` says otherwise
+    (:func:`sparkafka.runtime.session.driver_java_options`), which about halves the JVM's CPU until
+    the first output."""
+    return {JIT_ENV: os.environ.get(JIT_ENV, "quick")}
 
 
 class PipelineProcess:

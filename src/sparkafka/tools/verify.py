@@ -42,7 +42,7 @@ from sparkafka.tools.harness import (
     readers,
     wait_until,
 )
-from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
+from sparkafka.tools.pipeline_process import PipelineProcess, quick_start_environment, run_arguments
 
 MAP_SQL = "SELECT key, concat('EVENT(', CAST(value AS STRING), ')') AS value, partition FROM input"
 # An exactly-once pipeline under test holds each write task's transaction open this long before its
@@ -107,7 +107,7 @@ class ChaosRun:
             sink_options=self._hold_transactions_open(),
             extra=("--restart-attempts", "20", "--restart-delay", "1s"),
         )
-        return PipelineProcess(self.work_dir / "pipeline.log", args)
+        return PipelineProcess(self.work_dir / "pipeline.log", args, env=quick_start_environment())
 
     def _hold_transactions_open(self) -> tuple[str, ...]:
         if self.settings.delivery_guarantee != "exactly-once":

@@ -1,7 +1,8 @@
 """sparkafka's own sessions (sparkafka.runtime.session): every Python process Spark starts (executor workers,
 the driver-side data source daemons, a query's streaming source runner) runs PySpark from its
 installed, compiled files instead of from pyspark.zip; on a machine of at most two cores a local
-driver JVM uses the serial collector unless one is chosen already."""
+driver JVM uses the serial collector unless one is chosen already; SPARKAFKA_DRIVER_JIT=quick reaches
+the driver JVM's command line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from sparkafka.runtime.session import JAVA_OPTIONS_VARIABLES, SERIAL_GC_MAX_CORES, machine_cores
+from sparkafka.runtime.session import JAVA_OPTIONS_VARIABLES, JIT_ENV, SERIAL_GC_MAX_CORES, machine_cores
 from tests.integration.spark_session import run_reporting_script
 
 SESSION_REPORT = """
@@ -74,18 +75,23 @@ with tempfile.TemporaryDirectory() as directory:
         report[process] = Path(directory, process).read_text()
 management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
 report["collectors"] = [bean.getName() for bean in management.getGarbageCollectorMXBeans()]
+arguments = management.getRuntimeMXBean().getInputArguments()
+report["compiler_flags"] = [str(flag) for flag in arguments if "Tiered" in str(flag)]
 print("REPORT " + json.dumps(report), flush=True)
 spark.stop()
 """
 
 
 def _session_report(
-    conf: dict[str, str], java_options: str | None, python: str | None = None
-) -> tuple[dict[str, str], set[str], int]:
+    conf: dict[str, str], java_options: str | None, python: str | None = None, jit: str | None = None
+) -> tuple[dict[str, str], set[str], int, list[str]]:
     """({Python process: the file PySpark was imported from there}, the driver JVM's collectors,
-    the objects an executor worker holds in the garbage collector's permanent generation)"""
-    chosen = (*JAVA_OPTIONS_VARIABLES, "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    the objects an executor worker holds in the garbage collector's permanent generation, the
+    compiler flags on the driver JVM's command line); ``jit``: SPARKAFKA_DRIVER_JIT, unset if None"""
+    chosen = (*JAVA_OPTIONS_VARIABLES, "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", JIT_ENV)
     env = {name: value for name, value in os.environ.items() if name not in chosen}
+    if jit is not None:
+        env[JIT_ENV] = jit
     if java_options is not None:
         env["JDK_JAVA_OPTIONS"] = java_options
     if python is not None:
@@ -93,14 +99,15 @@ def _session_report(
     report, _ = run_reporting_script(SESSION_REPORT, json.dumps(conf), env=env)
     collectors = set(report.pop("collectors"))
     frozen = int(report.pop("worker_frozen_objects"))
-    return report, collectors, frozen
+    return report, collectors, frozen, report.pop("compiler_flags")
 
 
 def test_sparkafka_sessions_workers_and_collector() -> None:
     installed = Path(pyspark.__file__).resolve().parent
     bundled = (installed / "python" / "lib" / "pyspark.zip").exists()
 
-    files, collectors, frozen = _session_report({}, java_options=None)
+    files, collectors, frozen, compiler = _session_report({}, java_options=None, jit="quick")
+    assert compiler == ["-XX:TieredStopAtLevel=1"]
     assert set(files) == {"worker", "planner", "stream_runner"}
     # The daemon froze PySpark's modules before forking: a reused worker's gc.collect() after each
     # task skips them (sparkafka.runtime.worker_daemon).
@@ -115,11 +122,12 @@ def test_sparkafka_sessions_workers_and_collector() -> None:
         assert not serial & collectors
 
     # Spark's own daemon, the user's Python and collector: all are left as they are.
-    files, collectors, frozen = _session_report(
+    files, collectors, frozen, compiler = _session_report(
         {"spark.python.daemon.module": "pyspark.daemon"},
         java_options="-XX:+UseParallelGC",
         python=sys.executable,
     )
+    assert compiler == [], "no SPARKAFKA_DRIVER_JIT: the JVM's own tiered compilation"
     if bundled:
         for process, file in files.items():
             assert "pyspark.zip" in file, f"{process} imported PySpark from {file}"

@@ -1,4 +1,4 @@
-"""The driver JVM's collector choice of sparkafka's own sessions, and whose zygote they use."""
+"""The driver JVM's collector and compiler choice of sparkafka's own sessions, and whose zygote they use."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkafka.errors import SparkafkaError
 from sparkafka.runtime.python_exec import ZYGOTE_ENV, ZYGOTE_OWNER_ENV, launcher_path
-from sparkafka.runtime.session import driver_java_options, is_local_master, own_zygote
+from sparkafka.runtime.session import JIT_ENV, driver_java_options, is_local_master, own_zygote
+from sparkafka.tools.pipeline_process import quick_start_environment
 
 BASE = "-Dlog4j.configurationFile=x"
 
@@ -47,6 +49,37 @@ def test_a_collector_chosen_in_the_environment_is_not_contradicted(variable: str
 def test_a_collector_in_the_base_options_is_kept() -> None:
     base = f"{BASE} -XX:+UseParallelGC"
     assert driver_java_options("local[2]", base, cores=2, environ={}) == base
+
+
+def test_the_quick_compiler_mode_stops_at_c1_on_any_master() -> None:
+    quick = {JIT_ENV: "quick"}
+    assert driver_java_options("local[2]", BASE, cores=2, environ=quick) == (
+        f"{BASE} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    )
+    assert driver_java_options("spark://host:7077", BASE, cores=8, environ={JIT_ENV: " Quick "}) == (
+        f"{BASE} -XX:TieredStopAtLevel=1"
+    )
+
+
+def test_the_full_compiler_mode_is_the_jvms_own() -> None:
+    assert driver_java_options("local[2]", BASE, cores=4, environ={JIT_ENV: "full"}) == BASE
+    assert driver_java_options("local[2]", BASE, cores=4, environ={}) == BASE
+
+
+@pytest.mark.parametrize(
+    "flag", ["-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-XX:+TieredCompilation"]
+)
+def test_a_compiler_chosen_elsewhere_is_not_contradicted(flag: str) -> None:
+    quick = {JIT_ENV: "quick"}
+    assert driver_java_options("local[2]", f"{BASE} {flag}", cores=4, environ=quick) == f"{BASE} {flag}"
+    assert (
+        driver_java_options("local[2]", BASE, cores=4, environ={**quick, "JAVA_TOOL_OPTIONS": flag}) == BASE
+    )
+
+
+def test_an_unknown_compiler_mode_is_refused_naming_the_variable_and_its_values() -> None:
+    with pytest.raises(SparkafkaError, match=r"SPARKAFKA_DRIVER_JIT='fast' .* 'full' or 'quick'"):
+        driver_java_options("local[2]", BASE, cores=2, environ={JIT_ENV: "fast"})
 
 
 def _stop_zygote(socket_path: str) -> None:
@@ -90,3 +123,12 @@ def test_an_inherited_zygote_is_dropped_where_no_zygote_serves_and_an_empty_sett
     assert launcher is not None
     own_zygote(launcher)
     assert os.environ[ZYGOTE_ENV] == "" and ZYGOTE_OWNER_ENV not in os.environ
+
+
+def test_short_lived_pipelines_ask_for_the_quick_mode_unless_the_user_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(JIT_ENV, raising=False)
+    assert quick_start_environment() == {JIT_ENV: "quick"}
+    monkeypatch.setenv(JIT_ENV, "full")
+    assert quick_start_environment() == {JIT_ENV: "full"}
