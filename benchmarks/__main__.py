@@ -22,6 +22,9 @@ that and exits):
     python -m benchmarks --background-load 2 --update-docs docs/benchmarks.md
                                                            # beside 2 busy processes: a section, charts
                                                            # and docs/benchmarks/compare-loaded.json apart
+    python -m benchmarks --systems sparkafka,sparkafka-quick-jit --name compare-driver-jit \
+        --guarantees exactly-once --workloads map --update-docs docs/benchmarks.md
+                                                           # a system against a variant, in its own section
 
 Every run of every system gets a fresh 4-partition input topic with ``--records`` records of 100 B
 (keys ``k0`` .. ``k999``) and a fresh output topic, which a read_committed consumer in this process
@@ -63,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -76,7 +80,7 @@ from benchmarks.compare import results as saved_results
 from benchmarks.compare.load import BackgroundLoad
 from benchmarks.compare.measure import Config, RunResult, Settings, measure
 from benchmarks.compare.report import rows, table, targets
-from benchmarks.compare.systems import SYSTEMS, System, prepare, select, versions
+from benchmarks.compare.systems import DEFAULT_SYSTEMS, SYSTEMS, System, prepare, select, versions
 
 from sparkafka.tools.harness import Cluster
 
@@ -88,9 +92,14 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    names = ",".join(system.name for system in SYSTEMS)
+    names = ",".join(system.name for system in DEFAULT_SYSTEMS)
+    variants = ",".join(system.name for system in SYSTEMS if system not in DEFAULT_SYSTEMS)
     add = parser.add_argument
-    add("--systems", default=names, help=f"comma-separated subset of {names} (flink = both)")
+    add(
+        "--systems",
+        default=names,
+        help=f"comma-separated subset of {names} (flink = both), or of the variants {variants}",
+    )
     add("--workloads", default=",".join(WORKLOADS), help="map, count or both (default both)")
     add("--guarantees", default=",".join(GUARANTEES), help="exactly-once, at-least-once (default both)")
     add("--records", type=int, default=1_000_000, help="records per run (default 1000000)")
@@ -106,6 +115,11 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         metavar="N",
         help="N busy processes beside the systems for the whole run; its docs section, charts and raw "
         "results are kept apart from the quiet run's (default 0)",
+    )
+    add(
+        "--name",
+        help="a run of its own, e.g. a system against a variant of it: its docs section, charts and raw "
+        "results (docs/benchmarks/NAME.json) are kept apart from the full comparison's",
     )
     add("--timeout", type=float, default=900, help="seconds a phase of a run may take (default 900)")
     add("--update-docs", type=Path, help="rewrite this markdown file's compare section, charts beside it")
@@ -127,6 +141,10 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         parser.error("--records and --repeats must be at least 1")
     if args.background_load < 0:
         parser.error(f"--background-load: {args.background_load} given; give 0 or more busy processes")
+    if args.name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.name):
+        parser.error(f"--name: {args.name!r} given; give lower-case letters, digits and dashes (a file name)")
+    if args.name in ("compare", "compare-loaded"):
+        parser.error(f"--name: {args.name!r} is the full comparison's own; give another name")
     return args
 
 
@@ -256,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             versions=version_lines(args.systems, pythons),
             skipped=skipped,
             background_load=args.background_load,
+            run_name=args.name,
         )
         plot_dir = args.update_docs.parent / "benchmarks"
         results_file = plot_dir / context.results_file

@@ -44,11 +44,15 @@ class RunContext:
     skipped: list[str]
     # Busy processes beside the systems for the whole run (--background-load); 0: a quiet machine.
     background_load: int = 0
+    # --name: a run of its own (say, a system against a variant of it), kept apart from the others.
+    run_name: str | None = None
 
     @property
     def name(self) -> str:
-        """The run's name in the docs' markers, chart files and raw results: quiet and loaded runs
-        keep sections of their own."""
+        """The run's name in the docs' markers, chart files and raw results: quiet, loaded and named
+        runs keep sections of their own."""
+        if self.run_name is not None:
+            return self.run_name
         return "compare" if self.background_load == 0 else "compare-loaded"
 
     @property
@@ -125,6 +129,9 @@ def render_section(
         return Path(os.path.relpath(path, docs_file.parent)).as_posix()
 
     title = "## Side by side: sparkafka, Spark's kafka connector, a hand-written loop, Quix Streams, PyFlink"
+    if context.run_name is not None:
+        labels = dict.fromkeys(row.config.system.label for row in all_rows)
+        title = f"## Side by side ({context.run_name}): {', '.join(labels)}"
     if context.background_load:
         title += f", under load ({_busy(context.background_load)})"
     lines = [title, "", _method(context)]
@@ -177,6 +184,6 @@ def render_section(
 
 
 def write(path: Path, section: str, context: RunContext) -> None:
-    """Replace the section of ``context``'s run (quiet or loaded) in ``path``."""
+    """Replace the section of ``context``'s run (quiet, loaded or named) in ``path``."""
     marker = f"<!-- benchmark:{context.name}"
     update_docs(path, section, f"{marker}:start -->", f"{marker}:end -->")

@@ -142,7 +142,11 @@ class Runner:
             *config.system.runner_args,
         ]  # fmt: skip
         self.work = work
-        self.environment = {**os.environ, MAX_OFFSETS_VARIABLE: str(max_offsets_per_trigger(records))}
+        self.environment = {
+            **os.environ,
+            MAX_OFFSETS_VARIABLE: str(max_offsets_per_trigger(records)),
+            **dict(config.system.variables),
+        }
         self.process: subprocess.Popen[bytes] | None = None
         self.sampler: ProcessTreeSampler | None = None
 

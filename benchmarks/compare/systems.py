@@ -31,6 +31,8 @@ class System:
     runner_args: tuple[str, ...] = ()
     workloads: tuple[str, ...] = ("map", "count")
     guarantees: tuple[str, ...] = ("exactly-once", "at-least-once")
+    # Set in the runner's environment: a variant of a system, run when named in --systems only.
+    variables: tuple[tuple[str, str], ...] = ()
 
     @property
     def runner_path(self) -> Path:
@@ -39,6 +41,14 @@ class System:
 
 SYSTEMS: tuple[System, ...] = (
     System("sparkafka", "sparkafka", "sparkafka_run.py", None, ("sparkafka", "pyspark", "confluent-kafka")),
+    System(
+        "sparkafka-quick-jit",
+        "sparkafka, SPARKAFKA_DRIVER_JIT=quick",
+        "sparkafka_run.py",
+        None,
+        ("sparkafka", "pyspark", "confluent-kafka"),
+        variables=(("SPARKAFKA_DRIVER_JIT", "quick"),),
+    ),
     System(
         "spark-kafka",
         "Spark's kafka connector",
@@ -69,6 +79,8 @@ SYSTEMS: tuple[System, ...] = (
 )
 # `--systems flink` means both PyFlink rows.
 ALIASES = {"flink": ("flink-python", "flink-java")}
+# What a run without --systems compares: every system but the variants.
+DEFAULT_SYSTEMS = tuple(system for system in SYSTEMS if not system.variables)
 
 
 def select(names: str) -> list[System]:
