@@ -31,8 +31,10 @@ Invariants: the child runs with the launcher's argv, environment, working direct
 standard streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
 launcher's connection closes first (Spark destroyed it, or it was killed), the zygote kills the
 child and the process group it leads (a worker daemon's forked workers); when the zygote itself is
-killed (kill -9 of the pipeline's process group), the kernel kills its children, and theirs, as
-each parent dies (PR_SET_PDEATHSIG, asked for in every process forked below the zygote). The zygote holds no
+killed (kill -9 of the pipeline's process group), the kernel sends each child SIGTERM, on which
+PySpark's daemon ends the process group it leads as when Spark stops it (its workers and whatever
+they started), and kills every process forked from a main thread below a child as its parent dies
+(PR_SET_PDEATHSIG, asked for at each such fork). The zygote holds no
 descriptor of a launcher's streams once the child has them, so Spark sees the child's end as it
 would see a process of its own end. The zygote runs Python on one thread (so forking it is safe)
 and exits once the process that started it is gone.
@@ -233,10 +235,11 @@ class _Zygote:
             # The child waits for a go byte, written once its launcher was told its pid: a launcher
             # gone by then (or a zygote killed in between) leaves the module unrun.
             go_read, go_write = os.pipe()
+            zygote_pid = os.getpid()
             pid = os.fork()
             if pid == 0:
                 os.close(go_write)
-                self._run_child(request, streams, connection, go_read)  # never returns
+                self._run_child(request, streams, connection, go_read, zygote_pid)  # never returns
             os.close(go_read)
             try:
                 connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -273,14 +276,28 @@ class _Zygote:
         return None
 
     def _run_child(
-        self, request: dict[str, Any], streams: list[int], own_connection: socket.socket, go: int
+        self,
+        request: dict[str, Any],
+        streams: list[int],
+        own_connection: socket.socket,
+        go: int,
+        zygote_pid: int,
     ) -> None:
-        _die_with_parent()
-        # And so every process it forks, and they fork, down the tree: PySpark's daemon leads a
-        # process group of its own with the workers it forks, which no kill of the pipeline's group
-        # reaches, and which it can signal only when it ends gracefully. A worker left running after
-        # a kill -9 would finish its task, committing the transaction the kill caught open.
-        os.register_at_fork(before=_note_parent, after_in_child=_die_with_noted_parent)
+        # SIGTERM, not SIGKILL: PySpark's daemon leads a process group of its own with the workers it
+        # forks, which no kill of the pipeline's group reaches, and on SIGTERM it sends SIGHUP to that
+        # group, as when Spark stops it: its workers end, and so does whatever they started that
+        # the next line cannot reach (subprocesses they exec'd, forks from their threads). A worker
+        # left running after a kill -9 would finish its task, committing the transaction the kill
+        # caught open. A module that handles no SIGTERM ends by it as by SIGKILL.
+        _die_with_parent(signal.SIGTERM)
+        if os.getppid() != zygote_pid:
+            os._exit(1)  # the zygote ended before the death signal was asked for
+        # And every process it forks from a main thread, and they fork, down the tree, at once.
+        os.register_at_fork(
+            before=_note_parent,
+            after_in_parent=_forget_parent,
+            after_in_child=_die_with_noted_parent,
+        )
         if os.read(go, 1) != _GO:
             os._exit(1)  # the launcher never learnt of this child: it must not run the module
         os.close(go)
@@ -342,23 +359,27 @@ class _Zygote:
             connection.close()
 
 
-def _die_with_parent() -> None:
-    """Have the kernel kill this child when the zygote ends however it ends (Linux's
-    PR_SET_PDEATHSIG; elsewhere nothing): a zygote killed with SIGKILL cannot kill its children, and
-    their launchers, told of the zygote's end, exit."""
+def _die_with_parent(signal_number: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``signal_number`` to this process when its parent ends however it ends
+    (Linux's PR_SET_PDEATHSIG; elsewhere nothing): a zygote killed with SIGKILL cannot kill its
+    children, and their launchers, told of the zygote's end, exit."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal_number)
 
 
-# The pid of the process about to fork (see _die_with_noted_parent).
-# The pid of the process about to fork, or 0 when it forks from another thread than its main one
-# (see _die_with_noted_parent).
-_forking_parent = 0
+# Thread id -> the pid of the process forking from that thread, or 0 for a thread other than the
+# main one (see _die_with_noted_parent). By thread: two threads may fork at once, and a child's
+# forking thread keeps its id in the child.
+_forking_parents: dict[int, int] = {}
 
 
 def _note_parent() -> None:
-    global _forking_parent
-    _forking_parent = os.getpid() if threading.current_thread() is threading.main_thread() else 0
+    main = threading.current_thread() is threading.main_thread()
+    _forking_parents[threading.get_ident()] = os.getpid() if main else 0
+
+
+def _forget_parent() -> None:
+    _forking_parents.pop(threading.get_ident(), None)
 
 
 def _die_with_noted_parent() -> None:
@@ -366,10 +387,12 @@ def _die_with_noted_parent() -> None:
     asked for (the kernel sends none for a parent already gone). Only for a fork from the parent's
     main thread, as PySpark's daemon forks its workers: the kernel sends the signal when the forking
     thread ends, which for another thread (a user's pool) may be long before the parent does."""
-    if not _forking_parent:
+    parent = _forking_parents.pop(threading.get_ident(), 0)
+    _forking_parents.clear()  # the other threads' entries belong to the parent's forks
+    if not parent:
         return
     _die_with_parent()
-    if os.getppid() != _forking_parent:
+    if os.getppid() != parent:
         os._exit(1)
 
 

@@ -14,6 +14,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,13 +26,35 @@ from sparkafka.runtime import runner_zygote
 TARGET_PACKAGE = "zygote_target"
 TARGET = f"{TARGET_PACKAGE}.runner"
 TARGET_SOURCE = """
-import json, os, sys, time
+import json, os, signal, subprocess, sys, threading, time
 if __name__ == "__main__":
     helper = None
     if os.environ.get("TARGET_GROUP"):  # lead a process group with a child in it, as PySpark's daemon does
         os.setpgid(0, 0)
         helper = os.fork()
         if helper == 0:
+            time.sleep(60)
+            os._exit(0)
+    if os.environ.get("TARGET_DAEMON"):  # as PySpark's daemon: a group, SIGHUP to it on SIGTERM
+        os.setpgid(0, 0)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda *_: (os.kill(0, signal.SIGHUP), os._exit(1)))
+        helper = os.fork()
+        if helper == 0:  # a worker, which starts a subprocess and forks from a thread of its own
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+            spawned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            forked = []
+            def fork_and_sleep():
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                forked.append(pid)
+            thread = threading.Thread(target=fork_and_sleep)
+            thread.start()
+            thread.join()
+            with open(os.environ["TARGET_OUT"] + ".worker", "w") as out:
+                json.dump({"subprocess": spawned.pid, "thread_fork": forked[0]}, out)
             time.sleep(60)
             os._exit(0)
     if os.environ.get("TARGET_ECHO"):  # talk through the standard streams, as PySpark's daemon does
@@ -296,6 +319,80 @@ def test_a_zygote_killed_takes_its_children_and_the_processes_they_forked_with_i
     finally:
         launcher.kill()
         launcher.wait()
+
+
+def test_a_zygote_killed_ends_a_daemons_group_as_spark_stopping_the_daemon_would(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """What a worker of PySpark's daemon starts otherwise than by forking from its main thread (a
+    subprocess, a fork from a thread of its own) gets no death signal of its own; PySpark's daemon ends
+    them with its group on SIGTERM, and a zygote killed with SIGKILL sends its children SIGTERM."""
+    out = tmp_path / "out.json"
+    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_DAEMON="1", TARGET_SLEEP="60")
+    try:
+        worker_out = Path(f"{out}.worker")
+        deadline = time.monotonic() + 20
+        while not (out.exists() and worker_out.exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ran, started = json.loads(out.read_text()), json.loads(worker_out.read_text())
+        processes = {"daemon": ran["pid"], "worker": ran["helper"], **started}
+        assert all(_alive(pid) for pid in processes.values()), processes
+        socket_path = Path((tmp_path / "socket").read_text())
+        os.kill(int((socket_path.parent / runner_zygote._OWNER_FILE).read_text()), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in processes.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [name for name, pid in processes.items() if _alive(pid)], "outlived the zygote"
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+# A zygote's child that forks from its main thread and another thread at once, and reports what
+# death signal each child was given: "<thread> <signal>" per line.
+CONCURRENT_FORKS = """
+import ctypes, os, signal, sys, threading
+from sparkafka.runtime import runner_zygote
+
+os.register_at_fork(
+    before=runner_zygote._note_parent,
+    after_in_parent=runner_zygote._forget_parent,
+    after_in_child=runner_zygote._die_with_noted_parent,
+)
+libc = ctypes.CDLL(None, use_errno=True)
+read_end, write_end = os.pipe()
+
+def fork_many(name):
+    for _ in range(int(sys.argv[1])):
+        pid = os.fork()
+        if pid == 0:
+            given = ctypes.c_int(-1)
+            libc.prctl(2, ctypes.byref(given))  # PR_GET_PDEATHSIG
+            os.write(write_end, f"{name} {given.value}\\n".encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+other = threading.Thread(target=fork_many, args=("thread",))
+other.start()
+fork_many("main")
+other.join()
+os.close(write_end)
+with os.fdopen(read_end) as lines:
+    sys.stdout.write(lines.read())
+"""
+
+
+def test_forks_from_two_threads_at_once_each_get_their_own_threads_rule() -> None:
+    """Only a fork from a main thread is given the death signal (the kernel sends it when the
+    forking thread ends); a fork from another thread at the same moment must neither take it nor
+    take it away."""
+    forks = 500
+    finished = subprocess.run(
+        [sys.executable, "-c", CONCURRENT_FORKS, str(forks)], capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr
+    seen = Counter(finished.stdout.splitlines())
+    assert seen == {f"main {int(signal.SIGKILL)}": forks, "thread 0": forks}
 
 
 def _alive(pid: int) -> bool:
