@@ -119,14 +119,19 @@ def run_arguments(
     sink_topic: str,
     checkpoint: Path,
     *,
-    sql: str,
+    sql: str | None = None,
+    transform: str | None = None,
     trigger: str = "1s",
     delivery_guarantee: str = "exactly-once",
     master: str = "local[2]",
     sink_options: tuple[str, ...] = (),
     extra: tuple[str, ...] = (),
 ) -> list[str]:
-    """`sparkafka run` arguments for a pipeline reading ``source_topic`` from its beginning."""
+    """`sparkafka run` arguments for a pipeline reading ``source_topic`` from its beginning, running
+    ``sql`` or ``transform`` (``module:function``), one of them."""
+    if (sql is None) == (transform is None):
+        raise ValueError("give sql or transform, one of them")
+    step = ["--sql", sql] if sql is not None else ["--transform", str(transform)]
     args = [
         "--bootstrap-servers", bootstrap_servers,
         "--source-topic", source_topic,
@@ -136,7 +141,7 @@ def run_arguments(
         "--master", master,
         "--delivery-guarantee", delivery_guarantee,
         "--source-option", "startingOffsets=earliest",
-        "--sql", sql,
+        *step,
         *extra,
     ]  # fmt: skip
     for option in sink_options:
