@@ -53,8 +53,9 @@ if __name__ == "__main__":
             thread = threading.Thread(target=fork_and_sleep)
             thread.start()
             thread.join()
-            with open(os.environ["TARGET_OUT"] + ".worker", "w") as out:
+            with open(os.environ["TARGET_OUT"] + ".worker.tmp", "w") as out:
                 json.dump({"subprocess": spawned.pid, "thread_fork": forked[0]}, out)
+            os.replace(os.environ["TARGET_OUT"] + ".worker.tmp", os.environ["TARGET_OUT"] + ".worker")
             time.sleep(60)
             os._exit(0)
     if os.environ.get("TARGET_ECHO"):  # talk through the standard streams, as PySpark's daemon does
@@ -65,10 +66,11 @@ if __name__ == "__main__":
     if os.environ.get("TARGET_RUNS"):  # one line per run of the module
         with open(os.environ["TARGET_RUNS"], "a") as runs:
             runs.write("ran\\n")
-    with open(os.environ["TARGET_OUT"], "w") as out:
-        umask = os.umask(0)
+    umask = os.umask(0)
+    with open(os.environ["TARGET_OUT"] + ".tmp", "w") as out:  # whole once it exists: renamed into place
         json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
                    "marker": os.environ.get("TARGET_MARK"), "helper": helper, "umask": umask}, out)
+    os.replace(os.environ["TARGET_OUT"] + ".tmp", os.environ["TARGET_OUT"])
     time.sleep(float(os.environ.get("TARGET_SLEEP", "0")))
     sys.exit(int(os.environ.get("TARGET_EXIT", "0")))
 """
