@@ -47,7 +47,10 @@ log = logging.getLogger(__name__)
 STATUS_URL_SETTING = "spark.sparkafka.statusUrl"
 APP_ID_PROPERTY = "spark.app.id"
 
-ASK_FOR_S = 3.0
+# How long a task waits for its stage's width before its marker goes without one. Long enough for a
+# driver's web UI on a loaded machine (3 s once timed out there, and a later replay of that batch
+# in another shape was then told by row counts alone); an answer comes in milliseconds otherwise.
+ASK_FOR_S = 10.0
 DECISIVE_ASK_S = 30.0
 DECISIVE_REQUEST_S = 5.0
 RETRY_UNREACHABLE_S = 60.0
