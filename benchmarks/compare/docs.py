@@ -9,7 +9,7 @@ from pathlib import Path
 from benchmarks.common import update_docs
 from benchmarks.compare import plots
 from benchmarks.compare.measure import max_offsets_per_trigger
-from benchmarks.compare.report import Row, table, targets
+from benchmarks.compare.report import Row, table, targets, variant_lines
 
 # Spark's update mode writes each changed key once per micro-batch; the others write an update per
 # input record, so their output holds as many records as the input.
@@ -131,7 +131,7 @@ def render_section(
     title = "## Side by side: sparkafka, Spark's kafka connector, a hand-written loop, Quix Streams, PyFlink"
     if context.run_name is not None:
         labels = dict.fromkeys(row.config.system.label for row in all_rows)
-        title = f"## Side by side ({context.run_name}): {', '.join(labels)}"
+        title = f"## Side by side ({context.run_name}): {' against '.join(labels)}"
     if context.background_load:
         title += f", under load ({_busy(context.background_load)})"
     lines = [title, "", _method(context)]
@@ -165,8 +165,14 @@ def render_section(
     limit_ms = context.commit_interval_ms + 2000
     if context.latency and plots.latency_cdf_chart(map_rows, limit_ms, context.rate, cdf):
         lines += ["", "### Steady-rate latency (map)", "", f"![latency CDF]({link(cdf)})"]
+    judged = targets(all_rows, context.commit_interval_ms, context.rate)
+    if context.run_name is not None:
+        # A run of a few systems: their variants against their base, and the targets it measured.
+        lines += ["", "### Variants against their base", ""]
+        lines += [f"- {line}" for line in variant_lines(all_rows)]
+        judged = [line for line in judged if ": not measured" not in line]
     lines += ["", "### Targets", ""]
-    lines += [f"- {line}" for line in targets(all_rows, context.commit_interval_ms, context.rate)]
+    lines += [f"- {line}" for line in judged]
     lines += [
         "",
         "### Setup",

@@ -212,6 +212,53 @@ _FOOTPRINT_BOUNDS = (
 )  # fmt: skip
 
 
+# What a variant is held against its base by (lower is better for all but records/s).
+_VARIANT_METRICS: tuple[tuple[str, Callable[[RunResult], float | None], str], ...] = (
+    ("start-up", lambda r: r.startup_s, "s"),
+    ("CPU", lambda r: r.cpu_s, "s"),
+    ("CPU per M after first output", lambda r: r.cpu_s_per_million, "s"),
+    ("records/s", lambda r: r.throughput, ""),
+    ("latency p99", lambda r: r.latency_p99_ms, "ms"),
+    ("peak RSS", lambda r: r.peak_rss_mib, "MiB"),
+)
+
+
+def variant_lines(all_rows: list[Row]) -> list[str]:
+    """Each row of a variant (a system run with settings of its own) against its base system's row
+    (the same runner without them), of the same workload and guarantee: the ratio of the medians."""
+    lines = []
+    for row in all_rows:
+        system = row.config.system
+        if not system.variables:
+            continue
+        base = next(
+            (
+                other
+                for other in all_rows
+                if other.config.system.runner == system.runner
+                and not other.config.system.variables
+                and (other.config.workload, other.config.guarantee)
+                == (row.config.workload, row.config.guarantee)
+            ),
+            None,
+        )
+        if base is None:
+            continue
+        ratios = []
+        for name, metric, unit in _VARIANT_METRICS:
+            ours, theirs = row.spread(metric), base.spread(metric)
+            if ours is not None and theirs is not None and theirs.median:
+                ratios.append(
+                    f"{name} {ours.median / theirs.median:.2f}x ({ours.median:,.1f} vs {theirs.median:,.1f}"
+                    f"{' ' + unit if unit else ''})"
+                )
+        lines.append(
+            f"{system.label} against {base.config.system.label}, {row.config.guarantee} "
+            f"{row.config.workload}, medians: {', '.join(ratios)}"
+        )
+    return lines
+
+
 def targets(all_rows: list[Row], commit_interval_ms: int, rate: float) -> list[str]:
     lines = [bound.judge(all_rows) for bound in _THROUGHPUT_BOUNDS]
     for workload in ("map", "count"):

@@ -43,7 +43,7 @@ SYSTEMS: tuple[System, ...] = (
     System("sparkafka", "sparkafka", "sparkafka_run.py", None, ("sparkafka", "pyspark", "confluent-kafka")),
     System(
         "sparkafka-quick-jit",
-        "sparkafka, SPARKAFKA_DRIVER_JIT=quick",
+        "sparkafka (SPARKAFKA_DRIVER_JIT=quick)",
         "sparkafka_run.py",
         None,
         ("sparkafka", "pyspark", "confluent-kafka"),
