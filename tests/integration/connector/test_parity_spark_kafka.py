@@ -243,6 +243,11 @@ def _fill_topics(bootstrap: str, plan: dict[str, Any]) -> None:
     for case in [*plan["writes"].values(), *plan["named_streams"].values()]:
         for sink in ("kafka", "sparkafka"):
             create_topic(bootstrap, f"{case['topic']}-{sink}", partitions=case.get("partitions", 1))
+    # The topic the rows' topic column names, where the topic option must keep every record from: it
+    # exists, so that a sink writing there would leave records to find.
+    elsewhere = plan["writes"]["topic option over the topic column"]["topic"]
+    for sink in ("kafka", "sparkafka"):
+        create_topic(bootstrap, f"{elsewhere}-{sink}-elsewhere", partitions=3)
 
 
 @pytest.fixture(scope="module")
