@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 
 def default_data_dir() -> Path:
@@ -166,3 +167,15 @@ def check_socket_limits(
             f"connections.max.idle.ms (--connections-max-idle-ms) must be at least 1, or -1 to "
             f"never close an idle connection, got {connections_max_idle_ms}"
         )
+
+
+def default_of(setting: str) -> Any:
+    """The default of a :class:`BrokerConfig` field (Kafka's default, or this broker's where it says
+    so): written there once, and taken from there by the command line, DescribeConfigs and the
+    parts that keep a setting of their own."""
+    for candidate in fields(BrokerConfig):
+        if candidate.name == setting:
+            if candidate.default is MISSING:
+                raise KeyError(f"BrokerConfig.{setting} has no plain default")
+            return candidate.default
+    raise KeyError(f"BrokerConfig has no field {setting!r}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from sparkafka.broker.config import BrokerConfig
+from sparkafka.broker.config import BrokerConfig, default_of
 from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType, described_value
 
 SOURCE_TOPIC = 1
@@ -79,7 +79,7 @@ BROKER_DEFAULTS: dict[str, str | None] = {
     "log.retention.ms": None,
     "log.retention.minutes": None,
     "log.retention.hours": "168",
-    "message.max.bytes": "1048588",
+    "message.max.bytes": str(default_of("message_max_bytes")),
     "log.index.interval.bytes": "4096",
     "log.cleaner.delete.retention.ms": "86400000",
     "log.cleaner.min.compaction.lag.ms": "0",
@@ -100,15 +100,15 @@ BROKER_DEFAULTS: dict[str, str | None] = {
     "log.local.retention.ms": "-2",
     "log.local.retention.bytes": "-2",
     # Broker configs this broker describes that no topic config falls back to.
-    "transaction.max.timeout.ms": "900000",
-    "auto.create.topics.enable": "true",
-    "num.partitions": "1",
-    "group.initial.rebalance.delay.ms": "3000",
-    "socket.request.max.bytes": "104857600",
-    "log.cleaner.backoff.ms": "15000",
+    "transaction.max.timeout.ms": str(default_of("transaction_max_timeout_ms")),
+    "auto.create.topics.enable": str(default_of("auto_create_topics")).lower(),
+    "num.partitions": str(default_of("default_partitions")),
+    "group.initial.rebalance.delay.ms": str(default_of("group_initial_rebalance_delay_ms")),
+    "socket.request.max.bytes": str(default_of("socket_request_max_bytes")),
+    "log.cleaner.backoff.ms": str(default_of("log_cleaner_backoff_ms")),
 }
 # The value each default above amounts to, where the main synonym has none of its own.
-_EFFECTIVE_DEFAULTS = {"log.retention.ms": str(7 * 24 * 3600 * 1000)}
+_EFFECTIVE_DEFAULTS = {"log.retention.ms": str(default_of("retention_ms"))}
 _EXTRA_BROKER_CONFIG_TYPES = {
     "transaction.max.timeout.ms": ConfigType.INT,
     "auto.create.topics.enable": ConfigType.BOOLEAN,

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import TEMPORARY_SUFFIX, fsync_directory, write_all, write_file_atomically
 from sparkafka.broker.records import (
@@ -102,7 +103,7 @@ class LogConfig:
     # min.cleanable.dirty.ratio: a compacted log is cleaned once its dirty part is more than this
     # share of it (or max.compaction.lag.ms is overdue), see PartitionLog.cleanable_range.
     min_cleanable_dirty_ratio: float = 0.5
-    max_message_bytes: int = 1048588
+    max_message_bytes: int = default_of("message_max_bytes")
     # message.timestamp.type=LogAppendTime: batches from clients get the broker's append time.
     log_append_time: bool = False
     # CreateTime topics refuse records stamped further than this before or after the broker's clock

@@ -22,6 +22,7 @@ from decimal import Decimal
 from enum import IntEnum
 from typing import cast
 
+from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.records import HEADER_SIZE
 
@@ -166,7 +167,7 @@ _DEFINITIONS = (
     TopicConfigDefinition("local.retention.bytes", _L, "-2", check=_at_least(-2)),
     TopicConfigDefinition("local.retention.ms", _L, "-2", check=_at_least(-2)),
     TopicConfigDefinition("max.compaction.lag.ms", _L, str(INT64_MAX), True, _at_least(1)),
-    TopicConfigDefinition("max.message.bytes", _I, "1048588", True, _at_least(0)),
+    TopicConfigDefinition("max.message.bytes", _I, str(default_of("message_max_bytes")), True, _at_least(0)),
     TopicConfigDefinition("message.timestamp.after.max.ms", _L, "3600000", True, _at_least(0)),
     TopicConfigDefinition("message.timestamp.before.max.ms", _L, str(INT64_MAX), True, _at_least(0)),
     TopicConfigDefinition(

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import typer
 
-from sparkafka.broker.config import BrokerConfig, SaslUser, SslListener, check_socket_limits, default_data_dir
+from sparkafka.broker.config import (
+    BrokerConfig,
+    SaslUser,
+    SslListener,
+    check_socket_limits,
+    default_data_dir,
+    default_of,
+)
 from sparkafka.broker.sasl import SASL_USERS_ENV, SaslUsersError, merge_users, parse_users, read_users_file
 
 
@@ -29,50 +36,61 @@ def broker(
         None, "--data-dir", help="Where logs and coordinator state live [default: per-user data directory]."
     ),
     transaction_max_timeout_ms: int = typer.Option(
-        900_000, "--transaction-max-timeout-ms", min=1, help="Kafka's transaction.max.timeout.ms."
+        default_of("transaction_max_timeout_ms"),
+        "--transaction-max-timeout-ms",
+        min=1,
+        help="Kafka's transaction.max.timeout.ms.",
     ),
     transaction_abort_check_interval_ms: int = typer.Option(
-        10_000,
+        default_of("transaction_abort_check_interval_ms"),
         "--transaction-abort-check-interval-ms",
         min=1,
         help="How often timed-out transactions are aborted "
         "(Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms).",
     ),
     transactional_id_expiration_ms: int = typer.Option(
-        604_800_000,
+        default_of("transactional_id_expiration_ms"),
         "--transactional-id-expiration-ms",
         min=1,
         help="Kafka's transactional.id.expiration.ms: a transactional id without an open transaction "
         "is forgotten once unchanged this long.",
     ),
     transactional_id_expiration_check_interval_ms: int = typer.Option(
-        3_600_000,
+        default_of("transactional_id_expiration_check_interval_ms"),
         "--transactional-id-expiration-check-interval-ms",
         min=1,
         help="How often expired transactional ids are removed "
         "(Kafka's transaction.remove.expired.transaction.cleanup.interval.ms).",
     ),
     retention_check_interval_ms: int = typer.Option(
-        300_000,
+        default_of("retention_check_interval_ms"),
         "--retention-check-interval-ms",
         min=1,
         help="Kafka's log.retention.check.interval.ms: how often time and size retention run.",
     ),
     log_cleaner_backoff_ms: int = typer.Option(
-        15_000,
+        default_of("log_cleaner_backoff_ms"),
         "--log-cleaner-backoff-ms",
         min=1,
         help="Kafka's log.cleaner.backoff.ms: how long compaction waits when no compacted log is due "
         "(dirtier than min.cleanable.dirty.ratio, or past max.compaction.lag.ms).",
     ),
     auto_create_topics: bool = typer.Option(
-        True, "--auto-create-topics/--no-auto-create-topics", help="Kafka's auto.create.topics.enable."
+        default_of("auto_create_topics"),
+        "--auto-create-topics/--no-auto-create-topics",
+        help="Kafka's auto.create.topics.enable.",
     ),
     default_partitions: int = typer.Option(
-        1, "--default-partitions", min=1, help="Kafka's num.partitions for auto-created topics."
+        default_of("default_partitions"),
+        "--default-partitions",
+        min=1,
+        help="Kafka's num.partitions for auto-created topics.",
     ),
     group_initial_rebalance_delay_ms: int = typer.Option(
-        3000, "--group-initial-rebalance-delay-ms", min=0, help="Kafka's group.initial.rebalance.delay.ms."
+        default_of("group_initial_rebalance_delay_ms"),
+        "--group-initial-rebalance-delay-ms",
+        min=0,
+        help="Kafka's group.initial.rebalance.delay.ms.",
     ),
     flush_messages: int = typer.Option(
         0,
@@ -96,7 +114,7 @@ def broker(
         "it in the process list: prefer --sasl-users-file or $" + SASL_USERS_ENV + ".",
     ),
     connection_failed_authentication_delay_ms: int = typer.Option(
-        100,
+        default_of("connection_failed_authentication_delay_ms"),
         "--connection-failed-authentication-delay-ms",
         min=0,
         help="Kafka's connection.failed.authentication.delay.ms: how long a failed authentication "
@@ -104,12 +122,12 @@ def broker(
         "for the Schema Registry's wrong passwords).",
     ),
     socket_request_max_bytes: int = typer.Option(
-        104_857_600,
+        default_of("socket_request_max_bytes"),
         "--socket-request-max-bytes",
         help="Kafka's socket.request.max.bytes: a request announcing more closes its connection.",
     ),
     queued_max_request_bytes: int = typer.Option(
-        104_857_600,
+        default_of("queued_max_request_bytes"),
         "--queued-max-request-bytes",
         help="Kafka's queued.max.request.bytes: memory for received requests not yet handled, across "
         "connections, before the broker stops reading (at least --socket-request-max-bytes; -1: no "
@@ -123,12 +141,12 @@ def broker(
         "broker raises its own.",
     ),
     max_connections_per_ip: int = typer.Option(
-        2_147_483_647,
+        default_of("max_connections_per_ip"),
         "--max-connections-per-ip",
         help="Kafka's max.connections.per.ip: further connections from that address are closed.",
     ),
     connections_max_idle_ms: int = typer.Option(
-        600_000,
+        default_of("connections_max_idle_ms"),
         "--connections-max-idle-ms",
         help="Kafka's connections.max.idle.ms: close connections idle this long; -1: never.",
     ),
