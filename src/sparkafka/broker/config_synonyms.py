@@ -66,7 +66,7 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 _LONG_MAX = str(2**63 - 1)
 # Kafka 4's defaults of those broker configs, as ConfigDef prints them; None: no default.
 BROKER_DEFAULTS: dict[str, str | None] = {
-    "log.segment.bytes": "1073741824",
+    "log.segment.bytes": str(default_of("segment_bytes")),
     "log.roll.ms": None,
     "log.roll.hours": "168",
     "log.roll.jitter.ms": None,
@@ -75,13 +75,13 @@ BROKER_DEFAULTS: dict[str, str | None] = {
     "log.flush.interval.messages": _LONG_MAX,
     "log.flush.interval.ms": None,
     "log.flush.scheduler.interval.ms": _LONG_MAX,
-    "log.retention.bytes": "-1",
+    "log.retention.bytes": str(default_of("retention_bytes")),
     "log.retention.ms": None,
     "log.retention.minutes": None,
     "log.retention.hours": "168",
     "message.max.bytes": str(default_of("message_max_bytes")),
     "log.index.interval.bytes": "4096",
-    "log.cleaner.delete.retention.ms": "86400000",
+    "log.cleaner.delete.retention.ms": TOPIC_CONFIGS["delete.retention.ms"].default,
     "log.cleaner.min.compaction.lag.ms": "0",
     "log.cleaner.max.compaction.lag.ms": _LONG_MAX,
     "log.segment.delete.delay.ms": "60000",

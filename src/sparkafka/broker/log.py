@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import TEMPORARY_SUFFIX, fsync_directory, write_all, write_file_atomically
 from sparkafka.broker.records import (
@@ -58,6 +57,7 @@ from sparkafka.broker.records import (
     iter_batches,
     parse_header,
 )
+from sparkafka.broker.topic_configs import default_float, default_int, default_text
 
 logger = logging.getLogger(__name__)
 
@@ -84,32 +84,32 @@ _POLICIES = ("delete", "compact")
 
 @dataclass
 class LogConfig:
-    segment_bytes: int = 1 << 30
+    segment_bytes: int = default_int("segment.bytes")
     # segment.ms: the active segment rolls once an append's records are this much newer than its
     # first batch; segment.jitter.ms takes a random amount off that per segment, so that the
     # segments of many partitions do not all roll at once.
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    segment_jitter_ms: int = 0
-    index_interval_bytes: int = 4096
+    segment_ms: int = default_int("segment.ms")
+    segment_jitter_ms: int = default_int("segment.jitter.ms")
+    index_interval_bytes: int = default_int("index.interval.bytes")
     # segment.index.bytes: the most bytes each index file of a segment may take; a full index rolls
     # the segment (Kafka's OffsetIndex/TimeIndex isFull, entries of 8 and 12 bytes).
-    segment_index_bytes: int = 10 * 1024 * 1024
-    retention_ms: int = 7 * 24 * 3600 * 1000  # -1 = keep forever
-    retention_bytes: int = -1  # -1 = no size limit
-    cleanup_policy: str = "delete"  # "delete" | "compact" | "compact,delete"
-    delete_retention_ms: int = 24 * 3600 * 1000
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 2**63 - 1
+    segment_index_bytes: int = default_int("segment.index.bytes")
+    retention_ms: int = default_int("retention.ms")  # -1 = keep forever
+    retention_bytes: int = default_int("retention.bytes")  # -1 = no size limit
+    cleanup_policy: str = default_text("cleanup.policy")  # "delete" | "compact" | "compact,delete"
+    delete_retention_ms: int = default_int("delete.retention.ms")
+    min_compaction_lag_ms: int = default_int("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = default_int("max.compaction.lag.ms")
     # min.cleanable.dirty.ratio: a compacted log is cleaned once its dirty part is more than this
     # share of it (or max.compaction.lag.ms is overdue), see PartitionLog.cleanable_range.
-    min_cleanable_dirty_ratio: float = 0.5
-    max_message_bytes: int = default_of("message_max_bytes")
+    min_cleanable_dirty_ratio: float = default_float("min.cleanable.dirty.ratio")
+    max_message_bytes: int = default_int("max.message.bytes")
     # message.timestamp.type=LogAppendTime: batches from clients get the broker's append time.
     log_append_time: bool = False
     # CreateTime topics refuse records stamped further than this before or after the broker's clock
     # (message.timestamp.before.max.ms / after.max.ms, Kafka 4's defaults: unbounded / one hour).
-    timestamp_before_max_ms: int = 2**63 - 1
-    timestamp_after_max_ms: int = 3_600_000
+    timestamp_before_max_ms: int = default_int("message.timestamp.before.max.ms")
+    timestamp_after_max_ms: int = default_int("message.timestamp.after.max.ms")
     # flush.messages: fsync once this many records were appended since the last fsync; None leaves it
     # to the OS (survives SIGKILL, not power loss).
     flush_messages: int | None = None

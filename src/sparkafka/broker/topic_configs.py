@@ -186,9 +186,12 @@ _DEFINITIONS = (
     TopicConfigDefinition("remote.log.copy.disable", _B, "false"),
     TopicConfigDefinition("remote.log.delete.on.disable", _B, "false"),
     TopicConfigDefinition("remote.storage.enable", _B, "false", check=_no_tiered_storage),
-    TopicConfigDefinition("retention.bytes", _L, "-1", True),  # any negative value: no limit
-    TopicConfigDefinition("retention.ms", _L, "604800000", True, _at_least(-1)),
-    TopicConfigDefinition("segment.bytes", _I, "1073741824", True, _at_least(MIN_SEGMENT_BYTES)),
+    # retention.bytes: any negative value is no limit
+    TopicConfigDefinition("retention.bytes", _L, str(default_of("retention_bytes")), True),
+    TopicConfigDefinition("retention.ms", _L, str(default_of("retention_ms")), True, _at_least(-1)),
+    TopicConfigDefinition(
+        "segment.bytes", _I, str(default_of("segment_bytes")), True, _at_least(MIN_SEGMENT_BYTES)
+    ),
     # Below segment.bytes' bound, for tests of segment rolling and retention (as Kafka's own tests).
     TopicConfigDefinition("internal.segment.bytes", _I, None, True, _at_least(HEADER_SIZE), internal=True),
     TopicConfigDefinition("segment.index.bytes", _I, "10485760", True, _at_least(4)),
@@ -197,6 +200,29 @@ _DEFINITIONS = (
     TopicConfigDefinition("unclean.leader.election.enable", _B, "false"),
 )
 TOPIC_CONFIGS: Mapping[str, TopicConfigDefinition] = {d.name: d for d in _DEFINITIONS}
+
+
+def default_int(name: str) -> int:
+    """The default of topic config ``name`` (an INT or LONG one), as the log keeps it."""
+    definition = TOPIC_CONFIGS[name]
+    assert definition.type in (_I, _L) and definition.default is not None, name
+    return int(definition.default)
+
+
+def default_float(name: str) -> float:
+    """The default of topic config ``name`` (a DOUBLE one)."""
+    definition = TOPIC_CONFIGS[name]
+    assert definition.type is ConfigType.DOUBLE and definition.default is not None, name
+    return float(definition.default)
+
+
+def default_text(name: str) -> str:
+    """The default of topic config ``name`` (a STRING or LIST one), as Kafka spells it."""
+    definition = TOPIC_CONFIGS[name]
+    assert definition.type in (ConfigType.STRING, ConfigType.LIST) and definition.default is not None, name
+    return definition.default
+
+
 DESCRIBED_TOPIC_CONFIGS = tuple(sorted(d.name for d in _DEFINITIONS if not d.internal))
 
 
