@@ -24,6 +24,7 @@ from typing import cast
 
 from sparkafka.broker import records
 from sparkafka.broker.clock import now_ms
+from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
 from sparkafka.broker.log import (
@@ -105,7 +106,7 @@ class Partition:
         directory: Path,
         config: LogConfig,
         *,
-        producer_id_expiration_ms: int = 86_400_000,
+        producer_id_expiration_ms: int = default_of("producer_id_expiration_ms"),
     ) -> None:
         self.topic = topic
         self.index = index

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.journal import Journal
 
@@ -204,7 +205,7 @@ class TransactionCoordinator:
         journal: Journal,
         *,
         max_timeout_ms: int,
-        transactional_id_expiration_ms: int = 604_800_000,
+        transactional_id_expiration_ms: int = default_of("transactional_id_expiration_ms"),
         write_marker: MarkerWriter,
         complete_offsets: OffsetCompleter,
         partition_exists: PartitionExists,
