@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from sparkafka.connector.kafka_admin import quiet_librdkafka_logger
+from sparkafka.connector.kafka_errors import error_reason
 from sparkafka.errors import KafkaUnavailableError, SparkafkaError
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class Cluster:
         except KafkaException as error:
             raise KafkaUnavailableError(
                 f"Kafka at {self.bootstrap_servers} did not answer within {timeout_s:.0f} s "
-                f"({error.args[0]}); check --bootstrap-servers and that the brokers are reachable"
+                f"({error_reason(error)}); check --bootstrap-servers and that the brokers are reachable"
             ) from None
 
     def topic(self, name: str) -> str:

@@ -142,3 +142,17 @@ def test_offsets_files_of_any_version_but_1_are_refused(tmp_path: Path, version:
         match=f"is an offsets file of version '{version[1:]}'; this command rewrites version 1 only",
     ):
         to_spark_kafka(checkpoint, tmp_path / "backup")
+
+
+def test_a_cluster_that_does_not_answer_is_named_with_librdkafkas_reason(tmp_path: Path) -> None:
+    """The demo's and verify's first question to an existing cluster: unanswered, it names the servers
+    and librdkafka's reason, not the KafkaError repr."""
+    from sparkafka.errors import KafkaUnavailableError
+    from sparkafka.tools.harness import Cluster
+
+    with pytest.raises(KafkaUnavailableError) as refused:
+        Cluster(tmp_path, "127.0.0.1:9").check_reachable(timeout_s=1)
+    message = str(refused.value)
+    assert message.startswith("Kafka at 127.0.0.1:9 did not answer within 1 s (")
+    assert "check --bootstrap-servers" in message
+    assert "KafkaError{" not in message
