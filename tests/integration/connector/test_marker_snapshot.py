@@ -394,7 +394,8 @@ def test_a_log_cut_below_the_snapshot_and_written_past_it_again_is_read_from_the
                     "commitMarkerTopic": markers,
                     "commitMarkerTopicPartitions": "1",
                     "checkpointLocation": str(tmp_path / "checkpoint"),
-                    "operationTimeoutMs": "5000",
+                    # A read that waited behind the open transaction would wait this long.
+                    "operationTimeoutMs": "30000",
                     "kafka.transaction.timeout.ms": "5000",
                 }
             )
@@ -436,7 +437,8 @@ def test_a_log_cut_below_the_snapshot_and_written_past_it_again_is_read_from_the
         finally:
             if left_open is not None:
                 left_open.abort_transaction(30)
-        assert took < 4, f"the quick looks waited {took:.1f} s behind the open transaction"
+        # Half the operation timeout: reads of a few records, on however loaded a machine.
+        assert took < 15, f"the quick looks waited {took:.1f} s behind the open transaction"
         assert driver is not None
         if left_open is None:
             assert CommitMarker.decode(quick[f"{PREFIX}-0"]).batch_id == 2
