@@ -154,10 +154,17 @@ def driver_java_options(
     environ = os.environ if environ is None else environ
     cores = machine_cores() if cores is None else cores
     options = _with_jit_mode(base, environ)
-    chosen = any(_COLLECTOR_FLAG.search(environ.get(name, "")) for name in JAVA_OPTIONS_VARIABLES)
-    if not is_local_master(master) or cores > SERIAL_GC_MAX_CORES or chosen or _COLLECTOR_FLAG.search(base):
+    chosen = _chosen_already(_COLLECTOR_FLAG, base, environ)
+    if not is_local_master(master) or cores > SERIAL_GC_MAX_CORES or chosen:
         return options
     return f"{options} -XX:+UseSerialGC"
+
+
+def _chosen_already(flag: re.Pattern[str], base: str, environ: Mapping[str, str]) -> bool:
+    """Whether ``flag`` is set in ``base`` or in a Java options variable: sparkafka's choice must
+    not contradict it."""
+    places = (base, *(environ.get(name, "") for name in JAVA_OPTIONS_VARIABLES))
+    return any(flag.search(options) for options in places)
 
 
 def _with_jit_mode(base: str, environ: Mapping[str, str]) -> str:
@@ -176,10 +183,7 @@ def _with_jit_mode(base: str, environ: Mapping[str, str]) -> str:
             f"{JIT_ENV}={environ[JIT_ENV]!r} is not a compiler mode of the driver JVM: set it to "
             f"{' or '.join(repr(name) for name in JIT_MODES)}, or unset it (full)"
         )
-    chosen = _JIT_FLAG.search(base) or any(
-        _JIT_FLAG.search(environ.get(name, "")) for name in JAVA_OPTIONS_VARIABLES
-    )
-    if chosen or not JIT_MODES[mode]:
+    if _chosen_already(_JIT_FLAG, base, environ) or not JIT_MODES[mode]:
         return base
     return f"{base} {JIT_MODES[mode]}"
 
