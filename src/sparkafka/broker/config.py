@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from sparkafka.broker.settings import SETTINGS, check_bounds, default_int, default_of
 
 
 def default_data_dir() -> Path:
@@ -49,60 +50,43 @@ class SslListener:
 
 @dataclass
 class BrokerConfig:
+    """What the broker runs with. The settings Kafka has are described in
+    :data:`sparkafka.broker.settings.SETTINGS` (Kafka name, default, range, meaning): their defaults
+    and range checks come from there."""
+
     host: str = "127.0.0.1"
     port: int = 9092
     data_dir: Path = field(default_factory=default_data_dir)
     node_id: int = 1
     cluster_id: str = "sparkafka-embedded"
-    # transaction.max.timeout.ms
-    transaction_max_timeout_ms: int = 900_000
-    # How often timed-out transactions are looked for
-    # (Kafka: transaction.abort.timed.out.transaction.cleanup.interval.ms)
-    transaction_abort_check_interval_ms: int = 10_000
-    # transactional.id.expiration.ms and transaction.remove.expired.transaction.cleanup.interval.ms:
-    # the coordinator forgets a transactional id with no open transaction once it has not changed
-    # for this long.
-    transactional_id_expiration_ms: int = 604_800_000
-    transactional_id_expiration_check_interval_ms: int = 3_600_000
-    # auto.create.topics.enable / num.partitions
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-    # group.initial.rebalance.delay.ms
-    group_initial_rebalance_delay_ms: int = 3000
-    # message.max.bytes: the largest record batch accepted
-    message_max_bytes: int = 1_048_588
-    # socket.request.max.bytes: a request announcing more closes its connection
-    socket_request_max_bytes: int = 104_857_600
-    # queued.max.request.bytes: memory for requests received and not yet handled, across connections,
-    # before reading pauses (sparkafka.broker.limits). Kafka's default is -1 (no bound); here the
-    # smallest bound Kafka accepts with its default socket.request.max.bytes. -1: no bound.
-    queued_max_request_bytes: int = 104_857_600
-    # max.connections (Kafka: 2147483647): connections beyond it wait until one ends; None: half of
-    # the open files the broker may have once it raised its limit (sparkafka.broker.limits).
+    transaction_max_timeout_ms: int = default_int("transaction_max_timeout_ms")
+    transaction_abort_check_interval_ms: int = default_int("transaction_abort_check_interval_ms")
+    transactional_id_expiration_ms: int = default_int("transactional_id_expiration_ms")
+    transactional_id_expiration_check_interval_ms: int = default_int(
+        "transactional_id_expiration_check_interval_ms"
+    )
+    auto_create_topics: bool = bool(default_of("auto_create_topics"))
+    default_partitions: int = default_int("default_partitions")
+    group_initial_rebalance_delay_ms: int = default_int("group_initial_rebalance_delay_ms")
+    message_max_bytes: int = default_int("message_max_bytes")
+    socket_request_max_bytes: int = default_int("socket_request_max_bytes")
+    queued_max_request_bytes: int = default_int("queued_max_request_bytes")
+    # None: half of the open files the broker may have once it raised its limit (broker.limits).
     max_connections: int | None = None
-    # max.connections.per.ip: connections from one address beyond it are closed (Kafka's default)
-    max_connections_per_ip: int = 2_147_483_647
-    # connections.max.idle.ms: a connection that neither sent nor received for this long is closed;
-    # -1 never closes one.
-    connections_max_idle_ms: int = 600_000
-    # log.segment.bytes, log.retention.ms, log.retention.bytes, log.flush.interval.messages
-    segment_bytes: int = 1 << 30
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
+    max_connections_per_ip: int = default_int("max_connections_per_ip")
+    connections_max_idle_ms: int = default_int("connections_max_idle_ms")
+    segment_bytes: int = default_int("segment_bytes")
+    retention_ms: int = default_int("retention_ms")
+    retention_bytes: int = default_int("retention_bytes")
+    # None: flushing is left to the operating system.
     flush_messages: int | None = None
-    # log.retention.check.interval.ms
-    retention_check_interval_ms: int = 300_000
-    # log.cleaner.backoff.ms: how long the log cleaner waits when no compacted log is due
-    log_cleaner_backoff_ms: int = 15_000
-    # producer.id.expiration.ms and producer.id.expiration.check.interval.ms: a partition forgets a
-    # producer without an open transaction once its last batch's timestamp is this old.
-    producer_id_expiration_ms: int = 86_400_000
-    producer_id_expiration_check_interval_ms: int = 600_000
+    retention_check_interval_ms: int = default_int("retention_check_interval_ms")
+    log_cleaner_backoff_ms: int = default_int("log_cleaner_backoff_ms")
+    producer_id_expiration_ms: int = default_int("producer_id_expiration_ms")
+    producer_id_expiration_check_interval_ms: int = default_int("producer_id_expiration_check_interval_ms")
     # SASL/PLAIN users; empty means no authentication (PLAINTEXT listener)
     sasl_plain_users: list[SaslUser] = field(default_factory=list)
-    # connection.failed.authentication.delay.ms: how long a connection that failed authentication
-    # stays open, unread, before it closes, so one connection guesses at most a password per delay
-    connection_failed_authentication_delay_ms: int = 100
+    connection_failed_authentication_delay_ms: int = default_int("connection_failed_authentication_delay_ms")
     # A TLS listener beside the plaintext one (Kafka's SSL, or SASL_SSL with SASL users); None: none
     ssl_listener: SslListener | None = None
 
@@ -115,21 +99,7 @@ class BrokerConfig:
             max_connections_per_ip=self.max_connections_per_ip,
             connections_max_idle_ms=self.connections_max_idle_ms,
         )
-        if self.default_partitions < 1:
-            raise ValueError(f"default partitions must be at least 1, got {self.default_partitions}")
-        if self.transactional_id_expiration_ms < 1:
-            raise ValueError(
-                f"transactional.id.expiration.ms must be positive, got {self.transactional_id_expiration_ms}"
-            )
-        if self.connection_failed_authentication_delay_ms < 0:
-            raise ValueError(
-                "connection.failed.authentication.delay.ms must not be negative, "
-                f"got {self.connection_failed_authentication_delay_ms}"
-            )
-        if self.transaction_max_timeout_ms < 1:
-            raise ValueError(
-                f"transaction.max.timeout.ms must be positive, got {self.transaction_max_timeout_ms}"
-            )
+        check_bounds({setting.field: getattr(self, setting.field) for setting in SETTINGS})
 
 
 def check_socket_limits(
@@ -167,15 +137,3 @@ def check_socket_limits(
             f"connections.max.idle.ms (--connections-max-idle-ms) must be at least 1, or -1 to "
             f"never close an idle connection, got {connections_max_idle_ms}"
         )
-
-
-def default_of(setting: str) -> Any:
-    """The default of a :class:`BrokerConfig` field (Kafka's default, or this broker's where it says
-    so): written there once, and taken from there by the command line, DescribeConfigs and the
-    parts that keep a setting of their own."""
-    for candidate in fields(BrokerConfig):
-        if candidate.name == setting:
-            if candidate.default is MISSING:
-                raise KeyError(f"BrokerConfig.{setting} has no plain default")
-            return candidate.default
-    raise KeyError(f"BrokerConfig has no field {setting!r}")

@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from sparkafka.broker.config import BrokerConfig, default_of
-from sparkafka.broker.topic_configs import TOPIC_CONFIGS, ConfigType, described_value
+from sparkafka.broker.config import BrokerConfig
+from sparkafka.broker.settings import BY_KAFKA_NAME, SETTINGS, ConfigType
+from sparkafka.broker.topic_configs import TOPIC_CONFIGS, described_value
 
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
@@ -64,22 +65,19 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 }
 
 _LONG_MAX = str(2**63 - 1)
-# Kafka 4's defaults of those broker configs, as ConfigDef prints them; None: no default.
-BROKER_DEFAULTS: dict[str, str | None] = {
-    "log.segment.bytes": str(default_of("segment_bytes")),
+# Kafka 4's defaults, as ConfigDef prints them, of the broker configs behind topic configs that this
+# broker describes without a setting of its own (sparkafka.broker.settings has the others);
+# None: no default.
+_DEFAULTS_WITHOUT_A_SETTING: dict[str, str | None] = {
     "log.roll.ms": None,
     "log.roll.hours": "168",
     "log.roll.jitter.ms": None,
     "log.roll.jitter.hours": "0",
     "log.index.size.max.bytes": "10485760",
-    "log.flush.interval.messages": _LONG_MAX,
     "log.flush.interval.ms": None,
     "log.flush.scheduler.interval.ms": _LONG_MAX,
-    "log.retention.bytes": str(default_of("retention_bytes")),
-    "log.retention.ms": None,
     "log.retention.minutes": None,
     "log.retention.hours": "168",
-    "message.max.bytes": str(default_of("message_max_bytes")),
     "log.index.interval.bytes": "4096",
     "log.cleaner.delete.retention.ms": TOPIC_CONFIGS["delete.retention.ms"].default,
     "log.cleaner.min.compaction.lag.ms": "0",
@@ -99,23 +97,18 @@ BROKER_DEFAULTS: dict[str, str | None] = {
     "log.message.timestamp.after.max.ms": "3600000",
     "log.local.retention.ms": "-2",
     "log.local.retention.bytes": "-2",
-    # Broker configs this broker describes that no topic config falls back to.
-    "transaction.max.timeout.ms": str(default_of("transaction_max_timeout_ms")),
-    "auto.create.topics.enable": str(default_of("auto_create_topics")).lower(),
-    "num.partitions": str(default_of("default_partitions")),
-    "group.initial.rebalance.delay.ms": str(default_of("group_initial_rebalance_delay_ms")),
-    "socket.request.max.bytes": str(default_of("socket_request_max_bytes")),
-    "log.cleaner.backoff.ms": str(default_of("log_cleaner_backoff_ms")),
 }
-# The value each default above amounts to, where the main synonym has none of its own.
-_EFFECTIVE_DEFAULTS = {"log.retention.ms": str(default_of("retention_ms"))}
-_EXTRA_BROKER_CONFIG_TYPES = {
-    "transaction.max.timeout.ms": ConfigType.INT,
-    "auto.create.topics.enable": ConfigType.BOOLEAN,
-    "num.partitions": ConfigType.INT,
-    "group.initial.rebalance.delay.ms": ConfigType.INT,
-    "socket.request.max.bytes": ConfigType.INT,
-    "log.cleaner.backoff.ms": ConfigType.LONG,
+# Every broker config this broker describes, with Kafka's default.
+BROKER_DEFAULTS: dict[str, str | None] = {
+    **_DEFAULTS_WITHOUT_A_SETTING,
+    **{setting.kafka_name: setting.kafka_default_text for setting in SETTINGS},
+}
+# The value a broker config without a default of its own amounts to (log.retention.ms: the 168
+# hours of log.retention.hours), when the broker runs with it.
+_EFFECTIVE_DEFAULTS = {
+    setting.kafka_name: setting.text(setting.default)
+    for setting in SETTINGS
+    if setting.kafka_default_text is None and setting.default is not None
 }
 # Alternate units of a broker config (log.retention.hours for log.retention.ms), in milliseconds.
 _UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
@@ -137,22 +130,13 @@ class Synonym(NamedTuple):
 
 
 def kafka_settings(config: BrokerConfig) -> dict[str, str]:
-    """What this broker runs with, by the names of Kafka's broker configs."""
-    settings = {
-        "transaction.max.timeout.ms": str(config.transaction_max_timeout_ms),
-        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
-        "num.partitions": str(config.default_partitions),
-        "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
-        "message.max.bytes": str(config.message_max_bytes),
-        "socket.request.max.bytes": str(config.socket_request_max_bytes),
-        "log.segment.bytes": str(config.segment_bytes),
-        "log.retention.ms": str(config.retention_ms),
-        "log.retention.bytes": str(config.retention_bytes),
-        "log.cleaner.backoff.ms": str(config.log_cleaner_backoff_ms),
+    """What this broker runs with, by the names of Kafka's broker configs (a setting left to the
+    broker, such as max.connections, is not among them: see :func:`broker_config_entries`)."""
+    return {
+        setting.kafka_name: text
+        for setting in SETTINGS
+        if (text := setting.text(getattr(config, setting.field))) is not None
     }
-    if config.flush_messages is not None:
-        settings["log.flush.interval.messages"] = str(config.flush_messages)
-    return settings
 
 
 def static_broker_configs(broker_configs: Mapping[str, str]) -> dict[str, str]:
@@ -183,16 +167,23 @@ def inherited_topic_config(key: str, static: Mapping[str, str]) -> str | None:
 
 def broker_config_entries(static: Mapping[str, str]) -> list[BrokerConfigEntry]:
     """Every broker config this broker describes, by name: its static setting, else Kafka's default."""
-    dynamic = {names[0] for names in BROKER_SYNONYMS.values()}
     return [
-        BrokerConfigEntry(name, static.get(name, default), _broker_config_type(name), name not in dynamic)
+        BrokerConfigEntry(name, static.get(name, default), _broker_config_type(name), _read_only(name))
         for name, default in sorted(BROKER_DEFAULTS.items())
     ]
 
 
+def _read_only(name: str) -> bool:
+    """Kafka's DynamicBrokerConfig: the broker configs behind topic configs, and some others, can
+    change on a running Kafka broker (this broker fixes them all at start)."""
+    if name in BY_KAFKA_NAME:
+        return BY_KAFKA_NAME[name].read_only
+    return name not in {names[0] for names in BROKER_SYNONYMS.values()}
+
+
 def _broker_config_type(name: str) -> ConfigType:
-    if name in _EXTRA_BROKER_CONFIG_TYPES:
-        return _EXTRA_BROKER_CONFIG_TYPES[name]
+    if name in BY_KAFKA_NAME:
+        return BY_KAFKA_NAME[name].type
     if any(name.endswith(suffix) for suffix in _UNIT_MS):
         return ConfigType.INT
     topic_config = next(key for key, names in BROKER_SYNONYMS.items() if name in names)

@@ -71,9 +71,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.journal import Journal, JournalError
+from sparkafka.broker.settings import default_int
 
 _LOG = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 class GroupConfig:
     """Broker settings of the classic group coordinator (Kafka config names in the comments)."""
 
-    initial_rebalance_delay_ms: int = default_of("group_initial_rebalance_delay_ms")
+    initial_rebalance_delay_ms: int = default_int("group_initial_rebalance_delay_ms")
     min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
     max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     max_group_size: int = 2**31 - 1  # group.max.size

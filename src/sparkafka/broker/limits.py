@@ -29,12 +29,14 @@ import logging
 import resource
 from typing import Generic, Protocol, TypeVar
 
+from sparkafka.broker.settings import setting
+
 log = logging.getLogger("sparkafka.broker")
 
 # Kafka's socket.listen.backlog.size default: connections waiting for a slot under max.connections.
 LISTEN_BACKLOG = 50
 # Kafka's max.connections default: no bound.
-KAFKA_MAX_CONNECTIONS = 2_147_483_647
+KAFKA_MAX_CONNECTIONS = int(setting("max_connections").kafka_default_text or "")
 # The soft open-file limit the JVM takes where the system refuses the hard one (macOS's OPEN_MAX).
 _OPEN_MAX_FALLBACK = 10240
 

@@ -24,7 +24,6 @@ from typing import cast
 
 from sparkafka.broker import records
 from sparkafka.broker.clock import now_ms
-from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
 from sparkafka.broker.log import (
@@ -35,6 +34,7 @@ from sparkafka.broker.log import (
     UnreadableLogError,
     UnreadableRange,
 )
+from sparkafka.broker.settings import default_int
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Partition:
         directory: Path,
         config: LogConfig,
         *,
-        producer_id_expiration_ms: int = default_of("producer_id_expiration_ms"),
+        producer_id_expiration_ms: int = default_int("producer_id_expiration_ms"),
     ) -> None:
         self.topic = topic
         self.index = index

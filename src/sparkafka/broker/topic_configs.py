@@ -19,12 +19,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from enum import IntEnum
 from typing import cast
 
-from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.records import HEADER_SIZE
+from sparkafka.broker.settings import ConfigType, default_of
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -33,17 +32,6 @@ MIN_SEGMENT_BYTES = 1024 * 1024
 
 _WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 _THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
-
-
-class ConfigType(IntEnum):
-    """DescribeConfigs' config_type ids (KIP-569)."""
-
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
 
 
 # A check of a parsed value: Kafka's message when the value is not valid (its ConfigException's

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sparkafka.broker.config import default_of
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.journal import Journal
+from sparkafka.broker.settings import default_int
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class TransactionCoordinator:
         journal: Journal,
         *,
         max_timeout_ms: int,
-        transactional_id_expiration_ms: int = default_of("transactional_id_expiration_ms"),
+        transactional_id_expiration_ms: int = default_int("transactional_id_expiration_ms"),
         write_marker: MarkerWriter,
         complete_offsets: OffsetCompleter,
         partition_exists: PartitionExists,

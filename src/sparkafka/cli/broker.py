@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from sparkafka.broker.config import (
-    BrokerConfig,
-    SaslUser,
-    SslListener,
-    check_socket_limits,
-    default_data_dir,
-    default_of,
-)
+from sparkafka.broker.config import BrokerConfig, SaslUser, SslListener, check_socket_limits, default_data_dir
 from sparkafka.broker.sasl import SASL_USERS_ENV, SaslUsersError, merge_users, parse_users, read_users_file
+from sparkafka.broker.settings import SETTINGS, BrokerSetting, ConfigType
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -28,76 +25,54 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def settings_given(values: dict[str, Any]) -> dict[str, Any]:
+    """The broker settings' option values as BrokerConfig takes them: an option left at the value
+    that leaves the setting to the broker (``unset``) becomes None."""
+    return {
+        setting.field: None if setting.unset is not None and value == setting.unset else value
+        for setting in SETTINGS
+        for value in (values[setting.field],)
+    }
+
+
+def _setting_option(setting: BrokerSetting) -> inspect.Parameter:
+    """The ``sparkafka broker`` option of ``setting``: its name, default, bound and help from the table."""
+    help_text = f"{setting.help} Kafka's {setting.kafka_name}."
+    if setting.type is ConfigType.BOOLEAN:
+        flag = setting.option[2:]
+        option = typer.Option(setting.default, f"--{flag}/--no-{flag}", help=help_text)
+        annotation: Any = bool
+    else:
+        default = setting.unset if setting.default is None else setting.default
+        lowest = setting.minimum if setting.unset is None else min(setting.unset, setting.minimum or 0)
+        option = typer.Option(default, setting.option, min=lowest, help=help_text)
+        annotation = int if default is not None else int | None
+    return inspect.Parameter(
+        setting.field, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
+    )
+
+
+def _with_setting_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with one option per broker setting (sparkafka.broker.settings) in place of its
+    ``**settings``: typer reads the options from the function's signature."""
+    signature = inspect.signature(command)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    generated = [_setting_option(setting) for setting in SETTINGS]
+    command.__signature__ = signature.replace(parameters=[*own, *generated])  # type: ignore[attr-defined]
+    command.__annotations__ = {
+        **{name: value for name, value in command.__annotations__.items() if name != "settings"},
+        **{p.name: p.annotation for p in generated},
+    }
+    return command
+
+
+@_with_setting_options
 def broker(
     listen: str = typer.Option(
         "127.0.0.1:9092", "--listen", help="HOST:PORT to accept clients on; port 0 picks a free port."
     ),
     data_dir: Path = typer.Option(
         None, "--data-dir", help="Where logs and coordinator state live [default: per-user data directory]."
-    ),
-    transaction_max_timeout_ms: int = typer.Option(
-        default_of("transaction_max_timeout_ms"),
-        "--transaction-max-timeout-ms",
-        min=1,
-        help="Kafka's transaction.max.timeout.ms.",
-    ),
-    transaction_abort_check_interval_ms: int = typer.Option(
-        default_of("transaction_abort_check_interval_ms"),
-        "--transaction-abort-check-interval-ms",
-        min=1,
-        help="How often timed-out transactions are aborted "
-        "(Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms).",
-    ),
-    transactional_id_expiration_ms: int = typer.Option(
-        default_of("transactional_id_expiration_ms"),
-        "--transactional-id-expiration-ms",
-        min=1,
-        help="Kafka's transactional.id.expiration.ms: a transactional id without an open transaction "
-        "is forgotten once unchanged this long.",
-    ),
-    transactional_id_expiration_check_interval_ms: int = typer.Option(
-        default_of("transactional_id_expiration_check_interval_ms"),
-        "--transactional-id-expiration-check-interval-ms",
-        min=1,
-        help="How often expired transactional ids are removed "
-        "(Kafka's transaction.remove.expired.transaction.cleanup.interval.ms).",
-    ),
-    retention_check_interval_ms: int = typer.Option(
-        default_of("retention_check_interval_ms"),
-        "--retention-check-interval-ms",
-        min=1,
-        help="Kafka's log.retention.check.interval.ms: how often time and size retention run.",
-    ),
-    log_cleaner_backoff_ms: int = typer.Option(
-        default_of("log_cleaner_backoff_ms"),
-        "--log-cleaner-backoff-ms",
-        min=1,
-        help="Kafka's log.cleaner.backoff.ms: how long compaction waits when no compacted log is due "
-        "(dirtier than min.cleanable.dirty.ratio, or past max.compaction.lag.ms).",
-    ),
-    auto_create_topics: bool = typer.Option(
-        default_of("auto_create_topics"),
-        "--auto-create-topics/--no-auto-create-topics",
-        help="Kafka's auto.create.topics.enable.",
-    ),
-    default_partitions: int = typer.Option(
-        default_of("default_partitions"),
-        "--default-partitions",
-        min=1,
-        help="Kafka's num.partitions for auto-created topics.",
-    ),
-    group_initial_rebalance_delay_ms: int = typer.Option(
-        default_of("group_initial_rebalance_delay_ms"),
-        "--group-initial-rebalance-delay-ms",
-        min=0,
-        help="Kafka's group.initial.rebalance.delay.ms.",
-    ),
-    flush_messages: int = typer.Option(
-        0,
-        "--flush-messages",
-        min=0,
-        help="Kafka's log.flush.interval.messages: fsync once N records were appended since the last "
-        "fsync (1 = every append); 0 leaves flushing to the OS: safe against SIGKILL, not power loss.",
     ),
     sasl_users_file: Path | None = typer.Option(
         None,
@@ -112,43 +87,6 @@ def broker(
         "--sasl-plain-user",
         help="USER:PASSWORD accepted over SASL/PLAIN (repeatable). Every user of this machine can read "
         "it in the process list: prefer --sasl-users-file or $" + SASL_USERS_ENV + ".",
-    ),
-    connection_failed_authentication_delay_ms: int = typer.Option(
-        default_of("connection_failed_authentication_delay_ms"),
-        "--connection-failed-authentication-delay-ms",
-        min=0,
-        help="Kafka's connection.failed.authentication.delay.ms: how long a failed authentication "
-        "waits for its answer, after which the connection closes; it slows password guessing (also "
-        "for the Schema Registry's wrong passwords).",
-    ),
-    socket_request_max_bytes: int = typer.Option(
-        default_of("socket_request_max_bytes"),
-        "--socket-request-max-bytes",
-        help="Kafka's socket.request.max.bytes: a request announcing more closes its connection.",
-    ),
-    queued_max_request_bytes: int = typer.Option(
-        default_of("queued_max_request_bytes"),
-        "--queued-max-request-bytes",
-        help="Kafka's queued.max.request.bytes: memory for received requests not yet handled, across "
-        "connections, before the broker stops reading (at least --socket-request-max-bytes; -1: no "
-        "bound, Kafka's default).",
-    ),
-    max_connections: int | None = typer.Option(
-        None,
-        "--max-connections",
-        help="Kafka's max.connections (Kafka's default: 2147483647): further connections wait, "
-        "unanswered, until one ends. Default: half the open-file limit (ulimit -Hn), to which the "
-        "broker raises its own.",
-    ),
-    max_connections_per_ip: int = typer.Option(
-        default_of("max_connections_per_ip"),
-        "--max-connections-per-ip",
-        help="Kafka's max.connections.per.ip: further connections from that address are closed.",
-    ),
-    connections_max_idle_ms: int = typer.Option(
-        default_of("connections_max_idle_ms"),
-        "--connections-max-idle-ms",
-        help="Kafka's connections.max.idle.ms: close connections idle this long; -1: never.",
     ),
     ssl_listen: str | None = typer.Option(
         None,
@@ -193,6 +131,7 @@ def broker(
         "broker's compacted _schemas topic); port 0 picks a free port.",
     ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    **settings: Any,
 ) -> None:
     """Run the embedded single-node Kafka-protocol broker until SIGTERM/SIGINT."""
     from sparkafka.broker.errors import BrokerError
@@ -229,11 +168,11 @@ def broker(
         raise typer.Exit(2) from None
     try:  # before anything starts, with the options' names
         check_socket_limits(
-            socket_request_max_bytes=socket_request_max_bytes,
-            queued_max_request_bytes=queued_max_request_bytes,
-            max_connections=max_connections,
-            max_connections_per_ip=max_connections_per_ip,
-            connections_max_idle_ms=connections_max_idle_ms,
+            socket_request_max_bytes=settings["socket_request_max_bytes"],
+            queued_max_request_bytes=settings["queued_max_request_bytes"],
+            max_connections=settings["max_connections"],
+            max_connections_per_ip=settings["max_connections_per_ip"],
+            connections_max_idle_ms=settings["connections_max_idle_ms"],
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
@@ -267,24 +206,9 @@ def broker(
         host=host,
         port=port,
         data_dir=data_dir or default_data_dir(),
-        transaction_max_timeout_ms=transaction_max_timeout_ms,
-        transaction_abort_check_interval_ms=transaction_abort_check_interval_ms,
-        transactional_id_expiration_ms=transactional_id_expiration_ms,
-        transactional_id_expiration_check_interval_ms=transactional_id_expiration_check_interval_ms,
-        retention_check_interval_ms=retention_check_interval_ms,
-        log_cleaner_backoff_ms=log_cleaner_backoff_ms,
-        auto_create_topics=auto_create_topics,
-        default_partitions=default_partitions,
-        group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
-        flush_messages=flush_messages or None,
-        socket_request_max_bytes=socket_request_max_bytes,
-        queued_max_request_bytes=queued_max_request_bytes,
-        max_connections=max_connections,
-        max_connections_per_ip=max_connections_per_ip,
-        connections_max_idle_ms=connections_max_idle_ms,
         sasl_plain_users=users,
-        connection_failed_authentication_delay_ms=connection_failed_authentication_delay_ms,
         ssl_listener=ssl_listener,
+        **settings_given(settings),
     )
     try:
         run_forever(config, schema_registry=registry_address)

@@ -45,6 +45,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.jvm_order import java_hash_set
 from sparkafka.broker.runner import BrokerProcess
+from sparkafka.broker.settings import SETTINGS
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import create_topic, producer
@@ -731,6 +732,41 @@ def test_describe_configs_lists_synonyms_and_the_source_they_give(tmp_path: Path
         described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic_name)])
         flush = next(iter(described.values())).result(30)["flush.messages"]
         assert flush.source == ConfigSource.STATIC_BROKER_CONFIG.value and not flush.is_default
+
+
+# Broker configs the test harness sets for Apache Kafka in server.properties at Kafka's default (Kafka
+# then reports them as static), and for the embedded broker on the command line (FAST_BROKER_ARGS).
+_SET_BY_THE_HARNESS = {"num.partitions", "min.insync.replicas", "group.initial.rebalance.delay.ms"}
+
+
+def test_every_broker_setting_is_described_with_kafkas_type_read_only_flag_and_default(broker: Kafka) -> None:
+    """Each setting of the broker's table (sparkafka.broker.settings) under its Kafka name, as Kafka 4
+    describes it: the same type and read-only flag (whether Kafka can change it on a running broker);
+    where both brokers run with Kafka's default, the same value, source and synonyms."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    resource = DescribeConfigsRequest.DescribeConfigsResource
+    request = DescribeConfigsRequest(
+        resources=[resource(resource_type=4, resource_name=str(_node_id(admin)), configuration_keys=None)],
+        include_synonyms=True,
+        include_documentation=False,
+    )
+    with RawConnection(broker.port) as connection:
+        answer = connection.roundtrip(request, DescribeConfigsResponse, version=4)
+    assert answer.results[0].error_code == 0
+    entries = {entry.name: entry for entry in answer.results[0].configs}
+    default_source = 5
+    for setting in SETTINGS:
+        assert setting.kafka_name in entries, f"{setting.kafka_name} is not described"
+        entry = entries[setting.kafka_name]
+        described = (entry.config_type, entry.read_only)
+        assert described == (int(setting.type), setting.read_only), setting.kafka_name
+        runs_with_kafkas_default = setting.kafka_default_text == setting.text(setting.default)
+        if runs_with_kafkas_default and setting.kafka_name not in _SET_BY_THE_HARNESS:
+            assert (entry.value, entry.config_source) == (setting.kafka_default_text, default_source), (
+                setting.kafka_name
+            )
+            synonyms = [(s.name, s.value, s.source) for s in entry.synonyms]
+            assert synonyms == [(setting.kafka_name, setting.kafka_default_text, default_source)]
 
 
 def _creatable(

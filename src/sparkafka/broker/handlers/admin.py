@@ -330,7 +330,12 @@ def _topic_config_entries(broker: Broker, topic: Topic, *, as_given: bool = Fals
 
 
 def _broker_config_entries(broker: Broker) -> list[_ConfigEntry]:
-    static = static_broker_configs(kafka_settings(broker.config))
+    # max.connections left to the broker is described as what it chose at start.
+    running = {
+        "max.connections": str(broker.connection_quotas.max_connections),
+        **kafka_settings(broker.config),
+    }
+    static = static_broker_configs(running)
     return [
         _config_entry(
             entry.name,
