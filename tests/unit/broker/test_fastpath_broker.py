@@ -21,7 +21,7 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 
-from sparkafka.broker import fastpath, server
+from sparkafka.broker import connection, fastpath, server
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.handlers import data
 from sparkafka.broker.records import Record, encode_batch
@@ -256,12 +256,12 @@ def test_fast_and_general_paths_answer_identically(tmp_path: Path, monkeypatch: 
     for name in ("encode_produce_response", "encode_fetch_response"):
         monkeypatch.setattr(fastpath, name, _counting(getattr(fastpath, name), name, used))
     monkeypatch.setattr(
-        server.Connection, "_send_region", _counting(server.Connection._send_region, "sendfile", used)
+        connection.Connection, "_send_region", _counting(connection.Connection._send_region, "sendfile", used)
     )
     fast = asyncio.run(_run(tmp_path / "fast", steps))
     assert used["encode_produce_response"] >= 30 and used["encode_fetch_response"] >= 50
     assert used["sendfile"] >= 50
-    monkeypatch.setattr(server, "FAST_HANDLERS", {})
+    monkeypatch.setattr(connection, "FAST_HANDLERS", {})
     general = asyncio.run(_run(tmp_path / "general", steps))
     assert len(fast) == len(general) == sum(answered for _, answered in steps)
     for index, (fast_answer, general_answer) in enumerate(zip(fast, general, strict=True)):
@@ -328,7 +328,7 @@ def test_large_frames_and_responses_cross_the_connection_intact(tmp_path: Path) 
     rng = random.Random(9)
     records = [Record(i, 1_700_000_000_000, None, rng.randbytes(1000)) for i in range(900)]
     batch = encode_batch(records, base_offset=0)
-    assert len(batch) > server._RECEIVE_BUFFER_BYTES
+    assert len(batch) > connection._RECEIVE_BUFFER_BYTES
     steps = [
         (_frame(_produce([("a", [(0, batch)])]), 9, 1), True),
         (_frame(_fetch([("a", [(0, 0, 10 << 20)])], isolation=0), 12, 2), True),

@@ -40,7 +40,8 @@ from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIG
 from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name
 
 if TYPE_CHECKING:
-    from sparkafka.broker.server import Broker, RequestContext
+    from sparkafka.broker.connection import RequestContext
+    from sparkafka.broker.server import Broker
 
 log = logging.getLogger(__name__)
 _ZERO_UUID = uuid.UUID(int=0)

@@ -22,8 +22,9 @@ from sparkafka.broker.records import ProduceRequestRecordsError, RecordValidatio
 from sparkafka.broker.transactions import TransactionVerificationError
 
 if TYPE_CHECKING:
+    from sparkafka.broker.connection import RequestContext
     from sparkafka.broker.partition import Partition
-    from sparkafka.broker.server import Broker, RequestContext
+    from sparkafka.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
@@ -579,5 +580,5 @@ async def delete_records(broker: Broker, request: Any, context: RequestContext) 
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
 
 
-# Handlers that take the raw request frame (see server.Connection): tried first for their api key.
+# Handlers that take the raw request frame (see connection.Connection): tried first for their api key.
 FAST_HANDLERS = {ApiKey.PRODUCE: produce_frame, ApiKey.FETCH: fetch_frame}

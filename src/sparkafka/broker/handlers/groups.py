@@ -20,7 +20,8 @@ from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.handlers.admin import GROUP_OPERATIONS
 
 if TYPE_CHECKING:
-    from sparkafka.broker.server import Broker, RequestContext
+    from sparkafka.broker.connection import RequestContext
+    from sparkafka.broker.server import Broker
 
 _KEY_TYPE_GROUP = 0
 _KEY_TYPE_TRANSACTION = 1

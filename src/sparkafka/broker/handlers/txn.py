@@ -26,7 +26,8 @@ from sparkafka.broker.topics import validate_topic_name
 from sparkafka.broker.transactions import OFFSETS_TOPIC, TxnState, offsets_partition_for
 
 if TYPE_CHECKING:
-    from sparkafka.broker.server import Broker, RequestContext
+    from sparkafka.broker.connection import RequestContext
+    from sparkafka.broker.server import Broker
 
 
 def _for_version(error: ErrorCode, version: int, first_version_with_fenced: int) -> ErrorCode:
