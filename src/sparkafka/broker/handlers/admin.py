@@ -24,6 +24,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from sparkafka.broker import jvm_order, protocol
+from sparkafka.broker import topic_controller as topic_work
 from sparkafka.broker.config_synonyms import (
     SOURCE_DEFAULT,
     Synonym,
@@ -34,7 +35,6 @@ from sparkafka.broker.config_synonyms import (
     topic_config_synonyms,
 )
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.handlers import topic_work
 from sparkafka.broker.sasl import MECHANISMS, SaslState, plain_authentication_error
 from sparkafka.broker.topic_configs import DESCRIBED_TOPIC_CONFIGS, TOPIC_CONFIGS, ConfigType, described_value
 from sparkafka.broker.topics import INTERNAL_TOPIC_NAMES, Topic, validate_topic_name

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from sparkafka.broker import server
+from sparkafka.broker import topic_controller as topic_work
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.handlers import topic_work
 from sparkafka.broker.partition import Partition
 
 
