@@ -13,13 +13,9 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-import os
-import resource
-import shutil
 import socket
 import ssl
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,11 +35,10 @@ from sparkafka.broker.limits import (
     default_max_connections,
     raise_open_file_limit,
 )
-from sparkafka.broker.log import CleanableRange, LogConfig
+from sparkafka.broker.log import CleanableRange
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.tls import server_context
-from sparkafka.broker.topic_configs import inert_configs, validate_topic_configs
-from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_name
+from sparkafka.broker.topic_controller import TopicController
 from sparkafka.broker.transactions import TransactionCoordinator
 
 log = logging.getLogger("sparkafka.broker")
@@ -56,16 +51,6 @@ _CLOSE_THREADS = 32
 
 
 _STOP_GRACE_S = 1.0
-
-
-def _warn_if_inert(topic: str, configs: Mapping[str, str]) -> None:
-    if inert := inert_configs(configs):
-        log.warning(
-            "topic %s: this broker stores and reports %s but does not act on %s",
-            topic,
-            ", ".join(inert),
-            "it" if len(inert) == 1 else "them",
-        )
 
 
 class Broker:
@@ -84,14 +69,10 @@ class Broker:
         self.ssl_listener: Listener | None = None
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(config.data_dir)
-        for leftover in config.data_dir.glob(f"*{_DELETED_SUFFIX}"):  # of topics deleted before a crash
-            shutil.rmtree(leftover, ignore_errors=True)
-        self.topics = TopicRegistry(config.data_dir)
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        for topic in self.topics.topics.values():
-            for index in range(topic.partitions):
-                self._open_partition(topic, index)
-        self._report_orphans()
+        # The registry and the open partitions are the controller's; the broker reads them.
+        self.topic_controller = TopicController(config, on_partitions_deleted=self._forget_deleted_partitions)
+        self.topics = self.topic_controller.topics
+        self.partitions = self.topic_controller.partitions
         self.groups = GroupCoordinator(
             Journal(config.data_dir / "__consumer_offsets.journal", fsync=config.flush_messages == 1),
             GroupConfig(initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms),
@@ -147,287 +128,12 @@ class Broker:
 
     # -- topics and partitions --------------------------------------------------------------------
 
-    def _partition_dir(self, topic: str, index: int) -> Path:
-        return self.config.data_dir / f"{topic}-{index}"
-
-    def _remove_stray(self, topic: str, index: int) -> None:
-        """A new partition never opens a directory left by an earlier topic of that name (a deletion
-        cut short, a registry restored from a backup): Kafka calls such a log stray and removes it."""
-        directory = self._partition_dir(topic, index)
-        if directory.exists():
-            doomed = self.config.data_dir / deleted_dir_name(topic, index)
-            directory.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
-            log.warning(
-                "removed %s, left by an earlier topic %s: the new topic starts empty", directory, topic
-            )
-
-    def _report_orphans(self) -> None:
-        """Directories of the data dir that look like a partition's (``<topic>-<n>``) but belong to
-        no topic of the registry: left alone (they may be all that is left of a topic whose registry
-        entry was lost), and named, with what to do."""
-        known = {self._partition_dir(topic, index).name for topic, index in self.partitions}
-        for entry in sorted(self.config.data_dir.iterdir()):
-            name, _, number = entry.name.rpartition("-")
-            if entry.is_dir() and name and number.isdigit() and entry.name not in known:
-                log.warning(
-                    "orphan directory %s: no topic in topics.json has this partition. A topic created "
-                    "under that name replaces it; remove it yourself if its records are not needed",
-                    entry,
-                )
-
-    def _open_partition(self, topic: Topic, index: int) -> Partition:
-        partition = self.partition_files(topic.name, index, topic.log_config(self.config))
-        self.partitions[(topic.name, index)] = partition
-        return partition
-
-    def partition_files(self, topic: str, index: int, log_config: LogConfig) -> Partition:
-        """Open (creating if need be) a partition's directory and log, not yet served: safe to call
-        off the event loop."""
-        return Partition(
-            topic,
-            index,
-            self._partition_dir(topic, index),
-            log_config,
-            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
-        )
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        configs: Mapping[str, str | None],
-        *,
-        replication_factor: int = -1,
-        assignments: Sequence[tuple[int, Sequence[int]]] | None = None,
-        validate_only: bool = False,
-    ) -> Topic:
-        """Create a topic, checking in the order of Kafka's ReplicationControlManager.createTopic:
-
-        1. the name (legal, not colliding with an existing name once '.' and '_' are alike);
-        2. it does not exist yet (TOPIC_ALREADY_EXISTS);
-        3. the configs (INVALID_CONFIG: unknown name, null or invalid value);
-        4. replica assignments, or the partition count and replication factor.
-        """
-        validate_topic_name(name)
-        if name in self.topics.topics:
-            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        self.topics.check_collision(name)
-        valid_configs = validate_topic_configs(configs)
-        if assignments:
-            partitions = self._assigned_partition_count(partitions, replication_factor, assignments)
-        else:
-            if replication_factor < -1 or replication_factor == 0:
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    "Replication factor must be larger than 0, or -1 to use the default value.",
-                )
-            if partitions < -1 or partitions == 0:
-                raise BrokerError(
-                    ErrorCode.INVALID_PARTITIONS,
-                    "Number of partitions was set to an invalid non-positive value.",
-                )
-            if partitions == -1:
-                partitions = self.config.default_partitions
-            if replication_factor not in (-1, 1):
-                # Kafka 4.4's StripedReplicaPlacer (cordoned log directories: KIP-1066), as
-                # ReplicationControlManager words its failure.
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"Unable to replicate the partition {replication_factor} time(s): The target "
-                    f"replication factor of {replication_factor} cannot be reached because only 1 broker(s) "
-                    "are registered or some brokers have all their log directories cordoned.",
-                )
-        topic = Topic(name, uuid.uuid4(), partitions, valid_configs)
-        check_file_descriptors(partitions)
-        if validate_only:
-            return topic
-        self.topics.topics[name] = topic
-        for index in range(partitions):
-            self._remove_stray(name, index)
-            self._open_partition(topic, index)
-        self.topics.save()
-        log.info("created topic %s with %d partition(s) %s", name, partitions, valid_configs or "")
-        _warn_if_inert(name, valid_configs)
-        return topic
-
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str], *, validate_only: bool) -> None:
-        """Make ``configs`` the topic's whole set of overrides, checking as Kafka's controller does
-        (ControllerConfigurationValidator, then the existence check):
-
-        1. the name: "" is INVALID_REQUEST (no default topic resource), an illegal one
-           INVALID_TOPIC_EXCEPTION;
-        2. the configs, as CreateTopics checks them (INVALID_CONFIG);
-        3. the topic exists (UNKNOWN_TOPIC_OR_PARTITION).
-
-        Unless ``validate_only``, the overrides are stored (topics.json) and every partition's log
-        takes the new config at once: retention, compaction, segment size, record size and timestamp
-        checks apply from the next operation on, as a Kafka broker applies a config change."""
-        if not name:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
-        validate_topic_name(name)
-        valid_configs = validate_topic_configs(configs)
-        topic = self.topics.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
-        try:
-            log_config = dataclasses.replace(topic, configs=dict(valid_configs)).log_config(self.config)
-        except ValueError as error:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(error)) from None
-        if validate_only:
-            return
-        topic.configs = dict(valid_configs)
-        self.topics.save()
-        for index in range(topic.partitions):
-            self.partitions[(name, index)].log.config = log_config
-        log.info("topic %s: configs are now %s", name, valid_configs or "the defaults")
-        _warn_if_inert(name, valid_configs)
-
-    def _assigned_partition_count(
-        self, partitions: int, replication_factor: int, assignments: Sequence[tuple[int, Sequence[int]]]
-    ) -> int:
-        """The partition count of a manual replica assignment, checked in the order and words of
-        Kafka's ReplicationControlManager.createTopic: no factor, then no count beside it; each
-        partition once, with a valid replica list as long as the previous ones; partitions 0..n-1."""
-        if replication_factor != -1:
-            raise BrokerError(
-                ErrorCode.INVALID_REQUEST,
-                "A manual partition assignment was specified, but replication factor was not set to -1.",
-            )
-        if partitions != -1:
-            raise BrokerError(
-                ErrorCode.INVALID_REQUEST,
-                "A manual partition assignment was specified, but numPartitions was not set to -1.",
-            )
-        seen: set[int] = set()
-        factor: int | None = None
-        for index, replicas in assignments:
-            if index in seen:
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"Found multiple manual partition assignments for partition {index}",
-                )
-            seen.add(index)
-            self._check_replicas(replicas, factor)
-            factor = len(replicas)
-        if seen != set(range(len(seen))):
-            raise BrokerError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                "partitions should be a consecutive 0-based integer sequence",
-            )
-        return len(seen)
-
-    def _check_replicas(self, replicas: Sequence[int], replication_factor: int | None) -> None:
-        """A manual assignment's replica list, as Kafka's validateManualPartitionAssignment checks it:
-        not empty, only registered brokers (this one), none twice, as many as the other partitions'."""
-        if not replicas:
-            raise BrokerError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                "The manual partition assignment includes an empty replica list.",
-            )
-        previous: int | None = None
-        for broker_id in sorted(replicas):
-            if broker_id != self.config.node_id:
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"The manual partition assignment includes broker {broker_id}, but no such broker is "
-                    "registered.",
-                )
-            if broker_id == previous:
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"The manual partition assignment includes the broker {previous} more than once.",
-                )
-            previous = broker_id
-        if replication_factor is not None and len(replicas) != replication_factor:
-            raise BrokerError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
-                f"this is not consistent with previous partitions, which have {replication_factor} "
-                "replica(s).",
-            )
-
-    def delete_topic(self, name: str) -> None:
-        """DeleteTopics for one topic, as Kafka's LogManager.asyncDelete: each partition's directory
-        is renamed out of the way first (:func:`deleted_dir_name`), so that a topic created again
-        under the name never opens what a crash or a failed removal left of the old one, then removed.
-
-        Steps: close the partitions; rename every directory; only when all are renamed, drop the topic
-        from the registry and remove the renamed directories. A rename that fails puts the renamed
-        ones back and reopens the partitions: the topic is left whole, and the error says why."""
-        topic = self.topics.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        indexes = range(topic.partitions)
-        for index in indexes:
-            self.partitions[(name, index)].close(keep_state=False)
-        renamed: list[tuple[Path, Path]] = []
-        try:
-            for index in indexes:
-                directory = self._partition_dir(name, index)
-                doomed = self.config.data_dir / deleted_dir_name(name, index)
-                with contextlib.suppress(FileNotFoundError):
-                    directory.rename(doomed)
-                    renamed.append((directory, doomed))
-        except OSError as error:
-            for directory, doomed in reversed(renamed):
-                doomed.rename(directory)
-            for index in indexes:
-                self._open_partition(topic, index)
-            raise BrokerError(
-                ErrorCode.KAFKA_STORAGE_ERROR,
-                f"topic {name!r} could not be deleted, and is left as it was: renaming its partition "
-                f"directories failed ({error})",
-            ) from None
-        del self.topics.topics[name]
-        self.topics.save()
-        for index in indexes:
-            del self.partitions[(name, index)]
-            self._uncleanable.discard((name, index))  # a topic created again gets a clean slate
-        for _, doomed in renamed:
-            shutil.rmtree(doomed, ignore_errors=True)
-        self.groups.on_partitions_deleted((name, index) for index in indexes)
-        log.info("deleted topic %s", name)
-
-    def add_partitions(
-        self,
-        name: str,
-        count: int,
-        *,
-        assignments: Sequence[Sequence[int]] | None = None,
-        validate_only: bool,
-    ) -> None:
-        """CreatePartitions, checked as Kafka's ReplicationControlManager.createPartitions: the topic
-        exists, the count grows, and manual assignments give one replica list, this broker alone,
-        per new partition."""
-        topic = self.topics.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)  # Kafka sends no message
-        if count == topic.partitions:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {count} partition(s).")
-        if count < topic.partitions:
-            raise BrokerError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"The topic {name} currently has {topic.partitions} partition(s); {count} would not be an "
-                "increase.",
-            )
-        if assignments is not None:
-            if len(assignments) != count - topic.partitions:
-                raise BrokerError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"Attempted to add {count - topic.partitions} additional partition(s), but only "
-                    f"{len(assignments)} assignment(s) were specified.",
-                )
-            for replicas in assignments:
-                self._check_replicas(replicas, 1)  # every partition here has one replica
-        check_file_descriptors(count - topic.partitions)
-        if validate_only:
-            return
-        for index in range(topic.partitions, count):
-            self._remove_stray(name, index)
-            self._open_partition(topic, index)
-        topic.partitions = count
-        self.topics.save()
+    def _forget_deleted_partitions(self, deleted: Sequence[tuple[str, int]]) -> None:
+        """What the broker keeps of a deleted topic's partitions beside their logs: the cleaner's
+        record of logs it could not clean (a topic created again gets a clean slate), and the
+        groups' committed offsets of them."""
+        self._uncleanable.difference_update(deleted)
+        self.groups.on_partitions_deleted(deleted)
 
     def partition(self, topic: str, index: int) -> Partition:
         found = self.partitions.get((topic, index))
@@ -687,43 +393,3 @@ def _lock_data_dir(data_dir: Path) -> Any:
             f"data directory {data_dir} is in use by another broker; stop it or choose another --data-dir"
         ) from exc
     return handle
-
-
-# A deleted topic's partition directories are renamed {topic}-{n}.{uuid}-delete, then removed.
-_DELETED_SUFFIX = "-delete"
-# Longest file name of the usual file systems (ext4, xfs, tmpfs).
-_MAX_FILE_NAME = 255
-
-
-# Open files kept free for what else the broker opens: connections, journals, files being cleaned.
-FILE_DESCRIPTOR_RESERVE = 256
-
-
-def check_file_descriptors(new_partitions: int) -> None:
-    """Refuse, before anything is created, partitions the process could not open: each keeps its
-    active segment open, and a broker out of file descriptors accepts no connection at all. The soft
-    limit (``ulimit -n``) less the files open now less :data:`FILE_DESCRIPTOR_RESERVE` must hold them.
-    Kafka leaves this to the operating system; a half-created topic is worse than a clear refusal."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or new_partitions <= 0:
-        return
-    try:
-        open_now = len(os.listdir("/proc/self/fd"))
-    except OSError:  # no /proc: the limit alone
-        open_now = 0
-    free = soft - open_now - FILE_DESCRIPTOR_RESERVE
-    if new_partitions > free:
-        raise BrokerError(
-            ErrorCode.POLICY_VIOLATION,
-            f"{new_partitions} new partition(s) need as many open files, and the broker may open "
-            f"{max(free, 0)} more (open file limit {soft}, {open_now} open, {FILE_DESCRIPTOR_RESERVE} kept "
-            "for connections): raise the broker's limit (ulimit -n) or create fewer partitions",
-        )
-
-
-def deleted_dir_name(topic: str, index: int) -> str:
-    """``{topic}-{index}.{uuid}-delete``, with the topic cut so the name fits in 255 bytes, as Kafka's
-    LocalLog.logDeleteDirName does: a topic name may have 249 characters, and the suffix adds 42
-    and more."""
-    suffix = f"-{index}.{uuid.uuid4().hex}{_DELETED_SUFFIX}"
-    return topic[: _MAX_FILE_NAME - len(suffix)] + suffix

@@ -205,7 +205,7 @@ async def _run(
         BrokerConfig(port=0, data_dir=data_dir, group_initial_rebalance_delay_ms=0, auto_create_topics=False)
     )
     for name, (partitions, configs) in TOPICS.items():
-        broker.create_topic(name, partitions, dict(configs))
+        broker.topic_controller.create_topic(name, partitions, dict(configs))
     await broker.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)

@@ -26,7 +26,7 @@ def _broker(data_dir: Path) -> server.Broker:
     )
     broker = server.Broker(config)
     for name in ("dirty", "dirtier", "clean", "broken", "unweighable"):
-        broker.create_topic(name, 1, {"cleanup.policy": "compact"})
+        broker.topic_controller.create_topic(name, 1, {"cleanup.policy": "compact"})
     return broker
 
 

@@ -271,7 +271,7 @@ def test_a_broker_starts_with_kept_damage_when_its_producer_state_snapshot_is_go
     broker starts."""
     data = tmp_path / "data"
     broker = Broker(BrokerConfig(port=0, data_dir=data))
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     partition = broker.partitions[("t", 0)]
     for offset in range(3):
         batch = records.encode_batch(

@@ -359,7 +359,7 @@ def test_the_broker_expires_producers_periodically(tmp_path: Path) -> None:
                 producer_id_expiration_check_interval_ms=20,
             )
         )
-        broker.create_topic("t", 1, {})
+        broker.topic_controller.create_topic("t", 1, {})
         partition = broker.partitions[("t", 0)]
         _append(partition, _batch(epoch=0, sequence=0, timestamp=1_000_000))  # long ago
         assert set(partition.producers) == {PRODUCER}
@@ -434,11 +434,11 @@ def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name
 
     config = BrokerConfig(port=0, data_dir=tmp_path / "data")
     broker = server.Broker(config)
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     _append(broker.partitions[("t", 0)], _batch(epoch=0, sequence=0))
-    broker.delete_topic("t")
+    _delete_topic(broker, "t")
     assert sorted(path.name for path in config.data_dir.iterdir() if path.name.startswith("t-")) == []
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     assert broker.partitions[("t", 0)].log.log_end_offset == 0
     # What a crash left of a deletion in progress goes when the broker starts.
     leftover = config.data_dir / "t-0.0123abcd-delete"
@@ -448,6 +448,13 @@ def test_a_deleted_topics_files_never_reach_a_topic_created_again_under_its_name
     broker._lock_file.close()
     server.Broker(config)
     assert not leftover.exists()
+
+
+def _delete_topic(broker: Any, name: str) -> None:
+    """DeleteTopics' way: the topic's files closed, renamed and removed off the event loop."""
+    failure = asyncio.run(broker.topic_controller.delete_topics([name]))[name]
+    if failure is not None:
+        raise failure
 
 
 def _broker(tmp_path: Path) -> Any:
@@ -461,12 +468,12 @@ def test_a_topic_with_the_longest_legal_name_is_deleted_and_created_again_empty(
     """249 characters, Kafka's limit: the renamed directory would exceed 255 bytes uncut."""
     broker = _broker(tmp_path)
     name = "n" * 249
-    broker.create_topic(name, 2, {})
+    broker.topic_controller.create_topic(name, 2, {})
     _append(broker.partitions[(name, 1)], _batch(epoch=0, sequence=0))
-    broker.delete_topic(name)
+    _delete_topic(broker, name)
     assert name not in broker.topics.topics
     assert [path for path in broker.config.data_dir.iterdir() if path.name.startswith("nnn")] == []
-    broker.create_topic(name, 2, {})
+    broker.topic_controller.create_topic(name, 2, {})
     assert broker.partitions[(name, 1)].log.log_end_offset == 0
 
 
@@ -474,7 +481,7 @@ def test_a_deletion_whose_rename_fails_leaves_the_topic_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker = _broker(tmp_path)
-    broker.create_topic("t", 2, {})
+    broker.topic_controller.create_topic("t", 2, {})
     _append(broker.partitions[("t", 1)], _batch(epoch=0, sequence=0))
     real_rename = Path.rename
 
@@ -485,7 +492,7 @@ def test_a_deletion_whose_rename_fails_leaves_the_topic_whole(
 
     monkeypatch.setattr(Path, "rename", rename)
     with pytest.raises(BrokerError, match="could not be deleted, and is left as it was") as failed:
-        broker.delete_topic("t")
+        _delete_topic(broker, "t")
     monkeypatch.undo()
     assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert "t" in broker.topics.topics
@@ -501,7 +508,7 @@ def test_a_directory_left_by_an_earlier_topic_is_never_opened_by_a_new_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     broker = _broker(tmp_path)
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     _append(broker.partitions[("t", 0)], _batch(epoch=0, sequence=0))
     broker.partitions[("t", 0)].close()
     # The registry lost the topic (restored from a backup, say), its directory stayed.
@@ -512,7 +519,7 @@ def test_a_directory_left_by_an_earlier_topic_is_never_opened_by_a_new_one(
         restarted = _broker(tmp_path)
     assert "orphan directory" in caplog.text and "t-0" in caplog.text
     assert (restarted.config.data_dir / "t-0").exists(), "an orphan is reported, not removed"
-    restarted.create_topic("t", 1, {})
+    restarted.topic_controller.create_topic("t", 1, {})
     assert restarted.partitions[("t", 0)].log.log_end_offset == 0
     assert "left by an earlier topic t" in caplog.text
 
@@ -522,22 +529,22 @@ def test_partitions_beyond_the_open_file_limit_are_refused_before_any_is_created
 ) -> None:
     import resource
 
-    from sparkafka.broker import server
+    from sparkafka.broker import topic_controller
 
     broker = _broker(tmp_path)
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     open_now = len(os.listdir("/proc/self/fd"))
-    limit = open_now + server.FILE_DESCRIPTOR_RESERVE + 10  # room for 10 more partitions
+    limit = open_now + topic_controller.FILE_DESCRIPTOR_RESERVE + 10  # room for 10 more partitions
     monkeypatch.setattr(resource, "getrlimit", lambda _which: (limit, resource.RLIM_INFINITY))
     with pytest.raises(BrokerError, match=r"raise the broker's limit \(ulimit -n\)") as refused:
-        broker.create_topic("big", 50, {})
+        broker.topic_controller.create_topic("big", 50, {})
     assert refused.value.code == ErrorCode.POLICY_VIOLATION
     assert "big" not in broker.topics.topics
     assert not any(path.name.startswith("big-") for path in broker.config.data_dir.iterdir())
     with pytest.raises(BrokerError, match="new partition"):
-        broker.add_partitions("t", 60, validate_only=False)
+        asyncio.run(broker.topic_controller.add_partitions("t", 60, validate_only=False))
     assert broker.topics.topics["t"].partitions == 1
-    broker.create_topic("small", 5, {})  # within the limit
+    broker.topic_controller.create_topic("small", 5, {})  # within the limit
 
 
 def test_a_batch_written_whose_fsync_failed_is_recorded_so_its_retry_is_a_duplicate(

@@ -23,7 +23,7 @@ def _data_dir(tmp_path: Path) -> Path:
     """A data directory of a broker that created a topic and stopped."""
     data = tmp_path / "data"
     broker = Broker(BrokerConfig(port=0, data_dir=data))
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     broker.partitions[("t", 0)].close()
     broker._lock_file.close()
     return data
@@ -71,7 +71,7 @@ def test_a_batch_length_running_past_the_end_after_a_clean_stop_is_refused_not_c
     after them."""
     data = tmp_path / "data"
     broker = Broker(BrokerConfig(port=0, data_dir=data))
-    broker.create_topic("t", 1, {})
+    broker.topic_controller.create_topic("t", 1, {})
     partition = broker.partitions[("t", 0)]
     for offset in range(3):
         partition.log.append(

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkafka.broker import server
-from sparkafka.broker import topic_controller as topic_work
+from sparkafka.broker import server, topic_controller
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.partition import Partition
@@ -34,7 +33,7 @@ def disk_full_at(monkeypatch: pytest.MonkeyPatch) -> Any:
                 raise OSError(28, "No space left on device")
             return Partition(topic, number, directory, *args, **kwargs)
 
-        monkeypatch.setattr(server, "Partition", partition)
+        monkeypatch.setattr(topic_controller, "Partition", partition)
 
     return fail_at
 
@@ -43,7 +42,7 @@ def test_a_creation_that_fails_part_way_leaves_no_topic(tmp_path: Path, disk_ful
     broker = _broker(tmp_path)
     disk_full_at(37)
     with pytest.raises(BrokerError, match=r"could not be created.*No space left") as failed:
-        asyncio.run(topic_work.create_topic(broker, "t", 64, {}))
+        asyncio.run(broker.topic_controller.create("t", 64, {}))
     assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert "t" not in broker.topics.topics and not broker.topics.creating
     assert broker.topics.partitions_in_flight == 0
@@ -55,10 +54,10 @@ def test_a_creation_that_fails_part_way_leaves_no_topic(tmp_path: Path, disk_ful
 
 def test_partitions_whose_addition_fails_part_way_are_not_left(tmp_path: Path, disk_full_at: Any) -> None:
     broker = _broker(tmp_path)
-    asyncio.run(topic_work.create_topic(broker, "t", 2, {}))
+    asyncio.run(broker.topic_controller.create("t", 2, {}))
     disk_full_at(20)
     with pytest.raises(BrokerError, match="could not be created") as failed:
-        asyncio.run(topic_work.add_partitions(broker, "t", 40, validate_only=False))
+        asyncio.run(broker.topic_controller.add_partitions("t", 40, validate_only=False))
     assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert broker.topics.topics["t"].partitions == 2 and not broker.topics.changing
     assert sorted(key for key in broker.partitions if key[0] == "t") == [("t", 0), ("t", 1)]
@@ -71,18 +70,18 @@ def test_changes_of_one_name_wait_for_the_one_under_way(tmp_path: Path) -> None:
     broker = _broker(tmp_path)
 
     async def main() -> list[Any]:
-        creation = asyncio.ensure_future(topic_work.create_topic(broker, "t", 200, {}))
+        creation = asyncio.ensure_future(broker.topic_controller.create("t", 200, {}))
         await asyncio.sleep(0)  # the creation is under way: its files are being made
         assert "t" in broker.topics.creating and "t" not in broker.topics.topics
         with pytest.raises(BrokerError) as again:
-            await topic_work.create_topic(broker, "t", 1, {})
+            await broker.topic_controller.create("t", 1, {})
         assert again.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
-        growth = asyncio.ensure_future(topic_work.add_partitions(broker, "t", 300, validate_only=False))
+        growth = asyncio.ensure_future(broker.topic_controller.add_partitions("t", 300, validate_only=False))
         await creation
         await growth
         partitions = broker.topics.topics["t"].partitions
         await broker.topics.settled(["t"])
-        deleted = await topic_work.delete_topics(broker, ["t"])
+        deleted = await broker.topic_controller.delete_topics(["t"])
         return [partitions, deleted]
 
     assert asyncio.run(main()) == [300, {"t": None}]

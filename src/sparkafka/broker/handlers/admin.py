@@ -24,7 +24,6 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from sparkafka.broker import jvm_order, protocol
-from sparkafka.broker import topic_controller as topic_work
 from sparkafka.broker.config_synonyms import (
     SOURCE_DEFAULT,
     Synonym,
@@ -211,7 +210,7 @@ def _auto_create(broker: Broker, name: str) -> None:
         log.info("not creating internal topic %r named in a Metadata request: this broker has none", name)
         return
     try:
-        broker.create_topic(name, broker.config.default_partitions, {})
+        broker.topic_controller.create_topic(name, broker.config.default_partitions, {})
     except BrokerError as exc:
         log.warning("auto-creation of topic %r failed: %s", name, exc)
 
@@ -399,8 +398,7 @@ async def create_topics(broker: Broker, request: Any, context: RequestContext) -
         try:
             if too_many:
                 raise _too_many_partitions()
-            topic = await topic_work.create_topic(
-                broker,
+            topic = await broker.topic_controller.create(
                 wanted.name,
                 wanted.num_partitions,
                 {c.name: c.value for c in wanted.configs},
@@ -534,7 +532,7 @@ async def delete_topics(broker: Broker, request: Any, context: RequestContext) -
             )
         else:
             doomed[topic.topic_id] = name
-    deleted = await topic_work.delete_topics(broker, list(doomed.values()))
+    deleted = await broker.topic_controller.delete_topics(list(doomed.values()))
     for topic_id, name in doomed.items():
         error = deleted[name]
         if error is None:
@@ -568,8 +566,7 @@ async def create_partitions(broker: Broker, request: Any, context: RequestContex
         try:
             if added > MAX_PARTITIONS_PER_REQUEST:
                 raise _too_many_partitions(additional=True)
-            await topic_work.add_partitions(
-                broker,
+            await broker.topic_controller.add_partitions(
                 wanted.name,
                 wanted.count,
                 assignments=None
@@ -706,7 +703,7 @@ def _alter_configs(
     2. a config named twice in one resource: INVALID_REQUEST; a null value (where the operation is
        not DELETE): INVALID_REQUEST naming the keys;
     3. a topic: its new overrides from ``new_overrides(resource, current overrides)``, then
-       :meth:`Broker.alter_topic_configs` (name, configs, existence; stored unless validate only);
+       :meth:`TopicController.alter_topic_configs` (name, configs, existence; stored unless validate only);
     4. a broker (this one, or "" for the cluster): this broker's configs are fixed at start, so any
        change is INVALID_REQUEST, as Kafka refuses a change of a config it cannot make dynamically;
        other resource types INVALID_REQUEST."""
@@ -726,7 +723,7 @@ def _alter_configs(
             if resource.resource_type == _RESOURCE_TOPIC:
                 topic = broker.topics.topics.get(resource.resource_name)
                 current = dict(topic.configs) if topic is not None else {}
-                broker.alter_topic_configs(
+                broker.topic_controller.alter_topic_configs(
                     resource.resource_name, new_overrides(resource, current), validate_only=validate_only
                 )
             elif resource.resource_type == _RESOURCE_BROKER:
