@@ -72,3 +72,46 @@ def test_a_key_file_the_os_fails_to_read_is_refused_with_the_os_reason(tmp_path:
         ),
     ):
         server_context(listener(certfile, Path("/proc/self/mem")))
+
+
+def test_a_certificate_file_the_disk_fails_to_read_is_named_with_what_to_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    certfile = tmp_path / "broker.pem"
+    certfile.write_text(CERTIFICATE_TEXT)
+
+    def failing_read(self: Path) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Path, "read_bytes", failing_read)
+    with pytest.raises(
+        TlsConfigError,
+        match=f"^--ssl-certfile {re.escape(str(certfile))}: could not be read \\(Input/output error\\): "
+        "check the file and its disk$",
+    ):
+        server_context(listener(certfile))
+
+
+def test_a_key_file_the_broker_may_not_read_says_to_fix_its_permissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    certfile = tmp_path / "broker.pem"
+    certfile.write_text(CERTIFICATE_TEXT)
+    keyfile = tmp_path / "broker.key"
+    keyfile.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+    real_read = Path.read_bytes
+
+    def read_as_another_user(self: Path) -> bytes:
+        if self == keyfile:  # root reads any file: the refusal a broker's own user would get
+            raise PermissionError(13, "Permission denied")
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_as_another_user)
+    with pytest.raises(
+        TlsConfigError,
+        match=f"^--ssl-keyfile {re.escape(str(keyfile))}: cannot be read by the broker's user "
+        "\\(Permission denied\\): fix its permissions$",
+    ):
+        server_context(listener(certfile, keyfile))

@@ -216,3 +216,13 @@ def test_closed_journal_refuses_use(tmp_path: Path) -> None:
         journal.append({"type": "late"})
     with pytest.raises(JournalError, match="closed"):
         journal.replay()
+
+
+def test_a_closed_journal_refuses_appends_naming_itself(tmp_path: Path) -> None:
+    path = tmp_path / "state.journal"
+    journal = Journal(path)
+    journal.append({"type": "test", "index": 0})
+    journal.close()
+    with pytest.raises(JournalError, match=f"^journal {path} is closed$"):
+        journal.append({"type": "test", "index": 1})
+    assert _replay(path) == [{"type": "test", "index": 0}]

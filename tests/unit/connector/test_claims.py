@@ -146,3 +146,42 @@ def test_a_query_shows_in_a_marker_partition_by_its_claim_registration_progress_
     marker = {"p-0": CommitMarker("p-0", "q-0", 3, 0, 10, 0, "out").encode()}
     assert shows_query(marker, "q-0", "p") and not shows_query(marker, "q-1", "p")
     assert not shows_query({}, "q-0", "p")
+
+
+def test_records_that_name_the_query_but_are_no_markers_of_it_are_not_counted_as_its_batches() -> None:
+    """A query's records other than commit markers (its claims' query/ records, a refusal, another
+    query's progress record that happens to hold its id) hold the query's id too: they pass the
+    quick test of a value, and are then judged by their key and type."""
+    from sparkafka.connector.sink.claims import newest_batch, shows_query
+    from sparkafka.connector.sink.commit_log import (
+        ProgressRecord,
+        RefusalRecord,
+        encode_query_claim,
+        query_claim_key,
+    )
+
+    found = {
+        query_claim_key("q-1", "p"): encode_query_claim("q-1", "p"),
+        query_claim_key("q-1", "other"): encode_query_claim("q-1", "other"),
+        "refusal/p": RefusalRecord("p", "q-1", 7, "run-r", 0).encode(),
+        # The prefix's progress, written by another query: its offsets name a topic called like q-1.
+        "progress/p": ProgressRecord("p", "q-0", 9, None, ('{"q-1":{"0":5}}',), 0).encode(),
+    }
+    assert all(b"q-1" in value for value in found.values())
+    assert newest_batch(found, "q-1", "p") == -1
+    assert not shows_query(found, "q-1", "p")
+    assert newest_batch(found, "q-0", "p") == 9 and shows_query(found, "q-0", "p")
+
+
+def test_a_query_id_that_json_escapes_is_found_by_decoding_every_record() -> None:
+    """The quick test looks for the id as JSON writes it; an id JSON would escape (a quote, a
+    non-ASCII letter) is never missed: then every record is decoded."""
+    from sparkafka.connector.sink.claims import newest_batch, shows_query
+    from sparkafka.connector.sink.commit_log import may_name_query
+
+    for query in ('q-"1"', "q-\u00e9t\u00e9"):
+        marker = {"p-0": CommitMarker("p-0", query, 3, 0, 10, 0, "out").encode()}
+        assert query.encode() not in marker["p-0"]
+        assert may_name_query(query)(b"anything")
+        assert newest_batch(marker, query, "p") == 3 and shows_query(marker, query, "p")
+    assert not may_name_query("q-1")(CommitMarker("p-0", "q-2", 3, 0, 10, 0, "out").encode())

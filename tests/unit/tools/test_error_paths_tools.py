@@ -156,3 +156,11 @@ def test_a_cluster_that_does_not_answer_is_named_with_librdkafkas_reason(tmp_pat
     assert message.startswith("Kafka at 127.0.0.1:9 did not answer within 1 s (")
     assert "check --bootstrap-servers" in message
     assert "KafkaError{" not in message
+
+
+@pytest.mark.parametrize("step", [{}, {"sql": "SELECT * FROM input", "transform": "module:function"}])
+def test_a_pipeline_is_given_sql_or_a_transform_exactly(step: dict[str, str]) -> None:
+    from sparkafka.tools.pipeline_process import run_arguments
+
+    with pytest.raises(ValueError, match=r"^give sql or transform, one of them$"):
+        run_arguments("127.0.0.1:1", "in", "out", Path("/tmp/checkpoint"), **step)

@@ -58,9 +58,9 @@ from sparkafka.connector.sink.commit_log import (
     commit_claim,
     encode_query_claim,
     marker_layout,
+    may_name_query,
     produce_to_markers,
     query_claim_key,
-    query_needle,
     read_marker_partition,
     read_markers,
 )
@@ -79,6 +79,7 @@ from sparkafka.connector.sink.options import (
     REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
+    is_marker_key,
 )
 from sparkafka.connector.sink.replay import (
     EXACTLY_ONCE_FROM_OPTION,
@@ -407,21 +408,20 @@ def newest_batch(found: Mapping[str, bytes], query_id: str, prefix: str) -> int:
     """The newest micro-batch of ``query_id`` that ``found`` (a marker partition) shows committed,
     by any write partition or by the prefix's progress record; -1 for none."""
     newest = -1
-    needle = query_needle(query_id)
+    may_name = may_name_query(query_id)
+    progress_key = f"{PROGRESS_KEY_PREFIX}{prefix}"
     for key, value in found.items():
-        if (
-            key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX, REFUSAL_KEY_PREFIX))
-            or needle not in value
-        ):
+        if not may_name(value):
             continue
-        if key.startswith(PROGRESS_KEY_PREFIX):
-            if key == f"{PROGRESS_KEY_PREFIX}{prefix}":
-                newest = max(newest, ProgressRecord.decode(value).batch_id)
-            continue
-        with contextlib.suppress(ValueError, KeyError):
-            marker = CommitMarker.decode(value)
-            if marker.query_id == query_id:
-                newest = max(newest, marker.batch_id)
+        if key == progress_key:
+            progress = ProgressRecord.decode(value)
+            if progress.query_id == query_id:
+                newest = max(newest, progress.batch_id)
+        elif is_marker_key(key):
+            with contextlib.suppress(ValueError, KeyError):
+                marker = CommitMarker.decode(value)
+                if marker.query_id == query_id:
+                    newest = max(newest, marker.batch_id)
     return newest
 
 
@@ -502,7 +502,7 @@ def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
     """Whether ``found`` (a marker partition) holds anything written by ``query_id`` under
     ``prefix``: its claim, a registration of one of the prefix's ids naming it, the prefix's progress
     record or a commit marker of it."""
-    needle = query_needle(query_id)
+    may_name = may_name_query(query_id)
     for key, value in found.items():
         if key.startswith(CLAIM_KEY_PREFIX):
             if key == f"{CLAIM_KEY_PREFIX}{prefix}" and claim_owner(found, prefix) == query_id:
@@ -510,7 +510,10 @@ def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
         elif key.startswith(REGISTRATION_KEY_PREFIX):
             if registration_of_prefix(key, prefix) and Registration.decode(value).query_id == query_id:
                 return True
-        elif needle in value and belongs_to(key, value, query_id, prefix):
+        elif key.startswith(PROGRESS_KEY_PREFIX):
+            if key == f"{PROGRESS_KEY_PREFIX}{prefix}" and ProgressRecord.decode(value).query_id == query_id:
+                return True
+        elif is_marker_key(key) and may_name(value) and belongs_to(key, value, query_id, prefix):
             return True
     return False
 

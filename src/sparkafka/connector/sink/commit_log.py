@@ -79,11 +79,16 @@ MARKER_TOPIC_MUST_ACCEPT = (
 )
 
 
-def query_needle(query_id: str) -> bytes:
-    """Bytes that every commit marker and progress record of ``query_id`` holds as encoded here
-    (compact JSON): one without them is another query's, told without decoding it. Registrations
-    are encoded otherwise: decode them."""
-    return f'"query_id":{json.dumps(query_id)}'.encode()
+def may_name_query(query_id: str) -> Callable[[bytes], bool]:
+    """A quick test of a record's value, false only for a record that cannot name ``query_id``: a
+    query's records hold its id as JSON writes it, which for an id of plain characters (Spark's query
+    ids are UUIDs) is the id itself. What passes is decoded and judged by its type and key; the test
+    spares decoding the records of other queries (a topic may hold a million of them). For an id
+    that JSON would escape, every record passes."""
+    if json.dumps(query_id, ensure_ascii=True) != f'"{query_id}"':
+        return lambda value: True
+    written = query_id.encode()
+    return lambda value: written in value
 
 
 # -- the layout ---------------------------------------------------------------------------------------
@@ -332,8 +337,9 @@ class RefusalRecord:
     Written by the refusing task (or the driver) before the query stops. The markers that run
     committed of the batch hold the rows of the shape the refusal offered to accept, so a run that
     accepts the batch keeps them and writes again only what other runs committed: the cost the
-    refusal stated. The query is stored under ``query``, not ``query_id``, so that no reader looking
-    for a query's commit markers by :func:`query_needle` mistakes this record for one."""
+    refusal stated. The query is stored under ``query``, not ``query_id``: readers of earlier releases
+    found a query's commit markers by the bytes ``"query_id":"<id>"`` and must not take this record
+    for one."""
 
     prefix: str
     query_id: str
@@ -430,8 +436,9 @@ class PrefixClaim:
         return f"{CLAIM_KEY_PREFIX}{self.prefix}"
 
     def encode(self) -> bytes:
-        # Default separators, as claims have always been written: a claim's '"query_id": ' (with its
-        # space) never matches query_needle, so no reader takes it for a commit marker.
+        # Default separators, as claims have always been written: readers of earlier releases found
+        # commit markers by the bytes '"query_id":"<id>"', which a claim's '"query_id": ' (with its
+        # space) never matches.
         fields = {"prefix": self.prefix, "query_id": self.query_id, "time_ms": self.time_ms}
         return json.dumps(fields).encode()
 
@@ -453,8 +460,8 @@ def query_claim_key(query_id: str, prefix: str) -> str:
 
 
 def encode_query_claim(query_id: str, prefix: str) -> bytes:
-    # The query is stored under "query", not "query_id": no reader looking for a query's commit
-    # markers by query_needle mistakes this record for one.
+    # The query is stored under "query", not "query_id": readers of earlier releases found commit
+    # markers by the bytes '"query_id":"<id>"', and must not take this record for one.
     return json.dumps(
         {"version": 1, "query": query_id, "prefix": prefix, "time_ms": int(time.time() * 1000)},
         separators=(",", ":"),
@@ -932,13 +939,13 @@ def committed_state(
     written by ``query_id``: its marker and registration, the query's markers under the prefix and
     (``other_prefixes``) under others, the prefix's progress and refusal records. ``claim_missing``
     is left to the caller (:func:`~.claims.claim_missing`)."""
-    needle = query_needle(query_id)
+    may_name = may_name_query(query_id)
     of_this_query = [
         (key, decoded)
         for key, value in found.items()
         if is_marker_key(key)
         and key != transactional_id
-        and needle in value
+        and may_name(value)
         and (decoded := CommitMarker.decode(value)).query_id == query_id
     ]
     siblings = {key for key, _ in of_this_query if write_partition_of(key, prefix) is not None}

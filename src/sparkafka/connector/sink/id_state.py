@@ -17,7 +17,7 @@ from sparkafka.connector.sink.commit_log import (
     ProgressRecord,
     Registration,
     committed_state,
-    query_needle,
+    may_name_query,
     register,
 )
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
@@ -121,14 +121,14 @@ def _refuse_adopting_a_partial_batch(
             old_query,
         )
         return
-    needle = query_needle(old_query)
+    may_name = may_name_query(old_query)
     partial = sorted(
         (
             marker
             for key, value in found.items()
             if is_marker_key(key)
             and write_partition_of(key, prefix) is not None
-            and needle in value
+            and may_name(value)
             and (marker := CommitMarker.decode(value)).query_id == old_query
             and marker.batch_id > progress.batch_id
         ),
