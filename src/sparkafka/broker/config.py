@@ -115,7 +115,7 @@ def check_socket_limits(
     if socket_request_max_bytes < 1:
         raise ValueError(
             f"socket.request.max.bytes (--socket-request-max-bytes) must be at least 1, got "
-            f"{socket_request_max_bytes}; Kafka's default is 104857600"
+            f"{socket_request_max_bytes}; Kafka's default is {default_of('socket_request_max_bytes')}"
         )
     if queued_max_request_bytes != -1 and queued_max_request_bytes < socket_request_max_bytes:
         raise ValueError(
