@@ -17,7 +17,7 @@ write or a journal append), and the periodic task retries steps 2-3 (:meth:`comp
 Kafka's marker channel does. Until then the id answers CONCURRENT_TRANSACTIONS.
 
 State changes: a transaction's state moves only along Kafka's transitions (``_VALID_PREVIOUS_STATES``,
-as Kafka's TransactionState), and every change goes one way, :meth:`TransactionCoordinator._transition`:
+as Kafka's TransactionState), and every change goes one way, :meth:`TransactionStateManager.write`:
 prepare the next metadata as a copy (the transition checked), journal it, and only then apply it to
 the metadata in memory. Memory never holds a state the journal lacks, so nothing needs undoing when
 the journal append fails.
@@ -142,9 +142,9 @@ class TransactionMetadata:
             "previous_pid": self.previous_producer_id,
         }
 
-    def prepare_transition(self, state: TxnState, **changes: Any) -> TransactionMetadata:
+    def _moved_to(self, state: TxnState, **changes: Any) -> TransactionMetadata:
         """The metadata after moving to ``state`` with ``changes``, as a copy: this one is left as it
-        is until the copy is journaled (:meth:`TransactionCoordinator._transition`). Raises
+        is until the copy is journaled (:meth:`TransactionStateManager.write`). Raises
         :class:`IllegalStateTransition` for a move Kafka's state machine does not allow."""
         if self.state not in _VALID_PREVIOUS_STATES[state]:
             raise IllegalStateTransition(
@@ -154,6 +154,78 @@ class TransactionMetadata:
         copied = {name: getattr(self, name) for name in _JOURNALED_FIELDS}
         copied.update(partitions=set(self.partitions), groups=set(self.groups))
         return TransactionMetadata(**{**copied, **changes, "state": state})
+
+    # -- Kafka's transitions, each a checked copy --------------------------------------------------
+
+    def prepare_epoch_bump(
+        self, *, timeout_ms: int, producer_id: int, producer_epoch: int, new_producer_id: Callable[[], int]
+    ) -> TransactionMetadata:
+        """InitProducerId for an id without an open transaction (Kafka's prepareIncrementProducerEpoch
+        and prepareProducerIdRotation), back to Empty with ``timeout_ms``:
+
+        - a new instance (``producer_id`` -1) gets the epoch bumped, and no last epoch to retry;
+        - the producer's own current id and epoch (KIP-360) get the epoch bumped, the current one
+          remembered as the last;
+        - the last epoch again (a retry whose answer was lost) gets the current epoch, not bumped;
+        - any other epoch is PRODUCER_FENCED;
+        - an exhausted epoch (a new instance, or the producer's current one) moves the id to a new
+          producer id at epoch 0, remembering the previous id."""
+        bumping_own_epoch = producer_id >= 0
+        own_current_epoch = (producer_id, producer_epoch) == (self.producer_id, self.producer_epoch)
+        identity: dict[str, int] = {}
+        if self.producer_epoch >= _MAX_EPOCH and (not bumping_own_epoch or own_current_epoch):
+            identity = {
+                "previous_producer_id": self.producer_id,
+                "last_producer_epoch": self.producer_epoch if bumping_own_epoch else -1,
+                "producer_id": new_producer_id(),
+                "producer_epoch": 0,
+            }
+        elif not bumping_own_epoch:
+            identity = {"producer_epoch": self.producer_epoch + 1, "last_producer_epoch": -1}
+        elif own_current_epoch:
+            identity = {"producer_epoch": self.producer_epoch + 1, "last_producer_epoch": self.producer_epoch}
+        elif producer_epoch != self.last_producer_epoch:
+            raise producer_fenced(self, producer_id, producer_epoch)
+        # else: the last bump again, its answer lost: the current epoch, not bumped twice.
+        return self._moved_to(
+            TxnState.EMPTY, **identity, timeout_ms=timeout_ms, partitions=set(), groups=set(), start_ms=-1
+        )
+
+    def prepare_add(
+        self, *, partitions: Iterable[TopicPartition] = (), groups: Iterable[str] = (), now_ms: int
+    ) -> TransactionMetadata:
+        """Partitions and groups added to the ongoing transaction (Kafka's prepareAddPartitions),
+        beginning one at ``now_ms`` after a completed transaction (or none)."""
+        if self.state is TxnState.ONGOING:
+            return self._moved_to(
+                TxnState.ONGOING,
+                partitions=self.partitions | set(partitions),
+                groups=self.groups | set(groups),
+            )
+        return self._moved_to(
+            TxnState.ONGOING, partitions=set(partitions), groups=set(groups), start_ms=now_ms
+        )
+
+    def prepare_decision(self, *, commit: bool) -> TransactionMetadata:
+        """The ongoing transaction's outcome decided (Kafka's prepareAbortOrCommit): PrepareCommit or
+        PrepareAbort."""
+        return self._moved_to(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+
+    def prepare_fence_and_abort(self) -> TransactionMetadata:
+        """The ongoing transaction aborted and its producer fenced (Kafka's prepareFenceProducerEpoch
+        with the abort, one journal entry here): the epoch bumped, and no last epoch, so the fenced
+        producer's epoch is no retry of anything."""
+        return self._moved_to(
+            TxnState.PREPARE_ABORT, producer_epoch=self.producer_epoch + 1, last_producer_epoch=-1
+        )
+
+    def prepare_complete(self) -> TransactionMetadata:
+        """The decided outcome written everywhere (Kafka's prepareComplete): CompleteCommit or
+        CompleteAbort, listing no partitions (DescribeTransactions); the start time stays."""
+        completed = (
+            TxnState.COMPLETE_COMMIT if self.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        )
+        return self._moved_to(completed, partitions=set(), groups=set())
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> TransactionMetadata:
@@ -179,6 +251,14 @@ _JOURNALED_FIELDS = tuple(
 )
 
 
+def producer_fenced(txn: TransactionMetadata, producer_id: int, producer_epoch: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.PRODUCER_FENCED,
+        f"producer {producer_id} epoch {producer_epoch} no longer owns transactional id "
+        f"{txn.transactional_id!r} (now producer {txn.producer_id} epoch {txn.producer_epoch})",
+    )
+
+
 class TransactionVerificationError(BrokerError):
     """A transactional batch the coordinator's verification refused. Kafka answers these before the
     log is involved (no log start offset in the Produce response); ``kafka_text`` is the error message
@@ -199,6 +279,87 @@ OffsetCompleter = Callable[[str, int, bool], None]
 PartitionExists = Callable[[str, int], bool]
 
 
+class TransactionStateManager:
+    """The transaction coordinator's state and its journal (Kafka's TransactionStateManager): every
+    transactional id's metadata, indexed by producer id too, and the blocks of producer ids handed
+    out. The coordinator decides; this class is the only one that writes the journal.
+
+    Invariant: memory never holds what the journal lacks. Each change is appended first and applied
+    after, so a failed append leaves memory as it was and the error reaches the coordinator."""
+
+    def __init__(self, journal: Journal, *, now_ms: Callable[[], int]) -> None:
+        self._journal = journal
+        self._now_ms = now_ms
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self.by_producer_id: dict[int, TransactionMetadata] = {}
+        self._next_producer_id = 0
+        self._producer_id_limit = 0
+        for entry in journal.replay():
+            if entry["type"] == "txn":
+                self._index(TransactionMetadata.from_entry(entry))
+            elif entry["type"] == "txn_removed":
+                self._forget(entry["id"])
+            elif entry["type"] == "pid_block":
+                self._next_producer_id = self._producer_id_limit = entry["limit"]
+
+    def allocate_producer_id(self) -> int:
+        """Producer ids are handed out from blocks whose upper bound is journaled first, so an id is
+        never reused after a restart (as Kafka's ProducerIdManager)."""
+        if self._next_producer_id >= self._producer_id_limit:
+            self._producer_id_limit = self._next_producer_id + _PRODUCER_ID_BLOCK
+            self._journal.append({"type": "pid_block", "limit": self._producer_id_limit})
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
+
+    def add(self, txn: TransactionMetadata) -> None:
+        """A transactional id seen for the first time, journaled before memory knows it."""
+        txn.last_update_ms = self._now_ms()
+        self._journal.append(txn.to_entry())
+        self._index(txn)
+
+    def write(self, txn: TransactionMetadata, prepared: TransactionMetadata) -> None:
+        """Make ``prepared`` (one of :class:`TransactionMetadata`'s ``prepare_*`` copies) the state of
+        ``txn``. Steps:
+
+        1. stamp the change's time;
+        2. journal it — if the append fails, ``txn`` is untouched and the error reaches the caller,
+           so a retried request finds the transaction as the journal has it (a change only memory
+           knew would, for example, answer a retried AddPartitionsToTxn with success and, after a
+           restart, leave an open transaction no coordinator knows, holding readers back for good);
+        3. apply it to ``txn`` in memory, re-indexing a new producer id;
+        4. past a threshold of appends, rewrite the journal as a snapshot of the state.
+        """
+        prepared.last_update_ms = self._now_ms()
+        self._journal.append(prepared.to_entry())
+        if self.by_producer_id.get(txn.producer_id) is txn and prepared.producer_id != txn.producer_id:
+            del self.by_producer_id[txn.producer_id]
+        for name in _JOURNALED_FIELDS:
+            setattr(txn, name, getattr(prepared, name))
+        self.by_producer_id[txn.producer_id] = txn
+        if self._journal.appended_since_rewrite > _JOURNAL_REWRITE_THRESHOLD:
+            snapshot = [t.to_entry() for t in self.transactions.values()]
+            snapshot.append({"type": "pid_block", "limit": self._producer_id_limit})
+            self._journal.rewrite(snapshot)
+
+    def remove(self, transactional_id: str) -> None:
+        """Forget an id, its tombstone journaled first, so a restart does not bring it back."""
+        self._journal.append({"type": "txn_removed", "id": transactional_id})
+        self._forget(transactional_id)
+
+    def _index(self, txn: TransactionMetadata) -> None:
+        previous = self.transactions.get(txn.transactional_id)
+        if previous is not None and self.by_producer_id.get(previous.producer_id) is previous:
+            del self.by_producer_id[previous.producer_id]
+        self.transactions[txn.transactional_id] = txn
+        self.by_producer_id[txn.producer_id] = txn
+
+    def _forget(self, transactional_id: str) -> None:
+        txn = self.transactions.pop(transactional_id, None)
+        if txn is not None and self.by_producer_id.get(txn.producer_id) is txn:
+            del self.by_producer_id[txn.producer_id]
+
+
 class TransactionCoordinator:
     def __init__(
         self,
@@ -211,41 +372,19 @@ class TransactionCoordinator:
         partition_exists: PartitionExists,
         now_ms: Callable[[], int],
     ) -> None:
-        self._journal = journal
+        self.state = TransactionStateManager(journal, now_ms=now_ms)
+        self.transactions = self.state.transactions
         self.max_timeout_ms = max_timeout_ms
         self.transactional_id_expiration_ms = transactional_id_expiration_ms
         self._write_marker = write_marker
         self._complete_offsets = complete_offsets
         self._partition_exists = partition_exists
         self._now_ms = now_ms
-        self.transactions: dict[str, TransactionMetadata] = {}
-        self._by_producer_id: dict[int, TransactionMetadata] = {}
-        self._next_producer_id = 0
-        self._producer_id_limit = 0
-        for entry in journal.replay():
-            if entry["type"] == "txn":
-                self._index(TransactionMetadata.from_entry(entry))
-            elif entry["type"] == "txn_removed":
-                self._forget(entry["id"])
-            elif entry["type"] == "pid_block":
-                self._next_producer_id = self._producer_id_limit = entry["limit"]
 
     def recover(self) -> None:
         """Finish transactions whose outcome was journaled but whose markers may not all be written."""
         if count := self.complete_prepared():
             log.info("completed %d decided transaction(s) after restart", count)
-
-    def _index(self, txn: TransactionMetadata) -> None:
-        previous = self.transactions.get(txn.transactional_id)
-        if previous is not None and self._by_producer_id.get(previous.producer_id) is previous:
-            del self._by_producer_id[previous.producer_id]
-        self.transactions[txn.transactional_id] = txn
-        self._by_producer_id[txn.producer_id] = txn
-
-    def _forget(self, transactional_id: str) -> None:
-        txn = self.transactions.pop(transactional_id, None)
-        if txn is not None and self._by_producer_id.get(txn.producer_id) is txn:
-            del self._by_producer_id[txn.producer_id]
 
     def remove_expired_transactional_ids(self) -> int:
         """Forget transactional ids whose state has not changed for transactional.id.expiration.ms and
@@ -261,8 +400,7 @@ class TransactionCoordinator:
             if txn.state in _COMPLETED and txn.last_update_ms <= oldest_kept
         ]
         for transactional_id in expired:
-            self._journal.append({"type": "txn_removed", "id": transactional_id})
-            self._forget(transactional_id)
+            self.state.remove(transactional_id)
         if expired:
             log.info(
                 "removed %d transactional id(s) unchanged for transactional.id.expiration.ms=%d",
@@ -270,39 +408,6 @@ class TransactionCoordinator:
                 self.transactional_id_expiration_ms,
             )
         return len(expired)
-
-    def _transition(self, txn: TransactionMetadata, prepared: TransactionMetadata) -> None:
-        """Make ``prepared`` (from :meth:`TransactionMetadata.prepare_transition`) the state of
-        ``txn``. Steps:
-
-        1. stamp the change's time;
-        2. journal it — if the append fails, ``txn`` is untouched and the error reaches the caller,
-           so a retried request finds the transaction as the journal has it (a change only memory
-           knew would, for example, answer a retried AddPartitionsToTxn with success and, after a
-           restart, leave an open transaction no coordinator knows, holding readers back for good);
-        3. apply it to ``txn`` in memory, re-indexing a new producer id.
-        """
-        prepared.last_update_ms = self._now_ms()
-        self._journal.append(prepared.to_entry())
-        if self._by_producer_id.get(txn.producer_id) is txn and prepared.producer_id != txn.producer_id:
-            del self._by_producer_id[txn.producer_id]
-        for name in _JOURNALED_FIELDS:
-            setattr(txn, name, getattr(prepared, name))
-        self._by_producer_id[txn.producer_id] = txn
-        if self._journal.appended_since_rewrite > _JOURNAL_REWRITE_THRESHOLD:
-            snapshot = [t.to_entry() for t in self.transactions.values()]
-            snapshot.append({"type": "pid_block", "limit": self._producer_id_limit})
-            self._journal.rewrite(snapshot)
-
-    def allocate_producer_id(self) -> int:
-        """Producer ids are handed out from blocks whose upper bound is journaled first, so an id is
-        never reused after a restart (as Kafka's ProducerIdManager)."""
-        if self._next_producer_id >= self._producer_id_limit:
-            self._producer_id_limit = self._next_producer_id + _PRODUCER_ID_BLOCK
-            self._journal.append({"type": "pid_block", "limit": self._producer_id_limit})
-        producer_id = self._next_producer_id
-        self._next_producer_id += 1
-        return producer_id
 
     # -- InitProducerId ---------------------------------------------------------------------------
 
@@ -313,7 +418,7 @@ class TransactionCoordinator:
         transaction.max.timeout.ms, aborts an open transaction of the previous instance and bumps the
         epoch, fencing that instance."""
         if transactional_id is None:
-            return self.allocate_producer_id(), 0
+            return self.state.allocate_producer_id(), 0
         if not transactional_id:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id must not be empty")
         if not 0 < timeout_ms <= self.max_timeout_ms:
@@ -324,17 +429,14 @@ class TransactionCoordinator:
             )
         txn = self.transactions.get(transactional_id)
         if txn is None:
-            txn = TransactionMetadata(transactional_id, self.allocate_producer_id(), 0, timeout_ms)
-            txn.last_update_ms = self._now_ms()
-            self._journal.append(txn.to_entry())  # journaled before memory knows the id
-            self._index(txn)
+            txn = TransactionMetadata(transactional_id, self.state.allocate_producer_id(), 0, timeout_ms)
+            self.state.add(txn)
             return txn.producer_id, txn.producer_epoch
-        bumping_own_epoch = producer_id >= 0
-        if bumping_own_epoch and not (
+        if producer_id >= 0 and not (
             producer_id == txn.producer_id
             or (producer_id == txn.previous_producer_id and producer_epoch >= _MAX_EPOCH)
         ):
-            raise self._fenced(txn, producer_id, producer_epoch)
+            raise producer_fenced(txn, producer_id, producer_epoch)
         if txn.state in _PREPARED:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if txn.state is TxnState.ONGOING:
@@ -347,35 +449,14 @@ class TransactionCoordinator:
             )
         # Journaled before it is answered: a bump only memory knew would fence the previous
         # instance until a restart brought it back.
-        own_current_epoch = (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch)
-        identity: dict[str, int] = {}
-        if txn.producer_epoch >= _MAX_EPOCH and (not bumping_own_epoch or own_current_epoch):
-            identity = {
-                "previous_producer_id": txn.producer_id,
-                "last_producer_epoch": txn.producer_epoch if bumping_own_epoch else -1,
-                "producer_id": self.allocate_producer_id(),
-                "producer_epoch": 0,
-            }
-        elif not bumping_own_epoch:
-            identity = {"producer_epoch": txn.producer_epoch + 1, "last_producer_epoch": -1}
-        elif own_current_epoch:
-            identity = {"producer_epoch": txn.producer_epoch + 1, "last_producer_epoch": txn.producer_epoch}
-        elif producer_epoch != txn.last_producer_epoch:
-            raise self._fenced(txn, producer_id, producer_epoch)
-        # else: the last bump again, its answer lost: the current epoch, not bumped twice.
-        prepared = txn.prepare_transition(
-            TxnState.EMPTY, **identity, timeout_ms=timeout_ms, partitions=set(), groups=set(), start_ms=-1
+        prepared = txn.prepare_epoch_bump(
+            timeout_ms=timeout_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            new_producer_id=self.state.allocate_producer_id,
         )
-        self._transition(txn, prepared)
+        self.state.write(txn, prepared)
         return txn.producer_id, txn.producer_epoch
-
-    @staticmethod
-    def _fenced(txn: TransactionMetadata, producer_id: int, producer_epoch: int) -> BrokerError:
-        return BrokerError(
-            ErrorCode.PRODUCER_FENCED,
-            f"producer {producer_id} epoch {producer_epoch} no longer owns transactional id "
-            f"{txn.transactional_id!r} (now producer {txn.producer_id} epoch {txn.producer_epoch})",
-        )
 
     # -- validation shared by the transactional requests -------------------------------------------
 
@@ -410,15 +491,7 @@ class TransactionCoordinator:
     ) -> None:
         """Add partitions and groups to the ongoing transaction, beginning one after a completed
         transaction (or none), journaled first."""
-        if txn.state is TxnState.ONGOING:
-            prepared = txn.prepare_transition(
-                TxnState.ONGOING, partitions=txn.partitions | set(partitions), groups=txn.groups | set(groups)
-            )
-        else:
-            prepared = txn.prepare_transition(
-                TxnState.ONGOING, partitions=set(partitions), groups=set(groups), start_ms=self._now_ms()
-            )
-        self._transition(txn, prepared)
+        self.state.write(txn, txn.prepare_add(partitions=partitions, groups=groups, now_ms=self._now_ms()))
 
     def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
@@ -538,13 +611,12 @@ class TransactionCoordinator:
             f"in state {txn.state.value}",
         )
 
-    def _complete(self, txn: TransactionMetadata, commit: bool, **changes: Any) -> None:
-        """Decide the outcome (journal PrepareCommit/PrepareAbort, with ``changes`` such as a fencing
-        epoch), then carry it out. A failure to journal the decision leaves the transaction as it
+    def _complete(self, txn: TransactionMetadata, commit: bool, *, fence: bool = False) -> None:
+        """Decide the outcome (journal PrepareCommit/PrepareAbort; with ``fence``, an abort that fences
+        the producer), then carry it out. A failure to journal the decision leaves the transaction as it
         was and reaches the caller; a failure after it is logged and left to
         :meth:`complete_prepared`, since the outcome stands."""
-        decided = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        self._transition(txn, txn.prepare_transition(decided, **changes))
+        self.state.write(txn, txn.prepare_fence_and_abort() if fence else txn.prepare_decision(commit=commit))
         self._carry_out(txn, commit)
 
     def complete_prepared(self) -> int:
@@ -592,9 +664,7 @@ class TransactionCoordinator:
             txn.outcome_written.add(part)
         if failure is not None:
             raise failure
-        completed = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        # A completed transaction lists no partitions (DescribeTransactions); its start time stays.
-        self._transition(txn, txn.prepare_transition(completed, partitions=set(), groups=set()))
+        self.state.write(txn, txn.prepare_complete())
         txn.outcome_written.clear()
 
     def _fence_and_abort(self, txn: TransactionMetadata, *, reason: str) -> None:
@@ -605,9 +675,8 @@ class TransactionCoordinator:
             txn.producer_epoch,
             reason,
         )
-        # The fence and the decision are one journal entry; the fenced producer's epoch is no retry
-        # of anything.
-        self._complete(txn, commit=False, producer_epoch=txn.producer_epoch + 1, last_producer_epoch=-1)
+        # The fence and the decision are one journal entry.
+        self._complete(txn, commit=False, fence=True)
 
     def abort_timed_out(self) -> int:
         """Abort transactions open longer than their transaction.timeout.ms, bumping the epoch so the
@@ -633,4 +702,4 @@ class TransactionCoordinator:
     # -- admin views ------------------------------------------------------------------------------
 
     def by_producer_id(self, producer_id: int) -> TransactionMetadata | None:
-        return self._by_producer_id.get(producer_id)
+        return self.state.by_producer_id.get(producer_id)

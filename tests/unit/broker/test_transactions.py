@@ -368,20 +368,20 @@ def test_a_timeout_abort_that_cannot_be_journaled_does_not_hold_up_the_others(
     for transactional_id in ("first", "second"):
         pid, epoch = coordinator.init_producer_id(transactional_id, TIMEOUT_MS)
         coordinator.add_partitions(transactional_id, pid, epoch, [(transactional_id, 0)])
-    transition = coordinator._transition
+    write = coordinator.state.write
 
-    def transition_failing_for_first(txn: Any, prepared: Any) -> None:
+    def write_failing_for_first(txn: Any, prepared: Any) -> None:
         if txn.transactional_id == "first":
             raise JournalError("disk full")
-        transition(txn, prepared)
+        write(txn, prepared)
 
-    monkeypatch.setattr(coordinator, "_transition", transition_failing_for_first)
+    monkeypatch.setattr(coordinator.state, "write", write_failing_for_first)
     clock.now += TIMEOUT_MS + 1
     assert coordinator.abort_timed_out() == 1
     assert coordinator.transactions["first"].state is TxnState.ONGOING  # tried again next round
     assert coordinator.transactions["second"].state is TxnState.COMPLETE_ABORT
 
-    monkeypatch.setattr(coordinator, "_transition", transition)
+    monkeypatch.setattr(coordinator.state, "write", write)
     assert coordinator.abort_timed_out() == 1
     assert coordinator.transactions["first"].state is TxnState.COMPLETE_ABORT
 
@@ -391,7 +391,7 @@ def test_a_decision_that_cannot_be_journaled_changes_nothing(
 ) -> None:
     pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
     coordinator.add_partitions("t", pid, epoch, [("out", 0)])
-    coordinator._journal.close()  # every later append fails
+    coordinator.state._journal.close()  # every later append fails
     with pytest.raises(JournalError):
         coordinator.init_producer_id("t", TIMEOUT_MS)  # would fence and abort the open transaction
     txn = coordinator.transactions["t"]
@@ -404,7 +404,7 @@ def test_an_epoch_bump_that_cannot_be_journaled_fences_nobody(
     """InitProducerId answers only what the journal holds: a bump only memory knew would fence the
     running instance until a restart unfenced it, and a retry would bump once more."""
     pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
-    coordinator._journal.close()  # every later append fails
+    coordinator.state._journal.close()  # every later append fails
     with pytest.raises(JournalError):
         coordinator.init_producer_id("t", TIMEOUT_MS)
     with pytest.raises(JournalError):
@@ -428,13 +428,13 @@ def test_a_move_to_a_new_producer_id_that_cannot_be_journaled_keeps_the_old_one(
 ) -> None:
     pid, _ = coordinator.init_producer_id("t", TIMEOUT_MS)
     coordinator.transactions["t"].producer_epoch = EXHAUSTED_EPOCH
-    coordinator._journal.close()  # every later append fails
+    coordinator.state._journal.close()  # every later append fails
     with pytest.raises(JournalError):
         coordinator.init_producer_id("t", TIMEOUT_MS, pid, EXHAUSTED_EPOCH)
     txn = coordinator.transactions["t"]
     assert (txn.producer_id, txn.producer_epoch, txn.previous_producer_id) == (pid, EXHAUSTED_EPOCH, -1)
     assert coordinator.by_producer_id(pid) is txn
-    assert [t for p, t in coordinator._by_producer_id.items() if p != pid] == []
+    assert [t for p, t in coordinator.state.by_producer_id.items() if p != pid] == []
 
 
 def test_a_partition_or_group_added_that_cannot_be_journaled_is_not_added(
@@ -444,7 +444,7 @@ def test_a_partition_or_group_added_that_cannot_be_journaled_is_not_added(
     success for partitions only memory knew, their open transaction would outlive a restart that
     forgot them, holding read_committed readers back for good."""
     pid, epoch = coordinator.init_producer_id("t", TIMEOUT_MS)
-    coordinator._journal.close()  # every later append fails
+    coordinator.state._journal.close()  # every later append fails
     with pytest.raises(JournalError):
         coordinator.add_partitions("t", pid, epoch, [("out", 0)])
     with pytest.raises(JournalError):
@@ -506,10 +506,67 @@ def test_every_transition_outside_kafkas_state_machine_is_refused(source: TxnSta
     txn = TransactionMetadata("t", producer_id=7, producer_epoch=3, timeout_ms=60_000, state=source)
     txn.partitions.add(("topic", 0))
     if (source, target) in _ALLOWED_TRANSITIONS:
-        prepared = txn.prepare_transition(target, partitions=set())
+        prepared = txn._moved_to(target, partitions=set())
         assert (prepared.state, prepared.partitions) == (target, set())
         assert (txn.state, txn.partitions) == (source, {("topic", 0)}), "a prepared transition changed memory"
     else:
         with pytest.raises(IllegalStateTransition, match=f"{source.value} -> {target.value}"):
-            txn.prepare_transition(target)
+            txn._moved_to(target)
         assert txn.state is source
+
+
+@pytest.mark.parametrize(
+    ("source", "transition"),
+    [
+        (TxnState.EMPTY, lambda txn: txn.prepare_decision(commit=True)),
+        (TxnState.COMPLETE_ABORT, lambda txn: txn.prepare_fence_and_abort()),
+        (TxnState.ONGOING, lambda txn: txn.prepare_complete()),
+        (TxnState.PREPARE_COMMIT, lambda txn: txn.prepare_add(partitions=[("out", 1)], now_ms=5)),
+        (
+            TxnState.PREPARE_ABORT,
+            lambda txn: txn.prepare_epoch_bump(
+                timeout_ms=60_000, producer_id=-1, producer_epoch=-1, new_producer_id=lambda: 8
+            ),
+        ),
+    ],
+)
+def test_each_named_transition_is_refused_from_a_state_kafka_does_not_allow(
+    source: TxnState, transition: Any
+) -> None:
+    txn = TransactionMetadata("t", producer_id=7, producer_epoch=3, timeout_ms=60_000, state=source)
+    with pytest.raises(IllegalStateTransition):
+        transition(txn)
+    assert (txn.state, txn.producer_epoch) == (source, 3)
+
+
+def test_the_named_transitions_are_kafkas_changes_as_copies() -> None:
+    txn = TransactionMetadata("t", producer_id=7, producer_epoch=3, timeout_ms=60_000, last_producer_epoch=2)
+    ongoing = txn.prepare_add(partitions=[("out", 0)], groups=["g"], now_ms=5)
+    assert (ongoing.state, ongoing.partitions, ongoing.groups, ongoing.start_ms) == (
+        TxnState.ONGOING,
+        {("out", 0)},
+        {"g"},
+        5,
+    )
+    assert txn.state is TxnState.EMPTY and not txn.partitions
+    fenced = ongoing.prepare_fence_and_abort()
+    assert (fenced.state, fenced.producer_epoch, fenced.last_producer_epoch) == (
+        TxnState.PREPARE_ABORT,
+        4,
+        -1,
+    )
+    completed = fenced.prepare_complete()
+    assert (completed.state, completed.partitions, completed.start_ms) == (TxnState.COMPLETE_ABORT, set(), 5)
+    assert ongoing.prepare_decision(commit=True).prepare_complete().state is TxnState.COMPLETE_COMMIT
+    bumped = txn.prepare_epoch_bump(
+        timeout_ms=1000, producer_id=7, producer_epoch=3, new_producer_id=lambda: 9
+    )
+    assert (bumped.producer_id, bumped.producer_epoch, bumped.last_producer_epoch, bumped.timeout_ms) == (
+        7,
+        4,
+        3,
+        1000,
+    )
+    with pytest.raises(BrokerError) as fenced_out:
+        txn.prepare_epoch_bump(timeout_ms=1000, producer_id=7, producer_epoch=1, new_producer_id=lambda: 9)
+    assert fenced_out.value.code is ErrorCode.PRODUCER_FENCED
