@@ -169,3 +169,33 @@ def test_a_query_finds_every_prefix_it_claimed_and_no_other_querys() -> None:
     assert claimed_prefixes(found, "q-1") == {"a", "b-2"}
     # Earlier releases, finding markers by a needle, do not take them for markers of the query.
     assert all(OLDER_READERS_NEEDLE not in value for value in found.values())
+
+
+def test_a_record_naming_the_query_elsewhere_than_in_its_query_id_is_not_its_marker() -> None:
+    """A record under another write partition's key that holds the query's id, but not as its
+    query_id (a note written by hand, say), is nobody's marker of the query: passed over."""
+    note = json.dumps({"note": "moved from q-1", "query_id": "q-0"}).encode()
+    state = committed_state(
+        {"other-7": note, "p-1": CommitMarker("p-1", "q-1", 4, 1, 3, 1, "out").encode()},
+        "p-0",
+        "p",
+        "q-1",
+        other_prefixes=True,
+    )
+    assert [m.batch_id for m in state.sibling_markers] == [4] and state.other_prefix_markers == ()
+
+
+@pytest.mark.parametrize(
+    "value", [b'{"query_id":"q-1","note":"written by hand"}', b'{"query_id":"q-1","batch_id":', b"\x00q-1"]
+)
+def test_a_record_that_may_be_the_querys_marker_but_is_no_whole_marker_is_refused_naming_its_key(
+    value: bytes,
+) -> None:
+    """Taken for nothing, a damaged marker of the query could hide the last batch a write partition
+    committed; a record that does not name the query's id as its query_id at all is another's."""
+    found = {"p-3": value}
+    if value == b"\x00q-1":
+        assert committed_state(found, "p-0", "p", "q-1", other_prefixes=True).sibling_markers == ()
+        return
+    with pytest.raises(CommitMarkerError, match="under key 'p-3' names query q-1 but is no commit marker"):
+        committed_state(found, "p-0", "p", "q-1", other_prefixes=True)

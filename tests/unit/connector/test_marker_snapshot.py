@@ -136,3 +136,12 @@ def test_a_snapshot_of_another_version_is_refused_naming_both() -> None:
     """A snapshot an older sparkafka wrote (version 1 kept positions, not last records) is taken anew."""
     with pytest.raises(ValueError, match="version 1, this code reads 2"):
         MarkerSnapshot.decode('{"version": 1, "positions": {"0": 12}}')
+
+
+def test_the_filter_keeps_the_markers_of_a_query_whose_id_json_escapes() -> None:
+    """The snapshot keeps a superset of what tasks read: for an id JSON writes escaped (a quote, a
+    letter outside ASCII) the query's markers under another prefix are kept all the same."""
+    for query in ('q-"1"', "q-\u00e9t\u00e9"):
+        marker = _marker("shipments-v1-0", query, 5, 0)
+        assert query.encode() not in marker
+        assert concerns_query("shipments-v1-0", marker, "shipments-v2", query)

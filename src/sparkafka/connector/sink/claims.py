@@ -58,6 +58,7 @@ from sparkafka.connector.sink.commit_log import (
     commit_claim,
     encode_query_claim,
     marker_layout,
+    marker_of_query,
     may_name_query,
     produce_to_markers,
     query_claim_key,
@@ -417,11 +418,8 @@ def newest_batch(found: Mapping[str, bytes], query_id: str, prefix: str) -> int:
             progress = ProgressRecord.decode(value)
             if progress.query_id == query_id:
                 newest = max(newest, progress.batch_id)
-        elif is_marker_key(key):
-            with contextlib.suppress(ValueError, KeyError):
-                marker = CommitMarker.decode(value)
-                if marker.query_id == query_id:
-                    newest = max(newest, marker.batch_id)
+        elif is_marker_key(key) and (marker := marker_of_query(key, value, query_id)) is not None:
+            newest = max(newest, marker.batch_id)
     return newest
 
 

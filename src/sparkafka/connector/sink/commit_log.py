@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -79,6 +80,7 @@ MARKER_TOPIC_MUST_ACCEPT = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def may_name_query(query_id: str) -> Callable[[bytes], bool]:
     """A quick test of a record's value, false only for a record that cannot name ``query_id``: a
     query's records hold its id as JSON writes it, which for an id of plain characters (Spark's query
@@ -269,7 +271,10 @@ class CommitMarker:
 
     @classmethod
     def decode(cls, raw: bytes) -> CommitMarker:
-        data = json.loads(raw)
+        return cls._from_fields(json.loads(raw))
+
+    @classmethod
+    def _from_fields(cls, data: dict[str, Any]) -> CommitMarker:
         return cls(
             data["transactional_id"],
             data["query_id"],
@@ -283,6 +288,35 @@ class CommitMarker:
             data.get("run_id"),
             data.get("accepted_run"),
         )
+
+
+def marker_of_query(key: str, value: bytes, query_id: str) -> CommitMarker | None:
+    """The commit marker ``value`` is, under transactional id ``key``, if it is one of ``query_id``;
+    None for a marker of another query, and for a record whose ``query_id`` does not name the query
+    (whatever else of it holds the query's id).
+
+    A record that names the query there but is no whole commit marker (written by hand, or by a
+    program other than sparkafka) is refused, naming its key: taken for nothing it could hide a write
+    partition's last batch of the query, and a replay would then write that batch again."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        if b'"query_id"' not in value:
+            return None
+        data = {"query_id": query_id}  # unreadable, and may be the query's: refused below
+    if data.get("query_id") != query_id:
+        return None
+    try:
+        return CommitMarker._from_fields(data)
+    except (KeyError, TypeError, ValueError):
+        raise CommitMarkerError(
+            f"the commit-marker record under key {key!r} names query {query_id} but is no commit marker "
+            "sparkafka writes (written by hand, or by another program): the sink cannot tell which "
+            "batch that write partition committed last. Write back the record the sink wrote there, or "
+            "a tombstone for the key if no query ever wrote under that transactional id"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -946,7 +980,7 @@ def committed_state(
         if is_marker_key(key)
         and key != transactional_id
         and may_name(value)
-        and (decoded := CommitMarker.decode(value)).query_id == query_id
+        and (decoded := marker_of_query(key, value, query_id)) is not None
     ]
     siblings = {key for key, _ in of_this_query if write_partition_of(key, prefix) is not None}
     others = tuple(m for key, m in of_this_query if key not in siblings)

@@ -12,11 +12,11 @@ from confluent_kafka import Producer
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
 from sparkafka.connector.sink.claims import claim_missing, record_query_claim, require_prefix_claim
 from sparkafka.connector.sink.commit_log import (
-    CommitMarker,
     CommittedState,
     ProgressRecord,
     Registration,
     committed_state,
+    marker_of_query,
     may_name_query,
     register,
 )
@@ -129,7 +129,7 @@ def _refuse_adopting_a_partial_batch(
             if is_marker_key(key)
             and write_partition_of(key, prefix) is not None
             and may_name(value)
-            and (marker := CommitMarker.decode(value)).query_id == old_query
+            and (marker := marker_of_query(key, value, old_query)) is not None
             and marker.batch_id > progress.batch_id
         ),
         key=lambda m: m.partition,

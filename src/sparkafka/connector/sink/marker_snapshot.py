@@ -55,6 +55,7 @@ from sparkafka.connector.sink.commit_log import (
     RecordAnchor,
     marker_layout,
     marker_partition_end,
+    may_name_query,
     read_in_query_order,
     read_marker_partition_from,
     read_markers,
@@ -163,7 +164,7 @@ def concerns_query(key: str, value: bytes, prefix: str, query_id: str) -> bool:
     refusal records) or the query (its ``query/`` records), or its value names the query (its
     markers under other prefixes). A superset of what the protocol reads: more is harmless, less
     would not be."""
-    return prefix in key or query_id in key or query_id.encode() in value
+    return prefix in key or query_id in key or may_name_query(query_id)(value)
 
 
 def snapshot_for_run(
