@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from sparkafka.broker.config import BrokerConfig
-from sparkafka.broker.settings import BY_KAFKA_NAME, SETTINGS, ConfigType
+from sparkafka.broker.settings import BY_KAFKA_NAME, DESCRIBED, ConfigType
 from sparkafka.broker.topic_configs import TOPIC_CONFIGS, described_value
 
 SOURCE_TOPIC = 1
@@ -101,13 +101,13 @@ _DEFAULTS_WITHOUT_A_SETTING: dict[str, str | None] = {
 # Every broker config this broker describes, with Kafka's default.
 BROKER_DEFAULTS: dict[str, str | None] = {
     **_DEFAULTS_WITHOUT_A_SETTING,
-    **{setting.kafka_name: setting.kafka_default_text for setting in SETTINGS},
+    **{setting.kafka_name: setting.kafka_default_text for setting in DESCRIBED},
 }
 # The value a broker config without a default of its own amounts to (log.retention.ms: the 168
 # hours of log.retention.hours), when the broker runs with it.
 _EFFECTIVE_DEFAULTS = {
     setting.kafka_name: setting.text(setting.default)
-    for setting in SETTINGS
+    for setting in DESCRIBED
     if setting.kafka_default_text is None and setting.default is not None
 }
 # Alternate units of a broker config (log.retention.hours for log.retention.ms), in milliseconds.
@@ -134,7 +134,7 @@ def kafka_settings(config: BrokerConfig) -> dict[str, str]:
     broker, such as max.connections, is not among them: see :func:`broker_config_entries`)."""
     return {
         setting.kafka_name: text
-        for setting in SETTINGS
+        for setting in DESCRIBED
         if (text := setting.text(getattr(config, setting.field))) is not None
     }
 

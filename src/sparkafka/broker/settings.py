@@ -55,6 +55,8 @@ class BrokerSetting:
     read_only: bool = True
     unset: int | None = None
     kafka_default: str | None = _SAME
+    # False for Kafka's internal configs, which its DescribeConfigs does not list either.
+    described: bool = True
 
     @property
     def option(self) -> str:
@@ -101,7 +103,6 @@ SETTINGS: tuple[BrokerSetting, ...] = (
         604_800_000,
         "A transactional id without an open transaction is forgotten once unchanged this long.",
         minimum=1,
-        read_only=False,
     ),
     BrokerSetting(
         "transactional_id_expiration_check_interval_ms",
@@ -127,6 +128,7 @@ SETTINGS: tuple[BrokerSetting, ...] = (
         600_000,
         "How often partitions look for expired producers.",
         minimum=1,
+        described=False,
     ),
     # -- topics and their logs
     BrokerSetting(
@@ -277,6 +279,8 @@ SETTINGS: tuple[BrokerSetting, ...] = (
 
 _BY_FIELD = {setting.field: setting for setting in SETTINGS}
 BY_KAFKA_NAME = {setting.kafka_name: setting for setting in SETTINGS}
+# The settings DescribeConfigs lists, under their Kafka names.
+DESCRIBED = tuple(setting for setting in SETTINGS if setting.described)
 
 
 def setting(field: str) -> BrokerSetting:
