@@ -27,7 +27,7 @@ from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.handlers import api_versions_response
 from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.limits import LISTEN_BACKLOG, ConnectionQuotas, RequestMemory
-from sparkafka.broker.log import FileRegion
+from sparkafka.broker.log_segment import FileRegion
 from sparkafka.broker.sasl import (
     SASL_MAX_RECEIVE_BYTES,
     SaslState,

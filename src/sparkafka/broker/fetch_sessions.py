@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.fastpath import PartitionFetchResult
-from sparkafka.broker.log import FileRegion
+from sparkafka.broker.log_segment import FileRegion
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0

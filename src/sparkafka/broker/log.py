@@ -33,14 +33,30 @@ import random
 import re
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import TEMPORARY_SUFFIX, fsync_directory, write_all, write_file_atomically
+from sparkafka.broker.log_segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_ENTRY,
+    SCAN_CHUNK,
+    TIME_ENTRY,
+    TIMEINDEX_SUFFIX,
+    FileRegion,
+    Segment,
+    SegmentView,
+    describe_damage,
+    is_offset,
+    open_segment_file,
+    read_offset_text,
+    scan_batches,
+    segment_path,
+)
 from sparkafka.broker.records import (
     HEADER_SIZE,
     INT32_MAX,
@@ -61,9 +77,6 @@ from sparkafka.broker.topic_configs import default_float, default_int, default_t
 
 logger = logging.getLogger(__name__)
 
-_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position (Kafka's OffsetIndex entry)
-_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset (Kafka's TimeIndex entry)
-_SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 64 * 1024
 _MAGIC_AT = 16  # where the magic byte sits in a v2 batch header
 _CLEAN_SHUTDOWN = ".clean_shutdown"
@@ -75,9 +88,6 @@ _RECOVERY_POINT = "recovery-point"
 # Kafka's cleaner-offset-checkpoint (one per log directory there, one per partition here): the
 # first offset the last cleaning pass did not reach, where the dirty part of the log starts.
 _CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-_LOG_SUFFIX = ".log"
-_INDEX_SUFFIX = ".index"
-_TIMEINDEX_SUFFIX = ".timeindex"
 _CLEANED_SUFFIX = ".cleaned"
 _POLICIES = ("delete", "compact")
 
@@ -158,11 +168,11 @@ class LogConfig:
 
     @property
     def max_offset_index_entries(self) -> int:
-        return self.segment_index_bytes // _OFFSET_ENTRY.size
+        return self.segment_index_bytes // OFFSET_ENTRY.size
 
     @property
     def max_time_index_entries(self) -> int:
-        return self.segment_index_bytes // _TIME_ENTRY.size
+        return self.segment_index_bytes // TIME_ENTRY.size
 
     @property
     def max_segment_ms(self) -> int:
@@ -179,201 +189,6 @@ class LogConfig:
     @property
     def compacts(self) -> bool:
         return "compact" in self.cleanup_policy
-
-
-class FileRegion:
-    """`count` bytes at `offset` of a file this object holds open (a dup of a segment's descriptor).
-
-    What a fetch response sends with sendfile instead of copying the bytes through Python; close() it
-    once sent (or if it never will be). `fileno()` makes it usable as the file of loop.sendfile."""
-
-    __slots__ = ("count", "fd", "offset")
-
-    def __init__(self, fd: int, offset: int, count: int) -> None:
-        self.fd = fd
-        self.offset = offset
-        self.count = count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __repr__(self) -> str:
-        return f"FileRegion(fd={self.fd}, offset={self.offset}, count={self.count})"
-
-    def fileno(self) -> int:
-        if self.fd < 0:
-            raise ValueError("the file region is closed")
-        return self.fd
-
-    def read(self) -> bytes:
-        """The region's bytes (what sendfile would send)."""
-        data = os.pread(self.fileno(), self.count, self.offset)
-        if len(data) != self.count:
-            raise OSError(f"{self!r} is shorter than it was: {len(data)} bytes")
-        return data
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
-
-
-@dataclass(eq=False)
-class _Segment:
-    """One .log file with its in-memory indexes (the .index/.timeindex files mirror them)."""
-
-    base_offset: int
-    path: Path
-    fd: int
-    size: int = 0
-    next_offset: int = -1  # no batch in this segment reaches this offset (exact for scanned segments)
-    index_offsets: list[int] = field(default_factory=list)  # absolute lastOffset of an indexed batch
-    index_positions: list[int] = field(default_factory=list)
-    time_timestamps: list[int] = field(default_factory=list)
-    time_offsets: list[int] = field(default_factory=list)  # absolute lastOffset of the batch that set it
-    max_timestamp: int = -1
-    offset_of_max_timestamp: int = -1
-    bytes_since_index: int = 0
-    indexes_dirty: bool = True
-    # Time-based rolling (Kafka's LogSegment.timeWaitedForRoll): the max timestamp of the first batch,
-    # or, while the segment is empty or its first batch has none, the time the segment was opened.
-    first_batch_timestamp: int = -1
-    opened_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    roll_jitter_ms: int = 0
-    # Byte ranges [start, end) whose batches passed their CRC check since the log was opened
-    # (scanned by recovery, appended, or served once): only the others are checked when fetched, so
-    # that a clean start reads nothing and a damaged batch is still never served.
-    verified_starts: list[int] = field(default_factory=list)
-    verified_ends: list[int] = field(default_factory=list)
-    # Positions of damaged batches already reported, so a consumer retrying does not flood the log.
-    reported_damage: set[int] = field(default_factory=set)
-
-    def sibling(self, suffix: str) -> Path:
-        return self.path.with_suffix(suffix)
-
-    def position_for(self, offset: int) -> int:
-        """Byte position of a batch at or before the one containing `offset` (Kafka's OffsetIndex.lookup)."""
-        slot = bisect.bisect_right(self.index_offsets, offset) - 1
-        return self.index_positions[slot] if slot >= 0 else 0
-
-    def offset_for_time(self, timestamp: int) -> int:
-        """An offset before which every record is older than `timestamp` (Kafka's TimeIndex.lookup)."""
-        slot = bisect.bisect_right(self.time_timestamps, timestamp) - 1
-        return self.time_offsets[slot] if slot >= 0 else self.base_offset
-
-    def mark_verified(self, start: int, end: int) -> None:
-        if start >= end:
-            return
-        first = bisect.bisect_left(self.verified_ends, start)
-        after = bisect.bisect_right(self.verified_starts, end)
-        if first < after:
-            start = min(start, self.verified_starts[first])
-            end = max(end, self.verified_ends[after - 1])
-        self.verified_starts[first:after] = [start]
-        self.verified_ends[first:after] = [end]
-
-    def unverified(self, start: int, end: int) -> list[tuple[int, int]]:
-        """The parts of bytes [start, end) outside every verified range."""
-        gaps: list[tuple[int, int]] = []
-        slot = bisect.bisect_right(self.verified_ends, start)
-        pos = start
-        while pos < end:
-            if slot < len(self.verified_starts) and self.verified_starts[slot] <= pos:
-                pos = self.verified_ends[slot]
-                slot += 1
-                continue
-            gap_end = min(end, self.verified_starts[slot]) if slot < len(self.verified_starts) else end
-            gaps.append((pos, gap_end))
-            pos = gap_end
-        return gaps
-
-    def reset_indexes(self) -> None:
-        self.size = 0
-        self.next_offset = self.base_offset
-        self.index_offsets, self.index_positions = [], []
-        self.time_timestamps, self.time_offsets = [], []
-        self.max_timestamp = self.offset_of_max_timestamp = -1
-        self.first_batch_timestamp = -1
-        self.bytes_since_index = 0
-        self.indexes_dirty = True
-        self.verified_starts, self.verified_ends = [], []
-
-    def waited_for_roll(self, appended_max_timestamp: int, now_ms: int) -> int:
-        """How long the segment has waited to roll, for records with `appended_max_timestamp` arriving
-        at `now_ms`: the gap between their timestamp and the first batch's, or, if the first batch has
-        no timestamp, the time since the segment was opened (Kafka's LogSegment.timeWaitedForRoll)."""
-        if self.first_batch_timestamp >= 0:
-            return appended_max_timestamp - self.first_batch_timestamp
-        return now_ms - self.opened_ms
-
-    def track(self, header: BatchHeader, position: int, index_interval_bytes: int) -> None:
-        """Account for a batch just stored at `position`, as Kafka's LogSegment.append does.
-
-        The max timestamp is updated first; an index entry (this batch's lastOffset -> position, and the
-        max timestamp so far -> the batch that set it) is added once more than index_interval_bytes were
-        appended since the previous entry.
-        """
-        if position == 0:
-            self.first_batch_timestamp = header.max_timestamp
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
-        if self.bytes_since_index > index_interval_bytes:
-            self.index_offsets.append(header.last_offset)
-            self.index_positions.append(position)
-            self.seal_time_index()
-            self.bytes_since_index = 0
-        self.bytes_since_index += header.size
-        self.size = position + header.size
-        self.next_offset = header.next_offset
-        self.indexes_dirty = True
-        # Every caller passes a checked batch: recovery and compaction scan with CRC checks, appends
-        # come from produce validation or the broker's own encoder.
-        self.mark_verified(position, self.size)
-
-    def adopt(self, rewritten: _Segment) -> None:
-        """Take over the file and indexes of a compacted copy of this segment."""
-        self.fd, self.size = rewritten.fd, rewritten.size
-        # Compaction may empty the tail; the offset range the segment covers stays the same.
-        self.next_offset = max(self.next_offset, rewritten.next_offset)
-        self.index_offsets, self.index_positions = rewritten.index_offsets, rewritten.index_positions
-        self.time_timestamps, self.time_offsets = rewritten.time_timestamps, rewritten.time_offsets
-        self.max_timestamp = rewritten.max_timestamp
-        self.offset_of_max_timestamp = rewritten.offset_of_max_timestamp
-        self.first_batch_timestamp = rewritten.first_batch_timestamp
-        self.verified_starts, self.verified_ends = rewritten.verified_starts, rewritten.verified_ends
-        self.reported_damage = set()
-        self.indexes_dirty = True
-
-    def seal_time_index(self) -> None:
-        """Make the last time-index entry carry the segment's max timestamp (Kafka does this on roll)."""
-        last = self.time_timestamps[-1] if self.time_timestamps else -1
-        if self.max_timestamp > last:
-            self.time_timestamps.append(self.max_timestamp)
-            self.time_offsets.append(self.offset_of_max_timestamp)
-            self.indexes_dirty = True
-
-
-@dataclass(frozen=True)
-class _SegmentView:
-    """A segment as a cleaning pass saw it under the log's lock: a dup of its descriptor and its
-    size then, readable without the lock (appends, fetches and retention go on meanwhile)."""
-
-    segment: _Segment
-    fd: int
-    size: int
-
-    @property
-    def base_offset(self) -> int:
-        return self.segment.base_offset
-
-    @property
-    def path(self) -> Path:
-        return self.segment.path
-
-    @property
-    def max_timestamp(self) -> int:
-        return self.segment.max_timestamp  # a closed segment's is only changed by a pass
 
 
 @dataclass(frozen=True)
@@ -419,64 +234,6 @@ class CleanableRange:
     def due(self, min_cleanable_dirty_ratio: float) -> bool:
         """Kafka's rule: overdue with something to clean, or dirtier than min.cleanable.dirty.ratio."""
         return (self.overdue and self.cleanable_bytes > 0) or self.cleanable_ratio > min_cleanable_dirty_ratio
-
-
-def _read_offset_text(path: Path) -> str:
-    """A checkpoint file's text, stripped; undecodable bytes come back as U+FFFD (not an offset)."""
-    return path.read_bytes().decode("utf-8", errors="replace").strip()
-
-
-def _is_offset(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
-def _segment_path(directory: Path, base_offset: int) -> Path:
-    return directory / f"{base_offset:020d}{_LOG_SUFFIX}"
-
-
-def _open_fd(path: Path) -> int:
-    # O_APPEND: every write lands at the end even if something else moved the file offset.
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-
-
-def _scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[tuple[int, BatchHeader, bytes]]:
-    """Yield (position, header, batch bytes) for the batches in bytes [start, end) of a segment file.
-
-    Reads 1 MiB at a time (more for a larger batch). Raises CorruptBatchError, with valid_bytes set to
-    the file position where the last complete valid batch ends, if the range ends torn or corrupt.
-    """
-    pos = start
-    want = _SCAN_CHUNK
-    while pos < end:
-        requested = min(want, end - pos)
-        chunk = os.pread(fd, requested, pos)
-        if len(chunk) < requested:
-            raise CorruptBatchError(f"file ends at byte {pos + len(chunk)}, not {end}", valid_bytes=pos)
-        want = _SCAN_CHUNK
-        try:
-            for position, header in iter_batches(chunk, validate_crc=validate_crc, base_position=pos):
-                yield position, header, chunk[position - pos : position - pos + header.size]
-            pos += len(chunk)
-        except CorruptBatchError as exc:
-            cut_short_by_chunk = (
-                exc.incomplete_size is not None
-                and pos + len(chunk) < end
-                and exc.valid_bytes + exc.incomplete_size <= end
-            )
-            if not cut_short_by_chunk:
-                raise
-            # The chunk boundary, not the data, cut this batch: read again from its start, big enough for it.
-            assert exc.incomplete_size is not None
-            pos, want = exc.valid_bytes, max(_SCAN_CHUNK, exc.incomplete_size)
-
-
-def _describe_damage(
-    batches: Iterator[tuple[int, BatchHeader, bytes]], path: Path
-) -> Iterator[tuple[int, BatchHeader, bytes]]:
-    try:
-        yield from batches
-    except CorruptBatchError as exc:
-        raise CorruptBatchError(f"{path} is damaged: {exc}", valid_bytes=exc.valid_bytes) from exc
 
 
 @dataclass(frozen=True)
@@ -530,7 +287,7 @@ class PartitionLog:
         self.config = config
         self.log_start_offset = 0
         self.log_end_offset = 0
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._lock = threading.RLock()
         # One cleaning pass at a time; it holds _lock only to take its views and to swap segments.
         self._cleaning = threading.Lock()
@@ -559,14 +316,16 @@ class PartitionLog:
         recovery_point = 0 if clean else self._read_recovery_point()
         bases = sorted(
             int(path.stem)
-            for path in self.directory.glob(f"*{_LOG_SUFFIX}")
+            for path in self.directory.glob(f"*{LOG_SUFFIX}")
             if path.stem.isdigit() and len(path.stem) == 20
         )
         try:
             for i, base in enumerate(bases):
                 next_base = bases[i + 1] if i + 1 < len(bases) else None
-                path = _segment_path(self.directory, base)
-                segment = _Segment(base, path, _open_fd(path), roll_jitter_ms=self._random_roll_jitter())
+                path = segment_path(self.directory, base)
+                segment = Segment(
+                    base, path, open_segment_file(path), roll_jitter_ms=self._random_roll_jitter()
+                )
                 self._segments.append(segment)
                 trusted = clean or (next_base is not None and next_base <= recovery_point)
                 if not (trusted and self._load_indexes(segment, next_base)):
@@ -604,8 +363,8 @@ class PartitionLog:
                 logger.warning("%s: removing %s, left by an interrupted compaction", self, path)
                 path.unlink()
                 continue
-            is_index = path.suffix in (_INDEX_SUFFIX, _TIMEINDEX_SUFFIX)
-            if (is_index and not path.with_suffix(_LOG_SUFFIX).exists()) or path.name.endswith(
+            is_index = path.suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+            if (is_index and not path.with_suffix(LOG_SUFFIX).exists()) or path.name.endswith(
                 TEMPORARY_SUFFIX
             ):
                 path.unlink()
@@ -614,15 +373,15 @@ class PartitionLog:
     def _read_clean_stop_end(marker: Path) -> int | None:
         """The log end offset the clean-shutdown marker recorded; None if it holds none (an empty
         marker, as written before it recorded one): then a damaged active segment is cut as before."""
-        text = _read_offset_text(marker)
-        return int(text) if _is_offset(text) else None
+        text = read_offset_text(marker)
+        return int(text) if is_offset(text) else None
 
     def _read_log_start_checkpoint(self) -> int | None:
         path = self.directory / _LOG_START_CHECKPOINT
         if not path.exists():
             return None
-        text = _read_offset_text(path)
-        if not _is_offset(text):
+        text = read_offset_text(path)
+        if not is_offset(text):
             raise ValueError(
                 f"{path} should hold one non-negative integer (the log start offset) but holds {text!r}; "
                 "fix or delete it (deleting makes the first segment's base offset the log start)"
@@ -631,8 +390,8 @@ class PartitionLog:
 
     def _read_recovery_point(self) -> int:
         path = self.directory / _RECOVERY_POINT
-        text = _read_offset_text(path) if path.exists() else "0"
-        if not _is_offset(text):
+        text = read_offset_text(path) if path.exists() else "0"
+        if not is_offset(text):
             # Only how much is rescanned depends on it.
             logger.warning("%s holds %r, not an offset; ignored: every segment is rescanned", path, text)
             return 0
@@ -652,8 +411,8 @@ class PartitionLog:
         path = self.directory / _CLEANER_CHECKPOINT
         if not path.exists():
             return None
-        text = _read_offset_text(path)
-        if not _is_offset(text):
+        text = read_offset_text(path)
+        if not is_offset(text):
             # Only the cleaner's schedule depends on it: the next pass cleans the whole log.
             logger.warning(
                 "%s should hold one non-negative integer (the first dirty offset) but holds %r; "
@@ -681,7 +440,7 @@ class PartitionLog:
             ) from exc
         self.log_start_offset = offset
 
-    def _recover_segment(self, segment: _Segment, next_base: int | None) -> None:
+    def _recover_segment(self, segment: Segment, next_base: int | None) -> None:
         """Rebuild a segment's indexes from its batches, cutting a torn or corrupt tail (Kafka's recover).
 
         Steps: scan the file with CRC and offset checks, tracking every valid batch; at the first
@@ -692,7 +451,7 @@ class PartitionLog:
         segment.reset_indexes()
         file_size = os.fstat(segment.fd).st_size
         try:
-            for position, header, _ in _scan(segment.fd, 0, file_size, validate_crc=True):
+            for position, header, _ in scan_batches(segment.fd, 0, file_size, validate_crc=True):
                 limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
                 if header.base_offset < segment.next_offset or header.last_offset >= limit:
                     raise CorruptBatchError(
@@ -718,7 +477,7 @@ class PartitionLog:
                 return
         segment.size = os.fstat(segment.fd).st_size
 
-    def _end_at_clean_stop(self, segment: _Segment, file_size: int, end: int) -> None:
+    def _end_at_clean_stop(self, segment: Segment, file_size: int, end: int) -> None:
         """Settle an active segment whose batches, every CRC checked, end at another offset than
         ``end``, the log end offset the clean-shutdown marker recorded.
 
@@ -761,7 +520,7 @@ class PartitionLog:
         self._roll(end)
 
     def _keep_damage(
-        self, segment: _Segment, next_base: int | None, exc: CorruptBatchError, file_size: int, end: int
+        self, segment: Segment, next_base: int | None, exc: CorruptBatchError, file_size: int, end: int
     ) -> None:
         """Keep a segment that a start after a clean stop found damaged at byte ``exc.valid_bytes``,
         though it held records past it (offsets up to ``end``), instead of cutting them.
@@ -803,7 +562,7 @@ class PartitionLog:
             self._roll(end)
 
     def _report_cut(
-        self, segment: _Segment, next_base: int | None, exc: CorruptBatchError, file_size: int
+        self, segment: Segment, next_base: int | None, exc: CorruptBatchError, file_size: int
     ) -> None:
         """Log what recovery is about to cut from `segment`: a torn last write (a batch whose bytes
         stop short, never acknowledged) at WARNING; anything else, which may hold acknowledged
@@ -908,7 +667,7 @@ class PartitionLog:
         )
 
     @staticmethod
-    def _batch_inside(segment: _Segment, position: int, file_size: int) -> tuple[int, BatchHeader] | None:
+    def _batch_inside(segment: Segment, position: int, file_size: int) -> tuple[int, BatchHeader] | None:
         """The first whole batch with a valid CRC holding the offsets the scan expected next, or
         later ones, inside the bytes that the batch at `position` claims past the end of the file:
         (its position, its header), or None if none is there.
@@ -941,7 +700,7 @@ class PartitionLog:
         # The real batch holds at least a header; a whole batch after it needs one too.
         start = position + HEADER_SIZE
         while start + HEADER_SIZE <= file_size:
-            chunk = os.pread(segment.fd, min(_SCAN_CHUNK, file_size - start), start)
+            chunk = os.pread(segment.fd, min(SCAN_CHUNK, file_size - start), start)
             for match in candidate.finditer(chunk):
                 at = start + match.start()
                 try:
@@ -961,7 +720,7 @@ class PartitionLog:
             start += len(chunk) - (reach - 1)
         return None
 
-    def _load_indexes(self, segment: _Segment, next_base: int | None) -> bool:
+    def _load_indexes(self, segment: Segment, next_base: int | None) -> bool:
         """Load a segment's index files after a clean shutdown; False if they are missing or
         inconsistent (the segment is then rescanned).
 
@@ -971,16 +730,16 @@ class PartitionLog:
         than the log end offset the clean-shutdown marker recorded, the segment is rescanned too
         (its headers were read without CRC checks, and a damaged offset field must neither move
         the log end back, which would give acknowledged offsets to new records, nor go unnoticed)."""
-        index_path, time_path = segment.sibling(_INDEX_SUFFIX), segment.sibling(_TIMEINDEX_SUFFIX)
+        index_path, time_path = segment.sibling(INDEX_SUFFIX), segment.sibling(TIMEINDEX_SUFFIX)
         if not (index_path.exists() and time_path.exists()):
             return False
         size = os.fstat(segment.fd).st_size
         index_data, time_data = index_path.read_bytes(), time_path.read_bytes()
-        if len(index_data) % _OFFSET_ENTRY.size or len(time_data) % _TIME_ENTRY.size:
+        if len(index_data) % OFFSET_ENTRY.size or len(time_data) % TIME_ENTRY.size:
             return False
         limit = next_base if next_base is not None else segment.base_offset + INT32_MAX + 1
-        index = [(segment.base_offset + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(index_data)]
-        times = [(ts, segment.base_offset + rel) for ts, rel in _TIME_ENTRY.iter_unpack(time_data)]
+        index = [(segment.base_offset + rel, pos) for rel, pos in OFFSET_ENTRY.iter_unpack(index_data)]
+        times = [(ts, segment.base_offset + rel) for ts, rel in TIME_ENTRY.iter_unpack(time_data)]
         offsets_ok = all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(index)) and all(
             segment.base_offset <= offset < limit and 0 <= pos < size for offset, pos in index
         )
@@ -1010,7 +769,7 @@ class PartitionLog:
         segment.indexes_dirty = False
         return True
 
-    def _read_active_tail(self, segment: _Segment, limit: int) -> bool:
+    def _read_active_tail(self, segment: Segment, limit: int) -> bool:
         """Find the active segment's next offset from the batches after its last index entry, and
         what appending needs: the bytes since that entry and the first batch's timestamp. False if
         that tail is not a run of whole batches with increasing offsets (the segment is then
@@ -1025,7 +784,7 @@ class PartitionLog:
         segment.next_offset = segment.base_offset
         segment.bytes_since_index = 0
         try:
-            for position, header, _ in _scan(segment.fd, start, segment.size, validate_crc=False):
+            for position, header, _ in scan_batches(segment.fd, start, segment.size, validate_crc=False):
                 if header.base_offset < segment.next_offset or header.last_offset >= limit:
                     return False
                 if position == 0:
@@ -1033,7 +792,7 @@ class PartitionLog:
                 segment.next_offset = header.next_offset
                 segment.bytes_since_index += header.size
             if start > 0:
-                first = next(_scan(segment.fd, 0, segment.size, validate_crc=False))
+                first = next(scan_batches(segment.fd, 0, segment.size, validate_crc=False))
                 segment.first_batch_timestamp = first[1].max_timestamp
         except CorruptBatchError:
             return False
@@ -1041,14 +800,14 @@ class PartitionLog:
 
     # ---- segment files -----------------------------------------------------------------------------
 
-    def _create_segment(self, base_offset: int, opened_ms: int | None = None) -> _Segment:
-        path = _segment_path(self.directory, base_offset)
+    def _create_segment(self, base_offset: int, opened_ms: int | None = None) -> Segment:
+        path = segment_path(self.directory, base_offset)
         if path.exists() and path.stat().st_size > 0:
             raise RuntimeError(f"cannot start a segment at offset {base_offset}: {path} already holds data")
-        segment = _Segment(
+        segment = Segment(
             base_offset,
             path,
-            _open_fd(path),
+            open_segment_file(path),
             next_offset=base_offset,
             roll_jitter_ms=self._random_roll_jitter(),
         )
@@ -1069,32 +828,32 @@ class PartitionLog:
         jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
         return random.randrange(jitter) if jitter > 0 else 0
 
-    def _write_indexes(self, segment: _Segment) -> None:
+    def _write_indexes(self, segment: Segment) -> None:
         base = segment.base_offset
         write_file_atomically(
-            segment.sibling(_INDEX_SUFFIX),
+            segment.sibling(INDEX_SUFFIX),
             b"".join(
-                _OFFSET_ENTRY.pack(offset - base, pos)
+                OFFSET_ENTRY.pack(offset - base, pos)
                 for offset, pos in zip(segment.index_offsets, segment.index_positions, strict=True)
             ),
         )
         write_file_atomically(
-            segment.sibling(_TIMEINDEX_SUFFIX),
+            segment.sibling(TIMEINDEX_SUFFIX),
             b"".join(
-                _TIME_ENTRY.pack(ts, offset - base)
+                TIME_ENTRY.pack(ts, offset - base)
                 for ts, offset in zip(segment.time_timestamps, segment.time_offsets, strict=True)
             ),
         )
         segment.indexes_dirty = False
 
-    def _seal(self, segment: _Segment) -> None:
+    def _seal(self, segment: Segment) -> None:
         """Make a segment durable with up-to-date index files (on roll, compaction and close)."""
         segment.seal_time_index()
         os.fsync(segment.fd)
         if segment.indexes_dirty:
             self._write_indexes(segment)
 
-    def _roll(self, base_offset: int, opened_ms: int | None = None) -> _Segment:
+    def _roll(self, base_offset: int, opened_ms: int | None = None) -> Segment:
         self._seal(self._segments[-1])
         segment = self._create_segment(base_offset, opened_ms)
         self._segments.append(segment)
@@ -1108,10 +867,10 @@ class PartitionLog:
             logger.warning("%s: could not checkpoint the recovery point %d: %s", self, base_offset, exc)
         return segment
 
-    def _delete_segment(self, segment: _Segment) -> None:
+    def _delete_segment(self, segment: Segment) -> None:
         os.close(segment.fd)
         # The .log goes first: index files without a .log are removed as leftovers on the next open.
-        for suffix in (_LOG_SUFFIX, _INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
             segment.sibling(suffix).unlink(missing_ok=True)
         self._segments.remove(segment)
 
@@ -1125,7 +884,7 @@ class PartitionLog:
             fsync_directory(self.directory)
         return removed
 
-    def _headers(self, segment: _Segment | _SegmentView, start: int) -> Iterator[tuple[int, BatchHeader]]:
+    def _headers(self, segment: Segment | SegmentView, start: int) -> Iterator[tuple[int, BatchHeader]]:
         """Yield (position, header) of the segment's batches from byte `start`, reading headers only."""
         pos, chunk, chunk_start = start, b"", start
         while pos < segment.size:
@@ -1167,7 +926,7 @@ class PartitionLog:
         then per batch roll a new segment if the active one holds data and the batch would overflow
         segment_bytes, an index of the segment is full (segment_index_bytes), its relative offsets would
         overflow int32, or its records are segment_ms (less the
-        segment's jitter) newer than the active segment's first batch (see `_Segment.waited_for_roll`;
+        segment's jitter) newer than the active segment's first batch (see `Segment.waited_for_roll`;
         `now_ms` counts when that batch has no timestamp); write() it, update the indexes and
         log_end_offset; fsync once flush_messages records were appended since the last fsync.
         """
@@ -1224,7 +983,7 @@ class PartitionLog:
                 self._flushed_offset = self.log_end_offset
             return self.log_end_offset
 
-    def _should_roll(self, segment: _Segment, header: BatchHeader, now_ms: int) -> bool:
+    def _should_roll(self, segment: Segment, header: BatchHeader, now_ms: int) -> bool:
         """Kafka's LogSegment.shouldRoll for a non-empty active segment and the batch to append. Kafka
         decides once per append, for all of its batches; a client's append is one batch here."""
         return (
@@ -1269,7 +1028,7 @@ class PartitionLog:
         Steps: find the segment holding `offset`; from its offset-index position scan batch headers only
         (never the records), skipping batches that end before `offset`; stop at the bound or the byte
         budget; then read (or reference) each segment's contiguous byte span once. Batches not
-        verified since the log was opened (see `_Segment.verified_starts`) are read and checked
+        verified since the log was opened (see `Segment.verified_starts`) are read and checked
         first: the response stops before a damaged one, and is CORRUPT_MESSAGE if that is the first
         batch it would hold (Kafka's answer to a read that hits a CorruptRecordException), logged
         at ERROR once per damaged batch.
@@ -1342,7 +1101,7 @@ class PartitionLog:
             return chunks, total, last_offset
 
     @staticmethod
-    def _verify(segment: _Segment, data: bytes, start: int, first_offset: int) -> int:
+    def _verify(segment: Segment, data: bytes, start: int, first_offset: int) -> int:
         """Check the CRC and offsets of the unverified batches in `data` (the segment's bytes from
         `start`, whole batches); mark those that pass verified and return where the first that
         fails starts (or where `data` ends)."""
@@ -1364,7 +1123,7 @@ class PartitionLog:
                 return good
         return end
 
-    def _damage_at(self, segment: _Segment, data: bytes, start: int, position: int) -> _DamagedBatchError:
+    def _damage_at(self, segment: Segment, data: bytes, start: int, position: int) -> _DamagedBatchError:
         header = parse_header(data, position - start)
         batch = memoryview(data)[position - start : position - start + header.size]
         if crc_is_valid(batch, header):
@@ -1378,7 +1137,7 @@ class PartitionLog:
             position=position,
         )
 
-    def _report_damage(self, segment: _Segment, damage: _DamagedBatchError) -> None:
+    def _report_damage(self, segment: Segment, damage: _DamagedBatchError) -> None:
         if damage.position in segment.reported_damage:
             return
         segment.reported_damage.add(damage.position)
@@ -1422,7 +1181,7 @@ class PartitionLog:
             for segment in snapshot:
                 next_offset = max(from_offset, segment.base_offset)  # the first not yielded yet
                 try:
-                    for _, header, batch in _scan(
+                    for _, header, batch in scan_batches(
                         segment.fd, segment.start, segment.size, validate_crc=False
                     ):
                         if header.last_offset >= from_offset:
@@ -1437,7 +1196,7 @@ class PartitionLog:
             for segment in snapshot:
                 os.close(segment.fd)
 
-    def _read_batch(self, segment: _Segment | _SegmentView, position: int, header: BatchHeader) -> bytes:
+    def _read_batch(self, segment: Segment | SegmentView, position: int, header: BatchHeader) -> bytes:
         return os.pread(segment.fd, header.size, position)
 
     # ---- lookups by time ---------------------------------------------------------------------------
@@ -1466,7 +1225,7 @@ class PartitionLog:
         """(offset, timestamp) of the earliest record with the log's largest timestamp (ListOffsets -3)."""
         with self._lock:
             self._ensure_open()
-            best: _Segment | None = None
+            best: Segment | None = None
             for segment in self._segments:
                 if segment.max_timestamp > (best.max_timestamp if best else -1):
                     best = segment
@@ -1500,7 +1259,7 @@ class PartitionLog:
                 self._delete_segments_below(offset)
             return self.log_start_offset
 
-    def _largest_timestamp(self, segment: _Segment | _SegmentView) -> int:
+    def _largest_timestamp(self, segment: Segment | SegmentView) -> int:
         if segment.max_timestamp >= 0:
             return segment.max_timestamp
         return int(os.fstat(segment.fd).st_mtime * 1000)  # Kafka falls back to the file's mtime too
@@ -1525,7 +1284,7 @@ class PartitionLog:
             if self.config.retention_bytes >= 0:
                 excess = self.size_bytes() - self.config.retention_bytes
 
-                def over_size(segment: _Segment) -> bool:
+                def over_size(segment: Segment) -> bool:
                     nonlocal excess
                     if excess - segment.size < 0:
                         return False
@@ -1544,7 +1303,7 @@ class PartitionLog:
 
     def _delete_oldest_while(
         self,
-        deletable: Callable[[_Segment], bool],
+        deletable: Callable[[Segment], bool],
         now_ms: int,
         before_deleting: Callable[[], None] | None,
     ) -> int:
@@ -1624,7 +1383,7 @@ class PartitionLog:
             return self.log_start_offset
         return first_dirty
 
-    def _first_batch_timestamp(self, segment: _Segment) -> int:
+    def _first_batch_timestamp(self, segment: Segment) -> int:
         """The max timestamp of the segment's first batch (Kafka's LogSegment.getFirstBatchTimestamp);
         a segment loaded from its index files has not read it yet."""
         if segment.first_batch_timestamp < 0 and segment.size >= HEADER_SIZE:
@@ -1692,17 +1451,17 @@ class PartitionLog:
                 for view in views:
                     os.close(view.fd)
 
-    def _views_to_clean(self) -> tuple[list[_SegmentView], int, LogConfig] | None:
+    def _views_to_clean(self) -> tuple[list[SegmentView], int, LogConfig] | None:
         """Step 1 of :meth:`compact`: (views, first dirty offset, config), or None if there is
         nothing to clean."""
         with self._lock:
             # A pass scheduled just before its topic was deleted finds the log closed: nothing to do.
             if self._closed or not self.config.compacts or len(self._segments) < 2:
                 return None
-            views: list[_SegmentView] = []
+            views: list[SegmentView] = []
             try:
                 for segment in self._segments:
-                    views.append(_SegmentView(segment, os.dup(segment.fd), segment.size))
+                    views.append(SegmentView(segment, os.dup(segment.fd), segment.size))
             except OSError:
                 for view in views:
                     os.close(view.fd)
@@ -1711,7 +1470,7 @@ class PartitionLog:
 
     def _clean(
         self,
-        views: list[_SegmentView],
+        views: list[SegmentView],
         first_dirty: int,
         config: LogConfig,
         now_ms: int,
@@ -1762,7 +1521,7 @@ class PartitionLog:
                 logger.warning("%s: could not checkpoint the first dirty offset %d: %s", self, offset, exc)
 
     def _transaction_outline(
-        self, views: list[_SegmentView], is_aborted: Callable[[int, int], bool] | None
+        self, views: list[SegmentView], is_aborted: Callable[[int, int], bool] | None
     ) -> tuple[set[int], int, dict[int, tuple[int | None, int]]]:
         """(base offsets of aborted transactional batches, stable bound, each producer's last entry).
 
@@ -1796,7 +1555,7 @@ class PartitionLog:
         return aborted, stable_bound, last_entries
 
     def _latest_offsets(
-        self, views: list[_SegmentView], aborted: set[int], stable_bound: int
+        self, views: list[SegmentView], aborted: set[int], stable_bound: int
     ) -> dict[bytes, int]:
         latest: dict[bytes, int] = {}
         for view in views:
@@ -1821,13 +1580,13 @@ class PartitionLog:
         return latest
 
     @staticmethod
-    def _merge_groups(views: list[_SegmentView], config: LogConfig) -> list[list[_SegmentView]]:
+    def _merge_groups(views: list[SegmentView], config: LogConfig) -> list[list[SegmentView]]:
         """Consecutive segments to clean into one file each (Kafka's groupSegmentsBySize), so that
         segments compaction shrank or emptied do not pile up: a group grows while its segments'
         sizes before cleaning add up to at most segment.bytes, their index entries fit
         segment.index.bytes, and its offsets stay within an int32 of its first segment's base
         (index entries hold relative offsets)."""
-        groups: list[list[_SegmentView]] = []
+        groups: list[list[SegmentView]] = []
         size = offset_entries = time_entries = 0  # of the last group
         for view in views:
             entries = len(view.segment.index_offsets), len(view.segment.time_timestamps)
@@ -1848,7 +1607,7 @@ class PartitionLog:
                 size, (offset_entries, time_entries) = view.size, entries
         return groups
 
-    def _clean_group(self, views: list[_SegmentView], cleaner: _Cleaner) -> tuple[int, bool]:
+    def _clean_group(self, views: list[SegmentView], cleaner: _Cleaner) -> tuple[int, bool]:
         """Rewrite consecutive closed segments through `cleaner` into one file named after the first
         and swap it in; return (records removed, whether the log now holds the cleaned file or the
         group needed no change)."""
@@ -1859,7 +1618,7 @@ class PartitionLog:
         # time would restart that clock.
         newest = os.fstat(views[-1].fd)
         fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        rewritten = _Segment(head.base_offset, head.path, fd, next_offset=head.base_offset)
+        rewritten = Segment(head.base_offset, head.path, fd, next_offset=head.base_offset)
         installed = False
         try:
             removed, changed = 0, len(views) > 1
@@ -1882,7 +1641,7 @@ class PartitionLog:
         logger.info("%s: compaction removed %d records from %s%s", self, removed, head.path.name, merged)
         return removed, True
 
-    def _install_cleaned(self, views: list[_SegmentView], cleaned_path: Path, rewritten: _Segment) -> bool:
+    def _install_cleaned(self, views: list[SegmentView], cleaned_path: Path, rewritten: Segment) -> bool:
         """Step 5 of :meth:`compact` for one group; False when the log no longer holds all of it.
 
         Steps, under the lock:
@@ -1908,7 +1667,7 @@ class PartitionLog:
             head = segments[0]
             # Its old index files must not describe the new file after a crash: without them a
             # start rebuilds them by scanning (they are written again below).
-            for suffix in (_INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
                 head.sibling(suffix).unlink(missing_ok=True)
             fsync_directory(self.directory)  # gone before the rename, whatever a power loss keeps
             os.replace(cleaned_path, head.path)
@@ -1938,22 +1697,22 @@ class PartitionLog:
                 )
             return True
 
-    def _remove_merged_files(self, segment: _Segment) -> None:
+    def _remove_merged_files(self, segment: Segment) -> None:
         """Delete a merged segment's files, durably before the next one's (the .log first: index
         files without it are removed as leftovers on the next open)."""
-        for suffix in (_LOG_SUFFIX, _INDEX_SUFFIX, _TIMEINDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
             segment.sibling(suffix).unlink(missing_ok=True)
         fsync_directory(self.directory)
 
-    def _write_cleaned(self, view: _SegmentView, cleaner: _Cleaner, rewritten: _Segment) -> tuple[int, bool]:
+    def _write_cleaned(self, view: SegmentView, cleaner: _Cleaner, rewritten: Segment) -> tuple[int, bool]:
         """Write the batches `cleaner` keeps to rewritten.fd; return (records removed, anything changed)."""
         removed = 0
         changed = False
         pending: list[bytes] = []
         pending_bytes = 0
         # CRC checks: re-encoding a damaged batch would give it a valid CRC, hiding the damage.
-        batches = _scan(view.fd, 0, view.size, validate_crc=True)
-        for _, header, batch in _describe_damage(batches, view.path):
+        batches = scan_batches(view.fd, 0, view.size, validate_crc=True)
+        for _, header, batch in describe_damage(batches, view.path):
             kept, dropped = cleaner.filter(header, batch)
             removed += dropped
             changed = changed or kept is not batch
@@ -1970,7 +1729,7 @@ class PartitionLog:
             rewritten.track(kept_header, rewritten.size, INT32_MAX if full else config.index_interval_bytes)
             pending.append(kept)
             pending_bytes += len(kept)
-            if pending_bytes >= _SCAN_CHUNK:
+            if pending_bytes >= SCAN_CHUNK:
                 write_all(rewritten.fd, b"".join(pending))
                 pending, pending_bytes = [], 0
         write_all(rewritten.fd, b"".join(pending))

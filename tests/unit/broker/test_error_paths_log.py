@@ -217,7 +217,7 @@ def test_a_scan_past_the_end_of_a_shrunken_file_reports_where_it_ends(tmp_path: 
     fd = os.open(path, os.O_RDONLY)
     try:
         with pytest.raises(CorruptBatchError, match=f"^file ends at byte {size}, not {size + 50}$") as raised:
-            list(log_module._scan(fd, 0, size + 50, validate_crc=False))
+            list(log_module.scan_batches(fd, 0, size + 50, validate_crc=False))
     finally:
         os.close(fd)
     assert raised.value.valid_bytes == 0

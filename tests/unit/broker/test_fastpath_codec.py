@@ -17,7 +17,7 @@ from kafka.protocol.producer import ProduceRequest
 from sparkafka.broker import fastpath, protocol
 from sparkafka.broker.fastpath import PartitionFetchResult, PartitionProduceResult
 from sparkafka.broker.handlers.data import fetch_response_object, produce_response_object
-from sparkafka.broker.log import FileRegion
+from sparkafka.broker.log_segment import FileRegion
 
 PRODUCE_VERSIONS = range(fastpath.PRODUCE_VERSIONS[0], fastpath.PRODUCE_VERSIONS[1] + 1)
 FETCH_VERSIONS = range(fastpath.FETCH_VERSIONS[0], fastpath.FETCH_VERSIONS[1] + 1)

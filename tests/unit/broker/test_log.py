@@ -279,14 +279,14 @@ def test_clean_reopen_reads_only_the_tail_of_the_active_segment(
     log.close()
     segment_size = (log.directory / "00000000000000000000.log").stat().st_size
     scanned: list[int] = []
-    scan = log_module._scan
+    scan = log_module.scan_batches
 
     def counting_scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[Any]:
         for position, header, batch in scan(fd, start, end, validate_crc=validate_crc):
             scanned.append(header.size)
             yield position, header, batch
 
-    monkeypatch.setattr(log_module, "_scan", counting_scan)
+    monkeypatch.setattr(log_module, "scan_batches", counting_scan)
     reopened = make_log(index_interval_bytes=512)
     assert reopened.log_end_offset == 600
     assert 0 < sum(scanned) < 2 * 512 < segment_size
@@ -1386,7 +1386,7 @@ def test_a_fetch_checks_each_unverified_byte_once(
 
 
 def test_verified_ranges_merge_and_report_gaps() -> None:
-    segment = log_module._Segment(0, Path("x.log"), -1)
+    segment = log_module.Segment(0, Path("x.log"), -1)
     segment.mark_verified(10, 20)
     segment.mark_verified(30, 40)
     assert segment.unverified(0, 50) == [(0, 10), (20, 30), (40, 50)]

@@ -16,7 +16,7 @@ from sparkafka.broker import fastpath, records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.fastpath import Buffer, PartitionFetchResult, PartitionProduceResult
-from sparkafka.broker.log import FileRegion
+from sparkafka.broker.log_segment import FileRegion
 from sparkafka.broker.protocol import ApiKey
 from sparkafka.broker.records import ProduceRequestRecordsError, RecordValidationError
 from sparkafka.broker.transactions import TransactionVerificationError
