@@ -26,14 +26,10 @@ from sparkafka.broker import records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
-from sparkafka.broker.log import (
-    CleanableRange,
-    FileRegion,
-    LogConfig,
-    PartitionLog,
-    UnreadableLogError,
-    UnreadableRange,
-)
+from sparkafka.broker.log import PartitionLog, UnreadableLogError, UnreadableRange
+from sparkafka.broker.log_cleaner import CleanableRange
+from sparkafka.broker.log_config import LogConfig
+from sparkafka.broker.log_segment import FileRegion
 from sparkafka.broker.settings import default_int
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from sparkafka.broker.limits import (
     default_max_connections,
     raise_open_file_limit,
 )
-from sparkafka.broker.log import CleanableRange
+from sparkafka.broker.log_cleaner import CleanableRange
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.tls import server_context
 from sparkafka.broker.topic_controller import TopicController

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import LogConfig
+from sparkafka.broker.log_config import LogConfig
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.topic_configs import inert_configs, validate_topic_configs
 from sparkafka.broker.topics import Topic, TopicRegistry, validate_topic_name

@@ -14,7 +14,7 @@ from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.config_synonyms import inherited_topic_config, kafka_settings, static_broker_configs
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
-from sparkafka.broker.log import LogConfig
+from sparkafka.broker.log_config import LogConfig
 from sparkafka.broker.topic_configs import INT64_MAX, TOPIC_CONFIGS
 
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

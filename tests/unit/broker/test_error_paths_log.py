@@ -16,7 +16,9 @@ import pytest
 from sparkafka.broker import log as log_module
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import FileRegion, LogConfig, PartitionLog
+from sparkafka.broker.log import PartitionLog
+from sparkafka.broker.log_config import LogConfig
+from sparkafka.broker.log_segment import FileRegion
 from sparkafka.broker.records import CorruptBatchError, Record
 from tests.log_damage import flip_byte_in_batch
 

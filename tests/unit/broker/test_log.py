@@ -17,7 +17,8 @@ import pytest
 from sparkafka.broker import log as log_module
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import LogConfig, PartitionLog
+from sparkafka.broker.log import PartitionLog
+from sparkafka.broker.log_config import LogConfig
 from sparkafka.broker.records import Record
 from tests.log_damage import flip_byte_in_batch, overrun_file_with_batch
 

@@ -14,7 +14,7 @@ import pytest
 
 from sparkafka.broker import server
 from sparkafka.broker.config import BrokerConfig
-from sparkafka.broker.log import CleanableRange
+from sparkafka.broker.log_cleaner import CleanableRange
 from sparkafka.broker.partition import Partition
 
 BACKOFF_MS = 50

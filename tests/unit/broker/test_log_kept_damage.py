@@ -24,7 +24,8 @@ from sparkafka.broker import log_segment, records
 from sparkafka.broker import runner as runner_module
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import LogConfig, PartitionLog, UnreadableLogError
+from sparkafka.broker.log import PartitionLog, UnreadableLogError
+from sparkafka.broker.log_config import LogConfig
 from sparkafka.broker.partition import Partition
 from sparkafka.broker.records import Record
 from sparkafka.broker.server import Broker

@@ -15,7 +15,8 @@ import pytest
 
 from sparkafka.broker import records
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.log import LogConfig, PartitionLog
+from sparkafka.broker.log import PartitionLog
+from sparkafka.broker.log_config import LogConfig
 from sparkafka.broker.partition import Partition
 
 NOW_MS = 1_800_000_000_000
