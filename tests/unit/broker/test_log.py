@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import pytest
 
 from sparkafka.broker import log as log_module
-from sparkafka.broker import records
+from sparkafka.broker import log_recovery, records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import PartitionLog
 from sparkafka.broker.log_config import LogConfig
@@ -280,14 +280,14 @@ def test_clean_reopen_reads_only_the_tail_of_the_active_segment(
     log.close()
     segment_size = (log.directory / "00000000000000000000.log").stat().st_size
     scanned: list[int] = []
-    scan = log_module.scan_batches
+    scan = log_recovery.scan_batches
 
     def counting_scan(fd: int, start: int, end: int, *, validate_crc: bool) -> Iterator[Any]:
         for position, header, batch in scan(fd, start, end, validate_crc=validate_crc):
             scanned.append(header.size)
             yield position, header, batch
 
-    monkeypatch.setattr(log_module, "scan_batches", counting_scan)
+    monkeypatch.setattr(log_recovery, "scan_batches", counting_scan)
     reopened = make_log(index_interval_bytes=512)
     assert reopened.log_end_offset == 600
     assert 0 < sum(scanned) < 2 * 512 < segment_size

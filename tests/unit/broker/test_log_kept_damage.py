@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sparkafka.broker import log as log_module
-from sparkafka.broker import log_segment, records
+from sparkafka.broker import log_recovery, log_segment, records
 from sparkafka.broker import runner as runner_module
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
@@ -401,7 +400,7 @@ def test_the_batch_inside_a_damaged_length_is_found_across_read_chunks(
     segment = crashed / FIRST_SEGMENT
     position = overrun_file_with_batch(segment, 0)
     patch_header(segment, position, LAST_OFFSET_DELTA_AT, ">i", 5)
-    monkeypatch.setattr(log_module, "SCAN_CHUNK", chunk)
+    monkeypatch.setattr(log_recovery, "SCAN_CHUNK", chunk)
     monkeypatch.setattr(log_segment, "SCAN_CHUNK", chunk)
     with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):
         recovered = make_log(crashed)
