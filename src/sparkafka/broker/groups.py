@@ -60,662 +60,48 @@ the current one only if it was staged after it.
 from __future__ import annotations
 
 import asyncio
-import base64
-import enum
 import functools
 import logging
-import struct
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
+    NO_COMMITTED_OFFSET,
+    NO_LEADER,
+    NO_LEADER_EPOCH,
+    NO_OFFSET,
+    NOT_JOURNALED,
+    UNKNOWN_MEMBER_ID,
+    CommittedOffset,
+    DescribedMember,
+    FetchedOffset,
+    GroupConfig,
+    GroupDescription,
+    GroupMetadata,
+    GroupState,
+    JoinGroupResult,
+    JoinRequest,
+    LeftMember,
+    ListedGroup,
+    Member,
+    OffsetToCommit,
+    SyncGroupResult,
+    TopicPartition,
+    join_error,
+    member_rows,
+    members_from_rows,
+    offset_rows,
+    offsets_from_rows,
+    resolve,
+    sync_error,
+    wall_clock_ms,
+)
 from sparkafka.broker.journal import Journal, JournalError
-from sparkafka.broker.settings import default_int
 
 _LOG = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
-# (offset, leader_epoch, metadata) as carried by OffsetCommit / TxnOffsetCommit; -1 epoch = unknown.
-OffsetToCommit = tuple[int, int, str | None]
-
-NO_GENERATION = -1
-UNKNOWN_MEMBER_ID = ""
-NO_LEADER = ""
-NO_OFFSET = -1
-NO_LEADER_EPOCH = -1
-CONSUMER_PROTOCOL_TYPE = "consumer"
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-_VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
-    GroupState.DEAD: frozenset(GroupState),
-    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
-    ),
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
-}
-
-
-@dataclass
-class GroupConfig:
-    """Broker settings of the classic group coordinator (Kafka config names in the comments)."""
-
-    initial_rebalance_delay_ms: int = default_int("group_initial_rebalance_delay_ms")
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    max_group_size: int = 2**31 - 1  # group.max.size
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
-    max_offset_metadata_bytes: int = 4096  # offset.metadata.max.bytes
-    # How long a brand-new member may wait in JoinGroup before it is dropped (Kafka's internal
-    # NewMemberJoinTimeoutMs / group.classic.new.member.join.timeout.ms).
-    new_member_join_timeout_ms: int = 300_000
-    # Compact the journal once this many entries were appended and they outnumber twice the live state.
-    journal_compaction_min_entries: int = 1000
-
-    def __post_init__(self) -> None:
-        for name in (
-            "initial_rebalance_delay_ms",
-            "min_session_timeout_ms",
-            "max_session_timeout_ms",
-            "offsets_retention_ms",
-            "max_offset_metadata_bytes",
-            "new_member_join_timeout_ms",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"GroupConfig.{name} must be >= 0, got {getattr(self, name)}")
-        for name in (
-            "max_group_size",
-            "offsets_retention_check_interval_ms",
-            "journal_compaction_min_entries",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GroupConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.min_session_timeout_ms > self.max_session_timeout_ms:
-            raise ValueError(
-                f"GroupConfig.min_session_timeout_ms ({self.min_session_timeout_ms}) exceeds "
-                f"max_session_timeout_ms ({self.max_session_timeout_ms})"
-            )
-
-
-# -- results returned to the request handlers ------------------------------------------------------------
-
-
-class JoinGroupMember(NamedTuple):
-    member_id: str
-    group_instance_id: str | None
-    metadata: bytes
-
-
-@dataclass(frozen=True)
-class JoinGroupResult:
-    """JoinGroup response fields.  `protocol_type`/`protocol_name` are None on errors (JoinGroup v7+
-    sends them as null; older versions want "" for the name).  `members` is filled for the leader only."""
-
-    error: ErrorCode
-    generation_id: int
-    protocol_type: str | None
-    protocol_name: str | None
-    leader: str
-    member_id: str
-    members: list[JoinGroupMember] = field(default_factory=list)
-    skip_assignment: bool = False
-
-
-@dataclass(frozen=True)
-class SyncGroupResult:
-    error: ErrorCode
-    protocol_type: str | None
-    protocol_name: str | None
-    assignment: bytes
-
-
-class LeftMember(NamedTuple):
-    member_id: str
-    group_instance_id: str | None
-    error: ErrorCode
-
-
-class ListedGroup(NamedTuple):
-    group_id: str
-    protocol_type: str
-    state: str
-
-
-class DescribedMember(NamedTuple):
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """DescribeGroups fields.  An unknown group is reported as state "Dead" with error NONE, as Kafka does
-    for DescribeGroups v0-v5; v6+ handlers should turn that into GROUP_ID_NOT_FOUND."""
-
-    error: ErrorCode
-    state: str
-    protocol_type: str
-    protocol: str
-    members: list[DescribedMember]
-
-
-class FetchedOffset(NamedTuple):
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-    error: ErrorCode
-
-
-_NO_COMMITTED_OFFSET = FetchedOffset(NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.NONE)
-
-
-# What Kafka's group coordinator answers when a record cannot be appended because of a storage error
-# (KAFKA_STORAGE_ERROR becomes NOT_COORDINATOR: appendGroupMetadataErrorToResponseError for group
-# records, CoordinatorOperationExceptionHelper for offset commits and deletions); the journal's disk
-# is this broker's storage.
-_NOT_JOURNALED = ErrorCode.NOT_COORDINATOR
-
-
-def _join_error(member_id: str, error: ErrorCode) -> JoinGroupResult:
-    return JoinGroupResult(error, NO_GENERATION, None, None, NO_LEADER, member_id)
-
-
-def _sync_error(error: ErrorCode) -> SyncGroupResult:
-    return SyncGroupResult(error, None, None, b"")
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-# -- internal state ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _JoinRequest:
-    """The JoinGroup request fields a member is (re)registered with."""
-
-    group_instance_id: str | None
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]  # in the member's order of preference
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    client_id: str
-    client_host: str
-    require_known_member_id: bool
-    supports_skip_assignment: bool
-
-    def protocol_names(self) -> set[str]:
-        return {name for name, _ in self.protocols}
-
-
-@dataclass
-class _CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp_ms: int
-    sequence: int
-    # OffsetCommit v2-v4's retention_time_ms, as Kafka's expireTimestampMs: when set, the offset
-    # expires at this time instead of offsets.retention.ms after its base timestamp.
-    expire_timestamp_ms: int | None = None
-
-
-@dataclass(eq=False)
-class _Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    # A parked JoinGroup / SyncGroup; "awaiting join/sync" in Kafka's terms is "has a waiter".
-    join_waiter: asyncio.Future[JoinGroupResult] | None = None
-    sync_waiter: asyncio.Future[SyncGroupResult] | None = None
-    # A member added by this rebalance; it can expire while awaiting join (its deadline is the
-    # new-member join timeout rather than the session timeout).
-    is_new: bool = False
-    heartbeat_deadline_ms: int = 0
-
-    def protocol_names(self) -> set[str]:
-        return {name for name, _ in self.protocols}
-
-    def metadata_for(self, protocol_name: str) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol_name:
-                return metadata
-        raise ValueError(f"member {self.member_id} does not support protocol {protocol_name!r}")
-
-    def vote(self, candidates: set[str]) -> str:
-        """The member's most preferred protocol among `candidates` (protocols are in preference order)."""
-        for name, _ in self.protocols:
-            if name in candidates:
-                return name
-        raise ValueError(
-            f"member {self.member_id} supports none of the candidate protocols {sorted(candidates)}"
-        )
-
-    def has_satisfied_heartbeat(self) -> bool:
-        # Existing members parked in JoinGroup/SyncGroup cannot heartbeat, so the rebalance itself counts
-        # as liveness; new members can still expire while awaiting join (Kafka's hasSatisfiedHeartbeat).
-        if self.is_new:
-            return False
-        return self.join_waiter is not None or self.sync_waiter is not None
-
-
-def _resolve(waiter: asyncio.Future[Any] | None, result: object) -> bool:
-    """Answer a parked request; a waiter whose request was cancelled (client gone) is skipped."""
-    if waiter is None:
-        return False
-    if not waiter.done():
-        waiter.set_result(result)
-    return True
-
-
-class _Group:
-    """One group's membership, generation and offsets (Kafka's GroupMetadata / ClassicGroup)."""
-
-    def __init__(self, group_id: str, now_ms: int) -> None:
-        self.group_id = group_id
-        self.state = GroupState.EMPTY
-        self.state_timestamp_ms = now_ms
-        self.protocol_type: str | None = None
-        self.protocol_name: str | None = None
-        self.generation_id = 0
-        self.leader_id: str | None = None
-        self.members: dict[str, _Member] = {}
-        self.static_members: dict[str, str] = {}  # group_instance_id -> member_id
-        # Member ids handed out with MEMBER_ID_REQUIRED that have not rejoined yet -> expiry deadline.
-        self.pending_join_members: dict[str, int] = {}
-        self.pending_sync_members: set[str] = set()
-        self.sync_deadline_ms: int | None = None
-        self.join_deadline_ms: int | None = None
-        # (delay_ms, remaining_ms) of Kafka's InitialDelayedJoin while the first rebalance from Empty is
-        # being delayed; None while a plain DelayedJoin (completes early once everyone joined) is active.
-        self.initial_join: tuple[int, int] | None = None
-        self.new_member_added = False
-        self.subscribed_topics: set[str] | None = None
-        self.offsets: dict[TopicPartition, _CommittedOffset] = {}
-        self.pending_txn_offsets: dict[int, dict[TopicPartition, _CommittedOffset]] = {}
-        self.journaled = False  # whether any journal entry names this group (so deletion must be journaled)
-        # The last group_metadata entry journaled (or replayed): what a restart restores, so journal
-        # compaction keeps it as it is, as Kafka's log compaction keeps a group's last record.
-        self.metadata_entry: dict[str, Any] | None = None
-
-    # -- membership ------------------------------------------------------------------------------------
-
-    def transition_to(self, target: GroupState, now_ms: int) -> None:
-        if self.state not in _VALID_PREVIOUS_STATES[target]:
-            raise RuntimeError(
-                f"group {self.group_id!r}: illegal state transition {self.state.value} -> {target.value}"
-            )
-        self.state = target
-        self.state_timestamp_ms = now_ms
-
-    def can_rebalance(self) -> bool:
-        return self.state in _VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
-
-    def is_leader(self, member_id: str) -> bool:
-        return self.leader_id == member_id
-
-    def add(self, member: _Member, waiter: asyncio.Future[JoinGroupResult] | None) -> None:
-        if member.group_instance_id is not None:
-            if member.group_instance_id in self.static_members:
-                raise RuntimeError(
-                    f"group {self.group_id!r}: static member {member.group_instance_id!r} is already mapped"
-                )
-            self.static_members[member.group_instance_id] = member.member_id
-        if not self.members:
-            self.protocol_type = member.protocol_type
-        if self.leader_id is None:
-            self.leader_id = member.member_id
-        member.join_waiter = waiter
-        self.members[member.member_id] = member
-        self.pending_join_members.pop(member.member_id, None)
-
-    def remove(self, member_id: str) -> _Member | None:
-        member = self.members.pop(member_id, None)
-        instance_id = member.group_instance_id if member is not None else None
-        if instance_id is not None and self.static_members.get(instance_id) == member_id:
-            del self.static_members[instance_id]
-        if self.leader_id == member_id:
-            self.leader_id = next(iter(self.members), None)
-        self.pending_join_members.pop(member_id, None)
-        self.pending_sync_members.discard(member_id)
-        return member
-
-    def replace_static_member(
-        self, group_instance_id: str, old_member_id: str, new_member_id: str
-    ) -> _Member:
-        """Give a static member a new member id, fencing whatever request the old id has parked."""
-        old = self.members.pop(old_member_id)
-        _resolve(old.join_waiter, _join_error(old_member_id, ErrorCode.FENCED_INSTANCE_ID))
-        _resolve(old.sync_waiter, _sync_error(ErrorCode.FENCED_INSTANCE_ID))
-        replacement = _Member(
-            member_id=new_member_id,
-            group_instance_id=old.group_instance_id,
-            client_id=old.client_id,
-            client_host=old.client_host,
-            rebalance_timeout_ms=old.rebalance_timeout_ms,
-            session_timeout_ms=old.session_timeout_ms,
-            protocol_type=old.protocol_type,
-            protocols=old.protocols,
-            assignment=old.assignment,
-        )
-        self.members[new_member_id] = replacement
-        if self.leader_id == old_member_id:
-            self.leader_id = new_member_id
-        self.static_members[group_instance_id] = new_member_id
-        if old_member_id in self.pending_sync_members:
-            self.pending_sync_members.discard(old_member_id)
-            self.pending_sync_members.add(new_member_id)
-        return replacement
-
-    def update_member(
-        self, member: _Member, request: _JoinRequest, waiter: asyncio.Future[JoinGroupResult]
-    ) -> None:
-        if member.join_waiter is not None:
-            # Kafka silently replaces the callback of a duplicate JoinGroup; answering the superseded
-            # request keeps its handler from waiting forever.
-            _resolve(member.join_waiter, _join_error(member.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
-        member.protocols = request.protocols
-        member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        member.session_timeout_ms = request.session_timeout_ms
-        member.join_waiter = waiter
-
-    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
-        """KIP-345 fencing, then membership: FENCED_INSTANCE_ID / UNKNOWN_MEMBER_ID / None if valid."""
-        if group_instance_id is not None:
-            current = self.static_members.get(group_instance_id)
-            if current is None:
-                return ErrorCode.UNKNOWN_MEMBER_ID
-            if current != member_id:
-                _LOG.info(
-                    "group %r: member %r with group.instance.id %r is fenced by current member %r",
-                    self.group_id,
-                    member_id,
-                    group_instance_id,
-                    current,
-                )
-                return ErrorCode.FENCED_INSTANCE_ID
-        if member_id not in self.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        return None
-
-    def num_awaiting_join(self) -> int:
-        return sum(1 for member in self.members.values() if member.join_waiter is not None)
-
-    def has_all_members_joined(self) -> bool:
-        return self.num_awaiting_join() == len(self.members) and not self.pending_join_members
-
-    def not_yet_rejoined(self) -> list[_Member]:
-        return [member for member in self.members.values() if member.join_waiter is None]
-
-    def maybe_elect_new_joined_leader(self) -> bool:
-        """Keep the leader if it rejoined, else pick a member that did; False if no member rejoined."""
-        if self.leader_id is None:
-            return False
-        if self.members[self.leader_id].join_waiter is not None:
-            return True
-        for member in self.members.values():
-            if member.join_waiter is not None:
-                _LOG.info(
-                    "group %r: leader %r did not rejoin in time; %r is the new leader",
-                    self.group_id,
-                    self.leader_id,
-                    member.member_id,
-                )
-                self.leader_id = member.member_id
-                return True
-        return False
-
-    def rebalance_timeout_ms(self) -> int:
-        return max((member.rebalance_timeout_ms for member in self.members.values()), default=0)
-
-    def _support_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for member in self.members.values():
-            for name in member.protocol_names():
-                counts[name] = counts.get(name, 0) + 1
-        return counts
-
-    def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
-        """Whether a member with these protocols may join: an Empty group takes any non-empty protocol
-        set; otherwise the type must match and one protocol must be supported by every current member."""
-        if self.state is GroupState.EMPTY:
-            return bool(protocol_type) and bool(protocol_names)
-        counts = self._support_counts()
-        return self.protocol_type == protocol_type and any(
-            counts.get(name, 0) == len(self.members) for name in protocol_names
-        )
-
-    def select_protocol(self) -> str:
-        """The protocol every member supports that gets the most first-preference votes (ties: first seen)."""
-        counts = self._support_counts()
-        candidates = {name for name, count in counts.items() if count == len(self.members)}
-        votes: dict[str, int] = {}
-        for member in self.members.values():
-            choice = member.vote(candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(votes, key=lambda name: votes[name])
-
-    def init_next_generation(self, now_ms: int) -> None:
-        self.generation_id += 1
-        if self.members:
-            self.protocol_name = self.select_protocol()
-            self.subscribed_topics = self._compute_subscribed_topics()
-            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
-        else:
-            self.protocol_name = None
-            self.subscribed_topics = self._compute_subscribed_topics()
-            self.transition_to(GroupState.EMPTY, now_ms)
-        self.pending_sync_members.clear()
-
-    def _compute_subscribed_topics(self) -> set[str] | None:
-        """Topics the members subscribe to, read from the consumer protocol's Subscription (v0 prefix,
-        shared by every version); None when unknown, which disables subscription-based offset expiry."""
-        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return None
-        if not self.members:
-            return set()
-        if self.protocol_name is None:
-            return None
-        topics: set[str] = set()
-        for member in self.members.values():
-            try:
-                topics.update(_parse_subscription_topics(member.metadata_for(self.protocol_name)))
-            except (struct.error, UnicodeDecodeError, ValueError) as exc:
-                _LOG.warning(
-                    "group %r: cannot parse the consumer subscription of member %r (%s); "
-                    "offset expiry will not consider subscribed topics",
-                    self.group_id,
-                    member.member_id,
-                    exc,
-                )
-                return None
-        return topics
-
-    def join_members_for(self, member_id: str) -> list[JoinGroupMember]:
-        """The member list of a JoinGroup response: the leader gets everyone's metadata, others nothing."""
-        if not self.is_leader(member_id) or self.protocol_name is None:
-            return []
-        return [
-            JoinGroupMember(
-                member.member_id, member.group_instance_id, member.metadata_for(self.protocol_name)
-            )
-            for member in self.members.values()
-        ]
-
-    def join_result(self, member_id: str) -> JoinGroupResult:
-        return JoinGroupResult(
-            ErrorCode.NONE,
-            self.generation_id,
-            self.protocol_type,
-            self.protocol_name,
-            self.leader_id or NO_LEADER,
-            member_id,
-            self.join_members_for(member_id),
-        )
-
-    # -- offsets ---------------------------------------------------------------------------------------
-
-    def has_pending_txn_offset(self, partition: TopicPartition) -> bool:
-        return any(partition in pending for pending in self.pending_txn_offsets.values())
-
-    def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_txn_offsets)
-
-    def expirable_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
-        """Kafka's offset expiration condition (KIP-211):
-
-        * consumer-managed group (protocol type set) that is Empty: all offsets, once the group has
-          been Empty for the retention period;
-        * Stable "consumer" group with known subscriptions: offsets of unsubscribed topics, by commit time;
-        * group used only for offset storage (no protocol type): each offset by its commit time;
-        * otherwise none.
-        """
-        subscribed: set[str] = set()
-        if self.protocol_type is not None:
-            if self.state is GroupState.EMPTY:
-                return [
-                    tp
-                    for tp, committed in self.offsets.items()
-                    if _expired(committed, self.state_timestamp_ms, now_ms, retention_ms)
-                ]
-            if not (
-                self.protocol_type == CONSUMER_PROTOCOL_TYPE
-                and self.subscribed_topics is not None
-                and self.state is GroupState.STABLE
-            ):
-                return []
-            subscribed = self.subscribed_topics
-        return [
-            tp
-            for tp, committed in self.offsets.items()
-            if tp[0] not in subscribed
-            and _expired(committed, committed.commit_timestamp_ms, now_ms, retention_ms)
-        ]
-
-    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
-        """:meth:`expirable_offsets` whose partition has no transactional offset pending
-        (OffsetMetadataManager.cleanupExpiredOffsets keeps those until the transaction ends)."""
-        return [
-            tp for tp in self.expirable_offsets(now_ms, retention_ms) if not self.has_pending_txn_offset(tp)
-        ]
-
-
-def _expired(committed: _CommittedOffset, base_timestamp_ms: int, now_ms: int, retention_ms: int) -> bool:
-    """Kafka's OffsetExpirationConditionImpl: an explicit expire timestamp (older commits) decides
-    alone; otherwise the offset is retention_ms past the base timestamp."""
-    if committed.expire_timestamp_ms is not None:
-        return now_ms >= committed.expire_timestamp_ms
-    return now_ms - base_timestamp_ms >= retention_ms
-
-
-def _parse_subscription_topics(metadata: bytes) -> list[str]:
-    # ConsumerProtocolSubscription: int16 version, then (every version) an array of topic names:
-    # int32 count, each an int16 length + UTF-8 bytes.
-    (count,) = struct.unpack_from(">i", metadata, 2)
-    if count < 0:
-        raise ValueError(f"negative topic count {count}")
-    position = 6
-    topics = []
-    for _ in range(count):
-        (length,) = struct.unpack_from(">h", metadata, position)
-        position += 2
-        if length < 0 or position + length > len(metadata):
-            raise ValueError(f"topic name length {length} runs past the metadata")
-        topics.append(metadata[position : position + length].decode())
-        position += length
-    return topics
-
-
-def _offset_rows(offsets: dict[TopicPartition, _CommittedOffset]) -> list[list[Any]]:
-    return [
-        [tp[0], tp[1], o.offset, o.leader_epoch, o.metadata, o.commit_timestamp_ms, o.sequence]
-        + ([] if o.expire_timestamp_ms is None else [o.expire_timestamp_ms])
-        for tp, o in offsets.items()
-    ]
-
-
-def _offsets_from_rows(rows: list[list[Any]]) -> dict[TopicPartition, _CommittedOffset]:
-    result: dict[TopicPartition, _CommittedOffset] = {}
-    for row in rows:
-        topic, partition, offset, leader_epoch, metadata, timestamp, sequence, *expiry = row
-        result[(str(topic), int(partition))] = _CommittedOffset(
-            int(offset),
-            int(leader_epoch),
-            str(metadata),
-            int(timestamp),
-            int(sequence),
-            int(expiry[0]) if expiry else None,
-        )
-    return result
-
-
-def _member_rows(group: _Group) -> list[dict[str, Any]]:
-    """The members of a group that has a protocol, as Kafka's GroupMetadataValue keeps them: only the
-    subscription of the group's protocol, and each member's current assignment."""
-    protocol_name = group.protocol_name
-    if protocol_name is None:
-        if group.members:
-            raise RuntimeError(f"group {group.group_id!r}: members without a chosen protocol cannot be kept")
-        return []
-    return [
-        {
-            "member_id": member.member_id,
-            "group_instance_id": member.group_instance_id,
-            "client_id": member.client_id,
-            "client_host": member.client_host,
-            "rebalance_timeout_ms": member.rebalance_timeout_ms,
-            "session_timeout_ms": member.session_timeout_ms,
-            "subscription": base64.b64encode(member.metadata_for(protocol_name)).decode("ascii"),
-            "assignment": base64.b64encode(member.assignment).decode("ascii"),
-        }
-        for member in group.members.values()
-    ]
-
-
-def _members_from_rows(
-    rows: list[dict[str, Any]], protocol_type: str | None, protocol_name: str | None
-) -> list[_Member]:
-    if rows and protocol_name is None:
-        raise ValueError("members are stored without the group's protocol")
-    return [
-        _Member(
-            member_id=str(row["member_id"]),
-            group_instance_id=None if row["group_instance_id"] is None else str(row["group_instance_id"]),
-            client_id=str(row["client_id"]),
-            client_host=str(row["client_host"]),
-            rebalance_timeout_ms=int(row["rebalance_timeout_ms"]),
-            session_timeout_ms=int(row["session_timeout_ms"]),
-            protocol_type=protocol_type or "",
-            # What Kafka's replay gives a loaded member: the group's protocol with its subscription.
-            protocols=[(str(protocol_name), base64.b64decode(row["subscription"], validate=True))],
-            assignment=base64.b64decode(row["assignment"], validate=True),
-        )
-        for row in rows
-    ]
-
 
 # -- the coordinator ---------------------------------------------------------------------------------------
 
@@ -728,12 +114,12 @@ class GroupCoordinator:
         journal: Journal,
         config: GroupConfig,
         *,
-        now_ms: Callable[[], int] = _wall_clock_ms,
+        now_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._journal = journal
         self._config = config
         self._now_ms = now_ms
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, GroupMetadata] = {}
         self._next_sequence = 0
         self._shut_down = False
         self._wakeup_handle: asyncio.TimerHandle | None = None
@@ -783,7 +169,7 @@ class GroupCoordinator:
         `supports_skip_assignment` is True for JoinGroup v9+ (KIP-814: a restarted static leader of a
         Stable group is told it leads but must not reassign).
         """
-        request = _JoinRequest(
+        request = JoinRequest(
             group_instance_id=group_instance_id,
             protocol_type=protocol_type,
             protocols=list(protocols),
@@ -800,38 +186,38 @@ class GroupCoordinator:
         return await outcome
 
     def _handle_join(
-        self, group_id: str, member_id: str, request: _JoinRequest
+        self, group_id: str, member_id: str, request: JoinRequest
     ) -> JoinGroupResult | asyncio.Future[JoinGroupResult]:
         if self._shut_down:
-            return _join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if not group_id:
-            return _join_error(member_id, ErrorCode.INVALID_GROUP_ID)
+            return join_error(member_id, ErrorCode.INVALID_GROUP_ID)
         config = self._config
         if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
-            return _join_error(member_id, ErrorCode.INVALID_SESSION_TIMEOUT)
+            return join_error(member_id, ErrorCode.INVALID_SESSION_TIMEOUT)
 
         is_unknown_member = member_id == UNKNOWN_MEMBER_ID
         group = self._groups.get(group_id)
         if group is None:
             if not is_unknown_member:
-                return _join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
+                return join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
             group = self._create_group(group_id)
             # Kafka 4 records a group created by JoinGroup at once, empty, so that it exists after a
             # restart; if that fails, the group is dropped and the join refused.
             if not self._journal_group_metadata(group):
                 del self._groups[group_id]
-                return _join_error(member_id, _NOT_JOURNALED)
+                return join_error(member_id, NOT_JOURNALED)
 
         result: JoinGroupResult | asyncio.Future[JoinGroupResult]
         if not self._accept_joining_member(group, member_id):
             # Kafka removes the member and answers, nothing more: the join phase completes on its
             # timer or with the next join or leave, not because this member is gone.
             self._remove_member_quietly(group, member_id)
-            return _join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)
+            return join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)
         if group.state is GroupState.DEAD:
-            result = _join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            result = join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         elif not group.supports_protocols(request.protocol_type, request.protocol_names()):
-            result = _join_error(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            result = join_error(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         elif is_unknown_member:
             result = self._join_new_member(group, request)
         else:
@@ -840,7 +226,7 @@ class GroupCoordinator:
             self._try_complete_join(group)
         return result
 
-    def _accept_joining_member(self, group: _Group, member_id: str) -> bool:
+    def _accept_joining_member(self, group: GroupMetadata, member_id: str) -> bool:
         """Kafka's acceptJoiningMember: members already parked in this rebalance, or members of a settled
         generation, are always accepted; anyone else only below max_group_size."""
         limit = self._config.max_group_size
@@ -853,7 +239,7 @@ class GroupCoordinator:
         return member_id in group.members or len(group.members) < limit
 
     def _join_new_member(
-        self, group: _Group, request: _JoinRequest
+        self, group: GroupMetadata, request: JoinRequest
     ) -> JoinGroupResult | asyncio.Future[JoinGroupResult]:
         instance_id = request.group_instance_id
         new_member_id = f"{instance_id if instance_id is not None else request.client_id}-{uuid.uuid4()}"
@@ -879,13 +265,13 @@ class GroupCoordinator:
             deadline = self._now_ms() + request.session_timeout_ms
             group.pending_join_members[new_member_id] = deadline
             self._schedule_wakeup(deadline)
-            return _join_error(new_member_id, ErrorCode.MEMBER_ID_REQUIRED)
+            return join_error(new_member_id, ErrorCode.MEMBER_ID_REQUIRED)
         waiter = self._new_join_waiter()
         self._add_member_and_rebalance(group, new_member_id, request, waiter)
         return waiter
 
     def _join_current_member(
-        self, group: _Group, member_id: str, request: _JoinRequest
+        self, group: GroupMetadata, member_id: str, request: JoinRequest
     ) -> JoinGroupResult | asyncio.Future[JoinGroupResult]:
         if member_id in group.pending_join_members:
             if request.group_instance_id is not None:
@@ -896,14 +282,14 @@ class GroupCoordinator:
                     member_id,
                     request.group_instance_id,
                 )
-                return _join_error(member_id, ErrorCode.UNKNOWN_SERVER_ERROR)
+                return join_error(member_id, ErrorCode.UNKNOWN_SERVER_ERROR)
             waiter = self._new_join_waiter()
             self._add_member_and_rebalance(group, member_id, request, waiter)
             return waiter
 
         error = group.validate_member(member_id, request.group_instance_id)
         if error is not None:
-            return _join_error(member_id, error)
+            return join_error(member_id, error)
         member = group.members[member_id]
         unchanged = member.protocols == request.protocols
         if group.state is GroupState.COMPLETING_REBALANCE and unchanged:
@@ -919,7 +305,7 @@ class GroupCoordinator:
                 member_id,
                 group.state.value,
             )
-            return _join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
+            return join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
         # PreparingRebalance, changed metadata, or the leader rejoining a Stable group (the leader's way
         # to ask for a rebalance, e.g. after a topic metadata change): join the (next) rebalance.
         waiter = self._new_join_waiter()
@@ -929,12 +315,12 @@ class GroupCoordinator:
 
     def _add_member_and_rebalance(
         self,
-        group: _Group,
+        group: GroupMetadata,
         member_id: str,
-        request: _JoinRequest,
+        request: JoinRequest,
         waiter: asyncio.Future[JoinGroupResult],
     ) -> None:
-        member = _Member(
+        member = Member(
             member_id=member_id,
             group_instance_id=request.group_instance_id,
             client_id=request.client_id,
@@ -959,10 +345,10 @@ class GroupCoordinator:
 
     def _update_static_member_and_rebalance(
         self,
-        group: _Group,
+        group: GroupMetadata,
         old_member_id: str,
         new_member_id: str,
-        request: _JoinRequest,
+        request: JoinRequest,
         waiter: asyncio.Future[JoinGroupResult],
     ) -> None:
         instance_id = request.group_instance_id
@@ -985,10 +371,10 @@ class GroupCoordinator:
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = previous
                 restored = group.replace_static_member(instance_id, new_member_id, old_member_id)
                 self._set_heartbeat_deadline(restored, restored.session_timeout_ms)
-                _resolve(
+                resolve(
                     waiter,
                     JoinGroupResult(
-                        _NOT_JOURNALED,
+                        NOT_JOURNALED,
                         group.generation_id,
                         group.protocol_type,
                         group.protocol_name,
@@ -1022,7 +408,7 @@ class GroupCoordinator:
                     new_member_id,
                 )
             member.join_waiter = None
-            _resolve(waiter, result)
+            resolve(waiter, result)
         elif group.state is GroupState.COMPLETING_REBALANCE:
             # The leader may already be assigning to the old member id; start over so the new id gets one.
             self._prepare_rebalance(group, f"static member {instance_id} rejoined during CompletingRebalance")
@@ -1033,11 +419,11 @@ class GroupCoordinator:
 
     # -- rebalance machinery -------------------------------------------------------------------------------
 
-    def _maybe_prepare_rebalance(self, group: _Group, reason: str) -> None:
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.can_rebalance():
             self._prepare_rebalance(group, reason)
 
-    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         """Enter PreparingRebalance: cancel a pending SyncGroup round and start the delayed join."""
         if group.state is GroupState.COMPLETING_REBALANCE:
             self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
@@ -1062,7 +448,7 @@ class GroupCoordinator:
         self._schedule_wakeup(group.join_deadline_ms)
         self._try_complete_join(group)
 
-    def _try_complete_join(self, group: _Group) -> None:
+    def _try_complete_join(self, group: GroupMetadata) -> None:
         # The initial delayed join never completes early: it exists to collect more members.
         if (
             group.state is GroupState.PREPARING_REBALANCE
@@ -1072,7 +458,7 @@ class GroupCoordinator:
         ):
             self._complete_join_phase(group)
 
-    def _on_join_deadline(self, group: _Group) -> None:
+    def _on_join_deadline(self, group: GroupMetadata) -> None:
         group.join_deadline_ms = None
         if group.initial_join is not None:
             delay, remaining = group.initial_join
@@ -1087,7 +473,7 @@ class GroupCoordinator:
                 return
         self._complete_join_phase(group)
 
-    def _complete_join_phase(self, group: _Group) -> None:
+    def _complete_join_phase(self, group: GroupMetadata) -> None:
         """Kafka's onCompleteJoin.
 
         Steps: drop dynamic members that did not rejoin; keep or re-elect a leader among those that did
@@ -1134,14 +520,14 @@ class GroupCoordinator:
         )
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
-            _resolve(waiter, group.join_result(member.member_id))
+            resolve(waiter, group.join_result(member.member_id))
             self._set_heartbeat_deadline(member, member.session_timeout_ms)
             member.is_new = False
             group.pending_sync_members.add(member.member_id)
         group.sync_deadline_ms = now + group.rebalance_timeout_ms()
         self._schedule_wakeup(group.sync_deadline_ms)
 
-    def _on_sync_deadline(self, group: _Group) -> None:
+    def _on_sync_deadline(self, group: GroupMetadata) -> None:
         """Remove members that got a JoinGroup response but never sent SyncGroup (Kafka's DelayedSync)."""
         group.sync_deadline_ms = None
         if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
@@ -1155,27 +541,27 @@ class GroupCoordinator:
             group, f"members {missing} did not send SyncGroup within the rebalance timeout"
         )
 
-    def _reset_and_propagate_assignment_error(self, group: _Group, error: ErrorCode) -> None:
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
         self._propagate_assignment(group, error)
 
-    def _propagate_assignment(self, group: _Group, error: ErrorCode) -> None:
+    def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
             if error is ErrorCode.NONE:
                 result = SyncGroupResult(error, group.protocol_type, group.protocol_name, member.assignment)
             else:
-                result = _sync_error(error)
+                result = sync_error(error)
             waiter, member.sync_waiter = member.sync_waiter, None
-            if _resolve(waiter, result):
+            if resolve(waiter, result):
                 # The member could not heartbeat while parked, so its session starts over now.
                 self._set_heartbeat_deadline(member, member.session_timeout_ms)
 
-    def _remove_member_and_update_group(self, group: _Group, member: _Member, reason: str) -> None:
-        _resolve(member.join_waiter, _join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
+    def _remove_member_and_update_group(self, group: GroupMetadata, member: Member, reason: str) -> None:
+        resolve(member.join_waiter, join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
         member.join_waiter = None
         # Kafka leaves a removed member's parked SyncGroup unanswered; answer it instead of hanging.
-        _resolve(member.sync_waiter, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+        resolve(member.sync_waiter, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
         member.sync_waiter = None
         group.remove(member.member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
@@ -1183,13 +569,13 @@ class GroupCoordinator:
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
-    def _remove_member_quietly(self, group: _Group, member_id: str) -> None:
+    def _remove_member_quietly(self, group: GroupMetadata, member_id: str) -> None:
         """Remove without triggering a rebalance (the caller is already driving one)."""
         member = group.remove(member_id)
         if member is not None:
             # Nothing should be parked here, but never leave a request hanging.
-            _resolve(member.join_waiter, _join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
-            _resolve(member.sync_waiter, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            resolve(member.join_waiter, join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
+            resolve(member.sync_waiter, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
             member.join_waiter = member.sync_waiter = None
 
     # ======================================================================================================
@@ -1242,29 +628,29 @@ class GroupCoordinator:
         assignments: list[tuple[str, bytes]],
     ) -> SyncGroupResult | asyncio.Future[SyncGroupResult]:
         if self._shut_down:
-            return _sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if not group_id:
-            return _sync_error(ErrorCode.INVALID_GROUP_ID)
+            return sync_error(ErrorCode.INVALID_GROUP_ID)
         group = self._groups.get(group_id)
         if group is None:
-            return _sync_error(ErrorCode.UNKNOWN_MEMBER_ID)
+            return sync_error(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.state is GroupState.DEAD:
-            return _sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         error = group.validate_member(member_id, group_instance_id)
         if error is not None:
-            return _sync_error(error)
+            return sync_error(error)
         if generation_id != group.generation_id:
-            return _sync_error(ErrorCode.ILLEGAL_GENERATION)
+            return sync_error(ErrorCode.ILLEGAL_GENERATION)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None and protocol_name != group.protocol_name
         ):
-            return _sync_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return sync_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
 
         member = group.members[member_id]
         if group.state is GroupState.EMPTY:
-            return _sync_error(ErrorCode.UNKNOWN_MEMBER_ID)
+            return sync_error(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.state is GroupState.PREPARING_REBALANCE:
-            return _sync_error(ErrorCode.REBALANCE_IN_PROGRESS)
+            return sync_error(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state is GroupState.STABLE:
             self._mark_synced(group, member_id)
             self._set_heartbeat_deadline(member, member.session_timeout_ms)
@@ -1275,14 +661,14 @@ class GroupCoordinator:
         # CompletingRebalance
         waiter = self._new_sync_waiter()
         # Kafka silently replaces the callback of a duplicate SyncGroup; answer the superseded one.
-        _resolve(member.sync_waiter, _sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+        resolve(member.sync_waiter, sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_waiter = waiter
         self._mark_synced(group, member_id)
         if group.is_leader(member_id):
             self._apply_leader_assignment(group, assignments)
         return waiter
 
-    def _apply_leader_assignment(self, group: _Group, assignments: list[tuple[str, bytes]]) -> None:
+    def _apply_leader_assignment(self, group: GroupMetadata, assignments: list[tuple[str, bytes]]) -> None:
         by_member = dict(assignments)
         unknown = sorted(set(by_member) - set(group.members))
         if unknown:
@@ -1305,7 +691,7 @@ class GroupCoordinator:
         if not self._journal_group_metadata(group):
             # As Kafka when the group's record cannot be appended: nobody gets an assignment that a
             # restart would not restore; every member learns why, and the group rebalances.
-            self._reset_and_propagate_assignment_error(group, _NOT_JOURNALED)
+            self._reset_and_propagate_assignment_error(group, NOT_JOURNALED)
             self._maybe_prepare_rebalance(group, "the assignment could not be journaled")
             return
         _LOG.info(
@@ -1317,7 +703,7 @@ class GroupCoordinator:
         self._propagate_assignment(group, ErrorCode.NONE)
         group.transition_to(GroupState.STABLE, self._now_ms())
 
-    def _mark_synced(self, group: _Group, member_id: str) -> None:
+    def _mark_synced(self, group: GroupMetadata, member_id: str) -> None:
         group.pending_sync_members.discard(member_id)
         if not group.pending_sync_members:
             group.sync_deadline_ms = None
@@ -1379,7 +765,7 @@ class GroupCoordinator:
             )
         return ErrorCode.NONE, results
 
-    def _leave_one(self, group: _Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
+    def _leave_one(self, group: GroupMetadata, member_id: str, group_instance_id: str | None) -> ErrorCode:
         if member_id == UNKNOWN_MEMBER_ID:
             current = group.static_members.get(group_instance_id) if group_instance_id is not None else None
             if current is None:
@@ -1462,9 +848,9 @@ class GroupCoordinator:
                 results[group_id] = self._delete_group(group, "DeleteGroups request")
         return results
 
-    def _delete_group(self, group: _Group, reason: str) -> ErrorCode:
+    def _delete_group(self, group: GroupMetadata, reason: str) -> ErrorCode:
         if group.journaled and not self._append({"type": "group_deleted", "group": group.group_id}):
-            return _NOT_JOURNALED
+            return NOT_JOURNALED
         if group.pending_txn_offsets:
             _LOG.info(
                 "group %r: deleting with pending transactional offsets of producers %s",
@@ -1538,12 +924,12 @@ class GroupCoordinator:
                 ]
         if doomed:
             if not self._forget_offsets(group, doomed):
-                return _NOT_JOURNALED, []
+                return NOT_JOURNALED, []
             _LOG.info("group %r: deleted the offsets of %d partition(s) on request", group_id, len(doomed))
             self._maybe_compact()
         return ErrorCode.NONE, answers
 
-    def _forget_offsets(self, group: _Group, partitions: list[TopicPartition]) -> bool:
+    def _forget_offsets(self, group: GroupMetadata, partitions: list[TopicPartition]) -> bool:
         """Journal (``offsets_deleted``), then drop, the group's committed and pending transactional
         offsets of ``partitions``; False, with nothing dropped, if the journal refused the entry."""
         entry = {
@@ -1557,7 +943,7 @@ class GroupCoordinator:
         return True
 
     @staticmethod
-    def _drop_offsets(group: _Group, partitions: Iterable[TopicPartition]) -> None:
+    def _drop_offsets(group: GroupMetadata, partitions: Iterable[TopicPartition]) -> None:
         for partition in partitions:
             group.offsets.pop(partition, None)
             for pending in group.pending_txn_offsets.values():
@@ -1613,7 +999,7 @@ class GroupCoordinator:
 
     def _validate_offset_commit(
         self,
-        group: _Group,
+        group: GroupMetadata,
         generation_id: int,
         member_id: str,
         group_instance_id: str | None,
@@ -1640,7 +1026,7 @@ class GroupCoordinator:
 
     def _store_offsets(
         self,
-        group: _Group,
+        group: GroupMetadata,
         offsets: dict[TopicPartition, OffsetToCommit],
         *,
         producer_id: int | None,
@@ -1648,14 +1034,14 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         now = self._now_ms()
         results: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, _CommittedOffset] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
         sequence = self._next_sequence
         for partition, (offset, leader_epoch, metadata) in offsets.items():
             text = metadata if metadata is not None else ""
             if len(text) > self._config.max_offset_metadata_bytes:
                 results[partition] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                accepted[partition] = _CommittedOffset(
+                accepted[partition] = CommittedOffset(
                     offset, leader_epoch, text, now, sequence, expire_timestamp_ms
                 )
                 results[partition] = ErrorCode.NONE
@@ -1663,17 +1049,17 @@ class GroupCoordinator:
             return results
         entry: dict[str, Any]
         if producer_id is None:
-            entry = {"type": "offsets_committed", "group": group.group_id, "offsets": _offset_rows(accepted)}
+            entry = {"type": "offsets_committed", "group": group.group_id, "offsets": offset_rows(accepted)}
         else:
             entry = {
                 "type": "txn_offsets_staged",
                 "group": group.group_id,
                 "producer_id": producer_id,
-                "offsets": _offset_rows(accepted),
+                "offsets": offset_rows(accepted),
             }
         if not self._append(entry):
             for partition in accepted:
-                results[partition] = _NOT_JOURNALED
+                results[partition] = NOT_JOURNALED
             return results
         self._next_sequence += 1
         group.journaled = True
@@ -1703,7 +1089,7 @@ class GroupCoordinator:
         self._require_running("OffsetFetch")
         group = self._groups.get(group_id)
         if group is None:
-            return dict.fromkeys(partitions or [], _NO_COMMITTED_OFFSET)
+            return dict.fromkeys(partitions or [], NO_COMMITTED_OFFSET)
         wanted = list(group.offsets) if partitions is None else partitions
         results: dict[TopicPartition, FetchedOffset] = {}
         for partition in wanted:
@@ -1714,7 +1100,7 @@ class GroupCoordinator:
                 continue
             committed = group.offsets.get(partition)
             if committed is None:
-                results[partition] = _NO_COMMITTED_OFFSET
+                results[partition] = NO_COMMITTED_OFFSET
             else:
                 results[partition] = FetchedOffset(
                     committed.offset, committed.leader_epoch, committed.metadata, ErrorCode.NONE
@@ -1804,7 +1190,7 @@ class GroupCoordinator:
         return [g.group_id for g in self._groups.values() if producer_id in g.pending_txn_offsets]
 
     @staticmethod
-    def _apply_txn_completion(group: _Group, producer_id: int, commit: bool) -> None:
+    def _apply_txn_completion(group: GroupMetadata, producer_id: int, commit: bool) -> None:
         pending = group.pending_txn_offsets.pop(producer_id, {})
         if not commit:
             return
@@ -1856,13 +1242,13 @@ class GroupCoordinator:
             consider(group.sync_deadline_ms, functools.partial(self._on_sync_deadline, group))
         return best
 
-    def _expire_pending_member(self, group: _Group, member_id: str) -> None:
+    def _expire_pending_member(self, group: GroupMetadata, member_id: str) -> None:
         _LOG.info("group %r: pending member %r expired before rejoining", group.group_id, member_id)
         del group.pending_join_members[member_id]
         if group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
-    def _expire_member(self, group: _Group, member: _Member) -> None:
+    def _expire_member(self, group: GroupMetadata, member: Member) -> None:
         _LOG.info("group %r: member %r session expired; removing it", group.group_id, member.member_id)
         self._remove_member_and_update_group(
             group, member, f"removing member {member.member_id} on heartbeat expiration"
@@ -1886,7 +1272,7 @@ class GroupCoordinator:
                 self._delete_group(group, "empty group without offsets")
         self._maybe_compact()
 
-    def _set_heartbeat_deadline(self, member: _Member, timeout_ms: int) -> None:
+    def _set_heartbeat_deadline(self, member: Member, timeout_ms: int) -> None:
         member.heartbeat_deadline_ms = self._now_ms() + timeout_ms
         self._schedule_wakeup(member.heartbeat_deadline_ms)
 
@@ -1952,8 +1338,8 @@ class GroupCoordinator:
             self._wakeup_handle = None
         for group in self._groups.values():
             for member in group.members.values():
-                _resolve(member.join_waiter, _join_error(member.member_id, ErrorCode.NOT_COORDINATOR))
-                _resolve(member.sync_waiter, _sync_error(ErrorCode.NOT_COORDINATOR))
+                resolve(member.join_waiter, join_error(member.member_id, ErrorCode.NOT_COORDINATOR))
+                resolve(member.sync_waiter, sync_error(ErrorCode.NOT_COORDINATOR))
                 member.join_waiter = member.sync_waiter = None
         self._journal.close()
 
@@ -1975,7 +1361,7 @@ class GroupCoordinator:
             return False
         return True
 
-    def _journal_group_metadata(self, group: _Group) -> bool:
+    def _journal_group_metadata(self, group: GroupMetadata) -> bool:
         """Journal the group as Kafka's GroupMetadataValue holds it (generation, protocol, leader, and
         each member with its subscription and current assignment); False, with the cause logged, if it
         could not be written."""
@@ -1987,7 +1373,7 @@ class GroupCoordinator:
             "protocol": group.protocol_name,
             "empty_since_ms": group.state_timestamp_ms if group.state is GroupState.EMPTY else None,
             "leader": group.leader_id,
-            "members": _member_rows(group),
+            "members": member_rows(group),
         }
         if not self._append(entry):
             return False
@@ -2006,7 +1392,7 @@ class GroupCoordinator:
                     {
                         "type": "offsets_committed",
                         "group": group.group_id,
-                        "offsets": _offset_rows(group.offsets),
+                        "offsets": offset_rows(group.offsets),
                     }
                 )
             for producer_id, pending in group.pending_txn_offsets.items():
@@ -2015,7 +1401,7 @@ class GroupCoordinator:
                         "type": "txn_offsets_staged",
                         "group": group.group_id,
                         "producer_id": producer_id,
-                        "offsets": _offset_rows(pending),
+                        "offsets": offset_rows(pending),
                     }
                 )
         return entries
@@ -2059,14 +1445,14 @@ class GroupCoordinator:
             return
         group = self._groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = _Group(group_id, now)
+            group = self._groups[group_id] = GroupMetadata(group_id, now)
         group.journaled = True
         if kind == "offsets_committed":
-            offsets = _offsets_from_rows(entry["offsets"])
+            offsets = offsets_from_rows(entry["offsets"])
             group.offsets.update(offsets)
             self._advance_sequence(offsets)
         elif kind == "txn_offsets_staged":
-            offsets = _offsets_from_rows(entry["offsets"])
+            offsets = offsets_from_rows(entry["offsets"])
             group.pending_txn_offsets.setdefault(int(entry["producer_id"]), {}).update(offsets)
             self._advance_sequence(offsets)
         elif kind == "txn_offsets_completed":
@@ -2084,11 +1470,11 @@ class GroupCoordinator:
             raise ValueError(f"unknown entry type {kind!r}")
 
     @staticmethod
-    def _restore_group_metadata(group: _Group, entry: dict[str, Any], now: int) -> None:
+    def _restore_group_metadata(group: GroupMetadata, entry: dict[str, Any], now: int) -> None:
         """Kafka's replay of a GroupMetadataValue: the group as the entry describes it, Stable with its
         members or Empty; the members' sessions start when the whole journal is replayed."""
         protocol_type, protocol_name = entry["protocol_type"], entry["protocol"]
-        members = _members_from_rows(entry.get("members") or [], protocol_type, protocol_name)
+        members = members_from_rows(entry.get("members") or [], protocol_type, protocol_name)
         group.generation_id = int(entry["generation"])
         group.protocol_type = protocol_type
         group.protocol_name = protocol_name
@@ -2121,7 +1507,7 @@ class GroupCoordinator:
                     f"{self._config.max_group_size}",
                 )
 
-    def _advance_sequence(self, offsets: dict[TopicPartition, _CommittedOffset]) -> None:
+    def _advance_sequence(self, offsets: dict[TopicPartition, CommittedOffset]) -> None:
         for committed in offsets.values():
             self._next_sequence = max(self._next_sequence, committed.sequence + 1)
 
@@ -2129,8 +1515,8 @@ class GroupCoordinator:
     # helpers
     # ======================================================================================================
 
-    def _create_group(self, group_id: str) -> _Group:
-        group = _Group(group_id, self._now_ms())
+    def _create_group(self, group_id: str) -> GroupMetadata:
+        group = GroupMetadata(group_id, self._now_ms())
         self._groups[group_id] = group
         return group
 

@@ -26,7 +26,8 @@ from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.connection import Connection, Listener, RequestContext, current_listener
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.fetch_sessions import FetchSessionCache
-from sparkafka.broker.groups import GroupConfig, GroupCoordinator
+from sparkafka.broker.group_metadata import GroupConfig
+from sparkafka.broker.groups import GroupCoordinator
 from sparkafka.broker.handlers import HANDLERS
 from sparkafka.broker.journal import Journal
 from sparkafka.broker.limits import (

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sparkafka.broker import groups
-from sparkafka.broker.groups import GroupConfig, GroupCoordinator
+from sparkafka.broker.group_metadata import GroupConfig, parse_subscription_topics
+from sparkafka.broker.groups import GroupCoordinator
 from sparkafka.broker.journal import Journal, JournalError
 
 
@@ -47,13 +47,13 @@ def subscription(count: int, *names: bytes, length: int | None = None) -> bytes:
 
 def test_a_subscription_with_a_negative_topic_count_is_refused() -> None:
     with pytest.raises(ValueError, match=r"^negative topic count -1$"):
-        groups._parse_subscription_topics(subscription(-1))
+        parse_subscription_topics(subscription(-1))
 
 
 def test_a_subscription_topic_name_running_past_the_metadata_is_refused() -> None:
-    assert groups._parse_subscription_topics(subscription(1, b"orders")) == ["orders"]
+    assert parse_subscription_topics(subscription(1, b"orders")) == ["orders"]
     with pytest.raises(ValueError, match=r"^topic name length 40 runs past the metadata$"):
-        groups._parse_subscription_topics(subscription(1, b"orders", length=40))
+        parse_subscription_topics(subscription(1, b"orders", length=40))
 
 
 # ---- journal replay

@@ -17,13 +17,8 @@ from typing import Any
 import pytest
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
-from sparkafka.broker.groups import (
-    FetchedOffset,
-    GroupConfig,
-    GroupCoordinator,
-    JoinGroupResult,
-    SyncGroupResult,
-)
+from sparkafka.broker.group_metadata import FetchedOffset, GroupConfig, JoinGroupResult, SyncGroupResult
+from sparkafka.broker.groups import GroupCoordinator
 from sparkafka.broker.journal import Journal
 
 GROUP = "g1"
