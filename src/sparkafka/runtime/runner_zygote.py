@@ -31,9 +31,10 @@ Invariants: the child runs with the launcher's argv, environment, working direct
 standard streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
 launcher's connection closes first (Spark destroyed it, or it was killed), the zygote kills the
 child and the process group it leads (a worker daemon's forked workers); when the zygote itself is
-killed (kill -9 of the pipeline's process group), the kernel sends each child SIGTERM, on which
-PySpark's daemon ends the process group it leads as when Spark stops it (its workers and whatever
-they started), and kills every process forked from a main thread below a child as its parent dies
+killed (kill -9 of the pipeline's process group), the kernel sends each child a death signal: a
+worker daemon a real-time signal on which it SIGKILLs the process group it leads (its workers and
+whatever they started), any other child SIGTERM; and it kills every process forked from a main
+thread below a child as its parent dies
 (PR_SET_PDEATHSIG, asked for at each such fork). The zygote holds no
 descriptor of a launcher's streams once the child has them, so Spark sees the child's end as it
 would see a process of its own end. The zygote runs Python on one thread (so forking it is safe)
@@ -283,13 +284,18 @@ class _Zygote:
         go: int,
         zygote_pid: int,
     ) -> None:
-        # SIGTERM, not SIGKILL: PySpark's daemon leads a process group of its own with the workers it
-        # forks, which no kill of the pipeline's group reaches, and on SIGTERM it sends SIGHUP to that
-        # group, as when Spark stops it: its workers end, and so does whatever they started that
-        # the next line cannot reach (subprocesses they exec'd, forks from their threads). A worker
+        # Not SIGKILL: PySpark's daemon leads a process group of its own with the workers it forks,
+        # which no kill of the pipeline's group reaches, and what they started that no death signal
+        # reaches (subprocesses they exec'd, forks from their threads) must end with it: a worker
         # left running after a kill -9 would finish its task, committing the transaction the kill
-        # caught open. A module that handles no SIGTERM ends by it as by SIGKILL.
+        # caught open. So a child that makes itself a group leader gets a signal PySpark never
+        # handles, on which it kills its group (:func:`_lead_group_and_end_it_with_the_zygote`): on
+        # SIGTERM PySpark's daemon would send its group SIGHUP, but its shutdown resets SIGTERM to
+        # the default before it does, and a SIGTERM in between (the kernel may send the death
+        # signal twice) would end the daemon alone. Until then, and for any other child, SIGTERM,
+        # by which a module that handles none ends at once, as by SIGKILL.
         _die_with_parent(signal.SIGTERM)
+        os.setpgid = _lead_group_and_end_it_with_the_zygote(os.setpgid, zygote_pid)
         if os.getppid() != zygote_pid:
             os._exit(1)  # the zygote ended before the death signal was asked for
         # And every process it forks from a main thread, and they fork, down the tree, at once.
@@ -357,6 +363,36 @@ class _Zygote:
                     json.dumps({"exit": os.waitstatus_to_exitcode(wait_status)}).encode() + b"\n"
                 )
             connection.close()
+
+
+# The death signal of a child leading a process group (PySpark's worker daemon): a real-time signal,
+# which PySpark neither handles nor resets (no such signal where there is no PR_SET_PDEATHSIG).
+_ZYGOTE_GONE = getattr(signal, "SIGRTMIN", signal.SIGTERM + 32) + 3
+
+
+def _end_own_group(_signum: int, _frame: object) -> None:
+    """The zygote is gone: SIGKILL the process group this child leads (a worker daemon's workers,
+    and what they started that has no death signal of its own), whatever the child's own shutdown
+    is doing, then end."""
+    with contextlib.suppress(OSError):
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+    os._exit(1)
+
+
+def _lead_group_and_end_it_with_the_zygote(setpgid: Any, zygote_pid: int) -> Any:
+    """``os.setpgid`` for a zygote's child: once the child leads a process group of its own, its
+    death signal is :data:`_ZYGOTE_GONE`, handled by :func:`_end_own_group`."""
+
+    def setpgid_and_arm(pid: int, pgrp: int) -> None:
+        setpgid(pid, pgrp)
+        if pid in (0, os.getpid()) and os.getpgid(0) == os.getpid():
+            signal.signal(_ZYGOTE_GONE, _end_own_group)
+            _die_with_parent(_ZYGOTE_GONE)
+            if os.getppid() != zygote_pid:
+                _end_own_group(_ZYGOTE_GONE, None)  # the zygote ended before the signal was asked for
+
+    return setpgid_and_arm
 
 
 def _die_with_parent(signal_number: int = signal.SIGKILL) -> None:

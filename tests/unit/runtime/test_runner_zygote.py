@@ -38,7 +38,10 @@ if __name__ == "__main__":
     if os.environ.get("TARGET_DAEMON"):  # as PySpark's daemon: a group, SIGHUP to it on SIGTERM
         os.setpgid(0, 0)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, lambda *_: (os.kill(0, signal.SIGHUP), os._exit(1)))
+        if os.environ["TARGET_DAEMON"] == "shutting-down":  # PySpark's shutdown, before its SIGHUP
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        else:
+            signal.signal(signal.SIGTERM, lambda *_: (os.kill(0, signal.SIGHUP), os._exit(1)))
         helper = os.fork()
         if helper == 0:  # a worker, which starts a subprocess and forks from a thread of its own
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
@@ -323,14 +326,17 @@ def test_a_zygote_killed_takes_its_children_and_the_processes_they_forked_with_i
         launcher.wait()
 
 
+@pytest.mark.parametrize("daemon", ["running", "shutting-down"])
 def test_a_zygote_killed_ends_a_daemons_group_as_spark_stopping_the_daemon_would(
-    driver: subprocess.Popen[str], tmp_path: Path
+    driver: subprocess.Popen[str], tmp_path: Path, daemon: str
 ) -> None:
     """What a worker of PySpark's daemon starts otherwise than by forking from its main thread (a
-    subprocess, a fork from a thread of its own) gets no death signal of its own; PySpark's daemon ends
-    them with its group on SIGTERM, and a zygote killed with SIGKILL sends its children SIGTERM."""
+    subprocess, a fork from a thread of its own) gets no death signal of its own; it ends with the
+    daemon's group when the zygote is killed with SIGKILL, also when the daemon is shutting down
+    (PySpark's shutdown resets SIGTERM to the default before it sends its group SIGHUP: a SIGTERM
+    then would end the daemon alone)."""
     out = tmp_path / "out.json"
-    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_DAEMON="1", TARGET_SLEEP="60")
+    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_DAEMON=daemon, TARGET_SLEEP="60")
     try:
         worker_out = Path(f"{out}.worker")
         deadline = time.monotonic() + 20
