@@ -29,9 +29,8 @@ def settings_given(values: dict[str, Any]) -> dict[str, Any]:
     """The broker settings' option values as BrokerConfig takes them: an option left at the value
     that leaves the setting to the broker (``unset``) becomes None."""
     return {
-        setting.field: None if setting.unset is not None and value == setting.unset else value
+        setting.field: None if values[setting.field] == setting.unset else values[setting.field]
         for setting in SETTINGS
-        for value in (values[setting.field],)
     }
 
 

@@ -299,14 +299,12 @@ def marker_of_query(key: str, value: bytes, query_id: str) -> CommitMarker | Non
     program other than sparkafka) is refused, naming its key: taken for nothing it could hide a write
     partition's last batch of the query, and a replay would then write that batch again."""
     try:
-        data = json.loads(value)
+        data: Any = json.loads(value)
     except ValueError:
         data = None
-    if not isinstance(data, dict):
-        if b'"query_id"' not in value:
-            return None
-        data = {"query_id": query_id}  # unreadable, and may be the query's: refused below
-    if data.get("query_id") != query_id:
+    # A value that is no JSON object but holds a query_id field may be the query's marker, damaged.
+    names_query = data.get("query_id") == query_id if isinstance(data, dict) else b'"query_id"' in value
+    if not names_query:
         return None
     try:
         return CommitMarker._from_fields(data)
