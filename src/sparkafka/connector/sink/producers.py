@@ -228,9 +228,33 @@ def transactional_producer(
     settle_prefix_owner(options, identity, transactional_id, plan, snapshot)
     cached = _new_cached_producer(options, transactional_id)
     _init_transactions(options, cached, transactional_id, identity.partition)
+    learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
     state(cached)
     PRODUCERS.put(key, cached)
     return cached
+
+
+# Bounded apart from operationTimeoutMs: the look-up only saves time, and the produce that needs the
+# leaders looks them up again if it did not answer.
+_LEADER_LOOKUP_TIMEOUT_S = 10.0
+
+
+def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeout_s: float) -> None:
+    """Have a new producer look up the leaders of the commit-marker topic before its first
+    transaction.
+
+    Why: a producer meeting a topic at a produce looks up its leader, and while one look-up is in
+    flight librdkafka asks for the next unknown topic only at its next fast refresh, ``retry.backoff.ms``
+    (100 ms) later. The marker is produced just after the rows, so the first commit of a new producer
+    often waited those 100 ms for the marker topic's leader; and a write task's id moves between the
+    Python workers of its executor, so most batches run on a new producer (about one commit in ten,
+    on Apache Kafka as on the embedded broker). The marker topic exists by now (the driver ensured
+    it), so the look-up creates nothing; the output topic is left to its produce, which may create
+    it, and only when a row is written. A look-up that fails is logged and left to that produce."""
+    try:
+        producer.list_topics(marker_topic, timeout=min(timeout_s, _LEADER_LOOKUP_TIMEOUT_S))
+    except KafkaException as error:
+        log.debug("looking up the leaders of %s failed: %s", marker_topic, error_reason(error))
 
 
 def _init_transactions(

@@ -1,0 +1,130 @@
+"""The sink's transactional producers against a real broker: what a new producer knows before its
+first transaction (librdkafka's own statistics, not timings)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import socket
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from sparkafka.broker.runner import BrokerProcess
+from sparkafka.connector.sink.commit_log import ensure_marker_topic
+from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.connector.sink.producers import (
+    discard_producer,
+    learn_marker_partition_leaders,
+    transactional_producer,
+)
+from sparkafka.connector.sink.task import TaskIdentity
+
+
+class Statistics:
+    """librdkafka's statistics of one client, as its stats_cb hands them over on a poll."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict[str, Any]] = []
+
+    def config(self) -> dict[str, Any]:
+        return {"statistics.interval.ms": 20, "stats_cb": lambda raw: self.reports.append(json.loads(raw))}
+
+    def latest(self, producer: Producer) -> dict[str, Any]:
+        """A report made after this call began."""
+        seen = len(self.reports)
+        deadline = time.monotonic() + 10
+        while len(self.reports) <= seen + 1 and time.monotonic() < deadline:
+            producer.poll(0.05)
+        assert len(self.reports) > seen + 1, "librdkafka reported no statistics within 10 s"
+        return self.reports[-1]
+
+
+def _leaders(report: dict[str, Any], topic: str) -> dict[int, int]:
+    """Partition -> leader the client knows for ``topic`` (librdkafka's -1 is its unassigned queue)."""
+    partitions = report["topics"].get(topic, {}).get("partitions", {})
+    return {int(p): stats["leader"] for p, stats in partitions.items() if int(p) >= 0}
+
+
+def _options(bootstrap: str, marker_topic: str, **config: Any) -> SinkOptions:
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": f"{marker_topic}-out",
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": marker_topic,
+            "commitMarkerTopicPartitions": "4",
+            "operationTimeoutMs": "20s",
+        }
+    )
+    return dataclasses.replace(options, client_config={**options.client_config, **config})
+
+
+def test_looking_up_the_marker_topic_teaches_a_new_producer_every_partitions_leader(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    options = _options(broker.bootstrap_servers, topic_name)
+    ensure_marker_topic(options)
+    statistics = Statistics()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, **statistics.config()})
+    try:
+        assert _leaders(statistics.latest(producer), topic_name) == {}
+        learn_marker_partition_leaders(producer, topic_name, 20)
+        assert _leaders(statistics.latest(producer), topic_name) == {0: 1, 1: 1, 2: 1, 3: 1}
+    finally:
+        producer.flush(5)
+
+
+def test_a_producer_made_for_an_id_another_worker_had_knows_the_marker_leaders_before_its_first_write(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """An id that moved between Python workers: its registration exists, so the new producer writes
+    nothing before the task's transaction. Its first transaction produces the marker just after the
+    rows; had it to look up the marker topic then, librdkafka would ask only at its next fast refresh
+    (retry.backoff.ms later), so the leaders must be known when the producer is handed out — and the
+    output topic is not asked for (a look-up may create a topic; only a row written may)."""
+    options = _options(broker.bootstrap_servers, topic_name)
+    ensure_marker_topic(options)
+    transactional_id = f"{topic_name}-prefix-0"
+    identity = TaskIdentity(
+        partition=0,
+        stage_id=1,
+        query_id=str(uuid.uuid4()),
+        batch_id=0,
+        spark_run_id=str(uuid.uuid4()),
+        properties={},
+    )
+    first = transactional_producer(options, identity, transactional_id, other_prefixes=False)
+    assert first.state.registered_query == identity.query_id  # the first write registered the id
+    discard_producer(options, transactional_id)  # as if the next task ran in another worker
+
+    statistics = Statistics()
+    watched = _options(broker.bootstrap_servers, topic_name, **statistics.config())
+    later = dataclasses.replace(identity, batch_id=1)
+    moved = transactional_producer(watched, later, transactional_id, other_prefixes=False)
+    try:
+        assert moved is not first
+        assert moved.state.registered_query == identity.query_id  # nothing written to register it
+        report = statistics.latest(moved.producer)
+        assert _leaders(report, topic_name) == {0: 1, 1: 1, 2: 1, 3: 1}
+        assert f"{topic_name}-out" not in report["topics"]
+    finally:
+        discard_producer(watched, transactional_id)
+
+
+def test_a_look_up_that_gets_no_answer_is_logged_and_left_to_the_produce_that_needs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    producer = Producer(
+        {"bootstrap.servers": f"127.0.0.1:{port}", "logger": logging.getLogger("unreachable")}
+    )
+    with caplog.at_level(logging.DEBUG, logger="sparkafka.connector.sink.producers"):
+        learn_marker_partition_leaders(producer, "markers", 0.2)
+    assert "looking up the leaders of markers failed" in caplog.text
