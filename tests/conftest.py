@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
+from tests.ports import start_broker_on_a_low_port
 
 # How scripts/check shares the suite between its workers (--schedule-by-cost).
 pytest_plugins = ["tests.scheduling"]
@@ -18,6 +19,10 @@ pytest_plugins = ["tests.scheduling"]
 # about twice as fast with the C1 compiler only and the serial collector. Test jobs are small, so peak
 # JIT throughput does not matter; production sessions keep the JVM defaults.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+# Every broker a test starts on "any port" gets one below the ephemeral range (tests/ports.py says why).
+_start_on_any_port = BrokerProcess.start
+BrokerProcess.start = lambda self: start_broker_on_a_low_port(self, _start_on_any_port)
 
 # Tests do not need Kafka's 3 s wait for more members before the first rebalance.
 FAST_BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG"]

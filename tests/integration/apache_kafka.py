@@ -17,7 +17,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparkafka.runtime import class_archive
+from tests.ports import free_ports
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 # The pinned versions scripts/install fetches, newest first: the newest 4.x, and the newest 3.9.x.
@@ -86,16 +86,6 @@ def require_apache_kafka(version: str) -> Path:
             pytest.fail(f"CI must run the Apache Kafka tests: {missing}")
         pytest.skip(missing)
     return libs
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: the probes stay bound until all are chosen, so the system cannot
-    hand out one port twice."""
-    with contextlib.ExitStack() as stack:
-        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 class ApacheKafka:

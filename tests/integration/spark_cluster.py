@@ -21,8 +21,7 @@ from types import TracebackType
 import pyspark
 
 from sparkafka.runtime import class_archive
-
-from .apache_kafka import free_ports
+from tests.ports import free_ports
 
 SPARK_HOME = Path(pyspark.__file__).parent
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

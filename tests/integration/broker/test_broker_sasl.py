@@ -32,9 +32,10 @@ from kafka.protocol.sasl import (
 from sparkafka.broker.config import SaslUser
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.broker.sasl import SASL_USERS_ENV, credentials_match
-from tests.integration.apache_kafka import ApacheKafka, free_ports
+from tests.integration.apache_kafka import ApacheKafka
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED
 from tests.integration.raw_kafka import RawConnection, fetch_request, idempotent_batch, produce_batch
+from tests.ports import free_ports
 
 USER, PASSWORD = "alice", "secret"
 USERS = {USER: PASSWORD, "bob": "hunter2"}
