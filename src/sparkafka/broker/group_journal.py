@@ -3,8 +3,37 @@ each change (offsets committed, staged, completed, deleted or expired; a group's
 assignment; a group deleted) appended before it is answered, a snapshot written when the journal has
 grown, and the coordinator's groups restored from it at start (their members' sessions started anew).
 
-:class:`GroupJournal` is a part of :class:`~sparkafka.broker.groups.GroupCoordinator`; the entries
-are listed in that module's docstring.
+:class:`GroupJournal` is a part of :class:`~sparkafka.broker.groups.GroupCoordinator`.
+
+Durability: offset commits, transactional offset staging and completion, group deletions, offset
+expirations and the group's metadata are appended to a :class:`~sparkafka.broker.journal.Journal`
+before the request is answered.  The metadata entry is Kafka 4's GroupMetadataValue, written when
+Kafka writes it: when JoinGroup creates the group, when a rebalance leaves it Empty, when the
+leader's SyncGroup brings the assignment (the entry holds every member with its subscription and
+assignment; the group becomes Stable only once it is written), and when a static member takes its
+old place under a new member id.  A restart restores each group from its last metadata entry, as
+Kafka's coordinator loads it: Stable with those members, their sessions starting over, or Empty.
+Members therefore keep heartbeating and committing across a broker restart without a rebalance; a
+group whose rebalance was under way falls back to the last generation that was written, and its
+members rejoin.  Journal entries (JSON objects)::
+
+    {"type": "offsets_committed", "group": g, "offsets": [ROW, ...]}
+    {"type": "txn_offsets_staged", "group": g, "producer_id": pid, "offsets": [ROW, ...]}
+    {"type": "txn_offsets_completed", "group": g, "producer_id": pid, "committed": bool}
+    {"type": "offsets_expired", "group": g, "partitions": [[topic, partition], ...]}
+    {"type": "offsets_deleted", "group": g, "partitions": [[topic, partition], ...]}
+    {"type": "group_metadata", "group": g, "generation": int, "protocol_type": str | null,
+     "protocol": str | null, "empty_since_ms": int | null, "leader": str | null, "members": [MEMBER, ...]}
+    {"type": "group_deleted", "group": g}
+    ROW = [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms, sequence]
+          + [expire_timestamp_ms] when the commit set one (OffsetCommit v2-v4 retention_time_ms)
+    MEMBER = {"member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
+              "session_timeout_ms", "subscription": base64, "assignment": base64}
+
+An entry without "leader" and "members" (written before members were kept) restores an Empty group.
+
+``sequence`` orders commits the way Kafka's log offsets do: a committed transaction's offset replaces
+the current one only if it was staged after it.
 """
 
 from __future__ import annotations

@@ -17,69 +17,31 @@ Group state machine (same states and transitions as Kafka)::
 Threading: every method runs on the broker's single asyncio event-loop thread, so no locks are used;
 JoinGroup and SyncGroup park the request on an ``asyncio.Future`` until the rebalance step completes.
 
-Timers: each member's session deadline, each pending (MEMBER_ID_REQUIRED) member's deadline, the
-delayed join of a rebalance (including Kafka's InitialDelayedJoin for a group's first rebalance),
-the deadline for members to send SyncGroup after a join, and the periodic offset-retention check are
-plain deadlines in ``now_ms`` milliseconds.  :meth:`GroupCoordinator.expire_sessions` fires every
-deadline that has passed, oldest first.  The coordinator arms a single ``loop.call_later`` wake-up for
-the earliest deadline whenever it has a running event loop, so the server does not *need* to call
-``expire_sessions``; calling it periodically anyway is harmless, and tests with a fake clock call it
-after advancing the clock.
-
-Durability: offset commits, transactional offset staging and completion, group deletions, offset
-expirations and the group's metadata are appended to a :class:`~sparkafka.broker.journal.Journal`
-before the request is answered.  The metadata entry is Kafka 4's GroupMetadataValue, written when
-Kafka writes it: when JoinGroup creates the group, when a rebalance leaves it Empty, when the
-leader's SyncGroup brings the assignment (the entry holds every member with its subscription and
-assignment; the group becomes Stable only once it is written), and when a static member takes its
-old place under a new member id.  A restart restores each group from its last metadata entry, as
-Kafka's coordinator loads it: Stable with those members, their sessions starting over, or Empty.
-Members therefore keep heartbeating and committing across a broker restart without a rebalance; a
-group whose rebalance was under way falls back to the last generation that was written, and its
-members rejoin.  Journal entries (JSON objects)::
-
-    {"type": "offsets_committed", "group": g, "offsets": [ROW, ...]}
-    {"type": "txn_offsets_staged", "group": g, "producer_id": pid, "offsets": [ROW, ...]}
-    {"type": "txn_offsets_completed", "group": g, "producer_id": pid, "committed": bool}
-    {"type": "offsets_expired", "group": g, "partitions": [[topic, partition], ...]}
-    {"type": "offsets_deleted", "group": g, "partitions": [[topic, partition], ...]}
-    {"type": "group_metadata", "group": g, "generation": int, "protocol_type": str | null,
-     "protocol": str | null, "empty_since_ms": int | null, "leader": str | null, "members": [MEMBER, ...]}
-    {"type": "group_deleted", "group": g}
-    ROW = [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms, sequence]
-          + [expire_timestamp_ms] when the commit set one (OffsetCommit v2-v4 retention_time_ms)
-    MEMBER = {"member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
-              "session_timeout_ms", "subscription": base64, "assignment": base64}
-
-An entry without "leader" and "members" (written before members were kept) restores an Empty group.
-
-``sequence`` orders commits the way Kafka's log offsets do: a committed transaction's offset replaces
-the current one only if it was staged after it.
+Timers (session and rebalance deadlines, one wake-up for the earliest): :mod:`.group_sessions`.
+Listing, describing and deleting groups: :mod:`.group_admin`. Offsets: :mod:`.group_offsets`. What is
+journaled, and how a restart restores the groups: :mod:`.group_journal`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from sparkafka.broker.errors import BrokerError, ErrorCode
+from sparkafka.broker.group_admin import GroupAdmin
 from sparkafka.broker.group_journal import GroupJournal
 from sparkafka.broker.group_metadata import (
     NO_LEADER,
     NOT_JOURNALED,
     UNKNOWN_MEMBER_ID,
-    DescribedMember,
     GroupConfig,
-    GroupDescription,
     GroupMetadata,
     GroupState,
     JoinGroupResult,
     JoinRequest,
     LeftMember,
-    ListedGroup,
     Member,
     SyncGroupResult,
     join_error,
@@ -88,6 +50,7 @@ from sparkafka.broker.group_metadata import (
     wall_clock_ms,
 )
 from sparkafka.broker.group_offsets import GroupOffsets
+from sparkafka.broker.group_sessions import GroupSessions
 from sparkafka.broker.journal import Journal
 
 _LOG = logging.getLogger(__name__)
@@ -95,7 +58,7 @@ _LOG = logging.getLogger(__name__)
 # -- the coordinator ---------------------------------------------------------------------------------------
 
 
-class GroupCoordinator(GroupOffsets, GroupJournal):
+class GroupCoordinator(GroupOffsets, GroupJournal, GroupSessions, GroupAdmin):
     """Classic group coordinator of the embedded broker (see the module docstring for the model)."""
 
     def __init__(
@@ -773,190 +736,6 @@ class GroupCoordinator(GroupOffsets, GroupJournal):
         _LOG.info("group %r: member %r left through LeaveGroup", group.group_id, member_id)
         self._remove_member_and_update_group(group, group.members[member_id], f"member {member_id} left")
         return ErrorCode.NONE
-
-    # ======================================================================================================
-    # Group administration
-    # ======================================================================================================
-
-    def list_groups(self, states_filter: list[str] | None = None) -> list[ListedGroup]:
-        """Handle ListGroups: (group_id, protocol_type, state) per group; `states_filter` matches state
-        names case-insensitively, and None or [] means every state.  Raises BrokerError
-        (COORDINATOR_NOT_AVAILABLE) after shutdown."""
-        self._require_running("ListGroups")
-        wanted = {state.strip().lower() for state in states_filter} if states_filter else None
-        return [
-            ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
-            for group in self._groups.values()
-            if wanted is None or group.state.value.lower() in wanted
-        ]
-
-    def describe_group(self, group_id: str) -> GroupDescription:
-        """Handle DescribeGroups for one group.  Member metadata is only filled in while Stable, and the
-        protocol is "" outside Stable, as in Kafka.  The empty group id is valid here."""
-        if self._shut_down:
-            return GroupDescription(ErrorCode.COORDINATOR_NOT_AVAILABLE, "", "", "", [])
-        group = self._groups.get(group_id)
-        if group is None:
-            return GroupDescription(ErrorCode.NONE, GroupState.DEAD.value, "", "", [])
-        stable = group.state is GroupState.STABLE and group.protocol_name is not None
-        members = [
-            DescribedMember(
-                member.member_id,
-                member.group_instance_id,
-                member.client_id,
-                member.client_host,
-                member.metadata_for(group.protocol_name)
-                if stable and group.protocol_name is not None
-                else b"",
-                member.assignment,
-            )
-            for member in group.members.values()
-        ]
-        return GroupDescription(
-            ErrorCode.NONE,
-            group.state.value,
-            group.protocol_type or "",
-            (group.protocol_name or "") if stable else "",
-            members,
-        )
-
-    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        """Handle DeleteGroups: only Empty groups can be deleted (NON_EMPTY_GROUP otherwise); unknown ones
-        give GROUP_ID_NOT_FOUND.  The deletion and the group's offsets are removed durably."""
-        results: dict[str, ErrorCode] = {}
-        for group_id in group_ids:
-            if self._shut_down:
-                results[group_id] = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                continue
-            group = self._groups.get(group_id)
-            if group is None or group.state is GroupState.DEAD:
-                results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
-            elif group.state is not GroupState.EMPTY:
-                results[group_id] = ErrorCode.NON_EMPTY_GROUP
-            else:
-                results[group_id] = self._delete_group(group, "DeleteGroups request")
-        return results
-
-    def _delete_group(self, group: GroupMetadata, reason: str) -> ErrorCode:
-        if group.journaled and not self._append({"type": "group_deleted", "group": group.group_id}):
-            return NOT_JOURNALED
-        if group.pending_txn_offsets:
-            _LOG.info(
-                "group %r: deleting with pending transactional offsets of producers %s",
-                group.group_id,
-                sorted(group.pending_txn_offsets),
-            )
-        _LOG.info(
-            "group %r: deleted (%s); %d committed offsets removed", group.group_id, reason, len(group.offsets)
-        )
-        group.transition_to(GroupState.DEAD, self._now_ms())
-        del self._groups[group.group_id]
-        return ErrorCode.NONE
-
-    def expire_sessions(self) -> None:
-        """Fire every deadline that has passed, oldest first: expired pending member ids, members whose
-        session timed out (removed, triggering a rebalance), delayed joins, SyncGroup deadlines, and the
-        periodic offset-retention check.  Safe to call at any time and as often as wanted."""
-        if self._shut_down:
-            return
-        now = self._now_ms()
-        while (due := self._earliest_due_event(now)) is not None:
-            due()
-        if now >= self._next_offset_expiry_check_ms:
-            self._next_offset_expiry_check_ms = now + self._config.offsets_retention_check_interval_ms
-            self._expire_offsets(now)
-        self._rearm_wakeup()
-
-    def _earliest_due_event(self, now: int) -> Callable[[], None] | None:
-        best_deadline: int | None = None
-        best: Callable[[], None] | None = None
-
-        def consider(deadline: int | None, action: Callable[[], None]) -> None:
-            nonlocal best_deadline, best
-            if (
-                deadline is not None
-                and deadline <= now
-                and (best_deadline is None or deadline < best_deadline)
-            ):
-                best_deadline, best = deadline, action
-
-        for group in self._groups.values():
-            for member_id, deadline in group.pending_join_members.items():
-                consider(deadline, functools.partial(self._expire_pending_member, group, member_id))
-            for member in group.members.values():
-                if not member.has_satisfied_heartbeat():
-                    consider(
-                        member.heartbeat_deadline_ms, functools.partial(self._expire_member, group, member)
-                    )
-            consider(group.join_deadline_ms, functools.partial(self._on_join_deadline, group))
-            consider(group.sync_deadline_ms, functools.partial(self._on_sync_deadline, group))
-        return best
-
-    def _expire_pending_member(self, group: GroupMetadata, member_id: str) -> None:
-        _LOG.info("group %r: pending member %r expired before rejoining", group.group_id, member_id)
-        del group.pending_join_members[member_id]
-        if group.state is GroupState.PREPARING_REBALANCE:
-            self._try_complete_join(group)
-
-    def _expire_member(self, group: GroupMetadata, member: Member) -> None:
-        _LOG.info("group %r: member %r session expired; removing it", group.group_id, member.member_id)
-        self._remove_member_and_update_group(
-            group, member, f"removing member {member.member_id} on heartbeat expiration"
-        )
-
-    def _set_heartbeat_deadline(self, member: Member, timeout_ms: int) -> None:
-        member.heartbeat_deadline_ms = self._now_ms() + timeout_ms
-        self._schedule_wakeup(member.heartbeat_deadline_ms)
-
-    def _next_deadline(self) -> int | None:
-        deadlines: list[int] = []
-        for group in self._groups.values():
-            deadlines.extend(group.pending_join_members.values())
-            deadlines.extend(
-                member.heartbeat_deadline_ms
-                for member in group.members.values()
-                if not member.has_satisfied_heartbeat()
-            )
-            deadlines.extend(d for d in (group.join_deadline_ms, group.sync_deadline_ms) if d is not None)
-        if self._groups:
-            deadlines.append(self._next_offset_expiry_check_ms)
-        return min(deadlines, default=None)
-
-    def _schedule_wakeup(self, deadline_ms: int) -> None:
-        """Make sure expire_sessions runs at `deadline_ms` (one timer for the earliest deadline)."""
-        if self._shut_down:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no event loop (tests with a fake clock): whoever drives the clock calls expire_sessions
-        if (
-            self._wakeup_handle is not None
-            and self._wakeup_loop is loop
-            and self._wakeup_at_ms is not None
-            and self._wakeup_at_ms <= deadline_ms
-        ):
-            return
-        if self._wakeup_handle is not None:
-            self._wakeup_handle.cancel()
-        delay_s = max(deadline_ms - self._now_ms(), 0) / 1000
-        self._wakeup_handle = loop.call_later(delay_s, self._on_wakeup)
-        self._wakeup_loop = loop
-        self._wakeup_at_ms = deadline_ms
-
-    def _on_wakeup(self) -> None:
-        self._wakeup_handle = None
-        self._wakeup_at_ms = None
-        try:
-            self.expire_sessions()
-        except Exception:
-            _LOG.exception("group coordinator: timer processing failed")
-            self._rearm_wakeup()
-
-    def _rearm_wakeup(self) -> None:
-        deadline = self._next_deadline()
-        if deadline is not None:
-            self._schedule_wakeup(deadline)
 
     def shutdown(self) -> None:
         """Stop: answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR (what Kafka answers when it
