@@ -15,7 +15,8 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 
 
 class RawConnection:

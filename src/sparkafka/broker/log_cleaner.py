@@ -29,6 +29,7 @@ from sparkafka.broker.log_segment import (
     describe_damage,
     scan_batches,
 )
+from sparkafka.broker.record_builder import encode_batch
 from sparkafka.broker.records import (
     HEADER_SIZE,
     INT32_MAX,
@@ -39,7 +40,6 @@ from sparkafka.broker.records import (
     control_marker,
     crc_is_valid,
     decode_records,
-    encode_batch,
     parse_header,
 )
 

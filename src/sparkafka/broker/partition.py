@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from sparkafka.broker import records
+from sparkafka.broker import log_validator, record_builder, records
 from sparkafka.broker.clock import now_ms
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.files import write_file_atomically
@@ -333,14 +333,14 @@ class Partition:
             # every other batch, so only this path checks it separately.
             records.check_produce_request_records(batch, produce_version)
             verify_transaction(*transactional, self.topic, self.index)
-        accepted = records.validate_produce_payload(
+        accepted = log_validator.validate_produce_payload(
             batch,
             max_batch_bytes=max_message_bytes,
             topic_partition=f"{self.topic}-{self.index}",
             produce_version=produce_version,
             require_keys=config.compacts,
             now_ms=now_ms,
-            timestamps=records.TimestampRules(
+            timestamps=log_validator.TimestampRules(
                 config.log_append_time, config.timestamp_before_max_ms, config.timestamp_after_max_ms
             ),
         )
@@ -490,7 +490,7 @@ class Partition:
         ABORT over data records adds an aborted-transaction entry covering [first data offset,
         marker offset]; the LSO advances past the marker immediately."""
         offset = self.log.log_end_offset
-        batch = records.build_control_batch(
+        batch = record_builder.build_control_batch(
             offset=offset,
             producer_id=producer_id,
             producer_epoch=producer_epoch,

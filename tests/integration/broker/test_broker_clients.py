@@ -414,7 +414,8 @@ def test_garbage_frames_close_only_their_connection(broker: BrokerProcess, topic
 def test_corrupt_batch_is_rejected_with_corrupt_message(broker: BrokerProcess, topic_name: str) -> None:
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-    from sparkafka.broker.records import Record, encode_batch
+    from sparkafka.broker.record_builder import encode_batch
+    from sparkafka.broker.records import Record
 
     create_topic(broker.bootstrap_servers, topic_name)
     batch = bytearray(encode_batch([Record(0, int(time.time() * 1000), None, b"hello")], base_offset=0))
@@ -811,7 +812,8 @@ def test_produce_errors_carry_what_kafka_puts_in_them(broker: BrokerProcess, top
     """ReplicaManager.appendToLocalLog: an append that fails in the log answers the partition's log
     start offset, except for the errors it catches by type (too large, corrupt, unknown partition:
     -1); only a record validation error brings its own text (LogAppendResult.hasCustomErrorMessage)."""
-    from sparkafka.broker.records import Record, encode_batch
+    from sparkafka.broker.record_builder import encode_batch
+    from sparkafka.broker.records import Record
 
     create_topic(broker.bootstrap_servers, topic_name, config={"max.message.bytes": "5000"})
     sender = producer(broker.bootstrap_servers)
@@ -854,7 +856,8 @@ def test_a_failed_acks_0_produce_closes_the_connection(broker: BrokerProcess, to
     the connection instead, the only way such a producer learns of it (and refreshes its metadata)."""
     from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-    from sparkafka.broker.records import Record, encode_batch
+    from sparkafka.broker.record_builder import encode_batch
+    from sparkafka.broker.records import Record
 
     create_topic(broker.bootstrap_servers, topic_name)
     batch = encode_batch([Record(0, int(time.time() * 1000), b"k", b"v")], base_offset=0)

@@ -12,7 +12,8 @@ from benchmarks import fuzz
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sparkafka.broker.errors import ErrorCode
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 from tests.integration.raw_kafka import RawConnection
 
 SEED = 20_260_528

@@ -22,7 +22,8 @@ from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from sparkafka.broker.errors import ErrorCode
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 from sparkafka.broker.runner import BrokerProcess
 from tests.integration.raw_kafka import RawConnection, fetch_request, produce_batch
 

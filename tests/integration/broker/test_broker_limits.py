@@ -18,7 +18,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.producer import ProduceResponse
 from typer.testing import CliRunner
 
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.cli.app import app
 from tests.conftest import FAST_BROKER_ARGS

@@ -11,7 +11,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 from sparkafka.broker.runner import BrokerProcess
 from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer
 from tests.integration.raw_kafka import RawConnection, produce_batch

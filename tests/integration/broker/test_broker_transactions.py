@@ -456,7 +456,8 @@ def test_transactional_produce_is_verified_as_kafka_does(broker: Any, topic_name
         ProduceResponse,
     )
 
-    from sparkafka.broker.records import Record, encode_batch
+    from sparkafka.broker.record_builder import encode_batch
+    from sparkafka.broker.records import Record
 
     create_topic(broker.bootstrap_servers, topic_name)
     transactional_id = f"verified-{topic_name}"

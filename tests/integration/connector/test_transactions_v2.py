@@ -29,7 +29,8 @@ from confluent_kafka.admin import (
 )
 
 from sparkafka.broker.errors import ErrorCode
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.failures import kafka_exception_of
 from sparkafka.connector.sink.options import SinkOptions

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sparkafka.broker import log as log_module
-from sparkafka.broker import records
+from sparkafka.broker import record_builder
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import PartitionLog
 from sparkafka.broker.log_config import LogConfig
@@ -40,7 +40,7 @@ def open_log(logs: list[PartitionLog], directory: Path, **config: Any) -> Partit
 
 
 def batch(offset: int, key: bytes = b"key", **options: Any) -> bytes:
-    return records.encode_batch([Record(offset, 1_000, key, b"value")], base_offset=offset, **options)
+    return record_builder.encode_batch([Record(offset, 1_000, key, b"value")], base_offset=offset, **options)
 
 
 def fill(log: PartitionLog, count: int, key: bytes = b"key") -> None:
@@ -188,7 +188,7 @@ def test_compaction_refuses_to_rewrite_a_damaged_transaction_marker(
     directory = tmp_path / "orders-0"
     log = open_log(opened, directory, segment_bytes=300, cleanup_policy="compact")
     log.append([batch(0, producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)], now_ms=0)
-    marker = records.build_control_batch(
+    marker = record_builder.build_control_batch(
         offset=1, producer_id=5, producer_epoch=0, commit=True, coordinator_epoch=0, timestamp_ms=1_000
     )
     log.append([marker], now_ms=0)

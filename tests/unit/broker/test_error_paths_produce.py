@@ -14,7 +14,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sparkafka.broker.errors import ErrorCode
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 from sparkafka.broker.runner import BrokerProcess
 
 PRODUCE_VERSION = 8

@@ -8,7 +8,7 @@ import struct
 import kafka.codec
 import pytest
 
-from sparkafka.broker import records
+from sparkafka.broker import record_builder, records
 from sparkafka.broker.records import (
     HEADER_SIZE,
     CodecUnavailableError,
@@ -24,7 +24,7 @@ RECORD_COUNT_AT = 57
 
 
 def one_record_batch(**options: object) -> bytes:
-    return records.encode_batch([Record(0, 1_000, b"key", b"value")], base_offset=0, **options)  # type: ignore[arg-type]
+    return record_builder.encode_batch([Record(0, 1_000, b"key", b"value")], base_offset=0, **options)  # type: ignore[arg-type]
 
 
 def with_int32(batch: bytes, at: int, value: int) -> bytes:
@@ -53,7 +53,7 @@ NULL_KEY_NULL_VALUE = b"\x00\x00\x00\x01\x01"
 
 
 def control_batch(key: bytes | None, value: bytes | None) -> bytes:
-    return records.encode_batch(
+    return record_builder.encode_batch(
         [Record(0, 1_000, key, value)],
         base_offset=0,
         producer_id=7,

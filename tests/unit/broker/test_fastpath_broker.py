@@ -24,7 +24,8 @@ from kafka.protocol.producer import (
 from sparkafka.broker import connection, fastpath, server
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.handlers import data
-from sparkafka.broker.records import Record, encode_batch
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import Record
 
 TOPICS = {
     "a": (1, {}),

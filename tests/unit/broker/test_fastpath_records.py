@@ -1,5 +1,5 @@
 """The produce path's record walk checks runs of same-sized records column by column
-(records._uniform_run); it must accept exactly what the full decoder accepts, report the same keyless
+(record_scan._uniform_run); it must accept exactly what the full decoder accepts, report the same keyless
 records and timestamp extremes, and leave every other judgement to the full decoder."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from sparkafka.broker import records
-from sparkafka.broker.records import HEADER_SIZE, InvalidRecordError, Record, encode_batch, parse_header
+from sparkafka.broker import record_scan, records
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.records import HEADER_SIZE, InvalidRecordError, Record, parse_header
 
 
 def _uniform_batch(rng: random.Random) -> bytes:
@@ -34,7 +35,7 @@ def _full(blob: bytes, header: records.BatchHeader) -> tuple[list[int], int, int
     """The reference: keyless indexes and the extremes of the timestamp deltas from the full decoder,
     or its error message."""
     try:
-        decoded = records._decode_record_bytes(header, blob)
+        decoded = records.decode_record_bytes(header, blob)
     except InvalidRecordError as exc:
         return str(exc)
     deltas = [r.timestamp - header.base_timestamp for r in decoded]
@@ -47,7 +48,7 @@ def test_uniform_batches_are_walked_in_runs_with_the_full_decoders_result() -> N
         batch = _uniform_batch(rng)
         header = parse_header(batch)
         blob = batch[HEADER_SIZE:]
-        fast = records._scan_fast(blob, header.record_count)
+        fast = record_scan._scan_fast(blob, header.record_count)
         assert fast is not None
         assert fast == _full(blob, header)
 
@@ -60,16 +61,16 @@ def test_a_run_stops_at_the_first_record_of_another_shape(monkeypatch: pytest.Mo
     header = parse_header(batch)
     blob = batch[HEADER_SIZE:]
     runs: list[int] = []
-    uniform_run = records._uniform_run
+    uniform_run = record_scan._uniform_run
 
-    def recording_run(*args: object) -> records._Run:
+    def recording_run(*args: object) -> record_scan._Run:
         found = uniform_run(*args)  # type: ignore[arg-type]
         runs.append(found.count)
         return found
 
-    monkeypatch.setattr(records, "_uniform_run", recording_run)
+    monkeypatch.setattr(record_scan, "_uniform_run", recording_run)
     expected = ([i for i in range(300) if i != 150], 0, 0)
-    assert records._scan_fast(blob, 300) == expected == _full(blob, header)
+    assert record_scan._scan_fast(blob, 300) == expected == _full(blob, header)
     assert max(runs) >= 80  # the bulk was checked in runs, not record by record
 
 
@@ -84,7 +85,7 @@ def test_damaged_uniform_batches_are_judged_like_the_full_decoder(seed: int) -> 
             batch[position] = rng.choice([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, rng.randrange(256)])
         blob = bytes(batch[HEADER_SIZE:])
         count = header.record_count + rng.choice([0, 0, 0, -1, 1])
-        fast = records._scan_fast(blob, count)
+        fast = record_scan._scan_fast(blob, count)
         full = _full(blob, dataclasses.replace(header, record_count=count))
         if fast is not None:
             assert fast == full  # the fast walk never accepts what the full decoder rejects
@@ -103,11 +104,11 @@ def test_runs_do_not_read_past_the_records_they_were_given() -> None:
     batch = encode_batch(recs, base_offset=0)
     blob = batch[HEADER_SIZE:]
     # Fewer records declared than present: bytes are left over, which only the full decoder may judge.
-    assert records._scan_fast(blob, 99) is None
+    assert record_scan._scan_fast(blob, 99) is None
     # More declared than present.
-    assert records._scan_fast(blob, 101) is None
+    assert record_scan._scan_fast(blob, 101) is None
     # A truncated last record.
-    assert records._scan_fast(blob[:-1], 100) is None
+    assert record_scan._scan_fast(blob[:-1], 100) is None
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -118,8 +119,8 @@ def test_walking_a_batch_in_place_equals_walking_its_records_copied_out(seed: in
         for _ in range(rng.choice([0, 1, 2])):
             batch[rng.randrange(HEADER_SIZE, len(batch))] = rng.randrange(256)
         count = parse_header(batch).record_count
-        in_place = records._scan_fast(batch, count, HEADER_SIZE)
-        assert in_place == records._scan_fast(bytes(batch[HEADER_SIZE:]), count)
+        in_place = record_scan._scan_fast(batch, count, HEADER_SIZE)
+        assert in_place == record_scan._scan_fast(bytes(batch[HEADER_SIZE:]), count)
 
 
 def test_byte_extremes_equal_min_and_max() -> None:
@@ -128,4 +129,4 @@ def test_byte_extremes_equal_min_and_max() -> None:
         column = rng.randbytes(rng.choice([1, 2, 17, 500]))
         if rng.random() < 0.3:
             column = bytes(b % 8 + rng.choice([0, 120, 248]) for b in column)  # clustered values
-        assert records._byte_extremes(column) == (min(column), max(column))
+        assert record_scan._byte_extremes(column) == (min(column), max(column))

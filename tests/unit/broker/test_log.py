@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import pytest
 
 from sparkafka.broker import log as log_module
-from sparkafka.broker import log_recovery, records
+from sparkafka.broker import log_recovery, record_builder, records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import PartitionLog
 from sparkafka.broker.log_config import LogConfig
@@ -72,7 +72,7 @@ def append(
         )
         for i in range(count)
     ]
-    batch = records.encode_batch(
+    batch = record_builder.encode_batch(
         batch_records,
         base_offset=base,
         producer_id=producer_id,
@@ -87,7 +87,7 @@ def append(
 
 def end_transaction(log: PartitionLog, producer_id: int, *, commit: bool) -> int:
     offset = log.log_end_offset
-    marker = records.build_control_batch(
+    marker = record_builder.build_control_batch(
         offset=offset,
         producer_id=producer_id,
         producer_epoch=0,
@@ -204,12 +204,12 @@ def test_index_files_use_kafka_entry_format(make_log: LogFactory) -> None:
 
 def test_append_rejects_misnumbered_partial_and_oversized_batches(make_log: LogFactory) -> None:
     log = make_log(segment_bytes=200)
-    batch = records.encode_batch([Record(0, 0, b"k", b"v")], base_offset=0)
+    batch = record_builder.encode_batch([Record(0, 0, b"k", b"v")], base_offset=0)
     with pytest.raises(ValueError, match="should be 0"):
         log.append([records.assign_offset(batch, 3)], now_ms=0)
     with pytest.raises(ValueError, match="one whole batch"):
         log.append([batch + b"x"], now_ms=0)
-    big = records.encode_batch([Record(0, 0, b"k", b"v" * 300)], base_offset=0)
+    big = record_builder.encode_batch([Record(0, 0, b"k", b"v" * 300)], base_offset=0)
     with pytest.raises(BrokerError, match="exceeds the maximum configured segment size of 200") as excinfo:
         log.append([big], now_ms=0)
     assert excinfo.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
@@ -218,7 +218,7 @@ def test_append_rejects_misnumbered_partial_and_oversized_batches(make_log: LogF
 
 def test_flush_every_append_and_several_batches_per_call(make_log: LogFactory) -> None:
     log = make_log(flush_messages=1)
-    batches = [records.encode_batch([Record(i, 0, b"k", b"v")], base_offset=i) for i in range(3)]
+    batches = [record_builder.encode_batch([Record(i, 0, b"k", b"v")], base_offset=i) for i in range(3)]
     assert log.append(batches, now_ms=0) == 3
     assert batch_bases(log.read(0, 1 << 20)) == [0, 1, 2]
 
@@ -350,7 +350,7 @@ def test_torn_tail_is_truncated_and_every_complete_batch_survives(
     good = log.read(0, 1 << 20)
     crashed = crash_copy(log, tmp_path / "crashed-0")
     segment = crashed / "00000000000000000000.log"
-    next_batch = records.encode_batch([Record(15, 0, b"k", b"v" * 50)], base_offset=15)
+    next_batch = record_builder.encode_batch([Record(15, 0, b"k", b"v" * 50)], base_offset=15)
     with open(segment, "r+b") as handle:
         if tail == "half_batch":
             handle.seek(0, os.SEEK_END)
@@ -1558,7 +1558,7 @@ def test_a_half_batch_appended_after_a_clean_stop_holds_no_record_and_is_cut_wit
     good = log.read(0, 1 << 20)
     log.close()
     segment = log.directory / "00000000000000000000.log"
-    half = records.encode_batch([Record(3, 0, b"k", b"v" * 50)], base_offset=3)[:40]
+    half = record_builder.encode_batch([Record(3, 0, b"k", b"v" * 50)], base_offset=3)[:40]
     with open(segment, "ab") as handle:
         handle.write(half)
     with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sparkafka.broker import log_recovery, log_segment, records
+from sparkafka.broker import log_recovery, log_segment, record_builder, records
 from sparkafka.broker import runner as runner_module
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
@@ -63,7 +63,7 @@ def append(log: PartitionLog, count: int = 1, *, timestamp: int = 1000, **batch:
     rows = [
         Record(base + i, timestamp, b"key-%d" % (base + i), b"value-%d" % (base + i)) for i in range(count)
     ]
-    log.append([records.encode_batch(rows, base_offset=base, **batch)], now_ms=0)
+    log.append([record_builder.encode_batch(rows, base_offset=base, **batch)], now_ms=0)
     return base
 
 
@@ -274,7 +274,7 @@ def test_a_broker_starts_with_kept_damage_when_its_producer_state_snapshot_is_go
     broker.topic_controller.create_topic("t", 1, {})
     partition = broker.partitions[("t", 0)]
     for offset in range(3):
-        batch = records.encode_batch(
+        batch = record_builder.encode_batch(
             [Record(offset, 1_000, b"k", b"v")],
             base_offset=offset,
             producer_id=7,
@@ -330,7 +330,7 @@ def test_a_damaged_batch_header_does_not_open_a_transaction_in_the_rebuilt_produ
     now = int(time.time() * 1000)
     partition = Partition("t", 0, directory, LogConfig())
     for offset in range(3):
-        batch = records.encode_batch(
+        batch = record_builder.encode_batch(
             [Record(offset, now, b"k", b"v")],
             base_offset=offset,
             producer_id=7,
@@ -420,7 +420,7 @@ def test_after_a_crash_a_torn_last_write_is_still_cut_with_a_warning_when_earlie
     copy = log.read(0, 1 << 20)
     crashed = crash_copy(log, tmp_path / "crashed-0")
     segment = crashed / FIRST_SEGMENT
-    last = records.encode_batch([Record(1, 1000, b"copy", copy + b"x" * 200)], base_offset=1)
+    last = record_builder.encode_batch([Record(1, 1000, b"copy", copy + b"x" * 200)], base_offset=1)
     with open(segment, "ab") as handle:
         handle.write(last[: len(last) - 100])  # the copy of batch 0 is inside, whole
     with caplog.at_level(logging.WARNING, logger="sparkafka.broker.log"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sparkafka.broker import records
+from sparkafka.broker import record_builder, records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.log import PartitionLog
 from sparkafka.broker.log_config import LogConfig
@@ -24,7 +24,7 @@ PRODUCER = 7
 
 
 def _batch(*, epoch: int, sequence: int, count: int = 2, timestamp: int = NOW_MS - 5_000) -> bytes:
-    return records.encode_batch(
+    return record_builder.encode_batch(
         [records.Record(i, timestamp + i, b"k", b"v%d" % i) for i in range(count)],
         base_offset=0,
         producer_id=PRODUCER,
@@ -120,7 +120,7 @@ def _allow_transactions(producer_id: int, epoch: int, topic: str, partition: int
 def _transactional(
     producer_id: int, *, sequence: int = 0, timestamp: int = NOW_MS, count: int = 1, value: bytes = b"t" * 120
 ) -> bytes:
-    return records.encode_batch(
+    return record_builder.encode_batch(
         [records.Record(i, timestamp + i, b"k", value) for i in range(count)],
         base_offset=0,
         producer_id=producer_id,
@@ -171,7 +171,7 @@ def test_compaction_stops_at_the_last_stable_offset_when_retention_cut_an_open_t
     old, new = NOW_MS - 120_000, NOW_MS
 
     def keyed(key: bytes, value: bytes, timestamp: int, *, producer: int = -1, sequence: int = -1) -> bytes:
-        return records.encode_batch(
+        return record_builder.encode_batch(
             [records.Record(0, timestamp, key, value + b"." * 120)],
             base_offset=0,
             producer_id=producer,
@@ -230,7 +230,7 @@ def test_a_producer_stays_fenced_after_its_batches_expired_and_the_broker_restar
     config = {"retention_ms": 60_000, "segment_bytes": 200}
     partition = open_partition(**config)  # type: ignore[arg-type]
     _append(partition, _batch(epoch=3, sequence=0, timestamp=NOW_MS - 120_000))
-    other = records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
+    other = record_builder.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
     _append(partition, other)  # a second segment, not expired
     partition.enforce_retention(NOW_MS)
     assert (partition.log_start_offset, partition.high_watermark) == (2, 3)
@@ -270,7 +270,9 @@ def test_producers_that_expired_while_the_broker_was_down_are_not_restored(
     partition = open_partition(**config)  # type: ignore[arg-type]
     long_ago = 1_000_000  # far more than producer.id.expiration.ms before the real clock
     _append(partition, _batch(epoch=3, sequence=0, timestamp=long_ago))
-    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    _append(
+        partition, record_builder.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
+    )
     partition.enforce_retention(long_ago + 120_000)
     assert partition.log_start_offset == 2 and PRODUCER in partition.producers
     partition = _reopened(partition, open_partition, **config)
@@ -282,7 +284,9 @@ def test_an_open_transaction_whose_records_expired_holds_the_lso_after_a_restart
 ) -> None:
     partition = open_partition(retention_ms=60_000, segment_bytes=200)  # type: ignore[call-arg]
     _write_transactional(partition, _transactional(PRODUCER, timestamp=NOW_MS - 120_000))
-    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    _append(
+        partition, record_builder.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
+    )
     partition.delete_records_before(1)
     partition = _reopened(partition, open_partition, retention_ms=60_000, segment_bytes=200)
     assert partition.has_open_txn(PRODUCER)
@@ -298,7 +302,9 @@ def test_aborted_transactions_survive_in_the_snapshot_while_their_records_remain
 ) -> None:
     partition = open_partition(segment_bytes=200)  # type: ignore[call-arg]
 
-    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    _append(
+        partition, record_builder.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
+    )
     for sequence in (0, 1):
         _write_transactional(partition, _transactional(PRODUCER, sequence=sequence))
     partition.write_txn_marker(
@@ -395,7 +401,7 @@ def test_a_batch_the_log_failed_to_write_is_no_duplicate_when_retried(
     assert _append(partition, _batch(epoch=0, sequence=2)) == (2, -1, False)
     assert partition.log.log_end_offset == 4
 
-    too_large = records.encode_batch(
+    too_large = record_builder.encode_batch(
         [records.Record(0, NOW_MS - 5_000, b"k", b"x" * 500)],
         base_offset=0,
         producer_id=PRODUCER,
@@ -416,7 +422,9 @@ def test_the_log_is_fsynced_before_the_snapshot_that_relies_on_it(
 
     partition = open_partition(retention_ms=60_000, segment_bytes=200)  # type: ignore[call-arg]
     _append(partition, _batch(epoch=0, sequence=0, timestamp=NOW_MS - 120_000))
-    _append(partition, records.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0))
+    _append(
+        partition, record_builder.encode_batch([records.Record(0, NOW_MS, b"k", b"p" * 120)], base_offset=0)
+    )
     events: list[str] = []
     flush, write = partition.log.flush, partition_module.write_file_atomically
     monkeypatch.setattr(partition.log, "flush", lambda: (events.append("log fsynced"), flush())[1])

@@ -10,7 +10,7 @@ import pytest
 from kafka import codec as kafka_codec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from sparkafka.broker import records
+from sparkafka.broker import dumplog, log_validator, record_builder, records
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.records import (
     HEADER_SIZE,
@@ -105,14 +105,14 @@ def test_parse_header_matches_kafka_python() -> None:
 def test_encode_batch_is_byte_identical_to_kafka_python() -> None:
     batch_records = sample_records(8)
     theirs = kafka_python_batch(batch_records, producer_id=7, producer_epoch=1, base_sequence=5)
-    ours = records.encode_batch(
+    ours = record_builder.encode_batch(
         batch_records, base_offset=0, producer_id=7, producer_epoch=1, base_sequence=5
     )
     assert ours == theirs
     transactional = kafka_python_batch(
         batch_records, producer_id=7, producer_epoch=1, base_sequence=5, is_transactional=True
     )
-    assert transactional == records.encode_batch(
+    assert transactional == record_builder.encode_batch(
         batch_records, base_offset=0, producer_id=7, producer_epoch=1, base_sequence=5, is_transactional=True
     )
 
@@ -134,7 +134,7 @@ def test_compressed_batches_from_kafka_python_decode_and_validate(compression: i
     header = records.parse_header(batch)
     assert header.compression == compression
     assert records.decode_records(batch) == batch_records
-    accepted = records.validate_produce_payload(batch, max_batch_bytes=1 << 20)
+    accepted = log_validator.validate_produce_payload(batch, max_batch_bytes=1 << 20)
     assert [a.header for a in accepted] == [header]
     assert accepted[0].max_record_timestamp == max(r.timestamp for r in batch_records)
 
@@ -145,7 +145,7 @@ def test_compressed_encode_batch_is_readable_by_kafka_python(compression: int) -
     if not available():
         pytest.skip(f"{name} library not installed")
     batch_records = sample_records(40, base_offset=100)
-    batch = records.encode_batch(batch_records, base_offset=100, compression=compression)
+    batch = record_builder.encode_batch(batch_records, base_offset=100, compression=compression)
     theirs = DefaultRecordBatch(batch)
     assert theirs.compression_type == compression
     assert theirs.validate_crc()
@@ -180,7 +180,7 @@ def test_assign_offset_rewrites_offset_and_epoch_and_keeps_crc_valid() -> None:
 
 @pytest.mark.parametrize("commit", [True, False])
 def test_build_control_batch_matches_kafka_end_txn_marker(commit: bool) -> None:
-    batch = records.build_control_batch(
+    batch = record_builder.build_control_batch(
         offset=42, producer_id=2000, producer_epoch=5, commit=commit, coordinator_epoch=9, timestamp_ms=1234
     )
     header = records.parse_header(batch)
@@ -202,10 +202,10 @@ def test_build_control_batch_matches_kafka_end_txn_marker(commit: bool) -> None:
 
 def test_control_marker_is_none_for_data_and_rejects_bad_keys() -> None:
     assert records.control_marker(kafka_python_batch(sample_records(1))) is None
-    marker = records.build_control_batch(
+    marker = record_builder.build_control_batch(
         offset=0, producer_id=1, producer_epoch=0, commit=True, coordinator_epoch=0, timestamp_ms=0
     )
-    short_key = records.encode_batch(
+    short_key = record_builder.encode_batch(
         [Record(0, 0, b"\x00", b"x")], base_offset=0, producer_id=1, producer_epoch=0, is_transactional=True
     )
     as_control = patched(short_key, ">h", 21, records.TRANSACTIONAL_FLAG | records.CONTROL_FLAG)
@@ -282,7 +282,7 @@ def valid_batch(**kwargs: Any) -> bytes:
 
 
 def validate(buf: bytes, **kwargs: Any) -> list[BatchHeader]:
-    accepted = records.validate_produce_payload(
+    accepted = log_validator.validate_produce_payload(
         buf, max_batch_bytes=1 << 20, topic_partition="orders-0", **kwargs
     )
     return [a.header for a in accepted]
@@ -340,7 +340,7 @@ def test_validate_rejects_nonzero_base_offset_oversize_and_bad_crc() -> None:
     batch = valid_batch()
     too_large = f"is {len(batch)} bytes which exceeds the maximum configured value of 100"
     with pytest.raises(BrokerError, match=too_large):
-        records.validate_produce_payload(batch, max_batch_bytes=100, topic_partition="orders-0")
+        log_validator.validate_produce_payload(batch, max_batch_bytes=100, topic_partition="orders-0")
 
     corrupt = bytearray(batch)
     corrupt[-1] ^= 0x01
@@ -377,13 +377,15 @@ def test_validate_checks_counts_of_compressed_batches_after_decompressing() -> N
 
 
 def test_validate_rejects_control_batches_and_missing_sequence() -> None:
-    control = records.build_control_batch(
+    control = record_builder.build_control_batch(
         offset=0, producer_id=1, producer_epoch=0, commit=True, coordinator_epoch=0, timestamp_ms=0
     )
     with pytest.raises(BrokerError, match="Clients are not allowed to write control records") as excinfo:
         validate(control)
     assert error_code(excinfo) == ErrorCode.INVALID_RECORD
-    no_sequence = records.encode_batch(sample_records(2), base_offset=0, producer_id=4, producer_epoch=0)
+    no_sequence = record_builder.encode_batch(
+        sample_records(2), base_offset=0, producer_id=4, producer_epoch=0
+    )
     with pytest.raises(BrokerError, match="Invalid sequence number -1 in record batch with producerId 4"):
         validate(no_sequence)
 
@@ -401,8 +403,8 @@ def test_validate_reports_keyless_records_for_compacted_topics_per_record() -> N
 
 NOW_MS = 1_800_000_000_000
 HOUR_MS = 3_600_000
-CREATE_TIME_RULES = records.TimestampRules()  # Kafka 4's defaults: no lower bound, one hour ahead
-LOG_APPEND_TIME_RULES = records.TimestampRules(log_append_time=True)
+CREATE_TIME_RULES = log_validator.TimestampRules()  # Kafka 4's defaults: no lower bound, one hour ahead
+LOG_APPEND_TIME_RULES = log_validator.TimestampRules(log_append_time=True)
 
 
 def stamped_records(*timestamps: int) -> list[Record]:
@@ -417,7 +419,7 @@ def rejected(batch: bytes, **kwargs: Any) -> RecordValidationError:
 
 @pytest.mark.parametrize("compression", [0, 1])
 def test_create_time_records_more_than_an_hour_ahead_are_rejected_one_by_one(compression: int) -> None:
-    batch = records.encode_batch(
+    batch = record_builder.encode_batch(
         stamped_records(NOW_MS, NOW_MS + HOUR_MS + 1, NOW_MS - 10 * HOUR_MS, NOW_MS + 2 * HOUR_MS),
         base_offset=0,
         compression=compression,
@@ -433,16 +435,16 @@ def test_create_time_records_more_than_an_hour_ahead_are_rejected_one_by_one(com
 
 
 def test_an_hour_ahead_exactly_and_any_past_time_are_accepted_with_their_largest_timestamp() -> None:
-    batch = records.encode_batch(stamped_records(NOW_MS + HOUR_MS, 0, -5), base_offset=0)
-    (accepted,) = records.validate_produce_payload(
+    batch = record_builder.encode_batch(stamped_records(NOW_MS + HOUR_MS, 0, -5), base_offset=0)
+    (accepted,) = log_validator.validate_produce_payload(
         batch, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=CREATE_TIME_RULES
     )
     assert accepted.max_record_timestamp == NOW_MS + HOUR_MS
 
 
 def test_before_max_ms_rejects_old_records_but_never_ones_without_a_timestamp() -> None:
-    rules = records.TimestampRules(before_max_ms=HOUR_MS, after_max_ms=records.INT64_MAX)
-    batch = records.encode_batch(
+    rules = log_validator.TimestampRules(before_max_ms=HOUR_MS, after_max_ms=records.INT64_MAX)
+    batch = record_builder.encode_batch(
         stamped_records(NOW_MS, records.NO_TIMESTAMP, NOW_MS - HOUR_MS - 1, NOW_MS + 10**9), base_offset=0
     )
     error = rejected(batch, timestamps=rules)
@@ -451,17 +453,17 @@ def test_before_max_ms_rejects_old_records_but_never_ones_without_a_timestamp() 
     assert error.record_errors[0][1].endswith(
         f"within [{NOW_MS - HOUR_MS}, {NOW_MS + records.INT64_MAX - 2**64}]"
     )
-    only_unstamped = records.encode_batch(stamped_records(NOW_MS, records.NO_TIMESTAMP), base_offset=0)
-    (accepted,) = records.validate_produce_payload(
+    only_unstamped = record_builder.encode_batch(stamped_records(NOW_MS, records.NO_TIMESTAMP), base_offset=0)
+    (accepted,) = log_validator.validate_produce_payload(
         only_unstamped, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=rules
     )
     assert accepted.max_record_timestamp == NOW_MS
 
 
 def test_a_log_append_time_topic_checks_no_range_but_refuses_batches_the_producer_marked() -> None:
-    far_ahead = records.encode_batch(stamped_records(NOW_MS + 100 * HOUR_MS), base_offset=0)
+    far_ahead = record_builder.encode_batch(stamped_records(NOW_MS + 100 * HOUR_MS), base_offset=0)
     assert validate(far_ahead, now_ms=NOW_MS, timestamps=LOG_APPEND_TIME_RULES)
-    marked = records.encode_batch(
+    marked = record_builder.encode_batch(
         stamped_records(NOW_MS, NOW_MS), base_offset=0, timestamp_type=records.LOG_APPEND_TIME
     )
     error = rejected(marked, timestamps=LOG_APPEND_TIME_RULES)
@@ -474,14 +476,14 @@ def test_a_log_append_time_topic_checks_no_range_but_refuses_batches_the_produce
 
 
 def test_a_create_time_topic_takes_a_marked_batch_by_its_max_timestamp_unless_that_is_missing() -> None:
-    marked = records.encode_batch(
+    marked = record_builder.encode_batch(
         stamped_records(NOW_MS - 5, NOW_MS - 9), base_offset=0, timestamp_type=records.LOG_APPEND_TIME
     )
-    (accepted,) = records.validate_produce_payload(
+    (accepted,) = log_validator.validate_produce_payload(
         marked, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=CREATE_TIME_RULES
     )
     assert accepted.max_record_timestamp == NOW_MS - 5  # what a reader saw as every record's timestamp
-    unstamped = records.encode_batch(
+    unstamped = record_builder.encode_batch(
         stamped_records(NOW_MS), base_offset=0, timestamp_type=records.LOG_APPEND_TIME, max_timestamp=-1
     )
     error = rejected(unstamped, timestamps=CREATE_TIME_RULES)
@@ -489,14 +491,14 @@ def test_a_create_time_topic_takes_a_marked_batch_by_its_max_timestamp_unless_th
 
 
 def test_the_largest_record_timestamp_is_the_records_not_the_producers_claim() -> None:
-    batch = records.encode_batch(
+    batch = record_builder.encode_batch(
         stamped_records(NOW_MS - 3, NOW_MS - 1, NOW_MS - 2), base_offset=0, max_timestamp=7
     )
-    (accepted,) = records.validate_produce_payload(
+    (accepted,) = log_validator.validate_produce_payload(
         batch, max_batch_bytes=1 << 20, now_ms=NOW_MS, timestamps=CREATE_TIME_RULES
     )
     assert accepted.max_record_timestamp == NOW_MS - 1
-    lying_low = records.encode_batch(
+    lying_low = record_builder.encode_batch(
         stamped_records(NOW_MS, NOW_MS + 2 * HOUR_MS), base_offset=0, max_timestamp=NOW_MS
     )
     assert [index for index, _ in rejected(lying_low, timestamps=CREATE_TIME_RULES).record_errors] == [1]
@@ -506,7 +508,7 @@ def test_key_and_timestamp_errors_are_reported_together_as_invalid_timestamp() -
     recs = stamped_records(NOW_MS, NOW_MS + 2 * HOUR_MS, NOW_MS)
     recs[2] = Record(2, NOW_MS + 2 * HOUR_MS, None, b"v")  # no key: the key error is its only error
     error = rejected(
-        records.encode_batch(recs, base_offset=0), require_keys=True, timestamps=CREATE_TIME_RULES
+        record_builder.encode_batch(recs, base_offset=0), require_keys=True, timestamps=CREATE_TIME_RULES
     )
     assert error.code == ErrorCode.INVALID_TIMESTAMP
     assert [index for index, _ in error.record_errors] == [1, 2]
@@ -528,7 +530,7 @@ def test_validate_maps_undecompressable_and_unknown_codecs_to_unknown_server_err
 
 
 def test_decode_records_reports_malformed_records() -> None:
-    batch = records.encode_batch([Record(0, 0, b"k", b"v")], base_offset=0)
+    batch = record_builder.encode_batch([Record(0, 0, b"k", b"v")], base_offset=0)
     body_length_at = HEADER_SIZE  # first byte of the record: its length varint (zigzag)
     too_long = bytearray(batch)
     too_long[body_length_at] = 2 * 40  # claims 40 bytes of record body
@@ -544,14 +546,14 @@ def test_decode_records_reports_malformed_records() -> None:
 
 def test_encode_batch_preserves_gaps_empty_batches_horizon_and_raw_header_keys() -> None:
     gappy = [Record(103, 50, b"a", b"1"), Record(107, 40, b"b", None, (("bad\udcff", b"v"),))]
-    batch = records.encode_batch(gappy, base_offset=100, last_offset_delta=9, delete_horizon_ms=99_000)
+    batch = record_builder.encode_batch(gappy, base_offset=100, last_offset_delta=9, delete_horizon_ms=99_000)
     header = records.parse_header(batch)
     assert (header.base_offset, header.last_offset, header.record_count) == (100, 109, 2)
     assert header.delete_horizon_ms == 99_000 and header.base_timestamp == 99_000
     assert header.max_timestamp == 50
     assert records.decode_records(batch) == gappy
 
-    empty = records.encode_batch(
+    empty = record_builder.encode_batch(
         [],
         base_offset=200,
         last_offset_delta=4,
@@ -579,12 +581,12 @@ def test_encode_batch_preserves_gaps_empty_batches_horizon_and_raw_header_keys()
 )
 def test_encode_batch_rejects_bad_input(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        records.encode_batch(**kwargs)
+        record_builder.encode_batch(**kwargs)
 
 
 def test_log_append_time_records_take_the_batch_max_timestamp() -> None:
     two = [Record(0, 5, b"a", b"1"), Record(1, 6, b"b", b"2")]
-    batch = records.encode_batch(two, base_offset=0, timestamp_type=1, max_timestamp=999)
+    batch = record_builder.encode_batch(two, base_offset=0, timestamp_type=1, max_timestamp=999)
     assert records.parse_header(batch).timestamp_type == records.LOG_APPEND_TIME
     assert [r.timestamp for r in records.decode_records(batch)] == [999, 999]
 
@@ -593,7 +595,7 @@ def test_log_append_time_records_take_the_batch_max_timestamp() -> None:
 
 
 def test_format_batch_dump_matches_kafka_dump_log() -> None:
-    batch = records.encode_batch(
+    batch = record_builder.encode_batch(
         [
             Record(0, 1571987538865, None, b"EVENT(aa,bb)"),
             Record(1, 1571987538866, b"k1", b"v", (("h1", b"x"),)),
@@ -605,7 +607,7 @@ def test_format_batch_dump_matches_kafka_dump_log() -> None:
         is_transactional=True,
     )
     header = records.parse_header(batch)
-    lines = records.format_batch_dump(header, batch, position=0)
+    lines = dumplog.format_batch_dump(header, batch, position=0)
     assert lines == [
         "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: 0 lastSequence: 1 producerId: 2000 "
         "producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: true isControl: false "
@@ -616,13 +618,13 @@ def test_format_batch_dump_matches_kafka_dump_log() -> None:
         "| offset: 1 CreateTime: 1571987538866 keySize: 2 valueSize: 1 sequence: 1 headerKeys: [h1] key: k1 "
         "payload: v",
     ]
-    no_payload = records.format_batch_dump(header, batch, position=0, print_payload=False)
+    no_payload = dumplog.format_batch_dump(header, batch, position=0, print_payload=False)
     assert no_payload[1].endswith("headerKeys: []")
-    assert len(records.format_batch_dump(header, batch, position=0, print_records=False)) == 1
+    assert len(dumplog.format_batch_dump(header, batch, position=0, print_records=False)) == 1
 
 
 def test_format_batch_dump_of_control_compressed_corrupt_and_horizon_batches() -> None:
-    marker = records.build_control_batch(
+    marker = record_builder.build_control_batch(
         offset=2,
         producer_id=2000,
         producer_epoch=0,
@@ -630,29 +632,31 @@ def test_format_batch_dump_of_control_compressed_corrupt_and_horizon_batches() -
         coordinator_epoch=0,
         timestamp_ms=1571987538900,
     )
-    lines = records.format_batch_dump(records.parse_header(marker), marker, position=80)
+    lines = dumplog.format_batch_dump(records.parse_header(marker), marker, position=80)
     assert "isControl: true" in lines[0] and "position: 80 CreateTime: 1571987538900" in lines[0]
     assert lines[1] == (
         "| offset: 2 CreateTime: 1571987538900 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
         "endTxnMarker: COMMIT coordinatorEpoch: 0"
     )
     gzipped = kafka_python_batch(sample_records(2), compression=1)
-    gzip_lines = records.format_batch_dump(records.parse_header(gzipped), gzipped, position=0)
+    gzip_lines = dumplog.format_batch_dump(records.parse_header(gzipped), gzipped, position=0)
     assert "compresscodec: gzip" in gzip_lines[0]
     corrupt = bytearray(gzipped)
     corrupt[-3] ^= 0xFF
-    corrupt_lines = records.format_batch_dump(records.parse_header(corrupt), bytes(corrupt), position=0)
+    corrupt_lines = dumplog.format_batch_dump(records.parse_header(corrupt), bytes(corrupt), position=0)
     assert corrupt_lines[0].endswith("isvalid: false")
-    horizon = records.encode_batch([Record(0, 1, b"k", None)], base_offset=0, delete_horizon_ms=86_400_000)
+    horizon = record_builder.encode_batch(
+        [Record(0, 1, b"k", None)], base_offset=0, delete_horizon_ms=86_400_000
+    )
     assert (
         "deleteHorizonMs: OptionalLong[86400000]"
-        in records.format_batch_dump(records.parse_header(horizon), horizon, position=0)[0]
+        in dumplog.format_batch_dump(records.parse_header(horizon), horizon, position=0)[0]
     )
 
 
 @pytest.mark.parametrize("transactional", [False, True])
 def test_log_append_time_stamp_rewrites_type_max_timestamp_and_crc(transactional: bool) -> None:
-    batch = records.encode_batch(
+    batch = record_builder.encode_batch(
         sample_records(5),
         base_offset=0,
         producer_id=7,
@@ -682,7 +686,9 @@ def test_log_append_time_stamp_rewrites_type_max_timestamp_and_crc(transactional
 
 
 def test_create_time_stamp_clears_a_producers_log_append_time_mark_and_fixes_max_timestamp() -> None:
-    batch = records.encode_batch(sample_records(4), base_offset=0, timestamp_type=records.LOG_APPEND_TIME)
+    batch = record_builder.encode_batch(
+        sample_records(4), base_offset=0, timestamp_type=records.LOG_APPEND_TIME
+    )
     stamped = bytearray(batch)
     records.set_max_timestamp_in_place(stamped, records.CREATE_TIME, 1_700_000_000_123)
     header = records.parse_header(stamped)
@@ -694,7 +700,7 @@ def test_create_time_stamp_clears_a_producers_log_append_time_mark_and_fixes_max
 
 
 def test_a_stamp_that_changes_nothing_leaves_the_bytes_alone() -> None:
-    batch = records.encode_batch(sample_records(3), base_offset=0)
+    batch = record_builder.encode_batch(sample_records(3), base_offset=0)
     header = records.parse_header(batch)
     stamped = bytearray(batch)
     records.set_max_timestamp_in_place(stamped, records.CREATE_TIME, header.max_timestamp)
@@ -706,5 +712,5 @@ def test_a_stamp_needs_a_whole_header_and_a_known_type() -> None:
         records.set_max_timestamp_in_place(bytearray(HEADER_SIZE - 1), records.LOG_APPEND_TIME, 1)
     with pytest.raises(ValueError, match="timestamp_type"):
         records.set_max_timestamp_in_place(
-            bytearray(records.encode_batch(sample_records(1), base_offset=0)), 2, 1
+            bytearray(record_builder.encode_batch(sample_records(1), base_offset=0)), 2, 1
         )

@@ -1,4 +1,4 @@
-"""The produce path validates records with a fast walk (records.scan_records) instead of decoding them; it
+"""The produce path validates records with a fast walk (record_scan.scan_records) instead of decoding them; it
 must accept exactly what the full decoder accepts, report the same keyless records and timestamp extremes,
 and raise the same errors otherwise."""
 
@@ -9,15 +9,10 @@ import random
 
 import pytest
 
-from sparkafka.broker import records
-from sparkafka.broker.records import (
-    HEADER_SIZE,
-    InvalidRecordError,
-    Record,
-    encode_batch,
-    parse_header,
-    scan_records,
-)
+from sparkafka.broker import record_scan, records
+from sparkafka.broker.record_builder import encode_batch
+from sparkafka.broker.record_scan import scan_records
+from sparkafka.broker.records import HEADER_SIZE, InvalidRecordError, Record, parse_header
 
 
 def _random_record(rng: random.Random, offset: int) -> Record:
@@ -47,9 +42,9 @@ def _full(batch: bytes, header: records.BatchHeader) -> Scan | str:
     extremes for no records) from the full decoder, or its error message."""
     blob = bytes(batch[HEADER_SIZE : header.size])
     if header.compression:
-        blob = records._decompress(header, blob)
+        blob = records.decompress(header, blob)
     try:
-        decoded = records._decode_record_bytes(header, blob)
+        decoded = records.decode_record_bytes(header, blob)
     except InvalidRecordError as exc:
         return str(exc)
     deltas = [r.timestamp - header.base_timestamp for r in decoded]
@@ -82,7 +77,7 @@ def test_well_formed_batches_take_the_fast_path() -> None:
         header = parse_header(batch)
         blob = bytes(batch[HEADER_SIZE:])
         if not header.compression:
-            assert records._scan_fast(blob, header.record_count) is not None
+            assert record_scan._scan_fast(blob, header.record_count) is not None
         assert _fast(batch, header) == _public(_full(batch, header), header)
 
 
@@ -107,7 +102,7 @@ def test_damaged_batches_are_judged_like_the_full_decoder(seed: int) -> None:
             )
         data = bytes(batch)
         blob = data[HEADER_SIZE : header.size]
-        fast = records._scan_fast(blob, header.record_count)
+        fast = record_scan._scan_fast(blob, header.record_count)
         full = _full(data, header)
         if fast is not None:
             assert fast == full  # the fast walk never accepts what the full decoder rejects

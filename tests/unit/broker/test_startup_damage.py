@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sparkafka.broker import records
+from sparkafka.broker import record_builder
 from sparkafka.broker.config import BrokerConfig
 from sparkafka.broker.errors import BrokerError, ErrorCode
 from sparkafka.broker.records import Record
@@ -75,7 +75,7 @@ def test_a_batch_length_running_past_the_end_after_a_clean_stop_is_refused_not_c
     partition = broker.partitions[("t", 0)]
     for offset in range(3):
         partition.log.append(
-            [records.encode_batch([Record(offset, 1_000, b"k", b"v")], base_offset=offset)], now_ms=0
+            [record_builder.encode_batch([Record(offset, 1_000, b"k", b"v")], base_offset=offset)], now_ms=0
         )
     partition.close()
     broker._lock_file.close()
@@ -92,7 +92,9 @@ def test_a_batch_length_running_past_the_end_after_a_clean_stop_is_refused_not_c
         with pytest.raises(BrokerError) as refused:
             partition.read(0, 1 << 20, read_committed=False)
         assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
-        partition.log.append([records.encode_batch([Record(3, 1_000, b"k", b"v")], base_offset=3)], now_ms=0)
+        partition.log.append(
+            [record_builder.encode_batch([Record(3, 1_000, b"k", b"v")], base_offset=3)], now_ms=0
+        )
         assert len(partition.read(3, 1 << 20, read_committed=False)[0]) > 0
     finally:
         restarted.partitions[("t", 0)].close()
