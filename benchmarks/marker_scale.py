@@ -58,6 +58,8 @@ from benchmarks.common import (
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.commit_log import CommitMarker, MarkerLayout, marker_layout
 from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix
+from sparkafka.connector.sink.transactional_ids import transactional_id as transactional_id_of
 from sparkafka.runtime.session import spark_session
 
 SECTION = ResultsSection(
@@ -111,7 +113,7 @@ def foreign_marker(number: int) -> tuple[str, bytes]:
     ``number % 200``, as the sink encodes it."""
     query = uuid.UUID(int=number // FOREIGN_WRITE_PARTITIONS + 1)
     partition = number % FOREIGN_WRITE_PARTITIONS
-    transactional_id = f"sparkafka-{query}-{partition}"
+    transactional_id = transactional_id_of(default_transactional_id_prefix(str(query)), partition)
     marker = CommitMarker(
         transactional_id=transactional_id,
         query_id=str(query),

@@ -8,6 +8,7 @@ import json
 import threading
 from pathlib import Path
 
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, transactional_id
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.apache_kafka import ApacheKafka
 from tests.integration.kafka_clients import producer, read_all
@@ -77,4 +78,4 @@ def committed_count(kafka: ApacheKafka, partition: int | None = None) -> int:
 def transactional_id_of(tmp_path: Path, write_partition: int) -> str:
     """The pipeline's transactional id of a write partition (its query id is in the checkpoint)."""
     query_id = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
-    return f"sparkafka-{query_id}-{write_partition}"
+    return transactional_id(default_transactional_id_prefix(query_id), write_partition)

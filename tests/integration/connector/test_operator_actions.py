@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sparkafka.connector.sink.commit_log import MarkerLayout
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import EMBEDDED, Kafka
 from tests.integration.kafka_clients import (
@@ -264,7 +265,7 @@ def _held_batch(
             **options,
         },
     )
-    prefix = f"{prefix or f'sparkafka-{held.id}'}-"
+    prefix = f"{prefix or default_transactional_id_prefix(str(held.id))}-"
     expected = {f"{prefix}{p}" for p in (0, 2, 3)}
     try:
         assert wait_until(

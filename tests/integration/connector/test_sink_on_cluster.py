@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix
 from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
@@ -114,7 +115,7 @@ def test_executor_and_driver_killed_mid_batch_then_one_executor_replays_exactly_
         os.kill(standalone.executor_pids()[0], signal.SIGKILL)
     finally:
         first.kill_group()
-    prefix = f"sparkafka-{_query_id(tmp_path)}"
+    prefix = default_transactional_id_prefix(_query_id(tmp_path))
     assert sorted(committed_markers(broker.bootstrap_servers, 0)) == [f"{prefix}-0", f"{prefix}-2"]
 
     replay = _pipeline(broker, standalone, tmp_path, 1).start()

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix
 from sparkafka.functions import dead_letter, from_json, route_dead_letters, to_json
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import EMBEDDED, Kafka
@@ -257,7 +258,7 @@ def test_a_connect_server_killed_with_a_transaction_open_replays_exactly_once_fo
     topics.send(400)
     spark = own_server.session()
     held = _held(topics, spark, checkpoint, 2)
-    ours = f"sparkafka-{held.id}-"
+    ours = f"{default_transactional_id_prefix(str(held.id))}-"
     assert wait_until(
         lambda: "sparkafka debug pause: beforeCommit partition=1 batch=0" in own_server.output(),
         timeout_s=180,

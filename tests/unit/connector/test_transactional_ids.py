@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sparkafka.connector.sink.transactional_ids import prefix_of, transactional_id, write_partition_of
+from sparkafka.connector.sink.transactional_ids import (
+    claim_transactional_id,
+    default_transactional_id_prefix,
+    prefix_of,
+    transactional_id,
+    write_partition_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,3 +55,13 @@ def test_the_prefix_of_an_id_built_for_another_partition_is_refused() -> None:
 def test_an_id_of_another_write_partition_has_no_prefix_for_this_one() -> None:
     with pytest.raises(ValueError, match=r"^'orders-3' is not the transactional id of write partition 4$"):
         prefix_of("orders-3", 4)
+
+
+def test_the_id_format_is_what_older_checkpoints_and_markers_hold() -> None:
+    """Spelled out here on purpose: every marker, registration and checkpoint written so far names
+    ids of this form, so a change to it would orphan them."""
+    assert default_transactional_id_prefix("1c0ffee0-0000-4000-8000-000000000000") == (
+        "sparkafka-1c0ffee0-0000-4000-8000-000000000000"
+    )
+    assert transactional_id("sparkafka-q", 7) == "sparkafka-q-7"
+    assert claim_transactional_id("sparkafka-q") == "sparkafka-q.claim"

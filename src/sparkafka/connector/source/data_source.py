@@ -18,8 +18,6 @@ from sparkafka.errors import (
     SparkafkaOptionError,
 )
 
-# -- the data source --------------------------------------------------------------------------------
-
 
 class KafkaSource(DataSource):
     """The reading half of the ``sparkafka`` data source (``spark.readStream.format("sparkafka")`` /

@@ -13,9 +13,6 @@ from sparkafka.connector.kafka_admin import (
 from sparkafka.connector.source.ranges import LEGACY_CALCULATOR, SPARK_CALCULATOR
 from sparkafka.errors import CheckpointFormatError
 
-# -- offsets ----------------------------------------------------------------------------------------
-
-
 # The idle heartbeat's entry in a source offset: {HEARTBEAT_OFFSET_KEY: {HEARTBEAT_SLOT: time in ms}}.
 # ':' is not allowed in Kafka topic names, so no topic can ever be mistaken for it (or vice versa).
 HEARTBEAT_OFFSET_KEY = "sparkafka:idleHeartbeat"

@@ -34,7 +34,6 @@ SOURCE_NAME = "sparkafka"
 LATEST_SENTINEL = -1
 EARLIEST_SENTINEL = -2
 
-# -- options ----------------------------------------------------------------------------------------
 
 SUBSCRIBE = "subscribe"
 SUBSCRIBE_PATTERN = "subscribePattern"
@@ -443,6 +442,3 @@ def _parse_boundary(
 
 def _format_partitions(partitions: Mapping[TopicPartitionKey, Any] | Sequence[TopicPartitionKey]) -> str:
     return "[" + ", ".join(f"{topic}-{partition}" for topic, partition in sorted(partitions)) + "]"
-
-
-# -- schema -----------------------------------------------------------------------------------------

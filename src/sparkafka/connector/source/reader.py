@@ -25,8 +25,6 @@ from sparkafka.errors import (
     KafkaUnavailableError,
 )
 
-# -- reading one offset range -----------------------------------------------------------------------
-
 _DAMAGED_HINT = (
     ". The partition leader's stored copy of that batch is damaged, and no record of it is skipped "
     "silently. On a replicated topic another replica may hold an intact copy: make it the leader "

@@ -32,8 +32,6 @@ from sparkafka.errors import (
 
 logger = logging.getLogger(__name__)
 
-# -- discovering partitions and resolving offsets ---------------------------------------------------
-
 
 class OffsetResolver:
     """Driver-side questions to the cluster, in the terms of the source's options."""
