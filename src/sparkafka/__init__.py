@@ -44,7 +44,7 @@ def pin_write_partitioning(spark: SparkSession) -> None:
     data and the cores present when the batch runs, so a batch replayed after a crash can reach the
     sink split otherwise than when it was first written; the exactly-once sink refuses to write
     then. Stateful streaming plans never use adaptive execution, and batch queries keep it."""
-    from sparkafka.connector.sink.replay import ADAPTIVE_STATELESS_STREAMING
+    from sparkafka.connector.api import ADAPTIVE_STATELESS_STREAMING
 
     spark.conf.set(ADAPTIVE_STATELESS_STREAMING, "false")
 
@@ -65,7 +65,7 @@ def publish_status_url(spark: SparkSession) -> None:
     then binds 4041, so only a port set on purpose is trusted). The tasks check that the address
     answers for their own application (``spark.app.id``) and fall back to the checks that need no
     width otherwise, with a warning."""
-    from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING, warm_up
+    from sparkafka.connector.api import STATUS_URL_SETTING, warm_up
 
     try:
         url = spark.sparkContext.uiWebUrl

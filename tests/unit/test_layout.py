@@ -243,6 +243,74 @@ def test_the_contract_follows_chains_importlib_names_and_package_forms() -> None
     assert "sparkafka.connector.sink.options" in relative
 
 
+# What lies outside the connector reaches it through its doors only: the tools, the command line and
+# the package root through connector/api.py; Spark through the data source; the public alias of the
+# event-time helpers through the module it names. Part -> (modules of the part, doors).
+CONNECTOR_DOORS = {
+    "sparkafka.tools": ("sparkafka.connector.api",),
+    "sparkafka.cli": ("sparkafka.connector.api",),
+    "the package root": (
+        "sparkafka.connector.api",
+        "sparkafka.connector.datasource",
+        "sparkafka.connector.eventtime",
+    ),
+    "pyspark_sparkafka": ("sparkafka.connector.datasource",),
+}
+
+
+def _modules_of(part: str) -> list[tuple[str, Path]]:
+    if part == "the package root":
+        paths = sorted(PACKAGE.glob("*.py"))
+    elif part == "pyspark_sparkafka":
+        paths = sorted((SOURCE_ROOT / part).rglob("*.py"))
+    else:
+        paths = sorted((SOURCE_ROOT / part.replace(".", "/")).rglob("*.py"))
+    return [(_module_name(path), path) for path in paths]
+
+
+def _through_other_doors(source: str, module: str, is_package: bool, doors: tuple[str, ...]) -> list[str]:
+    """The connector modules ``source`` imports that are none of ``doors``."""
+    return sorted(
+        name
+        for name in _imports(source, module, is_package)
+        if name.startswith("sparkafka.connector.") and not _matches(name, doors)
+    )
+
+
+@pytest.mark.parametrize("part", sorted(CONNECTOR_DOORS))
+def test_the_tools_cli_and_package_root_reach_the_connector_through_its_doors_only(part: str) -> None:
+    offences = [
+        f"{module} imports {name}"
+        for module, path in _modules_of(part)
+        for name in _through_other_doors(
+            path.read_text(), module, path.name == "__init__.py", CONNECTOR_DOORS[part]
+        )
+    ]
+    assert _modules_of(part), f"no modules found for {part}"
+    assert not offences, "\n".join(offences)
+
+
+def test_the_door_rule_sees_a_private_module_however_it_is_imported() -> None:
+    doors = CONNECTOR_DOORS["sparkafka.tools"]
+    for source in (
+        "from sparkafka.connector.sink.options import SinkOptions\n",
+        "from sparkafka.connector.sink import options\n",
+        "def late():\n    import sparkafka.connector.kafka_admin\n",
+        "import importlib\nimportlib.import_module('sparkafka.connector.source.offsets')\n",
+    ):
+        assert _through_other_doors(source, "sparkafka.tools.probe", False, doors), source
+    allowed = "from sparkafka.connector.api import SinkOptions\nfrom sparkafka.connector import api\n"
+    assert _through_other_doors(allowed, "sparkafka.tools.probe", False, doors) == []
+
+
+def test_every_name_of_the_connectors_door_is_found_where_it_says() -> None:
+    from sparkafka.connector import api
+
+    assert api.__all__
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+
+
 # A function a screen holds: longer ones in the connector are split into steps that are named.
 LONGEST_CONNECTOR_FUNCTION = 60
 

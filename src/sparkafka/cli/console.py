@@ -58,14 +58,14 @@ from typer.core import TyperCommand
 
 from sparkafka.cli.command_config import read_command_config
 from sparkafka.cli.common import format_table, parse_key_values
-from sparkafka.connector.kafka_admin import (
+from sparkafka.connector.api import (
     UNANSWERED_OFFSET,
     LastConnectionFailure,
     is_login_failure,
+    kafka_python_settings,
     most_telling_reason,
     quiet_librdkafka_logger,
 )
-from sparkafka.connector.kafka_python import kafka_python_settings
 from sparkafka.errors import SparkafkaOptionError
 
 T = TypeVar("T")

@@ -78,7 +78,7 @@ def run(
     Example: sparkafka run --source-topic in --sink-topic out --checkpoint ./ckpt
       --sql "SELECT concat('EVENT(', CAST(value AS STRING), ')') AS value FROM input"
     """
-    from sparkafka.connector.options import parse_duration_ms
+    from sparkafka.connector.api import parse_duration_ms
     from sparkafka.errors import SparkafkaError
     from sparkafka.runtime.session import spark_session
     from sparkafka.tools.pipeline import (
@@ -159,6 +159,6 @@ def run(
 
 def _spark_interval(value: str) -> str:
     """`1s` -> `1000 milliseconds` (Spark's processingTime accepts interval strings)."""
-    from sparkafka.connector.options import parse_duration_ms
+    from sparkafka.connector.api import parse_duration_ms
 
     return f"{parse_duration_ms('--trigger', value)} milliseconds"

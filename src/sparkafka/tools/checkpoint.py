@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sparkafka.connector.source.offsets import OWN_ENTRY_PREFIX
+from sparkafka.connector.api import OWN_ENTRY_PREFIX
 from sparkafka.errors import SparkafkaError
 
 _COPIED = ("offsets", "commits")

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from sparkafka.connector.kafka_admin import quiet_librdkafka_logger
-from sparkafka.connector.kafka_errors import error_reason
+from sparkafka.connector.api import error_reason, quiet_librdkafka_logger
 from sparkafka.errors import KafkaUnavailableError, SparkafkaError
 
 if TYPE_CHECKING:

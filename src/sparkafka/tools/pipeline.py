@@ -24,10 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkafka.connector.sink.fencing import fence_query_transactions
-from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
-from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, effective_prefix
-from sparkafka.connector.source.options import SourceOptions
+from sparkafka.connector.api import (
+    EXACTLY_ONCE,
+    SinkOptions,
+    SourceOptions,
+    default_transactional_id_prefix,
+    effective_prefix,
+    fence_query_transactions,
+)
 from sparkafka.errors import SparkafkaError, SparkafkaOptionError
 
 if TYPE_CHECKING:
