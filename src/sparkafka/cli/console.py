@@ -59,7 +59,9 @@ from typer.core import TyperCommand
 from sparkafka.cli.command_config import read_command_config
 from sparkafka.cli.common import format_table, parse_key_values
 from sparkafka.connector.api import (
+    PARTITION_GONE,
     UNANSWERED_OFFSET,
+    UNAVAILABLE,
     LastConnectionFailure,
     is_login_failure,
     kafka_python_settings,
@@ -74,12 +76,9 @@ T = TypeVar("T")
 # librdkafka hands its log to this logger (unless the user asks for it on stderr with -X debug=...).
 _LIBRDKAFKA_LOGGER, _LIBRDKAFKA_FAILURES = quiet_librdkafka_logger("sparkafka.console.librdkafka")
 
-_UNREACHABLE_CODES = frozenset(
-    {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
-)
-_MISSING_TOPIC_CODES = frozenset(
-    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
-)
+# The connector's classes of librdkafka's codes: no broker answered, and a topic or partition gone.
+_UNREACHABLE_CODES = UNAVAILABLE
+_MISSING_TOPIC_CODES = PARTITION_GONE
 _GROUP_STATE_NAMES = {
     ConsumerGroupState.STABLE: "Stable",
     ConsumerGroupState.EMPTY: "Empty",

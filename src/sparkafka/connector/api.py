@@ -17,7 +17,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass
+    from sparkafka.connector.kafka_admin import (
+        UNANSWERED_OFFSET,
+        LastConnectionFailure,
+        is_login_failure,
+        most_telling_reason,
+        quiet_librdkafka_logger,
+    )
+    from sparkafka.connector.kafka_errors import PARTITION_GONE, UNAVAILABLE, error_reason
+    from sparkafka.connector.kafka_python import kafka_python_settings
+    from sparkafka.connector.options import parse_duration_ms
+    from sparkafka.connector.sink.fencing import fence_query_transactions
+    from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
+    from sparkafka.connector.sink.replay import ADAPTIVE_STATELESS_STREAMING
+    from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING, warm_up
+    from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, effective_prefix
+    from sparkafka.connector.source.offsets import OWN_ENTRY_PREFIX
+    from sparkafka.connector.source.options import SourceOptions
 
 # Public name -> the connector module that defines it.
 _WHERE = {
@@ -27,6 +43,8 @@ _WHERE = {
     "most_telling_reason": "kafka_admin",
     "quiet_librdkafka_logger": "kafka_admin",
     "error_reason": "kafka_errors",
+    "PARTITION_GONE": "kafka_errors",
+    "UNAVAILABLE": "kafka_errors",
     "kafka_python_settings": "kafka_python",
     "parse_duration_ms": "options",
     "fence_query_transactions": "sink.fencing",
@@ -41,7 +59,29 @@ _WHERE = {
     "SourceOptions": "source.options",
 }
 
-__all__ = sorted(_WHERE)
+# Spelled out (not taken from _WHERE) so that linters and type checkers see what is exported.
+__all__ = [
+    "ADAPTIVE_STATELESS_STREAMING",
+    "EXACTLY_ONCE",
+    "OWN_ENTRY_PREFIX",
+    "PARTITION_GONE",
+    "STATUS_URL_SETTING",
+    "UNANSWERED_OFFSET",
+    "UNAVAILABLE",
+    "LastConnectionFailure",
+    "SinkOptions",
+    "SourceOptions",
+    "default_transactional_id_prefix",
+    "effective_prefix",
+    "error_reason",
+    "fence_query_transactions",
+    "is_login_failure",
+    "kafka_python_settings",
+    "most_telling_reason",
+    "parse_duration_ms",
+    "quiet_librdkafka_logger",
+    "warm_up",
+]
 
 
 def __getattr__(name: str) -> Any:
