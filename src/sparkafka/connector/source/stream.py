@@ -31,9 +31,7 @@ from sparkafka.connector.source.heartbeat import (
     next_heartbeat_ms,
 )
 from sparkafka.connector.source.offsets import (
-    UNRESOLVED_START,
     SourceOffset,
-    _marked_initial,
     decode_offsets,
     encode_offsets,
 )
@@ -135,8 +133,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         which fall back to latest) as :data:`UNRESOLVED_START`, which :meth:`latestOffset` resolves
         into the end of an empty, checkpointed first batch."""
         if not _resolves_the_same_later(self.options.starting or LATEST):
-            return {key: dict(value) for key, value in UNRESOLVED_START.items()}
-        return _marked_initial(encode_offsets(self._starting_offsets()))
+            return SourceOffset({}, unresolved_start=True).encode()
+        return SourceOffset(self._starting_offsets(), initial=True).encode()
 
     def _starting_offsets(self) -> PartitionOffsets:
         """``startingOffsets`` (default latest) resolved against the cluster, once per reader."""
