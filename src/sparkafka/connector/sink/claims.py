@@ -10,19 +10,24 @@ of the query runs, then records the claim under ``sparkafka/claims/`` in the che
 run whose checkpoint holds the record and whose marker topic does not hold the claim has lost its
 markers, at any batch, and refuses before writing.
 
-Steps on the driver, for every exactly-once writer Spark creates (:func:`settle_checkpoint_claim`):
-1. Read the checkpoint's records of the query. The prefix's own names this marker topic: hand it to
-   the tasks, done (a ``previousCommitMarkerTopic`` left set has nothing more to carry).
-2. It names another topic: ``previousCommitMarkerTopic`` must name the recorded topic; without it,
-   go on only where this topic holds the query and the recorded one nothing newer of it, else
-   refuse naming the recorded topic (``exactlyOnceFromBatch`` at this batch skips this step).
-3. No record of the prefix, on a streaming write: a record of another prefix of the query in
-   another topic that holds this batch, in part, or a later one means prefix and topic changed
-   together in the middle of a batch: refuse. An adopting query
-   (``adoptTransactionalIdsFrom``) must find the old query in this marker topic.
-4. Carry the markers over when asked (every record newer than this topic's), claim the prefix here
-   (refusing when another query owns it and is not adopted), then write the record. Tasks of this
-   writer know it was recorded just now.
+Where this sits in the exactly-once protocol (sink package docstring): the driver's work before
+the tasks (:func:`settle_checkpoint_claim`), step 2 (:func:`settle_prefix_owner`) and step 3d
+(:func:`require_prefix_claim`).
+
+Steps of :func:`settle_checkpoint_claim`, on the driver, for every exactly-once writer Spark creates:
+(a) Read the checkpoint's records of the query. The prefix's own names this marker topic: hand it
+    to the tasks, done (a ``previousCommitMarkerTopic`` left set has nothing more to carry).
+(b) It names another topic: ``previousCommitMarkerTopic`` must name the recorded topic; without it,
+    go on only where this topic holds the query and the recorded one nothing newer of it, else
+    refuse naming the recorded topic (``exactlyOnceFromBatch`` at this batch skips this part).
+(c) No record of the prefix, on a streaming write: a record of another prefix of the query in
+    another topic that holds this batch, in part, or a later one means prefix and topic changed
+    together in the middle of a batch: refuse. An adopting query (``adoptTransactionalIdsFrom``)
+    must find the old query in this marker topic. ``exactlyOnceFromBatch`` at this batch skips this
+    part too.
+(d) Carry the markers over when asked (every record newer than this topic's), claim the prefix here
+    (refusing when another query owns it and is not adopted), then write the record. Tasks of this
+    writer know it was recorded just now.
 
 Invariant: a record exists only after its claim committed in the topic it names, so a topic that
 lost the claim lost everything the query wrote there after it.
@@ -114,13 +119,14 @@ def settle_prefix_owner(
     plan: BatchPlan | None,
     snapshot: MarkerSnapshot | None = None,
 ) -> None:
-    """Before a task initialises ``transactional_id`` (which would fence another query's producer of
-    it): learn which query owns the prefix, claiming it for this one when nobody has, and refuse if
-    it is another query this write does not adopt. A quick read to the last stable offset finds an
-    existing claim; a claim hidden behind an open transaction is found by the claim itself, which
-    reads to the end. A claim missing where the checkpoint recorded one (``plan.claimed_in``) means
-    lost markers: refused here, before claiming anew would hide it. The quick read starts where the
-    driver's ``snapshot`` of the commit log ends (:mod:`.marker_snapshot`)."""
+    """Step 2 of the protocol (sink package docstring), before a task initialises
+    ``transactional_id`` (which would fence another query's producer of it): learn which query owns
+    the prefix, claiming it for this one when nobody has, and refuse if it is another query this
+    write does not adopt. A quick read to the last stable offset finds an existing claim; a claim
+    hidden behind an open transaction is found by the claim itself, which reads to the end. A claim
+    missing where the checkpoint recorded one (``plan.claimed_in``) means lost markers: refused
+    here, before claiming anew would hide it. The quick read starts where the driver's ``snapshot``
+    of the commit log ends (:mod:`.marker_snapshot`)."""
     query_id = identity.query_id
     assert query_id is not None
     prefix = prefix_of(transactional_id, identity.partition)
@@ -132,9 +138,11 @@ def settle_prefix_owner(
     owner = claim_owner(found, prefix)
     if owner is None and not any(registration_of_prefix(key, prefix) for key in found):
         if identity.batch_id is not None and claim_missing(options, found, prefix, plan):
+            # Step 2: a claim the checkpoint recorded is gone, refused by the first check of 4c.
             refuse_lost_claim(options, identity.batch_id, query_id, transactional_id, plan)
         owner = claim_prefix(options, prefix, query_id, replace=None)
     if owner is not None and owner not in (query_id, options.adopted_query):
+        # Step 2: another query owns the prefix; refused before this task could fence its producers.
         raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
 
 
@@ -169,10 +177,11 @@ def refuse_lost_claim(
 def require_prefix_claim(
     options: SinkOptions, found: Mapping[str, bytes], prefix: str, query_id: str, transactional_id: str
 ) -> None:
-    """One query per prefix, decided once for the whole prefix: the first query to commit its claim
-    (``claim/<prefix>``) owns every id of it, and another query refuses at its first write, before it
-    registers any id, unless it adopts the owner's ids. A prefix whose ids were registered before
-    claims existed keeps the per-id check alone (:func:`~sparkafka.connector.sink.replay.decide`)."""
+    """Step 3d of the protocol (sink package docstring). One query per prefix, decided once for the
+    whole prefix: the first query to commit its claim (``claim/<prefix>``) owns every id of it, and
+    another query refuses at its first write, before it registers any id, unless it adopts the
+    owner's ids. A prefix whose ids were registered before claims existed keeps the per-id check
+    alone (step 4a, :func:`~sparkafka.connector.sink.replay.decide`)."""
     owner = claim_owner(found, prefix)
     if owner is None:
         if any(registration_of_prefix(key, prefix) for key in found):
@@ -235,13 +244,13 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
     unless it names another query than ``replace``); returns the query the claim names, None for a
     prefix whose ids were registered before claims existed.
 
-    Steps, with the prefix's claim id (:func:`claim_transactional_id`):
-    1. Initialise it: Kafka fences every other producer of the id and completes whatever claim
-       transaction is in flight before it answers.
-    2. Read the marker partition to its end: a claim committed before step 1 is seen here.
-    3. None there: commit ours in a transaction of the claim id. It commits only if nobody
-       initialised the id since step 1, so of two queries racing, exactly one claim commits; the
-       other's commit is fenced, and it starts again at step 1, now seeing the winner's claim.
+    Steps of this function, with the prefix's claim id (:func:`claim_transactional_id`):
+    (a) Initialise it: Kafka fences every other producer of the id and completes whatever claim
+        transaction is in flight before it answers.
+    (b) Read the marker partition to its end: a claim committed before (a) is seen here.
+    (c) None there: commit ours in a transaction of the claim id. It commits only if nobody
+        initialised the id since (a), so of two queries racing, exactly one claim commits; the
+        other's commit is fenced, and it starts again at (a), now seeing the winner's claim.
     Tasks of one query race the same way and find their own query's claim."""
     claim_id = claim_transactional_id(prefix)
     claim = PrefixClaim(prefix, query_id, int(time.time() * 1000))
@@ -249,8 +258,8 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
     for _ in range(_CLAIM_ATTEMPTS):
         producer = Producer({**producer_config(options, claim_id), "logger": _CLAIM_CLIENT_LOG})
         try:
-            producer.init_transactions(options.operation_timeout_s)
-            found = read_markers(options, prefix, layout=layout)
+            producer.init_transactions(options.operation_timeout_s)  # (a)
+            found = read_markers(options, prefix, layout=layout)  # (b)
             owner = claim_owner(found, prefix)
             if owner is not None and owner != replace:
                 if owner == query_id:
@@ -258,7 +267,7 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
                 return owner
             if owner is None and any(registration_of_prefix(key, prefix) for key in found):
                 return None  # ids registered before claims existed: the per-id check decides
-            commit_claim(options, producer, claim, layout)
+            commit_claim(options, producer, claim, layout)  # (c)
             log.info("%s claimed transactional-id prefix %s", query_id, prefix)
             return query_id
         except KafkaException as error:
@@ -355,10 +364,11 @@ def settle_checkpoint_claim(
     batch_write: bool,
     carry_over: Callable[[BatchPlan | None], object],
 ) -> BatchPlan | None:
-    """The driver's steps (module docstring) for the writer of ``plan``'s micro-batch; returns the
-    plan the tasks get, with ``claimed_in`` set when the checkpoint held the record already.
-    ``carry_over`` copies the markers from ``previousCommitMarkerTopic``; it runs after the checks
-    that tell whether that topic is the one the checkpoint recorded."""
+    """The driver's work before the tasks (sink package docstring) on the prefix's claim, parts
+    (a)-(d) of the module docstring, for the writer of ``plan``'s micro-batch; returns the plan the
+    tasks get, with ``claimed_in`` set when the checkpoint held the record already. ``carry_over``
+    copies the markers from ``previousCommitMarkerTopic``; it runs after the checks that tell
+    whether that topic is the one the checkpoint recorded."""
     if plan is None or plan.query_id is None or not options.checkpoint_location:
         if options.previous_marker_topic is not None:
             carry_over(plan)
@@ -366,26 +376,26 @@ def settle_checkpoint_claim(
     query_id = plan.query_id
     prefix = effective_prefix(options, query_id)
     files = CheckpointFiles(options.checkpoint_location)
-    records = read_claim_records(files, query_id)
+    records = read_claim_records(files, query_id)  # (a)
     own = records.get(prefix)
     if own is not None and own.marker_topic == options.marker_topic:
         # Moved here already: a previousCommitMarkerTopic left set has nothing more to carry.
         return dataclasses.replace(plan, claimed_in=own.marker_topic)
     restarts_here = options.exactly_once_from == plan.batch_id
     previous = options.previous_marker_topic
-    if own is not None and not restarts_here:
+    if own is not None and not restarts_here:  # (b)
         if previous is not None and previous != own.marker_topic:
             raise ReplayRefused(_carried_from_another_topic(options, own, plan))
         if previous is None:
             _refuse_unless_current_here(options, own, plan)
-    if own is None and not restarts_here:
+    if own is None and not restarts_here:  # (c)
         if not batch_write:
             for other in records.values():
                 if other.marker_topic != options.marker_topic:
                     _refuse_partial_batch_elsewhere(options, other, plan)
         if options.adopted_query is not None:
             _require_adopted_query_here(options, prefix, plan)
-    if previous is not None:
+    if previous is not None:  # (d)
         carry_over(plan)
     owner = claim_prefix(options, prefix, query_id, replace=None)
     if owner is not None and owner not in (query_id, options.adopted_query):

@@ -16,7 +16,8 @@ by hand) keeps everything in partition 0.
 This module owns the topic: its record types (encoded and decoded here only), creating and
 checking it, reading the partition to its end, what one write task learns from it
 (:class:`CommittedState`), and every write into it outside a task's output transaction
-(registrations, progress and refusal records). Prefix claims are in :mod:`.claims`."""
+(registrations, progress and refusal records). Prefix claims are in :mod:`.claims`. What the
+exactly-once protocol reads and writes here, and when, is told in the sink package docstring."""
 
 from __future__ import annotations
 
@@ -150,21 +151,21 @@ def _owner_of_key(key: str) -> str:
 def marker_layout(options: SinkOptions) -> MarkerLayout:
     """The layout of the marker topic (which must exist).
 
-    Steps:
-    1. A topic of one partition: everything is in partition 0.
-    2. Otherwise read partition 0 from its start (read_uncommitted: the record is written outside
-       any transaction, and no open transaction may hide it) up to the first layout record, whose
-       count is the layout.
-    3. None there, and partition 0 holds nothing else: the topic was just created, by a process that
-       has not written the record yet, or by hand. Write it (the topic's partition count), read
-       again, and take the first one: every process racing here writes the same count, and all take
-       the first written.
-    4. None there, and partition 0 holds other records: a topic written before layouts existed (or
-       by hand): everything is in partition 0, as it always was.
+    Steps of this function:
+    (a) A topic of one partition: everything is in partition 0.
+    (b) Otherwise read partition 0 from its start (read_uncommitted: the record is written outside
+        any transaction, and no open transaction may hide it) up to the first layout record, whose
+        count is the layout.
+    (c) None there, and partition 0 holds nothing else: the topic was just created, by a process
+        that has not written the record yet, or by hand. Write it (the topic's partition count),
+        read again, and take the first one: every process racing here writes the same count, and
+        all take the first written.
+    (d) None there, and partition 0 holds other records: a topic written before layouts existed (or
+        by hand): everything is in partition 0, as it always was.
 
     Invariant: no process writes a record into a topic of more than one partition before it has
     read or written the layout record, so the first record of partition 0 that any process wrote
-    after step 3 is a layout record."""
+    after (c) is a layout record."""
     admin = KafkaAdmin(
         options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
     )
@@ -1008,9 +1009,10 @@ def committed_state(
 def register(
     options: SinkOptions, producer: Producer, registration: Registration, layout: MarkerLayout
 ) -> None:
-    """Commit, in a transaction of its own and before any output, that this id exists: a restart with
-    fewer write partitions finds the ids it no longer uses through these records and fences them.
-    Committed first so that even an id whose very first output transaction was cut short is found."""
+    """Step 3e of the protocol (sink package docstring). Commit, in a transaction of its own and
+    before any output, that this id exists: a restart with fewer write partitions finds the ids it
+    no longer uses through these records and fences them. Committed first so that even an id whose
+    very first output transaction was cut short is found."""
     key, value = registration.key, registration.encode()
     try:
         producer.begin_transaction()
@@ -1151,13 +1153,15 @@ def _marker_write_failed(what: str, topic: str, reason: str) -> CommitMarkerErro
 
 
 def write_progress(options: SinkOptions, record: ProgressRecord) -> None:
-    """Record that every task of ``record.batch_id`` committed (the driver's commit)."""
+    """Record that every task of ``record.batch_id`` committed (the driver's commit, after the tasks:
+    sink package docstring)."""
     key = f"{PROGRESS_KEY_PREFIX}{record.prefix}"
     produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the progress record")
 
 
 def write_refusal(options: SinkOptions, record: RefusalRecord) -> None:
-    """Record that this query run refused to replay ``record.batch_id`` in its shape (see
+    """Record that this query run refused to replay ``record.batch_id`` in its shape, or that it is
+    a rejected acceptance (step 4 of the protocol, sink package docstring; see
     :class:`~.commit_log.RefusalRecord`)."""
     key = f"{REFUSAL_KEY_PREFIX}{record.prefix}"
     produce_to_markers(options, options.marker_topic, {key: record.encode()}, "the refusal record")

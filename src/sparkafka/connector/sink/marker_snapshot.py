@@ -1,24 +1,25 @@
-"""Step 3's read of the commit log once per run, not once per write task (see
-:mod:`sparkafka.connector.sink`).
+"""The read of step 3a of the exactly-once protocol (sink package docstring,
+:mod:`sparkafka.connector.sink`), done once per run, not once per write task.
 
 At the first batch of a query run every write task must know what the commit log holds of its
 query: the partitions of its prefix and query id, read to their ends with read_committed after its
 producer has initialised its id (which aborts what a crashed attempt left open). Read from offset 0
 by every task, that costs (write tasks x everything those partitions hold, other queries' markers
-included). Instead:
+included). Instead, in two parts:
 
-1. On the driver, when Spark creates the sink's writer (every micro-batch), the query's snapshot is
-   taken from the checkpoint (one file per prefix under ``sparkafka/marker-snapshots/``): the
-   records of those partitions that concern the query (:func:`concerns_query`), and per partition
-   the last committed record the read returned (offset and digest). Where it is missing, names
-   another topic, prefix, query or layout, or the topic's id changed (deleted and created again), it
-   is read anew from the partitions' starts; where it is older than :data:`REFRESH_AFTER_S`, or more
-   than :data:`REFRESH_AFTER_RECORDS` records were written past it, the partitions are read on from
-   its last records. Both reads stop at the last stable offset and never wait on an open
-   transaction; the snapshot is saved back.
-2. The writer carries the snapshot to every task. A task at its id's first write of a run reads each
-   partition on from the snapshot's last record to its end (waiting out open transactions as a full
-   read does) and lays what it reads over the snapshot (:func:`query_markers`).
+(a) On the driver, before the tasks, when Spark creates the sink's writer (every micro-batch), the
+    query's snapshot is taken from the checkpoint (one file per prefix under
+    ``sparkafka/marker-snapshots/``): the records of those partitions that concern the query
+    (:func:`concerns_query`), and per partition the last committed record the read returned (offset
+    and digest). Where it is missing, names another topic, prefix, query or layout, or the topic's
+    id changed (deleted and created again), it is read anew from the partitions' starts; where it is
+    older than :data:`REFRESH_AFTER_S`, or more than :data:`REFRESH_AFTER_RECORDS` records were
+    written past it, the partitions are read on from its last records. Both reads stop at the last
+    stable offset and never wait on an open transaction; the snapshot is saved back.
+(b) The writer carries the snapshot to every task. A task at its id's first write of a run (step 3a)
+    reads each partition on from the snapshot's last record to its end (waiting out open
+    transactions as a full read does) and lays what it reads over the snapshot
+    (:func:`query_markers`). The quick read of step 2 (:func:`prefix_markers`) starts from it too.
 
 Invariants:
 - snapshot plus the rest equals a read from offset 0, for every key the protocol looks at: records
@@ -174,9 +175,9 @@ def snapshot_for_run(
     query_id: str,
     topic_id: tuple[int, int] | None,
 ) -> MarkerSnapshot | None:
-    """Step 1 of the module's text, on the driver: the checkpoint's snapshot, taken anew or read on
-    where needed and saved back; None where the checkpoint cannot be read or written (the tasks then
-    read from offset 0)."""
+    """Part (a) of the module's text, on the driver before the tasks: the checkpoint's snapshot,
+    taken anew or read on where needed and saved back; None where the checkpoint cannot be read or
+    written (the tasks then read from offset 0)."""
     assert options.checkpoint_location is not None, "exactly-once writes have a checkpoint"
     files = CheckpointFiles(options.checkpoint_location)
     name = snapshot_file(prefix)
@@ -287,9 +288,10 @@ def prefix_markers(
     query_id: str,
     snapshot: MarkerSnapshot | None,
 ) -> dict[str, bytes]:
-    """What the partition of ``prefix`` holds to its last stable offset, as
-    ``read_markers(options, prefix, stable_only=True)`` finds it (a quick look that never waits on an
-    open transaction) — from the snapshot's position where it is this query's."""
+    """Step 2 of the protocol (sink package docstring): what the partition of ``prefix`` holds to
+    its last stable offset, as ``read_markers(options, prefix, stable_only=True)`` finds it (a quick
+    look that never waits on an open transaction) — from the snapshot's position where it is this
+    query's."""
     partition = layout.partition_of(prefix)
     if (
         snapshot is not None
@@ -323,9 +325,10 @@ def query_markers(
     query_id: str,
     snapshot: MarkerSnapshot | None,
 ) -> dict[str, bytes]:
-    """Step 2 of the module's text, in a write task: what the marker topic holds of ``prefix`` and of
-    every prefix ``query_id`` claimed, to the partitions' ends, as :func:`read_query_markers` finds it
-    — from the snapshot's positions where it is this query's, from offset 0 otherwise."""
+    """Part (b) of the module's text, in a write task at step 3a of the protocol (sink package
+    docstring), and in the driver's check after the tasks: what the marker topic holds of ``prefix``
+    and of every prefix ``query_id`` claimed, to the partitions' ends, as :func:`read_query_markers`
+    finds it — from the snapshot's positions where it is this query's, from offset 0 otherwise."""
     if snapshot is None or not snapshot.is_for(options, layout, prefix, query_id):
         return read_query_markers(options, layout, prefix, query_id)
 

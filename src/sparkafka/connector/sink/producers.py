@@ -181,23 +181,25 @@ def transactional_producer(
     plan: BatchPlan | None = None,
     snapshot: MarkerSnapshot | None = None,
 ) -> CachedProducer:
-    """The producer of ``transactional_id`` for this task, with what the id committed.
+    """The producer of ``transactional_id`` for this task, with what the id committed: steps 2 and 3
+    of the protocol (sink package docstring).
 
-    Steps:
-    1. A cached producer this worker initialised last is reused. Within one query run it is up to
-       date; at the id's first write of a run — a restart, possibly in the same application, where
-       the first batch may be a replay — its markers are read again (step 3).
-    2. Otherwise a new producer initialises the id, which aborts and fences whatever an earlier
-       attempt left open.
-    3. Read, with read_committed, the id's latest marker and registration, the markers of this
-       query under the id's prefix, and (``other_prefixes``) under other prefixes; register the id
-       when it has no registration, or when this write adopts it from the query its registration
-       names. A run past the query's first batch that finds nothing of the query is refused here,
-       before it registers anything; ``plan``, the batch's entry of the checkpoint when the writer
-       read it, counts what ways on cost and where an adopting query starts; ``snapshot``, what the
-       driver read of the commit log, spares reading what it holds (:mod:`.marker_snapshot`)."""
+    Steps of this function:
+    (a) A cached producer this worker initialised last is reused (step 2). Within one query run it
+        is up to date; at the id's first write of a run — a restart, possibly in the same
+        application, where the first batch may be a replay — what the id committed is read again
+        (step 3).
+    (b) Otherwise the prefix's owner is settled, and a new producer initialises the id, which aborts
+        and fences whatever an earlier attempt left open (step 2).
+    (c) The new producer reads what the id committed and registers the id (step 3,
+        :func:`~.id_state.read_committed_state`). ``other_prefixes``: read this query's markers
+        under other prefixes too (streaming writes); ``plan``, the batch's entry of the checkpoint
+        when the writer read it, counts what ways on cost and where an adopting query starts;
+        ``snapshot``, what the driver read of the commit log, spares reading what it holds
+        (:mod:`.marker_snapshot`)."""
 
     def state(cached: CachedProducer) -> None:
+        # Step 3: what the id committed, read at its first write of a run.
         cached.state = read_committed_state(
             options,
             cached.producer,
@@ -211,6 +213,7 @@ def transactional_producer(
         cached.spark_run_id = identity.spark_run_id
         cached.run_first_batch = identity.batch_id
 
+    # Step 2: the producer.
     key = _cache_key(options, transactional_id)
     # Producers of other ids that moved to another worker are closed now rather than when idle for
     # PRODUCER_IDLE_TIMEOUT_S: a session that ran many queries kept hundreds of connections so.
@@ -220,16 +223,17 @@ def transactional_producer(
         same_run = identity.spark_run_id is not None and cached.spark_run_id == identity.spark_run_id
         if same_run and cached.query_id == identity.query_id:
             return cached
-        state(cached)
+        state(cached)  # Step 3: a new run on a reused producer.
         return cached
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
         discard_producer(options, transactional_id)
+    # Step 2 for a new producer: the prefix's owner settled, then the id initialised.
     settle_prefix_owner(options, identity, transactional_id, plan, snapshot)
     cached = _new_cached_producer(options, transactional_id)
     _init_transactions(options, cached, transactional_id, identity.partition)
     learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
-    state(cached)
+    state(cached)  # Step 3
     PRODUCERS.put(key, cached)
     return cached
 
@@ -241,7 +245,7 @@ _LEADER_LOOKUP_TIMEOUT_S = 10.0
 
 def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeout_s: float) -> None:
     """Have a new producer look up the leaders of the commit-marker topic before its first
-    transaction.
+    transaction (the end of step 2 of the protocol, sink package docstring).
 
     Why: a producer meeting a topic at a produce looks up its leader, and while one look-up is in
     flight librdkafka asks for the next unknown topic only at its next fast refresh, ``retry.backoff.ms``
@@ -260,8 +264,9 @@ def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeou
 def _init_transactions(
     options: SinkOptions, cached: CachedProducer, transactional_id: str, partition: int
 ) -> None:
-    """Step 2 of :func:`transactional_producer`: initialise the id (the broker aborts and fences
-    what an earlier attempt left open), or fail naming the cause and its fix."""
+    """Step 2 of the protocol (sink package docstring), part (b) of :func:`transactional_producer`:
+    initialise the id (the broker aborts and fences what an earlier attempt left open), or fail
+    naming the cause and its fix."""
     producer = cached.producer
     try:
         producer.init_transactions(options.operation_timeout_s)

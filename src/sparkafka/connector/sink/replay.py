@@ -1,94 +1,27 @@
-"""The exactly-once sink's replay rule: whether a write task writes, skips or refuses.
+"""The rules of step 4 of the exactly-once protocol: whether a write task writes, skips or refuses.
 
-Pure functions over what a task and the driver already know; nothing here reads or writes Kafka.
+The rules, their order and their reasons are told once, in the sink package docstring
+(:mod:`sparkafka.connector.sink`, step 4 and its parts 4a-4k); this module holds their code and the
+refusals' messages, which name the cause, the way on and its cost. Pure functions over what a task
+and the driver already know; nothing here reads or writes Kafka.
 
-Why a rule is needed at all. A write task ``p`` of micro-batch ``b`` skips when the commit marker of
-its transactional id ``{prefix}-{p}`` says that ``b`` is already committed. That is right only if a
-replay of ``b`` sends the same rows to the same write partition ``p`` as the first run did. The
-checkpoint pins the input of ``b`` (its offsets) and ``spark.sql.shuffle.partitions``; sparkafka pins
-the source's split of the offsets into input partitions (``sparkafka:split`` in the end offset) and
-refuses to write exactly-once while adaptive query execution could re-partition the plan (see
-:func:`adaptive_execution_refusal`). What is left — a query or setting the user changed between the
-crash and the replay, another ``transactionalIdPrefix``, another query on the same ids — is
-detected here as far as the markers allow, and the query fails naming the cause and the way out.
+Where each rule is:
 
-Steps of :func:`decide` for one write task (the first that applies wins):
+- :func:`decide`: step 4, the rules in the package text's order; 4a, 4b, 4h, 4j and 4k inline.
+- :func:`_refuse_lost_markers` and :func:`markers_lost`: 4c. :func:`markers_lost` also serves
+  step 2 (:mod:`.claims`) and step 3b (:mod:`.id_state`).
+- :func:`_refuse_checkpoint_behind`: 4d.
+- :func:`_accepted_as_written` and :func:`kept_when_accepted`: 4e; :func:`rewritten_when_accepted`
+  and :func:`written_twice`: the cost a refusal states.
+- :func:`_refuse_two_shapes`: 4f; :func:`_refuse_another_width`: 4g; :func:`_refuse_another_prefix`:
+  4i, and the end of 4e.
+- :func:`partitions_beyond` and :func:`beyond_refusal`: the driver's check after the tasks.
+- :func:`adaptive_execution_refusal`: step 0; :func:`prefix_claimed_by_another_query`: steps 2 and
+  3d; :func:`adopted_partial_batch`: step 3c.
 
-1. The id's registration names another query, and this write did not adopt that query's ids
-   (``adoptTransactionalIdsFrom``): refuse. Two queries sharing ids overwrite each other's markers,
-   and either could then write a batch twice.
-2. Markers lost or moved: the run starts past the query's first micro-batch, and the marker topic
-   holds nothing of the query (no registration of this id, no marker, no progress record): refuse,
-   unless the user declared the exactly-once output to start here (``exactlyOnceFromBatch``). A
-   marker topic deleted or renamed between two runs would otherwise let a replay write again.
-3. The checkpoint is behind its output: a marker or the progress record of this query holds a later
-   batch than ``b``, or a marker of ``b`` recorded another plan digest (``b`` was planned anew from
-   other input: :mod:`sparkafka.connector.sink.batch_plan`): refuse. Writing would double what the
-   output holds, skipping would drop the input that arrived since. The message offers the newest
-   checkpoint copy, or a new checkpoint from where the output ends with its exact cost.
-4. The user accepted ``b`` as written (``acceptReshapedBatch``): skip where the id's own marker of
-   ``b`` holds rows of the accepted shape — committed by the run that refused ``b`` (its refusal
-   record names it), by this run (a retried task), or by a run that accepted that refusal before;
-   refuse if such a marker shows another topic, number of write partitions or row count than the
-   task has (this run is not in the accepted shape: it is recorded as rejected, and no later
-   acceptance keeps what its other tasks committed); otherwise write. A marker of another run holds
-   the rows of another shape, which a count cannot tell apart from this one's, so its partition is
-   written again. Nothing can be missing; what other runs committed of ``b`` is in the output
-   twice, as every refusal that offers the option counts it, per write partition, beforehand.
-5. Two shapes: the refusal record names a run of this query that refused ``b``, and the markers of
-   ``b`` hold commits of that run's shape beside commits of another run (a refused replay whose
-   tasks without a marker committed before the query stopped): refuse; the way on is accepting the
-   refusing run's shape. Skipping by count alone in either shape could drop rows.
-6. A marker of ``b`` of this query under this prefix — the id's own or a sibling's — recorded the
-   batch's number of write partitions, and this task's stage has another number, or this task
-   cannot learn its number: refuse. Every task of the replay sees the same markers and the same
-   number, so all refuse before any writes.
-7. The marker holds ``b`` of this query itself — a replay of output this id already committed:
-   a. a write to another topic than the marker's: refuse (two writes of one ``foreachBatch`` call
-      sharing a prefix, or a topic changed in the middle of a replay);
-   b. the task's row count differs from the marker's: refuse — the replay's shape differs from the
-      first run's, and skipping would lose or double records;
-   c. otherwise skip.
-8. No marker of ``b`` of this query for this id (none at all, an earlier batch, or another query's
-   marker on ids adopted deliberately). A streaming write (one sink per query) that finds ``b``
-   committed by the same query under another prefix: refuse (the prefix changed in the middle of a
-   replay, and writing would double what the old ids committed); one that finds ``b`` committed by
-   another id of its prefix for another topic: refuse (the output topic changed mid-replay: every
-   task refuses, so the batch is never split over two topics). Otherwise write.
-
-Before all of these, an ``acceptReshapedBatch`` (or ``exactlyOnceFromBatch``) naming a batch beyond
-the run's first is refused: a replay is always the first batch of a run, so such an id is a mistake
-that would otherwise wait to take a later batch as written.
-
-The driver adds one check per run, in :func:`partitions_beyond`: after a replay's tasks reported,
-no marker of ``b`` may exist for a write partition the replay does not have (unless the user
-accepted the batch as written).
-
-Where the number of write partitions comes from. PySpark tells a task its partition index, not how
-many partitions its stage has; the task asks the driver's monitoring API
-(:mod:`sparkafka.connector.sink.stage_width`). Where that could not answer for the first run (the
-web UI off, or not reachable from the executors), its markers record no number and step 6 does not
-apply: a replay split into fewer partitions is then seen only after its tasks wrote (the driver's
-check), and the tasks decide one by one, so one may commit while another refuses at step 7. Either
-refusal says so and names the way on (``acceptReshapedBatch``), and any later run meets step 5.
-
-Every refusal that names that way on for a shape it found (steps 6 and 7b, the driver's check) is a
-:class:`ReshapedReplayRefused`: before the query stops, the refusing run records itself in the
-marker topic (``refusal/<prefix>``), so that the accepting run knows whose markers hold the shape
-it accepts (step 4), and the cost the refusal stated is the cost paid.
-
-Invariants: a task never skips unless a marker of its own id, of this query and batch (and, where
-both are known, of the same plan), holds the row count the task has now — under
-``acceptReshapedBatch``, a marker of the refusing run, of this run or of an accepting one; a task
-whose view is incomplete (no registration read) never refuses because of it; every way on a
-refusal offers loses no record, and says how many are written twice. The one exception is
-deliberate: a replay that cannot learn its number of write partitions where the first run
-recorded it refuses (step 6), because the check it would skip is the only one that fires before a
-narrower replay writes. Nothing here raises a false alarm for queries whose output values are not
-deterministic (``uuid()``, ``rand()``, ``current_timestamp()``): only row counts and numbers of
-write partitions are compared. The price: other rows in the same number are not seen — rows that
-a round-robin repartition deals out anew because a non-deterministic column changed their order,
-for one (docs/guarantees.md).
+A refusal the writer records as the refusing run raises :class:`ReshapedReplayRefused` (4g, the row
+count of 4h, the driver's check); one it records as a rejected acceptance raises
+:class:`WrongShapeAcceptance` (4e); any other raises :class:`ReplayRefused`.
 """
 
 from __future__ import annotations
@@ -208,23 +141,27 @@ class TaskView:
 
 
 def decide(view: TaskView, rows: Callable[[], int]) -> Action:
-    """Write or skip (see the module docstring); raises :class:`ReplayRefused` where neither is
-    safe. ``rows`` counts the task's input rows; it is called only when a skip has to be checked."""
+    """Write or skip: step 4 of the protocol (sink package docstring), its parts 4a-4k in order; raises
+    :class:`ReplayRefused` where neither is safe. ``rows`` counts the task's input rows; it is
+    called only when a skip has to be checked."""
+    # Step 4a: the id's registration names another query.
     if view.registered_query is not None and view.registered_query != view.query_id:
         raise ReplayRefused(_owned_by_another_query(view))
+    # Step 4b: acceptReshapedBatch names a batch past the run's first.
     accepted = view.accepted_reshaped_batch
     if accepted is not None and view.run_first_batch is not None and accepted > view.run_first_batch:
         raise ReplayRefused(_accepted_too_early(view, ACCEPT_RESHAPED_OPTION, accepted))
-    _refuse_lost_markers(view)
-    _refuse_checkpoint_behind(view)
+    _refuse_lost_markers(view)  # Step 4c
+    _refuse_checkpoint_behind(view)  # Step 4d
     marker = view.own_marker
     ours = marker if marker is not None and marker.query_id == view.query_id else None
-    # Only a batch the prefix's refusal record names can be accepted: the option left set on a
-    # query whose batch was never refused has no effect, and its replay is decided as any other.
+    # Step 4e. Only a batch the prefix's refusal record names can be accepted: the option left set
+    # on a query whose batch was never refused has no effect, and its replay is decided as any other.
     if accepted == view.batch_id and view.refusal_recorded:
         return _accepted_as_written(view, ours, rows)
-    _refuse_two_shapes(view)
-    _refuse_another_width(view, ours)
+    _refuse_two_shapes(view)  # Step 4f
+    _refuse_another_width(view, ours)  # Step 4g
+    # Step 4h: the id's own marker holds this batch.
     if ours is not None and ours.batch_id == view.batch_id:
         if ours.topic not in (None, view.topic):
             raise ReplayRefused(_written_to_another_topic(view, ours))
@@ -232,9 +169,10 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
         if found != ours.records:
             raise ReshapedReplayRefused(_reshaped(view, ours, found), batch_id=view.batch_id)
         return Action.SKIP
-    _refuse_another_prefix(view)
+    _refuse_another_prefix(view)  # Step 4i
     if not view.batch_write:
-        # Every task refuses together, before any writes to the new topic: the batch is not split.
+        # Step 4j. Every task refuses together, before any writes to the new topic: the batch is
+        # not split.
         elsewhere = [
             m
             for m in view.sibling_markers
@@ -242,18 +180,18 @@ def decide(view: TaskView, rows: Callable[[], int]) -> Action:
         ]
         if elsewhere:
             raise ReplayRefused(_written_to_another_topic(view, elsewhere[0]))
-    return Action.WRITE
+    return Action.WRITE  # Step 4k
 
 
 def _accepted_as_written(view: TaskView, ours: Marker | None, rows: Callable[[], int]) -> Action:
-    """Step 4 of :func:`decide`: the user accepted this batch as written (``acceptReshapedBatch``).
-    A task skips only where its own marker of the batch holds rows of the accepted shape
-    (:func:`kept_when_accepted`); every other task writes all its rows. So no record of the batch is
-    missing, and what the rewritten partitions had committed before is in the output twice, as the
-    refusal listed it (the tasks log each such partition, the driver the total). A kept marker
-    whose topic, number of write partitions or row count is not the task's says that this run is
-    not in the accepted shape: skipping could drop rows and writing would double them beyond what
-    the refusal stated, so the task refuses."""
+    """Step 4e of the protocol (sink package docstring): the user accepted this batch as written
+    (``acceptReshapedBatch``). A task skips only where its own marker of the batch holds rows of the
+    accepted shape (:func:`kept_when_accepted`); every other task writes all its rows. So no record
+    of the batch is missing, and what the rewritten partitions had committed before is in the output
+    twice, as the refusal listed it (the tasks log each such partition, the driver the total). A
+    kept marker whose topic, number of write partitions or row count is not the task's says that
+    this run is not in the accepted shape: skipping could drop rows and writing would double them
+    beyond what the refusal stated, so the task refuses."""
     if (
         ours is not None
         and ours.batch_id == view.batch_id
@@ -323,12 +261,12 @@ def written_twice(rewritten: Sequence[Marker]) -> str:
 
 
 def _refuse_two_shapes(view: TaskView) -> None:
-    """Step 5 of :func:`decide`: the batch's markers hold two shapes. A run refused the batch as split
-    otherwise than it was first written (its refusal record names it), and some of its tasks
-    committed their part before it stopped, beside the earlier shape's commits: no shape can finish
-    the batch by skipping what matches, since a count cannot tell rows of the other shape from its
-    own. Every task sees the same markers, so all refuse before writing, and the refusal stays the
-    recorded run's, whose shape is the one to accept."""
+    """Step 4f of the protocol (sink package docstring): the batch's markers hold two shapes. A run
+    refused the batch as split otherwise than it was first written (its refusal record names it),
+    and some of its tasks committed their part before it stopped, beside the earlier shape's
+    commits: no shape can finish the batch by skipping what matches, since a count cannot tell rows
+    of the other shape from its own. Every task sees the same markers, so all refuse before writing,
+    and the refusal stays the recorded run's, whose shape is the one to accept."""
     refused = view.refused_run
     if not view.refusal_recorded or (refused is not None and refused == view.run_id):
         return
@@ -350,8 +288,9 @@ def _refuse_two_shapes(view: TaskView) -> None:
 
 
 def _refuse_another_prefix(view: TaskView) -> None:
-    """A streaming write that finds its batch committed under another prefix of the same query:
-    the prefix changed in the middle of a replay, and writing would double what the old ids wrote."""
+    """Step 4i of the protocol (sink package docstring), also at the end of 4e: a streaming write
+    that finds its batch committed under another prefix of the same query: the prefix changed in the
+    middle of a replay, and writing would double what the old ids wrote."""
     if view.batch_write:
         return
     earlier = [m for m in view.other_prefix_markers if m.batch_id == view.batch_id]
@@ -365,11 +304,11 @@ def _markers_of_this_query(view: TaskView) -> list[Marker]:
 
 
 def _refuse_lost_markers(view: TaskView) -> None:
-    """Step 2 of :func:`decide` (see :func:`markers_lost`), at the run's first batch; and, for a
-    streaming write whose checkpoint was read, markers that stop short of the checkpoint: Spark
-    commits batch ``b - 1`` only after the driver recorded its progress, so a progress record of this
-    query older than ``b - 1`` comes from a marker topic (or prefix) the query used before, and its
-    markers of the batches since are elsewhere."""
+    """Step 4c of the protocol (sink package docstring; see :func:`markers_lost`), at the run's
+    first batch; and, for a streaming write whose checkpoint was read, markers that stop short of
+    the checkpoint: Spark commits batch ``b - 1`` only after the driver recorded its progress, so a
+    progress record of this query older than ``b - 1`` comes from a marker topic (or prefix) the
+    query used before, and its markers of the batches since are elsewhere."""
     starts_here = view.run_first_batch is not None and view.run_first_batch == view.batch_id
     if not starts_here:
         return
@@ -438,15 +377,16 @@ def markers_lost(
     batch_input_records: int | None,
     claim_recorded: bool = False,
 ) -> str | None:
-    """Why a run that starts at ``batch_id`` must not write, or None. A run past the query's first
-    micro-batch that finds nothing of the query in the marker topic has lost its markers (topic
-    deleted or changed), or never wrote exactly-once before; either way a replay could not be
+    """Why a run that starts at ``batch_id`` must not write, or None: the first check of step 4c of
+    the protocol (sink package docstring), also applied in steps 2 and 3b. A run past the query's
+    first micro-batch that finds nothing of the query in the marker topic has lost its markers
+    (topic deleted or changed), or never wrote exactly-once before; either way a replay could not be
     recognised. ``claim_recorded``: the checkpoint recorded the query's claim in this topic and the
     topic lost it, which tells lost markers apart at the first micro-batch too. The driver's commit
-    records even a batch without write tasks (a new query's first batch from ``latest`` or a
-    group's offsets) where it could read the checkpoint, so such a query still leaves its progress
-    record; where it could not, its first writing batch is refused once, and
-    ``exactlyOnceFromBatch`` then costs nothing."""
+    records even a batch without write tasks (a new query's first batch from ``latest`` or a group's
+    offsets) where it could read the checkpoint, so such a query still leaves its progress record;
+    where it could not, its first writing batch is refused once, and ``exactlyOnceFromBatch`` then
+    costs nothing."""
     if history_found or (batch_id == 0 and not claim_recorded):
         return None
     if exactly_once_from is not None and exactly_once_from > batch_id:
@@ -465,10 +405,11 @@ def markers_lost(
 
 
 def _refuse_checkpoint_behind(view: TaskView) -> None:
-    """Step 3 of :func:`decide`: markers of this query past this batch, or of this batch planned
-    from other input, mean the checkpoint went back behind the output (restored from an older
-    copy, newest entries lost). Writing would double what the output holds; skipping would drop
-    the input that arrived since. Every task sees the same markers, so all refuse before writing."""
+    """Step 4d of the protocol (sink package docstring): markers of this query past this batch, or
+    of this batch planned from other input, mean the checkpoint went back behind the output
+    (restored from an older copy, newest entries lost). Writing would double what the output holds;
+    skipping would drop the input that arrived since. Every task sees the same markers, so all
+    refuse before writing."""
     ahead: list[Marker | Progress] = [m for m in _markers_of_this_query(view) if m.batch_id > view.batch_id]
     progress = view.progress
     if progress is not None and progress.query_id != view.query_id:
@@ -491,9 +432,10 @@ def _refuse_checkpoint_behind(view: TaskView) -> None:
 
 
 def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
-    """Step 6 of :func:`decide`: every marker of this batch under this prefix that recorded its
-    batch's number of write partitions must record the replay's. Siblings count as much as the own
-    marker, so that every task of a reshaped replay refuses before any of them writes."""
+    """Step 4g of the protocol (sink package docstring): every marker of this batch under this
+    prefix that recorded its batch's number of write partitions must record the replay's. Siblings
+    count as much as the own marker, so that every task of a reshaped replay refuses before any of
+    them writes."""
     of_batch = [m for m in (ours, *view.sibling_markers) if m is not None and m.batch_id == view.batch_id]
     recorded = sorted({m.write_partitions for m in of_batch if m.write_partitions is not None})
     if not recorded:
@@ -510,8 +452,9 @@ def _refuse_another_width(view: TaskView, ours: Marker | None) -> None:
 def partitions_beyond(
     markers: Iterable[Marker], *, query_id: str, batch_id: int, prefix: str, partitions: int
 ) -> list[Marker]:
-    """Markers of micro-batch ``batch_id`` of ``query_id`` under ``prefix`` left by write partitions
-    the batch no longer has (``partitions`` is the replay's number of write tasks)."""
+    """The driver's check after the tasks (sink package docstring): markers of micro-batch
+    ``batch_id`` of ``query_id`` under ``prefix`` left by write partitions the batch no longer has
+    (``partitions`` is the replay's number of write tasks)."""
     return sorted(
         (
             m
@@ -565,7 +508,8 @@ def beyond_refusal(
 
 
 def prefix_claimed_by_another_query(query_id: str, owner: str, prefix: str, transactional_id: str) -> str:
-    """Why a query refuses a prefix another query claimed first (the claim in the marker topic)."""
+    """Why a query refuses a prefix another query claimed first (the claim in the marker topic):
+    steps 2 and 3d of the protocol (sink package docstring), and the driver before the tasks."""
     return (
         f"transactionalIdPrefix '{prefix}' is used by another query: query {owner} claimed it first "
         f"(its claim in the commit-marker topic names it), and this is query {query_id}. A second query "
@@ -586,10 +530,11 @@ def adopted_partial_batch(
     batch_id: int,
     gap: tuple[int, int] | None,
 ) -> str:
-    """Why a query adopting ``old_query``'s ids refuses (``adoptTransactionalIdsFrom``): the old
-    query committed part of the batch after its last complete one, ``progress``, or this query
-    starts elsewhere than where that batch's input ended (``gap``: records read again, records
-    never read, from this query's start in its checkpoint; None when unknown)."""
+    """Why a query adopting ``old_query``'s ids refuses (``adoptTransactionalIdsFrom``; step 3c of
+    the protocol, sink package docstring): the old query committed part of the batch after its last
+    complete one, ``progress``, or this query starts elsewhere than where that batch's input ended
+    (``gap``: records read again, records never read, from this query's start in its checkpoint;
+    None when unknown)."""
     from sparkafka.connector.sink.batch_plan import starting_offsets_of
 
     listed = ", ".join(f"'{m.transactional_id}': {m.records}" for m in partial)
@@ -633,7 +578,8 @@ def adopted_partial_batch(
 
 
 def adaptive_execution_refusal(properties: Mapping[str, str | None], *, batch_write: bool) -> str | None:
-    """Why an exactly-once write task must not write, given its job's Spark SQL settings, or None.
+    """Why an exactly-once write task must not write, given its job's Spark SQL settings, or None
+    (step 0 of the protocol, sink package docstring).
 
     Spark hands a task the SQL settings its session set explicitly (unset ones keep Spark's
     defaults: adaptive execution on, for stateless streaming plans too since Spark 4.1). Adaptive

@@ -1,5 +1,6 @@
 """The write tasks (executors) and the driver's commit: the exactly-once protocol, step by step,
-in :meth:`KafkaStreamWriter.write` and :meth:`KafkaStreamWriter.commit`."""
+in :meth:`KafkaStreamWriter.write` and :meth:`KafkaStreamWriter.commit`. The steps are numbered as
+in the protocol's one text, the docstring of :mod:`sparkafka.connector.sink`."""
 
 from __future__ import annotations
 
@@ -152,7 +153,8 @@ class _RowEncoder:
 
 @dataclass(frozen=True)
 class _PreparedTask:
-    """A write task after the protocol's steps 0-3 (:meth:`KafkaStreamWriter._prepare`)."""
+    """A write task after steps 0-3 of the protocol (sink package docstring;
+    :meth:`KafkaStreamWriter._prepare`)."""
 
     view: TaskView
     cached: CachedProducer
@@ -184,15 +186,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # per micro-batch): the batch being written and the input it was planned from.
         self.plan = plan
         # What the commit log held of the query, read on the driver: a task at its id's first write
-        # of a run reads only what follows it (step 3).
+        # of a run reads only what follows it (step 3a of the protocol, sink package docstring).
         self.snapshot = snapshot
-        # This run of the batch: made here, on the driver, and pickled into every task of the write,
-        # so a retried or speculative task carries it and a later run of the batch does not. Markers,
-        # refusals and acceptances name runs by it (the driver's commit of a streaming write runs on
-        # a writer PySpark builds anew, and takes the run from the tasks' reports). Spark's own run id
-        # cannot serve: a foreachBatch function that sets a job group hides it (and a UUID group of
-        # the user's would pass for it, the same in every run), and a Spark Connect client's write is
-        # handed none.
+        # This run of the batch (before the tasks, sink package docstring): made here, on the driver,
+        # and pickled into every task of the write, so a retried or speculative task carries it and
+        # a later run of the batch does not. Markers, refusals and acceptances name runs by it (the
+        # driver's commit of a streaming write runs on a writer PySpark builds anew, and takes the
+        # run from the tasks' reports). Spark's own run id cannot serve: a foreachBatch function that
+        # sets a job group hides it (and a UUID group of the user's would pass for it, the same in
+        # every run), and a Spark Connect client's write is handed none.
         self.run_id = str(uuid.uuid4())
 
     # -- executor side ----------------------------------------------------------------------------
@@ -204,8 +206,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         * step 0, the refusals that need no marker and the width asked in the background, and
           steps 1-3, the producer of ``{prefix}-{p}`` and what its id committed
           (:func:`~.producers.transactional_producer`): :meth:`_prepare`;
-        * step 4, write, skip or refuse (:func:`~.replay.decide`, whose checks are numbered within
-          it): :meth:`_decide`;
+        * step 4, write, skip or refuse (:func:`~.replay.decide`, parts 4a-4k), and the recording
+          of a refusal: :meth:`_decide`;
         * step 5, rows and marker in one transaction, and step 6, a failed transaction aborted and
           its producer discarded: :meth:`_write_rows`, :meth:`_write_transaction`."""
         freeze_long_lived_objects("sink")
@@ -220,9 +222,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 query_id=identity.query_id,
                 batch_id=identity.batch_id,
             )
-        task = self._prepare(identity)
+        task = self._prepare(identity)  # Steps 0-3
         task_input = _TaskInput(batches)
-        if self._decide(task, task_input) is Action.SKIP:
+        if self._decide(task, task_input) is Action.SKIP:  # Step 4
             marker = task.cached.state.marker
             assert marker is not None
             log.info(
@@ -233,11 +235,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 marker.batch_id,
             )
             return task.written(records=0, skipped_replay=True)
-        return self._write_rows(task, task_input)
+        return self._write_rows(task, task_input)  # Steps 5 and 6
 
     def _prepare(self, identity: TaskIdentity) -> _PreparedTask:
-        """Steps 0-3 of the protocol: the refusals that need no marker, the width asked in the
-        background, the producer with what its id committed, and the task's view of them."""
+        """Steps 0-3 of the protocol (sink package docstring): the refusals that need no marker, the
+        width asked in the background, the producer with what its id committed, and the task's view
+        of them."""
         query_id, batch_id = identity.query_id, identity.batch_id
         if query_id is None or batch_id is None:
             raise SparkafkaError(
@@ -246,7 +249,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 f"the micro-batch, with .option('{BATCH_ID_OPTION}', batch_id) and the query's "
                 "checkpointLocation); for a plain batch write use at-least-once"
             )
-        # Step 0: the settings of the task's job decide whether a replay keeps this batch's shape.
+        # Step 0: the settings of the task's job decide whether a replay keeps this batch's shape;
+        # the width is asked in the background.
         refusal = adaptive_execution_refusal(identity.properties, batch_write=self.batch_write)
         if refusal is not None:
             raise ReplayRefused(refusal)
@@ -256,13 +260,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             identity.stage_id,
             identity.partition,
         )
-        # Steps 1-3. The producer comes first, before any row is awaited: Spark keeps computing and
-        # sending this task's rows while the producer initialises and reads the marker. Even a task
-        # without rows needs it: on a fresh worker initialising the id aborts its leftover transaction
-        # from a crash now, not at the broker's timeout. No transaction is open while rows are awaited.
+        # Steps 1-3 come before any row is awaited: Spark keeps computing and sending this task's
+        # rows while the producer initialises and reads the marker. Even a task without rows needs
+        # them: on a fresh worker initialising the id aborts its leftover transaction from a crash
+        # now, not at the broker's timeout. No transaction is open while rows are awaited.
+        # Step 1: the transactional id.
         prefix = effective_prefix(self.options, query_id)
         own_id = transactional_id(prefix, identity.partition)
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
+        # Steps 2 and 3: the producer, and what its id committed.
         cached = transactional_producer(
             self.options,
             identity,
@@ -329,17 +335,20 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def _decide(self, task: _PreparedTask, task_input: _TaskInput) -> Action:
-        """Step 4 of the protocol: write, skip, or refuse; a refusal is recorded in the marker topic
-        where an acceptance depends on it."""
+        """Step 4 of the protocol (sink package docstring): write, skip, or refuse; a refusal is
+        recorded in the marker topic where an acceptance depends on it."""
         try:
-            return decide(task.view, rows=task_input.count)
+            return decide(task.view, rows=task_input.count)  # Step 4
         except ReshapedReplayRefused as refused:
+            # Step 4: this run recorded as the one that refused the batch (4g, 4h).
             raise self._recorded(refused, task.prefix, task.view.query_id, self.run_id) from None
         except WrongShapeAcceptance as refused:
+            # Step 4: this run recorded as an acceptance in a wrong shape (4e).
             raise self._rejected(refused, task.refusal_of_batch, self.run_id) from None
 
     def _write_rows(self, task: _PreparedTask, task_input: _TaskInput) -> SinkCommitMessage:
-        """Step 5 of the protocol: rows and marker in one transaction; no rows, no transaction."""
+        """Step 5 of the protocol (sink package docstring): rows and marker in one transaction; no
+        rows, no transaction."""
         view = task.view
         rewritten = _rewritten_by_acceptance(view)
         first, rest = task_input.first(), task_input.rest()
@@ -433,8 +442,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         first: pa.RecordBatch,
         rest: Iterator[pa.RecordBatch],
     ) -> CommitMarker:
-        """Step 5 of the protocol: the rows, then ``draft`` completed with the row count, the time and
-        the number of write partitions, in one transaction. Returns the committed marker."""
+        """Step 5 of the protocol (sink package docstring): the rows, then ``draft`` completed with the
+        row count, the time and the number of write partitions, in one transaction; step 6 where it
+        fails. Returns the committed marker."""
         producer = cached.producer
         transactional_id, partition, batch_id = draft.transactional_id, draft.partition, draft.batch_id
         cached.delivery_errors.clear()
@@ -442,8 +452,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         began_at: float | None = None
         try:
             self.options.faults.pause("beforeProduce", partition=partition, batch_id=batch_id)
-            # Known by now nearly always (asked at the task's start); a slow answer must not keep the
-            # transaction open, holding back read_committed consumers of the output.
+            # Step 5. The width is known by now nearly always (asked at step 0); a slow answer must
+            # not keep the transaction open, holding back read_committed consumers of the output.
             write_partitions = width()
             producer.begin_transaction()
             began_at = time.monotonic()
@@ -453,8 +463,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 producer.flush(self.options.operation_timeout_s)  # make the open transaction visible
                 self.options.faults.pause("beforeCommit", partition=partition, batch_id=batch_id)
                 self.options.faults.fail_first_attempt("beforeCommit")
-            # The marker goes last, just before the commit: the marker partition is shared by every
-            # writer, and an open transaction there would hold back every reader of the markers.
+            # Step 5. The marker goes last, just before the commit: the marker partition is shared by
+            # every writer, and an open transaction there would hold back every reader of the markers.
             marker = dataclasses.replace(
                 draft, records=records, time_ms=int(time.time() * 1000), write_partitions=write_partitions
             )
@@ -470,7 +480,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             producer.commit_transaction(self.options.operation_timeout_s)
         except BaseException as raised:
             # Step 6: abort where the producer still can, discard a fenced or failed one, and fail
-            # the task so that Spark retries it from step 1.
+            # the task so that Spark retries it. The retry runs from step 0; its producer gone, it
+            # initialises the id anew at step 2 and reads again at step 3.
             error = kafka_exception_of(raised)
             # Measured before the abort, which may itself wait up to operationTimeoutMs.
             open_ms = None if began_at is None else (time.monotonic() - began_at) * 1000
@@ -533,8 +544,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 log.warning(
                     "could not abort the transaction of %s; discarding its producer", transactional_id
                 )
-        # A failed producer is never reused: the retry re-initialises the id, which aborts anything
-        # left open and re-reads the marker.
+        # Step 6. A failed producer is never reused: the retry re-initialises the id, which aborts
+        # anything left open, and re-reads the marker.
         discard_producer(self.options, transactional_id)
 
     def _explain(
@@ -653,6 +664,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if self.options.delivery_guarantee != EXACTLY_ONCE:
             self.options.faults.pause("driverCommit", partition=None, batch_id=batchId)
             return
+        # After the tasks (sink package docstring): the check of a run's first batch, then progress.
         rewritten = {r.partition: r.rewritten_records for r in reports if r.rewritten_records}
         if any(r.run_first_batch for r in reports):
             rewritten.update(self._check_first_batch_of_run(reports, batchId))
@@ -670,9 +682,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def _record_progress(self, reports: list[SinkCommitMessage], batch_id: int) -> None:
         """Every task of ``batch_id`` committed: record it, with where its input ended, as the
-        prefix's progress (see :class:`~.commit_log.ProgressRecord`). Before Spark's own commit log, so
-        the record is never behind the checkpoint; a crash between the two replays a batch whose
-        tasks all skip."""
+        prefix's progress (after the tasks, sink package docstring; see
+        :class:`~.commit_log.ProgressRecord`). Before Spark's own commit log, so the record is never
+        behind the checkpoint; a crash between the two replays a batch whose tasks all skip."""
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         # A batch without write tasks (a new query's first from latest or a group's offsets) has no
         # report: the checkpoint names the query then.
@@ -705,15 +717,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return refusal is not None and refusal.names(query_id, batch_id)
 
     def _check_first_batch_of_run(self, reports: list[SinkCommitMessage], batch_id: int) -> dict[int, int]:
-        """At the first batch of a query run (a restart, when the batch may be a replay):
+        """The driver's check after the tasks (sink package docstring), at the first batch of a query
+        run (a restart, when the batch may be a replay). Its parts:
 
-        1. fence the registered ids of write partitions this batch does not have (a restart with
-           fewer partitions), aborting what they left open;
-        2. fail the batch if any of them committed this very batch: the replay was split otherwise
-           than the first run, and the tasks could not tell, because the markers of the first run
-           or the tasks of this one do not know the batch's number of write partitions
-           (:func:`~sparkafka.connector.sink.replay.partitions_beyond`) — unless the user accepted the
-           batch as written: then returns those partitions' records, now in the output twice."""
+        (a) fence the registered ids of write partitions this batch does not have (a restart with
+            fewer partitions), aborting what they left open;
+        (b) fail the batch if any of them committed this very batch: the replay was split otherwise
+            than the first run, and the tasks could not tell, because the markers of the first run
+            or the tasks of this one do not know the batch's number of write partitions
+            (:func:`~sparkafka.connector.sink.replay.partitions_beyond`) — unless the user accepted
+            the batch as written: then returns those partitions' records, now in the output twice."""
         prefix = next((r.transactional_id_prefix for r in reports if r.transactional_id_prefix), None)
         query_id = next((r.query_id for r in reports if r.query_id), None)
         if prefix is None or query_id is None:
@@ -760,6 +773,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return {}
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """After the tasks, a failed batch (sink package docstring): log what its tasks committed,
+        and re-initialise the ids of failed tasks."""
         if self.options.delivery_guarantee != EXACTLY_ONCE:
             return
         committed = {
