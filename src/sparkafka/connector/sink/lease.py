@@ -10,12 +10,13 @@ What. ``sparkafka/lease.json`` in the checkpoint: the process holding it (host, 
 start time of the Spark driver's JVM), when it was taken and renewed, and its timeout (option
 ``leaseTimeoutMs``).
 
-Steps, every time Spark creates the sink's writer on the driver (every micro-batch):
-1. Read the lease. Held by this process: renew it once a third of its timeout has passed.
-2. Held by another process that is alive: refuse, naming it. On this host "alive" is checked
+Steps of this module (its own, not the protocol's), every time Spark creates the sink's writer on
+the driver (every micro-batch):
+(a) Read the lease. Held by this process: renew it once a third of its timeout has passed.
+(b) Held by another process that is alive: refuse, naming it. On this host "alive" is checked
    (the process exists and started when the lease says); on another host the lease counts until
    it expires, ``leaseTimeoutMs`` after its last renewal.
-3. Otherwise (none, expired, or its holder on this host is gone): write this process's lease, wait
+(c) Otherwise (none, expired, or its holder on this host is gone): write this process's lease, wait
    :data:`SETTLE_S`, read it back; another process that wrote in between wins and this one refuses.
    Two processes starting together thus end with one lease, as a reader sees the last writer.
 
@@ -43,7 +44,7 @@ from sparkafka.runtime.python_exec import LAUNCHER_PARENT_ENV
 log = logging.getLogger(__name__)
 
 LEASE_FILE = "sparkafka/lease.json"
-# How long a new holder waits before reading its lease back (step 3).
+# How long a new holder waits before reading its lease back (step (c)).
 SETTLE_S = 0.5
 
 

@@ -10,12 +10,12 @@ stage's ``numTasks``. :func:`sparkafka.register` publishes the UI's address as a
 Steps of :func:`stage_width` (run on a background thread, so that the request overlaps the task's
 producer set-up and rows; the result is awaited only where it is needed):
 
-1. No published address (UI off, a session without ``register()``): unknown.
-2. GET ``{url}/api/v1/applications/{app}/stages/{stage}?details=false``. Spark's status store
+(a) No published address (UI off, a session without ``register()``): unknown.
+(b) GET ``{url}/api/v1/applications/{app}/stages/{stage}?details=false``. Spark's status store
    learns of a stage from its listener bus, asynchronously, so a task can ask before it is known:
    an "unknown stage" 404 is asked again, every 25 ms, until :data:`ASK_FOR_S` has passed; a
    "no such app" one means another application answers at this address (a stale one).
-3. The answer lists the stage's attempts; the first attempt runs every partition of a write job
+(c) The answer lists the stage's attempts; the first attempt runs every partition of a write job
    (a later one only those that failed), so the width is attempt 0's ``numTasks``; unknown when
    the status store missed that attempt (it drops events when its queue is full).
 
@@ -98,7 +98,7 @@ def awaited(future: Future[int | None]) -> int | None:
 def stage_width(
     status_url: str, app_id: str, stage_id: int, partition: int, *, decisive: bool = False
 ) -> int | None:
-    """Steps 2 and 3 of the module docstring. ``decisive``: a decision waits on the answer (see
+    """Steps (b) and (c) of the module docstring. ``decisive``: a decision waits on the answer (see
     :class:`TaskWidth`), so a driver that failed before is asked anyway; a request that timed out, a
     connection reset and a 5xx answer (a driver too busy to answer) are asked again, each request
     bounded by :data:`DECISIVE_REQUEST_S` and the whole by :data:`DECISIVE_ASK_S`; a stage not yet
