@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from sparkafka.connector.options import parse_duration_ms
     from sparkafka.connector.sink.fencing import fence_query_transactions
     from sparkafka.connector.sink.options import EXACTLY_ONCE, SinkOptions
-    from sparkafka.connector.sink.replay import ADAPTIVE_STATELESS_STREAMING
     from sparkafka.connector.sink.stage_width import STATUS_URL_SETTING, warm_up
+    from sparkafka.connector.sink.task import ADAPTIVE_STATELESS_STREAMING
     from sparkafka.connector.sink.transactional_ids import default_transactional_id_prefix, effective_prefix
     from sparkafka.connector.source.offsets import OWN_ENTRY_PREFIX
     from sparkafka.connector.source.options import SourceOptions
@@ -50,7 +50,7 @@ _WHERE = {
     "fence_query_transactions": "sink.fencing",
     "EXACTLY_ONCE": "sink.options",
     "SinkOptions": "sink.options",
-    "ADAPTIVE_STATELESS_STREAMING": "sink.replay",
+    "ADAPTIVE_STATELESS_STREAMING": "sink.task",
     "STATUS_URL_SETTING": "sink.stage_width",
     "warm_up": "sink.stage_width",
     "default_transactional_id_prefix": "sink.transactional_ids",

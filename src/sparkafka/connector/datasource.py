@@ -13,8 +13,12 @@ from sparkafka.connector.sink.claims import settle_checkpoint_claim
 from sparkafka.connector.sink.commit_log import ensure_marker_topic, marker_layout
 from sparkafka.connector.sink.lease import hold_checkpoint_lease
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, snapshot_for_run
-from sparkafka.connector.sink.options import BATCH_ID_OPTION, SinkOptions, validate_input_schema
-from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
+from sparkafka.connector.sink.options import (
+    BATCH_ID_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
+    SinkOptions,
+    validate_input_schema,
+)
 from sparkafka.connector.sink.transactional_ids import (
     effective_prefix,
     require_batch_write_prefix,

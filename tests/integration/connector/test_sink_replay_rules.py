@@ -16,7 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 import sparkafka
 from sparkafka.connector.datasource import KafkaDataSource
-from sparkafka.connector.sink.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
+from sparkafka.connector.sink.task import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 from sparkafka.tools.harness import wait_until
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import (

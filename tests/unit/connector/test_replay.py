@@ -9,8 +9,6 @@ import pytest
 from sparkafka.connector.sink.batch_plan import offsets_gap
 from sparkafka.connector.sink.commit_log import CommitMarker, ProgressRecord
 from sparkafka.connector.sink.replay import (
-    ADAPTIVE_ENABLED,
-    ADAPTIVE_STATELESS_STREAMING,
     Action,
     TaskView,
     adaptive_execution_refusal,
@@ -19,7 +17,12 @@ from sparkafka.connector.sink.replay import (
     decide,
     partitions_beyond,
 )
-from sparkafka.connector.sink.task import query_run_id, task_identity
+from sparkafka.connector.sink.task import (
+    ADAPTIVE_ENABLED,
+    ADAPTIVE_STATELESS_STREAMING,
+    query_run_id,
+    task_identity,
+)
 from sparkafka.errors import ReplayRefused, ReshapedReplayRefused, SparkafkaError, WrongShapeAcceptance
 
 QUERY = "q-1"

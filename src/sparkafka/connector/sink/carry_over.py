@@ -17,13 +17,13 @@ from sparkafka.connector.sink.commit_log import (
 )
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
+    PREVIOUS_MARKER_TOPIC_OPTION,
     PROGRESS_KEY_PREFIX,
     QUERY_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
 )
-from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.errors import CommitMarkerError
 
 log = logging.getLogger(__name__)

@@ -78,8 +78,10 @@ from sparkafka.connector.sink.failures import (
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, prefix_markers, task_layout
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
+    EXACTLY_ONCE_FROM_OPTION,
     LAYOUT_KEY_PREFIX,
     OPERATION_TIMEOUT,
+    PREVIOUS_MARKER_TOPIC_OPTION,
     PROGRESS_KEY_PREFIX,
     QUERY_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
@@ -87,13 +89,7 @@ from sparkafka.connector.sink.options import (
     SinkOptions,
     is_marker_key,
 )
-from sparkafka.connector.sink.replay import (
-    EXACTLY_ONCE_FROM_OPTION,
-    PREVIOUS_MARKER_TOPIC_OPTION,
-    markers_lost,
-    prefix_claimed_by_another_query,
-    restart_output_here,
-)
+from sparkafka.connector.sink.replay import markers_lost, prefix_claimed_by_another_query, restart_output_here
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import (
     claim_transactional_id,

@@ -51,6 +51,7 @@ from sparkafka.connector.sink.options import (
     LAYOUT_KEY_PREFIX,
     MARKER_PARTITION,
     OPERATION_TIMEOUT,
+    PREVIOUS_MARKER_TOPIC_OPTION,
     PROGRESS_KEY_PREFIX,
     QUERY_KEY_PREFIX,
     REFUSAL_KEY_PREFIX,
@@ -58,7 +59,6 @@ from sparkafka.connector.sink.options import (
     SinkOptions,
     is_marker_key,
 )
-from sparkafka.connector.sink.replay import PREVIOUS_MARKER_TOPIC_OPTION
 from sparkafka.connector.sink.transactional_ids import prefix_of_any, write_partition_of
 from sparkafka.errors import CommitMarkerError, SparkafkaError, SparkafkaOptionError
 

@@ -21,8 +21,8 @@ from sparkafka.connector.sink.commit_log import (
     register,
 )
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
-from sparkafka.connector.sink.options import PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
-from sparkafka.connector.sink.replay import ADOPT_OPTION, adopted_partial_batch, markers_lost
+from sparkafka.connector.sink.options import ADOPT_OPTION, PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
+from sparkafka.connector.sink.replay import adopted_partial_batch, markers_lost
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
 from sparkafka.errors import ReplayRefused

@@ -11,13 +11,13 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from sparkafka.connector.options import OptionReader, OptionSpec, reject_forbidden_kafka_params
 from sparkafka.connector.sink.fault_injection import FaultInjection
-from sparkafka.connector.sink.replay import (
-    ACCEPT_RESHAPED_OPTION,
-    ADOPT_OPTION,
-    EXACTLY_ONCE_FROM_OPTION,
-    PREVIOUS_MARKER_TOPIC_OPTION,
-)
 from sparkafka.errors import SparkafkaOptionError
+
+# The options of the ways on that the replay rules offer (sink package docstring, steps 2-4).
+ADOPT_OPTION = "adoptTransactionalIdsFrom"
+ACCEPT_RESHAPED_OPTION = "acceptReshapedBatch"
+EXACTLY_ONCE_FROM_OPTION = "exactlyOnceFromBatch"
+PREVIOUS_MARKER_TOPIC_OPTION = "previousCommitMarkerTopic"
 
 
 class DeliveryGuarantee(StrEnum):

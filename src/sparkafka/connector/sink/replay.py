@@ -31,15 +31,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sparkafka.connector.sink.options import (
+    ACCEPT_RESHAPED_OPTION,
+    ADOPT_OPTION,
+    EXACTLY_ONCE_FROM_OPTION,
+    PREVIOUS_MARKER_TOPIC_OPTION,
+)
+from sparkafka.connector.sink.task import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 from sparkafka.connector.sink.transactional_ids import transactional_id
 from sparkafka.errors import ReplayRefused, ReshapedReplayRefused, WrongShapeAcceptance
-
-ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
-ADAPTIVE_STATELESS_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
-ADOPT_OPTION = "adoptTransactionalIdsFrom"
-ACCEPT_RESHAPED_OPTION = "acceptReshapedBatch"
-EXACTLY_ONCE_FROM_OPTION = "exactlyOnceFromBatch"
-PREVIOUS_MARKER_TOPIC_OPTION = "previousCommitMarkerTopic"
 
 
 class Action(enum.Enum):

@@ -7,9 +7,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparkafka.connector.sink.replay import ADAPTIVE_ENABLED, ADAPTIVE_STATELESS_STREAMING
 from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY, STATUS_URL_SETTING
 from sparkafka.errors import SparkafkaError
+
+# The Spark settings that let adaptive execution split a replayed batch otherwise than its first run
+# (step 0 of the protocol, sink package docstring); a task reads them from its job.
+ADAPTIVE_ENABLED = "spark.sql.adaptive.enabled"
+ADAPTIVE_STATELESS_STREAMING = "spark.sql.adaptive.streaming.stateless.enabled"
 
 
 @dataclass(frozen=True)

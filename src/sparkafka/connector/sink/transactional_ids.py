@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkafka.errors import SparkafkaOptionError
 
-if TYPE_CHECKING:  # the options import the replay rules, which build ids with this module
+if TYPE_CHECKING:  # for the annotations only: the ids need nothing of the options at run time
     from sparkafka.connector.sink.options import SinkOptions
 
 

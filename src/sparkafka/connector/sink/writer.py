@@ -40,6 +40,7 @@ from sparkafka.connector.sink.failures import (
 from sparkafka.connector.sink.fencing import fence_query_transactions, fence_transactional_id
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
 from sparkafka.connector.sink.options import (
+    ACCEPT_RESHAPED_OPTION,
     AT_LEAST_ONCE,
     BATCH_ID_OPTION,
     EXACTLY_ONCE,
@@ -52,7 +53,6 @@ from sparkafka.connector.sink.producers import (
     transactional_producer,
 )
 from sparkafka.connector.sink.replay import (
-    ACCEPT_RESHAPED_OPTION,
     Action,
     TaskView,
     adaptive_execution_refusal,
