@@ -200,9 +200,8 @@ def _first_layout_record(options: SinkOptions) -> tuple[MarkerLayout | None, boo
     low, high = _watermarks(options, partition, "read_uncommitted")
     if high <= low:
         return None, False
-    settings = {"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10}
     # Not held back by a transaction open in partition 0: the record is written outside any.
-    config = _marker_consumer_config(options, {**settings, "isolation.level": "read_uncommitted"})
+    config = _marker_consumer_config(options, {**_READING_TO_THE_END, "isolation.level": "read_uncommitted"})
     anything_else = False
     with CONSUMERS.borrow(config) as consumer:
         consumer.assign([TopicPartition(options.marker_topic, MARKER_PARTITION, low)])
@@ -743,17 +742,7 @@ def read_marker_partition_from(
     position = low if start is None else start.offset
     if high <= position:
         return PartitionRead({}, position)
-    config = _marker_consumer_config(
-        options,
-        {
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # The position passes a trailing COMMIT marker only with the next fetch, which the
-            # broker holds for fetch.wait.max.ms when no data follows (500 ms by default).
-            "fetch.wait.max.ms": 10,
-        },
-    )
+    config = _marker_consumer_config(options, {**_READING_TO_THE_END, "isolation.level": "read_committed"})
     with CONSUMERS.borrow(config) as consumer:
         consumer.assign([TopicPartition(options.marker_topic, partition, position)])
         return _read_until(options, consumer, topic_partition, (position, high), want, start)
@@ -925,6 +914,16 @@ def _watermarks_if_any(
             raise sink_unreachable_error(
                 options, f"read the offsets of {options.marker_topic}", error
             ) from None
+
+
+# A consumer reading a marker partition to its end: told when it gets there, committing nothing.
+_READING_TO_THE_END = {
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    # The position passes a trailing COMMIT marker only with the next fetch, which the broker holds
+    # for fetch.wait.max.ms when no data follows (500 ms by default).
+    "fetch.wait.max.ms": 10,
+}
 
 
 def _marker_consumer_config(options: SinkOptions, settings: Mapping[str, Any]) -> dict[str, Any]:
