@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.commit_log import ensure_marker_topic
@@ -23,6 +24,7 @@ from sparkafka.connector.sink.producers import (
     transactional_producer,
 )
 from sparkafka.connector.sink.task import TaskIdentity
+from sparkafka.errors import CommitMarkerError
 
 
 class Statistics:
@@ -128,3 +130,25 @@ def test_a_look_up_that_gets_no_answer_is_logged_and_left_to_the_produce_that_ne
     with caplog.at_level(logging.DEBUG, logger="sparkafka.connector.sink.producers"):
         learn_marker_partition_leaders(producer, "markers", 0.2)
     assert "looking up the leaders of markers failed" in caplog.text
+
+
+def test_a_new_producer_finds_a_marker_topic_deleted_meanwhile_gone_and_does_not_create_it_again(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """The embedded broker, as Kafka by default, creates a topic a producer's metadata request names
+    (auto.create.topics.enable): the look-up of the marker topic's leaders must come after the read
+    that finds a deleted marker topic gone, or it would leave an empty, deleting topic in its place."""
+    options = _options(broker.bootstrap_servers, topic_name)
+    ensure_marker_topic(options)
+    transactional_id = f"{topic_name}-prefix-0"
+    identity = TaskIdentity(0, 1, str(uuid.uuid4()), 0, str(uuid.uuid4()), {})
+    transactional_producer(options, identity, transactional_id, other_prefixes=False)
+    discard_producer(options, transactional_id)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_topics([topic_name], operation_timeout=20)[topic_name].result(20)
+
+    later = dataclasses.replace(identity, batch_id=1, spark_run_id=str(uuid.uuid4()))
+    with pytest.raises(CommitMarkerError, match=f"the commit-marker topic '{topic_name}'"):
+        transactional_producer(options, later, transactional_id, other_prefixes=False)
+    time.sleep(1)  # what a look-up would have created is listed by now
+    assert topic_name not in admin.list_topics(timeout=10).topics

@@ -66,8 +66,7 @@ The steps of a write task:
    adopts that query's ids, before it could fence the owner's producers. A prefix whose ids were
    registered before claims existed has no claim; 4a checks its ids one by one. The new producer
    then calls ``init_transactions()``: the broker aborts whatever a crashed or zombie attempt with
-   the same id left open and fences it (its later requests fail with PRODUCER_FENCED). It then looks
-   up the marker topic's leaders, so that its first commit does not wait for them. Steps 1-3 run
+   the same id left open and fences it (its later requests fail with PRODUCER_FENCED). Steps 1-3 run
    before the task waits for its first row, so Spark computes and sends the rows meanwhile.
 3. At the id's first write of a query run, the task learns what the id committed
    (:func:`~.id_state.read_committed_state`). A run is known by Spark's run id in the description of
@@ -97,6 +96,10 @@ The steps of a write task:
    e. It registers the id (``registration/<id>``, naming ``q``) where the id has no registration, or
       where this query adopts it, in a transaction of its own before any output: a restart with
       fewer write partitions finds the id through it (the driver's commit, below).
+
+   A new producer then looks up the marker topic's leaders, so that its first commit does not wait
+   for them; only now, after the read found the topic there (a look-up of a missing topic would
+   have the broker create it with its defaults).
 4. Write, skip or refuse: :func:`~.replay.decide`, a pure function of what steps 0-3 learned. The
    first of these rules that applies, in this order, decides:
 

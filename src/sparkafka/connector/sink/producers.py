@@ -232,8 +232,9 @@ def transactional_producer(
     settle_prefix_owner(options, identity, transactional_id, plan, snapshot)
     cached = _new_cached_producer(options, transactional_id)
     _init_transactions(options, cached, transactional_id, identity.partition)
-    learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
     state(cached)  # Step 3
+    # After step 3's read, which fails on a marker topic deleted meanwhile: see the function.
+    learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
     PRODUCERS.put(key, cached)
     return cached
 
@@ -245,16 +246,21 @@ _LEADER_LOOKUP_TIMEOUT_S = 10.0
 
 def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeout_s: float) -> None:
     """Have a new producer look up the leaders of the commit-marker topic before its first
-    transaction (the end of step 2 of the protocol, sink package docstring).
+    transaction (the end of step 3 of the protocol, sink package docstring).
 
     Why: a producer meeting a topic at a produce looks up its leader, and while one look-up is in
     flight librdkafka asks for the next unknown topic only at its next fast refresh, ``retry.backoff.ms``
     (100 ms) later. The marker is produced just after the rows, so the first commit of a new producer
     often waited those 100 ms for the marker topic's leader; and a write task's id moves between the
     Python workers of its executor, so most batches run on a new producer (about one commit in ten,
-    on Apache Kafka as on the embedded broker). The marker topic exists by now (the driver ensured
-    it), so the look-up creates nothing; the output topic is left to its produce, which may create
-    it, and only when a row is written. A look-up that fails is logged and left to that produce."""
+    on Apache Kafka as on the embedded broker).
+
+    Only after step 3 read the marker topic: a producer's look-up of a topic that does not exist
+    makes a broker with ``auto.create.topics.enable`` (Kafka's default) create it, with the broker's
+    defaults (one partition, deleting instead of compacting), and a marker topic deleted since the
+    driver ensured it must be found gone by that read, which refuses naming it, not re-created
+    empty. The output topic is left to its produce, which may create it, and only when a row is
+    written. A look-up that fails is logged and left to that produce."""
     try:
         producer.list_topics(marker_topic, timeout=min(timeout_s, _LEADER_LOOKUP_TIMEOUT_S))
     except KafkaException as error:
