@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sparkafka.broker.handlers import admin, data, groups, txn
+from sparkafka.broker.handlers import admin, configs, data, groups, txn
 from sparkafka.broker.handlers.admin import api_versions_response
 from sparkafka.broker.protocol import SUPPORTED_VERSIONS, ApiKey
 
@@ -19,9 +19,9 @@ HANDLERS: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     ApiKey.CREATE_TOPICS: admin.create_topics,
     ApiKey.DELETE_TOPICS: admin.delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.create_partitions,
-    ApiKey.DESCRIBE_CONFIGS: admin.describe_configs,
-    ApiKey.ALTER_CONFIGS: admin.alter_configs,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
+    ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
     ApiKey.PRODUCE: data.produce,
