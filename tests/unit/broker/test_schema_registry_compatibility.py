@@ -9,16 +9,14 @@ from typing import Any
 
 import pytest
 
+from sparkafka.broker.schema_avro import canonical_text, compatibility_problems, reader_incompatibilities
 from sparkafka.broker.schema_registry import (
     INVALID_SCHEMA,
     INVALID_VERSION,
     RegistryError,
     RegistryState,
-    canonical_text,
-    compatibility_problems,
     config_key,
     parse_avro,
-    reader_incompatibilities,
     schema_key,
 )
 from sparkafka.broker.schema_registry import _parse_version as parse_version
