@@ -311,6 +311,109 @@ def test_every_name_of_the_connectors_door_is_found_where_it_says() -> None:
         assert getattr(api, name) is not None, name
 
 
+# Pairs of modules that import each other, each half inside a function, for a reason the import
+# graph cannot see: the launcher Spark starts for every Python worker hands over to the zygote only
+# when one serves (importing it always would cost every worker its start-up), and the class archive
+# is built by starting a session while a session maps the archive it finds.
+ALLOWED_LAZY_CIRCLES = (
+    frozenset({"sparkafka.runtime.python_exec", "sparkafka.runtime.runner_zygote"}),
+    frozenset({"sparkafka.runtime.class_archive", "sparkafka.runtime.session"}),
+)
+
+
+def _runtime_imports(source: str, module: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``source`` imports when it runs: anywhere but under ``if
+    TYPE_CHECKING:`` (what the type checker alone reads). ``from package import module`` names the
+    module, not the package (as :func:`_sparkafka_imports` judges it)."""
+    tree = ast.parse(source, module)
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = package[: len(package) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            submodules = {f"{name}.{alias.name}" for alias in node.names} & modules
+            found |= submodules or {name}
+    return {name for name in found if name in modules and name != module}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            edge = next(edges, None)
+            if edge is not None:
+                if edge not in index:
+                    index[edge] = low[edge] = len(index)
+                    stack.append(edge)
+                    on_stack.add(edge)
+                    work.append((edge, iter(sorted(graph[edge]))))
+                elif edge in on_stack:
+                    low[node] = min(low[node], index[edge])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(group)
+    return found
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    paths = sorted([*PACKAGE.rglob("*.py"), *(SOURCE_ROOT / "pyspark_sparkafka").rglob("*.py")])
+    modules = {_module_name(path): path for path in paths}
+    graph = {
+        name: _runtime_imports(path.read_text(), name, path.name == "__init__.py", set(modules))
+        for name, path in modules.items()
+    }
+    circles = [group for group in _circles(graph) if frozenset(group) not in ALLOWED_LAZY_CIRCLES]
+    assert not circles, "modules importing each other: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
+
+
+def test_the_circle_rule_sees_a_circle_and_not_what_only_the_type_checker_reads() -> None:
+    modules = {"p.a", "p.b", "p.c"}
+    a = _runtime_imports("from p import b\n", "p.a", False, modules)
+    b = _runtime_imports("def late():\n    from p.a import thing\n", "p.b", False, modules)
+    c = _runtime_imports(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import a\n", "p.c", False, modules
+    )
+    assert (a, b, c) == ({"p.b"}, {"p.a"}, set())
+    assert _circles({"p.a": a, "p.b": b, "p.c": c | {"p.a"}}) == [{"p.a", "p.b"}]
+
+
 # A function a screen holds: longer ones in the connector are split into steps that are named.
 LONGEST_CONNECTOR_FUNCTION = 60
 
