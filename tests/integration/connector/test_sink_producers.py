@@ -24,7 +24,7 @@ from sparkafka.connector.sink.producers import (
     transactional_producer,
 )
 from sparkafka.connector.sink.task import TaskIdentity
-from sparkafka.errors import CommitMarkerError
+from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
 
 class Statistics:
@@ -37,7 +37,8 @@ class Statistics:
         return {"statistics.interval.ms": 20, "stats_cb": lambda raw: self.reports.append(json.loads(raw))}
 
     def latest(self, producer: Producer) -> dict[str, Any]:
-        """A report made after this call began."""
+        """A report made after this call began (those queued before it are served first)."""
+        producer.poll(0)
         seen = len(self.reports)
         deadline = time.monotonic() + 10
         while len(self.reports) <= seen + 1 and time.monotonic() < deadline:
@@ -152,3 +153,27 @@ def test_a_new_producer_finds_a_marker_topic_deleted_meanwhile_gone_and_does_not
         transactional_producer(options, later, transactional_id, other_prefixes=False)
     time.sleep(1)  # what a look-up would have created is listed by now
     assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+def test_a_marker_topic_a_client_created_again_after_its_deletion_is_refused_naming_the_deletion(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Any producer that knows the marker topic (every one that wrote a marker, every new one after
+    its look-up) refreshes its metadata now and then, and a broker with auto.create.topics.enable
+    creates the topic again after an operator deleted it, with the broker's defaults. The driver's
+    next check refuses it for its cleanup policy, and must say that a deleted topic may be why: the
+    markers are gone then, which compacting the new topic does not bring back."""
+    options = _options(broker.bootstrap_servers, topic_name)
+    ensure_marker_topic(options)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_topics([topic_name], operation_timeout=20)[topic_name].result(20)
+    knowing = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    knowing.list_topics(topic_name, timeout=10)  # what a metadata refresh of a producer sends
+    assert topic_name in admin.list_topics(timeout=10).topics
+
+    with pytest.raises(SparkafkaOptionError) as refused:
+        ensure_marker_topic(options)
+    message = str(refused.value)
+    assert f"'{topic_name}' has cleanup.policy=delete" in message
+    assert "If the marker topic was deleted" in message
+    assert "Restore the topic from a backup" in message

@@ -97,7 +97,7 @@ The steps of a write task:
       where this query adopts it, in a transaction of its own before any output: a restart with
       fewer write partitions finds the id through it (the driver's commit, below).
 
-   A new producer then looks up the marker topic's leaders, so that its first commit does not wait
+   The producer then looks up the marker topic's leaders, so that its first commit does not wait
    for them; only now, after the read found the topic there (a look-up of a missing topic would
    have the broker create it with its defaults).
 4. Write, skip or refuse: :func:`~.replay.decide`, a pure function of what steps 0-3 learned. The

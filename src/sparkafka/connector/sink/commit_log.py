@@ -607,7 +607,12 @@ def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
             "deletes its records after retention.ms, and a micro-batch replayed after its marker is gone "
             "would be written a second time. Set cleanup.policy=compact on it (kafka-configs --alter "
             f"--entity-type topics --entity-name {options.marker_topic} --add-config "
-            f"cleanup.policy=compact). {MOVE_MARKERS_HINT} (a topic it creates is compacted)"
+            f"cleanup.policy=compact). {MOVE_MARKERS_HINT} (a topic it creates is compacted). If the "
+            "marker topic was deleted, this may be a topic a client created again by naming it (a broker "
+            "with auto.create.topics.enable creates a topic any producer's metadata names, with the "
+            "broker's defaults): the markers it held are gone then. Restore the topic from a backup; "
+            "without one, compact this topic and the query's next run refuses for the lost markers, "
+            "naming its ways on and what each costs"
         )
 
 

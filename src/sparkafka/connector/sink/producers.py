@@ -224,6 +224,8 @@ def transactional_producer(
         if same_run and cached.query_id == identity.query_id:
             return cached
         state(cached)  # Step 3: a new run on a reused producer.
+        # Its marker topic may be new to it (carried over to another topic between the runs).
+        learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
         return cached
     if cached is not None:
         # Another Python worker of this machine initialised the id since: this producer is fenced.
@@ -239,9 +241,10 @@ def transactional_producer(
     return cached
 
 
-# Bounded apart from operationTimeoutMs: the look-up only saves time, and the produce that needs the
-# leaders looks them up again if it did not answer.
-_LEADER_LOOKUP_TIMEOUT_S = 10.0
+# Bounded apart from operationTimeoutMs: the look-up only saves about 100 ms, and the produce that
+# needs the leaders looks them up again if it did not answer (a cluster gone since the read fails
+# the task there, not here).
+_LEADER_LOOKUP_TIMEOUT_S = 2.0
 
 
 def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeout_s: float) -> None:
@@ -258,9 +261,13 @@ def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeou
     Only after step 3 read the marker topic: a producer's look-up of a topic that does not exist
     makes a broker with ``auto.create.topics.enable`` (Kafka's default) create it, with the broker's
     defaults (one partition, deleting instead of compacting), and a marker topic deleted since the
-    driver ensured it must be found gone by that read, which refuses naming it, not re-created
-    empty. The output topic is left to its produce, which may create it, and only when a row is
-    written. A look-up that fails is logged and left to that produce."""
+    driver ensured it must be found gone by that read, which refuses naming it. Later, as any
+    producer that wrote a marker, this one refreshes what it knows of the topic every
+    ``topic.metadata.refresh.interval.ms`` (5 minutes by default), which re-creates a marker topic
+    deleted while it is cached; the driver then refuses that topic for its cleanup policy, saying a
+    deleted topic may be the cause (:func:`~.commit_log.ensure_marker_topic`). The output topic is
+    left to its produce, which may create it, and only when a row is written. A look-up that fails
+    is logged and left to that produce."""
     try:
         producer.list_topics(marker_topic, timeout=min(timeout_s, _LEADER_LOOKUP_TIMEOUT_S))
     except KafkaException as error:
