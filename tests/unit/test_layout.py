@@ -436,3 +436,10 @@ def test_no_connector_function_is_longer_than_a_screen() -> None:
             ):
                 too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
     assert too_long == []
+
+
+def test_the_connectors_door_refuses_a_name_it_does_not_have() -> None:
+    from sparkafka.connector import api
+
+    with pytest.raises(AttributeError, match=r"'sparkafka\.connector\.api' has no attribute 'SinkWriter'"):
+        api.SinkWriter  # noqa: B018 - the attribute access is the test

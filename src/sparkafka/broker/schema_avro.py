@@ -20,7 +20,12 @@ class ParsedAvro:
 
 
 class InvalidAvroSchema(ValueError):
-    """An Avro schema that does not parse; the text says what is wrong, as Confluent's registry does."""
+    """An Avro schema that does not parse: the text given, and what is wrong with it."""
+
+    def __init__(self, schema_text: str, problem: str) -> None:
+        super().__init__(f"{problem} (in {schema_text})")
+        self.schema_text = schema_text
+        self.problem = problem
 
 
 def parse_avro_schema(schema_text: str) -> ParsedAvro:
@@ -38,7 +43,7 @@ def parse_avro_schema(schema_text: str) -> ParsedAvro:
         except Exception as error:  # fastavro raises several unrelated types for bad schemas
             problem = f"{type(error).__name__}: {error}"
     if problem is not None:
-        raise InvalidAvroSchema(f"Invalid schema {schema_text}, details: {problem}")
+        raise InvalidAvroSchema(schema_text, problem)
     return ParsedAvro(parsed, named)
 
 

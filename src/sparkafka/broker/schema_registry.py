@@ -124,7 +124,9 @@ def parse_avro(schema_text: str) -> ParsedAvro:
     try:
         return parse_avro_schema(schema_text)
     except InvalidAvroSchema as invalid:
-        raise RegistryError(422, INVALID_SCHEMA, str(invalid)) from None
+        # Confluent's words for it, which clients show as they are.
+        message = f"Invalid schema {invalid.schema_text}, details: {invalid.problem}"
+        raise RegistryError(422, INVALID_SCHEMA, message) from None
 
 
 # -- in-memory state, rebuilt from _schemas ------------------------------------------------------------

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from sparkafka.broker.schema_avro import canonical_text, compatibility_problems, reader_incompatibilities
+from sparkafka.broker.schema_avro import (
+    InvalidAvroSchema,
+    canonical_text,
+    compatibility_problems,
+    parse_avro_schema,
+    reader_incompatibilities,
+)
 from sparkafka.broker.schema_registry import (
     INVALID_SCHEMA,
     INVALID_VERSION,
@@ -163,3 +169,10 @@ def test_state_rebuilt_from_records() -> None:
     assert state.ids_by_canonical[canonical_text(schema)] == 4
     state.apply(schema_key("t", 1), None)
     assert sorted(state.subjects) == ["s"]
+
+
+def test_an_unparsable_schema_is_named_with_what_is_wrong_before_the_registry_words_it() -> None:
+    with pytest.raises(InvalidAvroSchema) as raised:
+        parse_avro_schema('{"type": "record", "name": "R"}')
+    assert raised.value.schema_text == '{"type": "record", "name": "R"}'
+    assert "fields" in raised.value.problem
