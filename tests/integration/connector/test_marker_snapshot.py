@@ -12,8 +12,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql import SparkSession
 
 from sparkafka.broker import records as broker_records
@@ -73,8 +73,25 @@ def _options(kafka: Kafka, markers: str, checkpoint: Path) -> SinkOptions:
 
 
 def _commit(options: SinkOptions, layout: MarkerLayout, records: dict[str, bytes]) -> None:
-    """``records`` committed in one transaction, each in the partition the sink writes its key to."""
-    _open(options, layout, records).commit_transaction(30)
+    """``records`` committed in one transaction, each in the partition the sink writes its key to,
+    with the COMMIT markers in the log: Apache Kafka answers EndTxn once the outcome is decided and
+    writes the markers after that, so a read right after the commit could end before them."""
+    writer = _open(options, layout, records)
+    admin = AdminClient({"bootstrap.servers": options.bootstrap_servers})
+    written = {layout.partition_of_key(key) for key in records}
+    partitions = [TopicPartition(options.marker_topic, partition) for partition in sorted(written)]
+
+    def log_ends() -> list[int]:
+        asked = {partition: OffsetSpec.latest() for partition in partitions}
+        answers = admin.list_offsets(
+            asked, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=10
+        )
+        return [answers[partition].result(10).offset for partition in partitions]
+
+    before = log_ends()
+    writer.commit_transaction(30)
+    # Each partition's COMMIT marker is one more record in its log.
+    assert wait_until(lambda: all(end > start for end, start in zip(log_ends(), before, strict=True)), 30)
 
 
 def _open(options: SinkOptions, layout: MarkerLayout, records: dict[str, bytes]) -> Producer:
