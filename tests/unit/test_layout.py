@@ -118,6 +118,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _from_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module a ``from ... import`` in ``module`` names, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def _imports(source: str, module: str, is_package: bool) -> set[str]:
     """Every module ``source`` (the code of ``module``) imports at any depth, third-party ones
     included: ``import x``, ``from x import y`` (``x.y`` where that is a module, else ``x``),
@@ -127,12 +136,7 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = module.split(".") if is_package else module.split(".")[:-1]
-                base = package[: len(package) - node.level + 1]
-                name = ".".join([*base, node.module] if node.module else base)
-            else:
-                name = node.module or ""
+            name = _from_module(node, module, is_package)
             found.add(name)
             found |= {f"{name}.{alias.name}" for alias in node.names}
         elif (
@@ -339,12 +343,7 @@ def _runtime_imports(source: str, module: str, is_package: bool, modules: set[st
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = module.split(".") if is_package else module.split(".")[:-1]
-                base = package[: len(package) - node.level + 1]
-                name = ".".join([*base, node.module] if node.module else base)
-            else:
-                name = node.module or ""
+            name = _from_module(node, module, is_package)
             submodules = {f"{name}.{alias.name}" for alias in node.names} & modules
             found |= submodules or {name}
     return {name for name in found if name in modules and name != module}
