@@ -65,38 +65,30 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 }
 
 _LONG_MAX = str(2**63 - 1)
-# Kafka 4's defaults, as ConfigDef prints them, of the broker configs behind topic configs that this
-# broker describes without a setting of its own (sparkafka.broker.settings has the others);
-# None: no default.
-_DEFAULTS_WITHOUT_A_SETTING: dict[str, str | None] = {
+# Kafka 4's defaults, as ConfigDef prints them, of the broker configs behind topic configs whose
+# default is not their topic config's: alternate units, and those without a default; None: no default.
+_DEFAULTS_OF_THEIR_OWN: dict[str, str | None] = {
     "log.roll.ms": None,
     "log.roll.hours": "168",
     "log.roll.jitter.ms": None,
     "log.roll.jitter.hours": "0",
-    "log.index.size.max.bytes": "10485760",
     "log.flush.interval.ms": None,
     "log.flush.scheduler.interval.ms": _LONG_MAX,
     "log.retention.minutes": None,
     "log.retention.hours": "168",
-    "log.index.interval.bytes": "4096",
-    "log.cleaner.delete.retention.ms": TOPIC_CONFIGS["delete.retention.ms"].default,
-    "log.cleaner.min.compaction.lag.ms": "0",
-    "log.cleaner.max.compaction.lag.ms": _LONG_MAX,
-    "log.segment.delete.delay.ms": "60000",
-    "log.cleaner.min.cleanable.ratio": "0.5",
-    "log.cleanup.policy": "delete",
-    "unclean.leader.election.enable": "false",
-    "min.insync.replicas": "1",
-    "compression.type": "producer",
-    "compression.gzip.level": "-1",
-    "compression.lz4.level": "9",
-    "compression.zstd.level": "3",
-    "log.preallocate": "false",
-    "log.message.timestamp.type": "CreateTime",
-    "log.message.timestamp.before.max.ms": _LONG_MAX,
-    "log.message.timestamp.after.max.ms": "3600000",
-    "log.local.retention.ms": "-2",
-    "log.local.retention.bytes": "-2",
+}
+_WITH_A_SETTING = frozenset(setting.kafka_name for setting in DESCRIBED)
+# The other broker configs behind topic configs that this broker describes without a setting of its
+# own (sparkafka.broker.settings has the others): a topic config's default is its broker config's,
+# as in Kafka (LogConfig takes its defaults from the server's), so it is written once, in
+# topic_configs.
+_DEFAULTS_WITHOUT_A_SETTING: dict[str, str | None] = {
+    **{
+        synonyms[0]: TOPIC_CONFIGS[topic].default
+        for topic, synonyms in BROKER_SYNONYMS.items()
+        if synonyms[0] not in _WITH_A_SETTING
+    },
+    **_DEFAULTS_OF_THEIR_OWN,
 }
 # Every broker config this broker describes, with Kafka's default.
 BROKER_DEFAULTS: dict[str, str | None] = {
