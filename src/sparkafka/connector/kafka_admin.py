@@ -26,7 +26,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from sparkafka.connector import client_log, kafka_errors
 from sparkafka.connector.kafka_errors import error_code, error_reason
@@ -402,6 +402,24 @@ class KafkaAdmin:
                 self.client.poll(0)  # error events reach _client_errors on a poll
         assert failure is not None
         raise failure
+
+    def broker_setting(self, name: str) -> dict[int, str | None]:
+        """Each live broker's value of the broker setting ``name`` (DescribeConfigs of every broker
+        the cluster's metadata lists), by node id; None where a broker does not answer the setting.
+        Raises KafkaException when the cluster does not answer or refuses (DescribeConfigs on the
+        cluster is an ACL of its own)."""
+
+        def describe() -> dict[int, str | None]:
+            brokers = sorted(self._metadata().brokers)
+            resources = [ConfigResource(ResourceType.BROKER, str(node)) for node in brokers]
+            answers = self.client.describe_configs(resources, request_timeout=self.timeout_s)
+            values: dict[int, str | None] = {}
+            for node, resource in zip(brokers, resources, strict=True):
+                entry = self._result(answers[resource]).get(name)
+                values[node] = None if entry is None else entry.value
+            return values
+
+        return self._with_retries(f"describe the brokers' {name}", describe)
 
     # -- offsets ----------------------------------------------------------------------------------
 

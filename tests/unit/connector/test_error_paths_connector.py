@@ -8,9 +8,11 @@ import re
 
 import pytest
 
+from sparkafka.connector.sink.failures import transaction_timeout_error
+from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.source.data_source import KafkaSource
 from sparkafka.connector.source.reader import _Columns
-from sparkafka.errors import KafkaReadError, SparkafkaOptionError
+from sparkafka.errors import KafkaReadError, SparkafkaOptionError, TransactionTimeoutError
 
 # Spark hands a data source its options with lower-cased keys. Nothing listens on port 1: the checks
 # below must fail without any answer from a cluster.
@@ -115,3 +117,27 @@ def test_a_record_timestamp_beyond_sparks_timestamp_type_fails_the_read_naming_t
         ),
     ):
         columns.to_batch()
+
+
+def test_a_refused_transaction_timeout_says_why_the_brokers_limit_is_not_shown() -> None:
+    """The refusal of kafka.transaction.timeout.ms names the brokers' transaction.max.timeout.ms as
+    they answer it (integration: test_sink_exactly_once.py); a cluster gone since it refused leaves
+    the message saying so, with a fix that does not need the value."""
+    options = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:1",
+            "topic": "out",
+            "deliveryGuarantee": "exactly-once",
+            "kafka.transaction.timeout.ms": "60000",
+            "operationTimeoutMs": "500",
+        }
+    )
+    error = transaction_timeout_error(options)
+    assert isinstance(error, TransactionTimeoutError)
+    message = str(error)
+    assert (
+        "kafka.transaction.timeout.ms=60000 is larger than the brokers' transaction.max.timeout.ms" in message
+    )
+    assert "which could not be read (no answer within 0.5 s)" in message
+    assert "kafka-configs --describe --entity-type brokers --all" in message
+    assert "Kafka's default" not in message

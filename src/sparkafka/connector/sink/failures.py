@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 
 from sparkafka.connector import kafka_errors
-from sparkafka.connector.kafka_admin import unreachable_error
+from sparkafka.connector.kafka_admin import KafkaAdmin, unreachable_error
 from sparkafka.connector.kafka_errors import error_code, error_reason
 from sparkafka.connector.sink.options import OPERATION_TIMEOUT, SinkOptions
 from sparkafka.errors import SinkAuthorizationError, SparkafkaError, TransactionTimeoutError
@@ -28,14 +28,58 @@ def sink_unreachable_error(
     )
 
 
+# How long the failure message waits for the brokers' transaction.max.timeout.ms (see below).
+_LIMIT_LOOKUP_TIMEOUT_S = 10.0
+
+
 def transaction_timeout_error(options: SinkOptions) -> TransactionTimeoutError:
+    """The broker refused the sink's ``kafka.transaction.timeout.ms`` (INVALID_TRANSACTION_TIMEOUT):
+    the message names the brokers' ``transaction.max.timeout.ms`` as they answer it (the transaction
+    coordinator may be any broker, so the lowest value is the bound), or why it could not be read."""
+    limits, unread = _transaction_max_timeouts(options)
+    if limits:
+        values = sorted(set(limits.values()))
+        if len(values) == 1:
+            stated = f"is {values[0]} ms"
+        else:
+            stated = "is " + ", ".join(
+                f"{value} ms on broker {node}" for node, value in sorted(limits.items())
+            )
+        fix = f"lower the sink option kafka.transaction.timeout.ms to at most {values[0]}"
+    else:
+        stated = unread
+        fix = (
+            "lower the sink option kafka.transaction.timeout.ms to at most the brokers' "
+            "transaction.max.timeout.ms (kafka-configs --describe --entity-type brokers --all shows it)"
+        )
     return TransactionTimeoutError(
         f"the sink's transaction timeout kafka.transaction.timeout.ms={options.transaction_timeout_ms} is "
-        "larger than the broker's transaction.max.timeout.ms, so the broker refused to start transactions "
-        "(INVALID_TRANSACTION_TIMEOUT). Fix: lower the sink option kafka.transaction.timeout.ms below the "
-        "broker's transaction.max.timeout.ms (Kafka's default is 900000 ms), or raise "
+        f"larger than the brokers' transaction.max.timeout.ms, which {stated}, so the broker refused to "
+        f"start transactions (INVALID_TRANSACTION_TIMEOUT). Fix: {fix}, or raise "
         "transaction.max.timeout.ms on every broker"
     )
+
+
+def _transaction_max_timeouts(options: SinkOptions) -> tuple[dict[int, int], str]:
+    """Each broker's ``transaction.max.timeout.ms`` (DescribeConfigs, bounded by
+    ``_LIMIT_LOOKUP_TIMEOUT_S``), and what to say when there is none."""
+    admin = KafkaAdmin(
+        options.client_config,
+        timeout_s=min(options.operation_timeout_s, _LIMIT_LOOKUP_TIMEOUT_S),
+        attempts=1,
+        timeout_option=OPERATION_TIMEOUT,
+    )
+    try:
+        answered = admin.broker_setting("transaction.max.timeout.ms")
+        return {node: int(value) for node, value in answered.items() if value}, "was answered by no broker"
+    except KafkaException as error:
+        return {}, f"could not be read ({error_reason(error)})"
+    except SparkafkaError:
+        return {}, f"could not be read (no answer within {admin.timeout_s:g} s)"
+    except ValueError as error:
+        return {}, f"could not be read ({error})"
+    finally:
+        admin.close()
 
 
 def kafka_exception_of(error: BaseException) -> BaseException:

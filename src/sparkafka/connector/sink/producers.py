@@ -61,8 +61,8 @@ class CachedProducer:
 
 _CLIENT_ERRORS_KEPT = 16
 # A producer idle this long (its query stopped, its id moved to another worker for good) is closed at
-# the next lookup. Longer than any transaction can stay open (Kafka's transaction.max.timeout.ms
-# defaults to 15 minutes), so a producer in use is never taken for idle.
+# the next lookup. Only another task of the same Python worker looks, and a worker runs one task at a
+# time: a producer in use is never taken for idle, whatever its transaction's timeout.
 PRODUCER_IDLE_TIMEOUT_S = 30 * 60.0
 
 CacheKey = tuple[str, str | None, str]
