@@ -68,6 +68,12 @@ class BrokerConfig:
     auto_create_topics: bool = bool(default_of("auto_create_topics"))
     default_partitions: int = default_int("default_partitions")
     group_initial_rebalance_delay_ms: int = default_int("group_initial_rebalance_delay_ms")
+    group_min_session_timeout_ms: int = default_int("group_min_session_timeout_ms")
+    group_max_session_timeout_ms: int = default_int("group_max_session_timeout_ms")
+    group_max_size: int = default_int("group_max_size")
+    offsets_retention_minutes: int = default_int("offsets_retention_minutes")
+    offsets_retention_check_interval_ms: int = default_int("offsets_retention_check_interval_ms")
+    offset_metadata_max_bytes: int = default_int("offset_metadata_max_bytes")
     message_max_bytes: int = default_int("message_max_bytes")
     socket_request_max_bytes: int = default_int("socket_request_max_bytes")
     queued_max_request_bytes: int = default_int("queued_max_request_bytes")
@@ -100,6 +106,13 @@ class BrokerConfig:
             connections_max_idle_ms=self.connections_max_idle_ms,
         )
         check_bounds({setting.field: getattr(self, setting.field) for setting in SETTINGS})
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(
+                f"group.min.session.timeout.ms (--group-min-session-timeout-ms) is "
+                f"{self.group_min_session_timeout_ms}, above group.max.session.timeout.ms "
+                f"(--group-max-session-timeout-ms) {self.group_max_session_timeout_ms}: no session timeout "
+                "would be accepted; lower the first or raise the second"
+            )
 
 
 def check_socket_limits(

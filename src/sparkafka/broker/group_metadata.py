@@ -57,12 +57,12 @@ class GroupConfig:
     """Broker settings of the classic group coordinator (Kafka config names in the comments)."""
 
     initial_rebalance_delay_ms: int = default_int("group_initial_rebalance_delay_ms")
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    max_group_size: int = 2**31 - 1  # group.max.size
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
-    max_offset_metadata_bytes: int = 4096  # offset.metadata.max.bytes
+    min_session_timeout_ms: int = default_int("group_min_session_timeout_ms")
+    max_session_timeout_ms: int = default_int("group_max_session_timeout_ms")
+    max_group_size: int = default_int("group_max_size")
+    offsets_retention_ms: int = default_int("offsets_retention_minutes") * 60_000
+    offsets_retention_check_interval_ms: int = default_int("offsets_retention_check_interval_ms")
+    max_offset_metadata_bytes: int = default_int("offset_metadata_max_bytes")
     # How long a brand-new member may wait in JoinGroup before it is dropped (Kafka's internal
     # NewMemberJoinTimeoutMs / group.classic.new.member.join.timeout.ms).
     new_member_join_timeout_ms: int = 300_000

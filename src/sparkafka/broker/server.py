@@ -76,7 +76,15 @@ class Broker:
         self.partitions = self.topic_controller.partitions
         self.groups = GroupCoordinator(
             Journal(config.data_dir / "__consumer_offsets.journal", fsync=config.flush_messages == 1),
-            GroupConfig(initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms),
+            GroupConfig(
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                max_group_size=config.group_max_size,
+                offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+                offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+                max_offset_metadata_bytes=config.offset_metadata_max_bytes,
+            ),
             now_ms=now_ms,
         )
         self._transaction_journal = Journal(

@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,8 @@ from sparkafka.broker import jvm_order
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.tools.harness import wait_until
-from tests.integration.conftest import Kafka
+from tests.integration.apache_kafka import ApacheKafka
+from tests.integration.conftest import APACHE_KAFKA, EMBEDDED, Kafka
 from tests.integration.kafka_clients import create_topic, producer, read_all, transactional_producer, values
 from tests.integration.raw_kafka import RawConnection, fetch_partitions_request, fetch_request
 
@@ -1021,3 +1023,74 @@ def test_group_requests_answer_as_kafka_4(broker: BrokerProcess, topic_name: str
             for t in fetched.groups[0].topics
         ]
         assert answered == [(topic_name, [(0, 1)]), ("no-partitions", [])]
+
+
+@pytest.mark.parametrize("kind", [EMBEDDED, APACHE_KAFKA])
+def test_group_settings_bound_what_members_may_ask_and_commit(kind: str, tmp_path: Path) -> None:
+    """group.max.session.timeout.ms, group.max.size and offset.metadata.max.bytes set on the broker
+    refuse a member, a group and a commit past them, with Kafka's errors (the settings come from the
+    broker's table, sparkafka.broker.settings, as its options)."""
+    settings = {
+        "group.max.session.timeout.ms": "10000",
+        "group.max.size": "1",
+        "offset.metadata.max.bytes": "16",
+    }
+    if kind == EMBEDDED:
+        args = [a for name, value in settings.items() for a in (f"--{name.replace('.', '-')}", value)]
+        running: Kafka = BrokerProcess(tmp_path / "data", extra_args=args)
+    else:
+        running = ApacheKafka(tmp_path / "apache-kafka", settings=settings)
+    with running as kafka:
+        create_topic(kafka.bootstrap_servers, "t", partitions=2)
+
+        def first_error(consumer: Consumer, *others: Consumer) -> KafkaError:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.2)
+                for other in others:
+                    other.poll(0)
+                if message is not None and message.error() is not None:
+                    return message.error()
+            raise AssertionError("no error within 60 s")
+
+        def member(group: str, session_timeout_ms: int) -> Consumer:
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": kafka.bootstrap_servers,
+                    "group.id": group,
+                    "session.timeout.ms": session_timeout_ms,
+                }
+            )
+            consumer.subscribe(["t"])
+            return consumer
+
+        too_long = member("a", 10_001)
+        try:
+            assert first_error(too_long).code() == KafkaError.INVALID_SESSION_TIMEOUT
+        finally:
+            too_long.close()
+
+        first = member("b", 10_000)
+        try:
+
+            def assigned() -> bool:
+                first.poll(0.2)
+                return bool(first.assignment())
+
+            assert wait_until(assigned, 60), "the first member got no partitions"
+            second = member("b", 10_000)
+            try:
+                assert first_error(second, first).code() == KafkaError.GROUP_MAX_SIZE_REACHED
+            finally:
+                second.close()
+            # confluent-kafka sends a metadata text with its terminating NUL byte: 15 characters are
+            # the 16 bytes allowed.
+            first.commit(offsets=[TopicPartition("t", 0, 1, metadata="x" * 15)], asynchronous=False)
+            with pytest.raises(KafkaException) as refused:
+                first.commit(offsets=[TopicPartition("t", 1, 1, metadata="x" * 16)], asynchronous=False)
+            assert refused.value.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE
+            committed = first.committed([TopicPartition("t", 0), TopicPartition("t", 1)], timeout=30)
+            assert [(tp.offset, tp.metadata) for tp in committed][0] == (1, "x" * 15)
+            assert committed[1].offset == OFFSET_INVALID, "the refused commit left nothing"
+        finally:
+            first.close()
