@@ -18,7 +18,6 @@ from sparkafka.broker.records import (
     CRC_OFFSET,
     HEADER_SIZE,
     INT64,
-    INT64_MAX,
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
     UINT32,
@@ -32,6 +31,7 @@ from sparkafka.broker.records import (
     decode_records,
     parse_header,
 )
+from sparkafka.broker.topic_configs import default_int
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,8 @@ class TimestampRules:
     """A topic's timestamp settings as LogValidator applies them to produced records."""
 
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime
-    before_max_ms: int = INT64_MAX  # message.timestamp.before.max.ms
-    after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms (Kafka 4's default: one hour)
+    before_max_ms: int = default_int("message.timestamp.before.max.ms")
+    after_max_ms: int = default_int("message.timestamp.after.max.ms")
 
 
 @dataclass(frozen=True)
