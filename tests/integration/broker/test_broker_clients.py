@@ -1090,7 +1090,7 @@ def test_group_settings_bound_what_members_may_ask_and_commit(kind: str, tmp_pat
                 first.commit(offsets=[TopicPartition("t", 1, 1, metadata="x" * 16)], asynchronous=False)
             assert refused.value.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE
             committed = first.committed([TopicPartition("t", 0), TopicPartition("t", 1)], timeout=30)
-            assert [(tp.offset, tp.metadata) for tp in committed][0] == (1, "x" * 15)
+            assert (committed[0].offset, committed[0].metadata) == (1, "x" * 15)
             assert committed[1].offset == OFFSET_INVALID, "the refused commit left nothing"
         finally:
             first.close()
