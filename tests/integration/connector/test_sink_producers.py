@@ -17,12 +17,9 @@ from confluent_kafka.admin import AdminClient
 
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.commit_log import ensure_marker_topic
+from sparkafka.connector.sink.id_state import task_producer
 from sparkafka.connector.sink.options import SinkOptions
-from sparkafka.connector.sink.producers import (
-    discard_producer,
-    learn_marker_partition_leaders,
-    transactional_producer,
-)
+from sparkafka.connector.sink.producers import discard_producer, learn_marker_partition_leaders
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
@@ -101,17 +98,17 @@ def test_a_producer_made_for_an_id_another_worker_had_knows_the_marker_leaders_b
         spark_run_id=str(uuid.uuid4()),
         properties={},
     )
-    first = transactional_producer(options, identity, transactional_id, other_prefixes=False)
-    assert first.state.registered_query == identity.query_id  # the first write registered the id
+    first, first_run = task_producer(options, identity, transactional_id, other_prefixes=False)
+    assert first_run.state.registered_query == identity.query_id  # the first write registered the id
     discard_producer(options, transactional_id)  # as if the next task ran in another worker
 
     statistics = Statistics()
     watched = _options(broker.bootstrap_servers, topic_name, **statistics.config())
     later = dataclasses.replace(identity, batch_id=1)
-    moved = transactional_producer(watched, later, transactional_id, other_prefixes=False)
+    moved, moved_run = task_producer(watched, later, transactional_id, other_prefixes=False)
     try:
         assert moved is not first
-        assert moved.state.registered_query == identity.query_id  # nothing written to register it
+        assert moved_run.state.registered_query == identity.query_id  # nothing written to register it
         report = statistics.latest(moved.producer)
         assert _leaders(report, topic_name) == {0: 1, 1: 1, 2: 1, 3: 1}
         assert f"{topic_name}-out" not in report["topics"]
@@ -143,14 +140,14 @@ def test_a_new_producer_finds_a_marker_topic_deleted_meanwhile_gone_and_does_not
     ensure_marker_topic(options)
     transactional_id = f"{topic_name}-prefix-0"
     identity = TaskIdentity(0, 1, str(uuid.uuid4()), 0, str(uuid.uuid4()), {})
-    transactional_producer(options, identity, transactional_id, other_prefixes=False)
+    task_producer(options, identity, transactional_id, other_prefixes=False)
     discard_producer(options, transactional_id)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.delete_topics([topic_name], operation_timeout=20)[topic_name].result(20)
 
     later = dataclasses.replace(identity, batch_id=1, spark_run_id=str(uuid.uuid4()))
     with pytest.raises(CommitMarkerError, match=f"the commit-marker topic '{topic_name}'"):
-        transactional_producer(options, later, transactional_id, other_prefixes=False)
+        task_producer(options, later, transactional_id, other_prefixes=False)
     time.sleep(1)  # what a look-up would have created is listed by now
     assert topic_name not in admin.list_topics(timeout=10).topics
 
@@ -177,3 +174,39 @@ def test_a_marker_topic_a_client_created_again_after_its_deletion_is_refused_nam
     assert f"'{topic_name}' has cleanup.policy=delete" in message
     assert "If the marker topic was deleted" in message
     assert "Restore the topic from a backup" in message
+
+
+def test_a_producers_reading_of_its_id_serves_one_run_and_goes_with_the_producer(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """Steps 2 and 3 of the protocol: a pooled producer's reading of what its id committed serves
+    the later batches of the run it was read in; a new run on the same producer reads again; a
+    producer discarded after a failure takes its reading with it, and the next task's new producer
+    reads again, whatever run it is in."""
+    options = _options(broker.bootstrap_servers, topic_name)
+    ensure_marker_topic(options)
+    transactional_id = f"{topic_name}-prefix-0"
+    identity = TaskIdentity(0, 1, str(uuid.uuid4()), 0, str(uuid.uuid4()), {})
+    try:
+        pooled, reading = task_producer(options, identity, transactional_id, other_prefixes=False)
+        assert (reading.query_id, reading.spark_run_id, reading.first_batch) == (
+            identity.query_id,
+            identity.spark_run_id,
+            0,
+        )
+        later = dataclasses.replace(identity, batch_id=1)
+        assert task_producer(options, later, transactional_id, other_prefixes=False) == (pooled, reading)
+
+        restarted = dataclasses.replace(identity, batch_id=2, spark_run_id=str(uuid.uuid4()))
+        same, read_again = task_producer(options, restarted, transactional_id, other_prefixes=False)
+        assert same is pooled and read_again is not reading
+        assert (read_again.spark_run_id, read_again.first_batch) == (restarted.spark_run_id, 2)
+
+        discard_producer(options, transactional_id)  # as step 6 does after a failed transaction
+        retried = dataclasses.replace(restarted, batch_id=3)
+        new, new_reading = task_producer(options, retried, transactional_id, other_prefixes=False)
+        assert new is not pooled and new_reading is not read_again
+        assert new_reading.first_batch == 3
+        assert new_reading.state.registered_query == identity.query_id
+    finally:
+        discard_producer(options, transactional_id)

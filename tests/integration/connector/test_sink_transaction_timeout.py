@@ -17,7 +17,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.sink.commit_log import _markers_held_back, ensure_marker_topic, read_marker_partition
 from sparkafka.connector.sink.options import MARKER_PARTITION, SinkOptions
-from sparkafka.connector.sink.producers import _init_transactions, _new_cached_producer
+from sparkafka.connector.sink.producers import init_transactions, new_cached_producer
 from sparkafka.errors import SparkafkaError
 from tests.integration.kafka_clients import (
     create_topic,
@@ -168,11 +168,11 @@ def test_an_initialisation_that_fails_for_a_cause_without_advice_names_the_id_an
         {"kafka.bootstrap.servers": broker.bootstrap_servers, "deliveryGuarantee": "exactly-once"}
     )
     transactional_id = f"{topic_name}-0"
-    cached = _new_cached_producer(options, transactional_id)
+    cached = new_cached_producer(options, transactional_id)
     try:
         cached.producer.init_transactions(30)
         with pytest.raises(SparkafkaError) as refused:
-            _init_transactions(options, cached, transactional_id, 0)
+            init_transactions(options, cached, transactional_id, 0)
         assert str(refused.value) == (
             f"init_transactions for transactional id '{transactional_id}' failed: "
             "Operation not valid in state Ready"

@@ -15,7 +15,7 @@ def producer_config(options: SinkOptions, transactional_id: str | None) -> dict[
     # murmur2 of the key (BuiltInPartitioner.partitionForKey); librdkafka's default hashes with CRC32,
     # which would put the same key on another partition than Spark or any Java producer does.
     config.setdefault("partitioner", "murmur2_random")
-    # Only failed deliveries call back into Python (see _new_cached_producer): one callback per
+    # Only failed deliveries call back into Python (see new_cached_producer): one callback per
     # successful record cost about a microsecond of the write task's time per row.
     config.setdefault("delivery.report.only.error", True)
     # An exactly-once task often needs a new producer (its transactional id moved to a worker whose

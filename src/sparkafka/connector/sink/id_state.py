@@ -1,16 +1,24 @@
-"""Step 3 of the exactly-once protocol (sink package docstring, :mod:`sparkafka.connector.sink`)
-for one transactional id: what the id committed, read from the commit log at its first write of a
-run, and the refusals and the registration that reading decides."""
+"""Steps 2 and 3 of the exactly-once protocol (sink package docstring,
+:mod:`sparkafka.connector.sink`) for one transactional id: the task's producer of the id, from the
+pool or initialised anew, and what the id committed, read from the commit log through that producer
+at the id's first write of a run, with the refusals and the registration that reading decides."""
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
 from sparkafka.connector.sink.batch_plan import BatchPlan, offsets_gap
-from sparkafka.connector.sink.claims import claim_missing, record_query_claim, require_prefix_claim
+from sparkafka.connector.sink.claims import (
+    claim_missing,
+    record_query_claim,
+    require_prefix_claim,
+    settle_prefix_owner,
+)
 from sparkafka.connector.sink.commit_log import (
     CommittedState,
     ProgressRecord,
@@ -22,12 +30,118 @@ from sparkafka.connector.sink.commit_log import (
 )
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
 from sparkafka.connector.sink.options import ADOPT_OPTION, PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
+from sparkafka.connector.sink.ownership import initialised_here_last
+from sparkafka.connector.sink.producers import (
+    PRODUCERS,
+    CachedProducer,
+    cache_key,
+    discard_producer,
+    init_transactions,
+    initialised_elsewhere,
+    learn_marker_partition_leaders,
+    new_cached_producer,
+)
 from sparkafka.connector.sink.replay import adopted_partial_batch, markers_lost
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
 from sparkafka.errors import ReplayRefused
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class IdRun:
+    """What a producer of a transactional id read of the id's commits at the id's first write of a
+    query run (step 3), and the id's own commits since.
+
+    Invariant: it belongs to the producer that read it, whose epoch fenced every earlier writer of
+    the id: it is kept beside that producer only (:data:`_READ_THROUGH`, keyed weakly by it), so a
+    producer discarded after a failure takes its reading with it, and a new one reads again."""
+
+    query_id: str | None
+    spark_run_id: str | None
+    # The micro-batch of that first write: every task of it, retries included, reports itself to the
+    # driver as the first batch of the run (SinkCommitMessage.run_first_batch).
+    first_batch: int | None
+    state: CommittedState
+
+
+# Each pooled producer's reading of its id, gone with the producer.
+_READ_THROUGH: weakref.WeakKeyDictionary[CachedProducer, IdRun] = weakref.WeakKeyDictionary()
+
+
+def task_producer(
+    options: SinkOptions,
+    identity: TaskIdentity,
+    transactional_id: str,
+    *,
+    other_prefixes: bool,
+    plan: BatchPlan | None = None,
+    snapshot: MarkerSnapshot | None = None,
+) -> tuple[CachedProducer, IdRun]:
+    """The producer of ``transactional_id`` for this task, with what the id committed: steps 2 and 3
+    of the protocol (sink package docstring).
+
+    Steps of this function:
+    (a) A pooled producer this worker initialised last is reused (step 2). Within one query run its
+        reading is up to date; at the id's first write of a run — a restart, possibly in the same
+        application, where the first batch may be a replay — what the id committed is read again
+        (step 3).
+    (b) Otherwise the prefix's owner is settled, and a new producer initialises the id, which aborts
+        and fences whatever an earlier attempt left open (step 2).
+    (c) The new producer reads what the id committed and registers the id (step 3,
+        :func:`read_committed_state`). ``other_prefixes``: read this query's markers under other
+        prefixes too (streaming writes); ``plan``, the batch's entry of the checkpoint when the
+        writer read it, counts what ways on cost and where an adopting query starts; ``snapshot``,
+        what the driver read of the commit log, spares reading what it holds
+        (:mod:`.marker_snapshot`)."""
+
+    def read(cached: CachedProducer) -> IdRun:
+        # Step 3: what the id committed, read at its first write of a run.
+        state = read_committed_state(
+            options,
+            cached.producer,
+            transactional_id,
+            identity,
+            other_prefixes=other_prefixes,
+            plan=plan,
+            snapshot=snapshot,
+        )
+        run = IdRun(identity.query_id, identity.spark_run_id, identity.batch_id, state)
+        _READ_THROUGH[cached] = run
+        return run
+
+    # Step 2: the producer.
+    key = cache_key(options, transactional_id)
+    # Producers of other ids that moved to another worker are closed now rather than when idle for
+    # PRODUCER_IDLE_TIMEOUT_S: a session that ran many queries kept hundreds of connections so.
+    PRODUCERS.discard_where(lambda other: other != key and initialised_elsewhere(other))
+    cached = PRODUCERS.get(key)
+    if cached is not None and initialised_here_last(transactional_id):
+        run = _READ_THROUGH.get(cached)
+        if (
+            run is not None
+            and identity.spark_run_id is not None
+            and run.spark_run_id == identity.spark_run_id
+            and run.query_id == identity.query_id
+        ):
+            return cached, run
+        run = read(cached)  # Step 3: a new run on a reused producer.
+        # Its marker topic may be new to it (carried over to another topic between the runs).
+        learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
+        return cached, run
+    if cached is not None:
+        # Another Python worker of this machine initialised the id since: this producer is fenced.
+        discard_producer(options, transactional_id)
+    # Step 2 for a new producer: the prefix's owner settled, then the id initialised.
+    settle_prefix_owner(options, identity, transactional_id, plan, snapshot)
+    cached = new_cached_producer(options, transactional_id)
+    init_transactions(options, cached, transactional_id, identity.partition)
+    run = read(cached)  # Step 3
+    # After step 3's read, which fails on a marker topic deleted meanwhile: see the function.
+    learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
+    PRODUCERS.put(key, cached)
+    return cached, run
 
 
 def read_committed_state(

@@ -1,9 +1,9 @@
-"""Producers cached per Python worker, one per transactional id, and what each id committed.
+"""Producers kept per Python worker, one per transactional id: a plain pool.
 
-Spark runs a task in any idle Python worker, so an id moves between workers; the cache keeps a
-producer only while this worker initialised its id last (:mod:`.ownership`, see
-:func:`transactional_producer`). What an id committed is read by :mod:`.id_state`; ending what an
-id left open is :mod:`.fencing`."""
+Spark runs a task in any idle Python worker, so an id moves between workers; the pool keeps a
+producer only while this worker initialised its id last (:mod:`.ownership`). Which producer a
+task gets and what its id committed (steps 2 and 3 of the protocol) is :mod:`.id_state`'s;
+ending what an id left open is :mod:`.fencing`."""
 
 from __future__ import annotations
 
@@ -19,20 +19,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparkafka.connector import kafka_errors
 from sparkafka.connector.kafka_errors import error_code, error_reason
-from sparkafka.connector.sink.batch_plan import BatchPlan
-from sparkafka.connector.sink.claims import settle_prefix_owner
 from sparkafka.connector.sink.client_config import producer_config
-from sparkafka.connector.sink.commit_log import CommittedState
 from sparkafka.connector.sink.failures import (
     authorization_error,
     sink_unreachable_error,
     transaction_timeout_error,
 )
-from sparkafka.connector.sink.id_state import read_committed_state
-from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.sink.ownership import initialised_here_last, record_initialised_here
-from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of
 from sparkafka.errors import SparkafkaError
 
@@ -41,7 +35,7 @@ log = logging.getLogger(__name__)
 # -- producers cached per Python worker --------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # one per client: compared and hashed by identity
 class CachedProducer:
     producer: Producer
     transactional_id: str | None
@@ -49,14 +43,6 @@ class CachedProducer:
     # The client's latest error events: why it cannot reach the cluster (a refused login, a refused
     # connection), which a timed-out call does not say. Bounded: a producer may live for days.
     client_errors: deque[KafkaError] = field(default_factory=lambda: deque(maxlen=_CLIENT_ERRORS_KEPT))
-    # The query run whose first write of this id read the commit log (see transactional_producer).
-    query_id: str | None = None
-    spark_run_id: str | None = None
-    # The micro-batch of that first write: every task of it, retries included, reports itself to the
-    # driver as the first batch of the run (SinkCommitMessage.run_first_batch).
-    run_first_batch: int | None = None
-    # What the commit log said at that first write, and the id's own commits since.
-    state: CommittedState = field(default_factory=CommittedState)
 
 
 _CLIENT_ERRORS_KEPT = 16
@@ -74,7 +60,7 @@ class ProducerCache:
 
     Invariants: a Python worker runs one task at a time, so the producer of an id is used by one task
     at once; a cached producer is only reused while this worker initialised its id last
-    (:func:`transactional_producer` checks); a producer that failed is discarded, never reused."""
+    (:func:`.id_state.task_producer` checks); a producer that failed is discarded, never reused."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._entries: dict[CacheKey, tuple[CachedProducer, float]] = {}
@@ -135,11 +121,11 @@ def _close(cached: CachedProducer) -> None:
 PRODUCERS = ProducerCache()
 
 
-def _cache_key(options: SinkOptions, transactional_id: str | None) -> CacheKey:
+def cache_key(options: SinkOptions, transactional_id: str | None) -> CacheKey:
     return (options.bootstrap_servers, transactional_id, options.delivery_guarantee)
 
 
-def _new_cached_producer(options: SinkOptions, transactional_id: str | None) -> CachedProducer:
+def new_cached_producer(options: SinkOptions, transactional_id: str | None) -> CachedProducer:
     """A producer whose failed deliveries land in its ``delivery_errors`` (producer-wide callback,
     so the per-row produce call carries no callback of its own)."""
     errors: list[KafkaError] = []
@@ -169,76 +155,7 @@ def initialised_elsewhere(key: CacheKey) -> bool:
 
 
 def discard_producer(options: SinkOptions, transactional_id: str | None) -> None:
-    PRODUCERS.discard(_cache_key(options, transactional_id))
-
-
-def transactional_producer(
-    options: SinkOptions,
-    identity: TaskIdentity,
-    transactional_id: str,
-    *,
-    other_prefixes: bool,
-    plan: BatchPlan | None = None,
-    snapshot: MarkerSnapshot | None = None,
-) -> CachedProducer:
-    """The producer of ``transactional_id`` for this task, with what the id committed: steps 2 and 3
-    of the protocol (sink package docstring).
-
-    Steps of this function:
-    (a) A cached producer this worker initialised last is reused (step 2). Within one query run it
-        is up to date; at the id's first write of a run — a restart, possibly in the same
-        application, where the first batch may be a replay — what the id committed is read again
-        (step 3).
-    (b) Otherwise the prefix's owner is settled, and a new producer initialises the id, which aborts
-        and fences whatever an earlier attempt left open (step 2).
-    (c) The new producer reads what the id committed and registers the id (step 3,
-        :func:`~.id_state.read_committed_state`). ``other_prefixes``: read this query's markers
-        under other prefixes too (streaming writes); ``plan``, the batch's entry of the checkpoint
-        when the writer read it, counts what ways on cost and where an adopting query starts;
-        ``snapshot``, what the driver read of the commit log, spares reading what it holds
-        (:mod:`.marker_snapshot`)."""
-
-    def state(cached: CachedProducer) -> None:
-        # Step 3: what the id committed, read at its first write of a run.
-        cached.state = read_committed_state(
-            options,
-            cached.producer,
-            transactional_id,
-            identity,
-            other_prefixes=other_prefixes,
-            plan=plan,
-            snapshot=snapshot,
-        )
-        cached.query_id = identity.query_id
-        cached.spark_run_id = identity.spark_run_id
-        cached.run_first_batch = identity.batch_id
-
-    # Step 2: the producer.
-    key = _cache_key(options, transactional_id)
-    # Producers of other ids that moved to another worker are closed now rather than when idle for
-    # PRODUCER_IDLE_TIMEOUT_S: a session that ran many queries kept hundreds of connections so.
-    PRODUCERS.discard_where(lambda other: other != key and initialised_elsewhere(other))
-    cached = PRODUCERS.get(key)
-    if cached is not None and initialised_here_last(transactional_id):
-        same_run = identity.spark_run_id is not None and cached.spark_run_id == identity.spark_run_id
-        if same_run and cached.query_id == identity.query_id:
-            return cached
-        state(cached)  # Step 3: a new run on a reused producer.
-        # Its marker topic may be new to it (carried over to another topic between the runs).
-        learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
-        return cached
-    if cached is not None:
-        # Another Python worker of this machine initialised the id since: this producer is fenced.
-        discard_producer(options, transactional_id)
-    # Step 2 for a new producer: the prefix's owner settled, then the id initialised.
-    settle_prefix_owner(options, identity, transactional_id, plan, snapshot)
-    cached = _new_cached_producer(options, transactional_id)
-    _init_transactions(options, cached, transactional_id, identity.partition)
-    state(cached)  # Step 3
-    # After step 3's read, which fails on a marker topic deleted meanwhile: see the function.
-    learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
-    PRODUCERS.put(key, cached)
-    return cached
+    PRODUCERS.discard(cache_key(options, transactional_id))
 
 
 # Bounded apart from operationTimeoutMs: the look-up only saves about 100 ms, and the produce that
@@ -274,10 +191,10 @@ def learn_marker_partition_leaders(producer: Producer, marker_topic: str, timeou
         log.debug("looking up the leaders of %s failed: %s", marker_topic, error_reason(error))
 
 
-def _init_transactions(
+def init_transactions(
     options: SinkOptions, cached: CachedProducer, transactional_id: str, partition: int
 ) -> None:
-    """Step 2 of the protocol (sink package docstring), part (b) of :func:`transactional_producer`:
+    """Step 2 of the protocol (sink package docstring), part (b) of :func:`.id_state.task_producer`:
     initialise the id (the broker aborts and fences what an earlier attempt left open), or fail
     naming the cause and its fix."""
     producer = cached.producer
@@ -306,4 +223,4 @@ def _init_transactions(
 
 
 def plain_producer(options: SinkOptions) -> CachedProducer:
-    return PRODUCERS.get_or_create(_cache_key(options, None), lambda: _new_cached_producer(options, None))
+    return PRODUCERS.get_or_create(cache_key(options, None), lambda: new_cached_producer(options, None))

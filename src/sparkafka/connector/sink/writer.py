@@ -38,6 +38,7 @@ from sparkafka.connector.sink.failures import (
     transaction_timeout_error,
 )
 from sparkafka.connector.sink.fencing import fence_query_transactions, fence_transactional_id
+from sparkafka.connector.sink.id_state import IdRun, task_producer
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
 from sparkafka.connector.sink.options import (
     ACCEPT_RESHAPED_OPTION,
@@ -50,7 +51,6 @@ from sparkafka.connector.sink.producers import (
     CachedProducer,
     discard_producer,
     plain_producer,
-    transactional_producer,
 )
 from sparkafka.connector.sink.replay import (
     Action,
@@ -158,6 +158,8 @@ class _PreparedTask:
 
     view: TaskView
     cached: CachedProducer
+    # What the id committed, as read through ``cached``.
+    run: IdRun
     width: TaskWidth
     prefix: str
     # The prefix's refusal record, where it names this task's batch.
@@ -205,7 +207,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         * step 0, the refusals that need no marker and the width asked in the background, and
           steps 1-3, the producer of ``{prefix}-{p}`` and what its id committed
-          (:func:`~.producers.transactional_producer`): :meth:`_prepare`;
+          (:func:`~.id_state.task_producer`): :meth:`_prepare`;
         * step 4, write, skip or refuse (:func:`~.replay.decide`, parts 4a-4k), and the recording
           of a refusal: :meth:`_decide`;
         * step 5, rows and marker in one transaction, and step 6, a failed transaction aborted and
@@ -225,7 +227,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         task = self._prepare(identity)  # Steps 0-3
         task_input = _TaskInput(batches)
         if self._decide(task, task_input) is Action.SKIP:  # Step 4
-            marker = task.cached.state.marker
+            marker = task.run.state.marker
             assert marker is not None
             log.info(
                 "batch %d of %s is a replay: %s already committed it (marker batch %d); writing nothing",
@@ -269,7 +271,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         own_id = transactional_id(prefix, identity.partition)
         plan = self.plan if self.plan is not None and self.plan.batch_id == batch_id else None
         # Steps 2 and 3: the producer, and what its id committed.
-        cached = transactional_producer(
+        cached, run = task_producer(
             self.options,
             identity,
             own_id,
@@ -282,24 +284,24 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             partition=identity.partition,
             transactional_id=own_id,
             # Every task of the run's first batch of this id, a retry reusing the producer included.
-            run_first_batch=cached.run_first_batch == batch_id,
+            run_first_batch=run.first_batch == batch_id,
             transactional_id_prefix=prefix,
             query_id=query_id,
             batch_id=batch_id,
             run_id=self.run_id,
         )
-        last_refusal = cached.state.refusal
+        last_refusal = run.state.refusal
         refusal_of_batch = (
             last_refusal if last_refusal is not None and last_refusal.names(query_id, batch_id) else None
         )
-        view = self._task_view(identity, own_id, cached, width, plan, refusal_of_batch)
-        return _PreparedTask(view, cached, width, prefix, refusal_of_batch, written)
+        view = self._task_view(identity, own_id, run, width, plan, refusal_of_batch)
+        return _PreparedTask(view, cached, run, width, prefix, refusal_of_batch, written)
 
     def _task_view(
         self,
         identity: TaskIdentity,
         own_id: str,
-        cached: CachedProducer,
+        run: IdRun,
         width: TaskWidth,
         plan: BatchPlan | None,
         refusal_of_batch: RefusalRecord | None,
@@ -314,18 +316,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             transactional_id=own_id,
             topic=self.options.topic or "",
             batch_write=self.batch_write,
-            own_marker=cached.state.marker,
-            registered_query=cached.state.registered_query,
-            other_prefix_markers=cached.state.other_prefix_markers,
-            sibling_markers=cached.state.sibling_markers,
+            own_marker=run.state.marker,
+            registered_query=run.state.registered_query,
+            other_prefix_markers=run.state.other_prefix_markers,
+            sibling_markers=run.state.sibling_markers,
             accepted_reshaped_batch=self.options.accepted_reshaped_batch,
-            run_first_batch=cached.run_first_batch,
+            run_first_batch=run.first_batch,
             write_partitions=width.decisive,
             plan=None if plan is None else plan.digest,
             run_id=self.run_id,
-            progress=cached.state.progress,
-            history_found=cached.state.history_found,
-            claim_missing=cached.state.claim_missing,
+            progress=run.state.progress,
+            history_found=run.state.history_found,
+            claim_missing=run.state.claim_missing,
             marker_topic=self.options.marker_topic,
             exactly_once_from=self.options.exactly_once_from,
             batch_input_records=None if plan is None else plan.input_records,
@@ -367,7 +369,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             run_id=self.run_id,
             accepted_run=view.refused_run if accepted else None,
         )
-        marker = self._write_transaction(task.cached, draft, task.width.known, first, rest)
+        marker = self._write_transaction(task, draft, first, rest)
         return task.written(
             records=marker.records, write_partitions=marker.write_partitions, rewritten_records=rewritten
         )
@@ -436,15 +438,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def _write_transaction(
         self,
-        cached: CachedProducer,
+        task: _PreparedTask,
         draft: CommitMarker,
-        width: Callable[[], int | None],
         first: pa.RecordBatch,
         rest: Iterator[pa.RecordBatch],
     ) -> CommitMarker:
         """Step 5 of the protocol (sink package docstring): the rows, then ``draft`` completed with the
         row count, the time and the number of write partitions, in one transaction; step 6 where it
-        fails. Returns the committed marker."""
+        fails. Returns the committed marker, which the task's reading of its id now holds."""
+        cached, run = task.cached, task.run
         producer = cached.producer
         transactional_id, partition, batch_id = draft.transactional_id, draft.partition, draft.batch_id
         cached.delivery_errors.clear()
@@ -454,7 +456,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self.options.faults.pause("beforeProduce", partition=partition, batch_id=batch_id)
             # Step 5. The width is known by now nearly always (asked at step 0); a slow answer must
             # not keep the transaction open, holding back read_committed consumers of the output.
-            write_partitions = width()
+            write_partitions = task.width.known()
             producer.begin_transaction()
             began_at = time.monotonic()
             for batch in _chain(first, rest):
@@ -472,7 +474,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 self.options.marker_topic,
                 key=transactional_id,
                 value=marker.encode(),
-                partition=cached.state.layout.partition_of_key(transactional_id),
+                partition=run.state.layout.partition_of_key(transactional_id),
             )
             # librdkafka fails the commit with an abortable error when any record of the transaction
             # failed delivery (a record too large, an ACL, a topic gone): a commit that returns has
@@ -488,7 +490,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             self._abort_after_failure(cached, transactional_id, error)
             prefix = prefix_of(transactional_id, draft.partition)
             raise self._failure(error, cached.delivery_errors, transactional_id, open_ms, prefix) from None
-        cached.state.marker = marker
+        run.state.marker = marker
         return marker
 
     def _produce_batch(self, producer: Producer, batch: pa.RecordBatch) -> int:
