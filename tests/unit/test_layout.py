@@ -206,6 +206,7 @@ FORBIDDEN_REACH = {
     "pyspark_sparkafka": ("sparkafka.broker", "sparkafka.tools", "sparkafka.cli"),
     # The executors' read of an offset range plans nothing: the driver's planning stays there.
     "sparkafka.connector.source.reader": (
+        "sparkafka.connector.source.ranges",
         "sparkafka.connector.source.resolver",
         "sparkafka.connector.source.planning",
         "sparkafka.connector.source.stream",

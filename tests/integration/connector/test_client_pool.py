@@ -11,8 +11,8 @@ from confluent_kafka import TopicPartition
 from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector import client_pool
 from sparkafka.connector.client_pool import ConsumerPool
+from sparkafka.connector.source.offset_range import OffsetRange
 from sparkafka.connector.source.options import SourceOptions
-from sparkafka.connector.source.ranges import OffsetRange
 from sparkafka.connector.source.reader import read_offset_range
 from tests.integration.kafka_clients import create_topic, producer
 

@@ -20,8 +20,8 @@ from sparkafka.broker.runner import BrokerProcess
 from sparkafka.connector.kafka_admin import KafkaAdmin
 from sparkafka.connector.sink.commit_log import read_marker_partition
 from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.connector.source.offset_range import OffsetRange
 from sparkafka.connector.source.options import SourceOptions
-from sparkafka.connector.source.ranges import OffsetRange
 from sparkafka.connector.source.reader import read_offset_range
 from sparkafka.errors import KafkaUnavailableError, SparkafkaError
 from tests.integration.kafka_clients import create_topic, producer

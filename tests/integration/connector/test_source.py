@@ -19,9 +19,9 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from sparkafka.connector.source.batch import KafkaBatchReader
+from sparkafka.connector.source.offset_range import OffsetRange
 from sparkafka.connector.source.offsets import decode_offsets
 from sparkafka.connector.source.options import SourceOptions
-from sparkafka.connector.source.ranges import OffsetRange
 from sparkafka.connector.source.resolver import OffsetResolver
 from sparkafka.connector.source.schema import kafka_schema
 from sparkafka.connector.source.stream import KafkaStreamReader

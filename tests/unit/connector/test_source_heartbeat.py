@@ -20,6 +20,7 @@ from sparkafka.connector.source.heartbeat import (
     heartbeat_partition,
     next_heartbeat_ms,
 )
+from sparkafka.connector.source.offset_range import OffsetRange
 from sparkafka.connector.source.offsets import (
     HEARTBEAT_OFFSET_KEY,
     SPLIT_KEY,
@@ -31,7 +32,7 @@ from sparkafka.connector.source.offsets import (
     with_split,
 )
 from sparkafka.connector.source.options import SourceOptions
-from sparkafka.connector.source.ranges import OffsetRange, split_offset_ranges
+from sparkafka.connector.source.ranges import split_offset_ranges
 from sparkafka.connector.source.schema import kafka_arrow_schema
 from sparkafka.connector.source.stream import KafkaStreamReader
 from sparkafka.errors import CheckpointVersionError, SparkafkaError, SparkafkaOptionError

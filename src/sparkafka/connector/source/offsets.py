@@ -10,7 +10,6 @@ from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
     TopicPartitionKey,
 )
-from sparkafka.connector.source.ranges import LEGACY_CALCULATOR, SPARK_CALCULATOR
 from sparkafka.errors import CheckpointFormatError
 
 # The idle heartbeat's entry in a source offset: {HEARTBEAT_OFFSET_KEY: {HEARTBEAT_SLOT: time in ms}}.
@@ -30,9 +29,18 @@ FIRST_BATCH_START_PREFIX = "sparkafka:firstBatchStart:"
 # Starting offsets an open transaction still holds back when a micro-batch runs for other partitions:
 # {HELD_START_PREFIX + topic: {partition: offset}} in its end offset.
 HELD_START_PREFIX = "sparkafka:heldStart:"
+# How ranges are split to reach minPartitions. A micro-batch records the calculator it was planned
+# with (Split, below), so a replay splits it as the first run did whatever version replays it.
+# 1: sparkafka's first calculator, Spark's rounding followed by halving the largest range until there
+#    are minPartitions ranges (used for batches checkpointed without a recorded calculator);
+# 2: Spark's KafkaOffsetRangeCalculator exactly: rounding alone, so the count is only approximately
+#    minPartitions (15 offsets in 3 partitions with minPartitions 7 give 6 ranges).
+LEGACY_CALCULATOR = 1
+SPARK_CALCULATOR = 2
+
 # How a micro-batch's offset ranges are split into input partitions, recorded in its end offset so
 # that a replay splits them as the first run did: {SPLIT_KEY: {"calculator": n, "minPartitions": n,
-# "maxRecordsPerPartition": n}}, 0 where the option is not set (ranges.SPARK_CALCULATOR et al.).
+# "maxRecordsPerPartition": n}}, 0 where the option is not set (SPARK_CALCULATOR et al.).
 SPLIT_KEY = "sparkafka:split"
 # The leader epoch (KIP-320) each partition's leader had when the end offset was planned:
 # {LEADER_EPOCH_PREFIX + topic: {partition: epoch}}. The next micro-batch asks the leader where that

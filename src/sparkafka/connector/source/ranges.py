@@ -1,34 +1,18 @@
-"""Offset ranges: what a micro-batch reads per partition, split into Spark input partitions, and
-the read limits that bound it."""
+"""Planning offset ranges (the driver's): what a micro-batch reads per partition, split into Spark
+input partitions (:class:`~.offset_range.OffsetRange`), and the read limits that bound it."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-
-from pyspark.sql.datasource import InputPartition
 
 from sparkafka.connector.kafka_admin import (
     PartitionOffsets,
     TopicPartitionKey,
 )
+from sparkafka.connector.source.offset_range import OffsetRange
+from sparkafka.connector.source.offsets import LEGACY_CALCULATOR, SPARK_CALCULATOR
 from sparkafka.errors import CheckpointVersionError
-
-
-@dataclass(frozen=True)
-class OffsetRange(InputPartition):
-    """One Spark input partition: records of ``topic``/``partition`` with ``start <= offset < end``."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        """Offsets in the range; the number of records may be lower (control records, aborted data)."""
-        return self.end - self.start
 
 
 def offset_ranges(
@@ -44,16 +28,6 @@ def offset_ranges(
         for (topic, partition), until in sorted(end.items())
         if (topic, partition) in start and until > start[(topic, partition)]
     ]
-
-
-# How ranges are split to reach minPartitions. A micro-batch records the calculator it was planned
-# with (offsets.Split), so a replay splits it as the first run did whatever version replays it.
-# 1: sparkafka's first calculator, Spark's rounding followed by halving the largest range until there
-#    are minPartitions ranges (used for batches checkpointed without a recorded calculator);
-# 2: Spark's KafkaOffsetRangeCalculator exactly: rounding alone, so the count is only approximately
-#    minPartitions (15 offsets in 3 partitions with minPartitions 7 give 6 ranges).
-LEGACY_CALCULATOR = 1
-SPARK_CALCULATOR = 2
 
 
 def split_offset_ranges(

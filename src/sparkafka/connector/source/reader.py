@@ -16,8 +16,8 @@ from sparkafka.connector.client_pool import CONSUMERS
 from sparkafka.connector.kafka_admin import partition_watermarks
 from sparkafka.connector.kafka_errors import error_reason
 from sparkafka.connector.source.data_loss import report_data_loss
+from sparkafka.connector.source.offset_range import OffsetRange
 from sparkafka.connector.source.options import ARROW_BATCH_ROWS, SourceOptions
-from sparkafka.connector.source.ranges import OffsetRange
 from sparkafka.connector.source.schema import kafka_arrow_schema
 from sparkafka.connector.worker_heap import freeze_long_lived_objects
 from sparkafka.errors import (
