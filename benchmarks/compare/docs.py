@@ -9,7 +9,7 @@ from pathlib import Path
 from benchmarks.common import update_docs
 from benchmarks.compare import plots
 from benchmarks.compare.measure import max_offsets_per_trigger
-from benchmarks.compare.report import Row, table, targets, variant_lines
+from benchmarks.compare.report import Row, memory_lines, table, targets, variant_lines
 
 # Spark's update mode writes each changed key once per micro-batch; the others write an update per
 # input record, so their output holds as many records as the input.
@@ -160,6 +160,17 @@ def render_section(
         else:
             lines += table(workload_rows, with_latency=with_latency)
         lines += ["", f"![{workload} throughput]({link(chart)})"]
+        if workload == "map" and (memory := memory_lines(workload_rows)):
+            lines += [
+                "",
+                "### Where the memory goes (map)",
+                "",
+                "Each process of the tree at the sample of its highest RSS, per kind (a fork has its "
+                "parent's command line; a child of sparkafka's zygote is named after the launcher Spark "
+                "started it for). RSS counts a page shared by several processes once per process; PSS "
+                "shares it out.",
+                *memory,
+            ]
     map_rows = [row for row in all_rows if row.config.workload == "map"]
     cdf = plot_dir / f"{context.name}-latency-cdf.png"
     limit_ms = context.commit_interval_ms + 2000

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 from benchmarks.common import PARTITIONS
@@ -81,6 +82,8 @@ class RunResult:
     cpu_s_per_million: float | None = None  # process tree, first output -> complete, per 1 M inputs
     peak_rss_mib: float | None = None  # process tree, whole run
     peak_pss_mib: float | None = None  # process tree, whole run, shared pages counted once
+    # The tree at its peak RSS, per kind of process: {"process", "count", "rss_mib", "pss_mib"}.
+    peak_memory_by_process: list[dict[str, Any]] | None = None
     broker_cpu_s: float | None = None  # broker process, runner start -> complete
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
@@ -309,6 +312,7 @@ def measure(
             result.peak_rss_mib = runner.sampler.peak_rss_bytes / 2**20
             if (pss := runner.sampler.peak_pss_bytes) is not None:
                 result.peak_pss_mib = pss / 2**20
+            result.peak_memory_by_process = runner.sampler.peak_by_label()
     if watcher.error is not None:
         result.problems.append(f"the output watcher failed: {watcher.error!r}")
     result.problems.extend(watcher.problems())

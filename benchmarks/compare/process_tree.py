@@ -6,18 +6,32 @@ samples still counts with what it had used at the previous sample (a child livin
 interval is missed). Memory: the sum of RSS over the tree at each sample, maximum over the samples;
 and the same for PSS (proportional set size), which counts a page shared by several processes of the
 tree (forked Python workers, mapped jars and class archives) once in all instead of once per process:
-the tree's fair share of the machine's memory, where RSS overcounts a tree of forks.
+the tree's fair share of the machine's memory, where RSS overcounts a tree of forks. At the sample of
+the highest RSS, each process's RSS and PSS are kept under a label of its role
+(:func:`process_label`): where the memory goes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
 SAMPLE_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One process of the tree at the peak sample."""
+
+    label: str
+    rss_bytes: int
+    pss_bytes: int | None
 
 
 class ProcessTreeSampler:
@@ -39,6 +53,8 @@ class ProcessTreeSampler:
         self._cpu_by_process: dict[tuple[int, float], float] = {}
         self._processes: dict[tuple[int, float], psutil.Process] = {}
         self._names: dict[tuple[int, float], str] = {}
+        # Every process of the tree at the sample whose RSS sum was the highest.
+        self.peak_processes: list[ProcessMemory] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="process-tree-sampler", daemon=True)
@@ -62,23 +78,59 @@ class ProcessTreeSampler:
     def sample(self) -> None:
         rss = 0
         pss: int | None = 0
+        processes: list[tuple[psutil.Process, int, int | None]] = []
         with self._lock:
-            for process in self._tree():
+            tree = self._tree()
+            for process in tree:
                 with contextlib.suppress(psutil.Error):
                     with process.oneshot():
                         identity = (process.pid, process.create_time())
                         times = process.cpu_times()
                         name = process.name()
-                        rss += process.memory_info().rss
+                        process_rss = process.memory_info().rss
                     self._cpu_by_process[identity] = times.user + times.system
                     self._processes[identity] = process
                     self._names[identity] = name
-                    pss = _add_pss(pss, process)
+                    rss += process_rss
+                    process_pss = _add_pss(0, process)
+                    pss = None if pss is None or process_pss is None else pss + process_pss
+                    processes.append((process, process_rss, process_pss))
+            if rss > self.peak_rss_bytes:
+                # Labelled now, not when first seen: a process may exec another program since (Spark's
+                # launch script becomes the JVM).
+                self.peak_processes = [
+                    ProcessMemory(process_label(process, tree), process_rss, process_pss)
+                    for process, process_rss, process_pss in processes
+                ]
             self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
             if pss is None or self.peak_pss_bytes is None:
                 self.peak_pss_bytes = None
             else:
                 self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
+
+    def peak_by_label(self) -> list[dict[str, Any]]:
+        """The peak sample's processes summed per label, largest PSS (else RSS) first: what a results
+        file keeps of where the memory goes."""
+        with self._lock:
+            groups: dict[str, list[ProcessMemory]] = {}
+            for process in self.peak_processes:
+                groups.setdefault(process.label, []).append(process)
+        summary = []
+        for label, members in groups.items():
+            rss_mib = sum(m.rss_bytes for m in members) / 2**20
+            known = [m.pss_bytes for m in members if m.pss_bytes is not None]
+            pss_mib = sum(known) / 2**20 if len(known) == len(members) else None
+            size = pss_mib if pss_mib is not None else rss_mib
+            summary.append((size, label, len(members), rss_mib, pss_mib))
+        return [
+            {
+                "process": label,
+                "count": count,
+                "rss_mib": round(rss_mib, 1),
+                "pss_mib": None if pss_mib is None else round(pss_mib, 1),
+            }
+            for _, label, count, rss_mib, pss_mib in sorted(summary, key=lambda g: (-g[0], g[1]))
+        ]
 
     def cpu_seconds(self) -> float:
         """CPU seconds of the tree as of the last sample (call :meth:`sample` first for "now")."""
@@ -119,3 +171,79 @@ def _add_pss(total: int | None, process: psutil.Process) -> int | None:
         return total
     except (psutil.AccessDenied, AttributeError):
         return None
+
+
+def process_label(process: psutil.Process, tree: Sequence[psutil.Process]) -> str:
+    """What ``process`` is, from its command line: ``JVM <main class>``, ``python <module> [<its
+    first module argument>]``; a fork of another process of the tree (the same command line as
+    its parent) is ``fork of <the parent's label>``, but a child of sparkafka's zygote is labelled
+    by the launcher it runs for (the process whose standard input it was handed)."""
+    try:
+        command = process.cmdline()
+        parent = process.parent()
+        parent_command = parent.cmdline() if parent is not None else []
+    except psutil.Error:
+        return "(gone)"
+    if command and command == parent_command and parent is not None:
+        if _is_zygote(command) and not _is_zygote(_parent_command(parent)):
+            launcher = _launcher_of(process, tree)
+            if launcher is not None:
+                return f"{describe_command(launcher)} (zygote fork)"
+        return f"fork of {process_label(parent, tree)}"
+    return describe_command(command) if command else process.name()
+
+
+def _parent_command(process: psutil.Process) -> list[str]:
+    try:
+        parent = process.parent()
+        return parent.cmdline() if parent is not None else []
+    except psutil.Error:
+        return []
+
+
+def _is_zygote(command: Sequence[str]) -> bool:
+    return "sparkafka.runtime.runner_zygote" in command
+
+
+def _launcher_of(process: psutil.Process, tree: Sequence[psutil.Process]) -> list[str] | None:
+    """The command line of the launcher a zygote child runs for: the one other process of the tree
+    whose standard input is the same pipe (the launcher hands the zygote its streams)."""
+    stdin = _stdin(process.pid)
+    if stdin is None:
+        return None
+    for other in tree:
+        with contextlib.suppress(psutil.Error):
+            if other.pid != process.pid and _stdin(other.pid) == stdin and not _is_zygote(other.cmdline()):
+                return other.cmdline()
+    return None
+
+
+def _stdin(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return None
+
+
+def describe_command(command: Sequence[str]) -> str:
+    program = os.path.basename(command[0])
+    arguments = list(command[1:])
+    if program == "java":
+        skip_next = False
+        for argument in arguments:
+            if skip_next:
+                skip_next = False
+            elif argument in ("-cp", "-classpath", "--class-path", "-jar"):
+                skip_next = argument != "-jar"
+            elif not argument.startswith("-"):
+                return f"JVM {argument.rsplit('.', 1)[-1]}"
+        return "JVM"
+    if program.startswith("python"):
+        if "-m" in arguments:
+            at = arguments.index("-m")
+            module = arguments[at + 1] if at + 1 < len(arguments) else "?"
+            rest = [a for a in arguments[at + 2 : at + 3] if not a.startswith(("-", "/"))]
+            return f"python -m {module}" + (f" [{rest[0].rsplit('.', 1)[-1]}]" if rest else "")
+        scripts = [a for a in arguments if not a.startswith("-")]
+        return f"python {os.path.basename(scripts[0])}" if scripts else "python"
+    return program

@@ -284,3 +284,34 @@ def targets(all_rows: list[Row], commit_interval_ms: int, rate: float) -> list[s
             rate_note = f"; the producer achieved only {achieved.median:,.0f} records/s"
         lines.append(f"{what}: {verdict} (median p99 {p99.median:,.0f} ms{rate_note})")
     return lines
+
+
+# The systems of the peak-RSS target, whose memory is shown process by process.
+MEMORY_SYSTEMS = ("sparkafka", "spark-kafka")
+
+
+def memory_lines(workload_rows: list[Row]) -> list[str]:
+    """Where the memory goes: for each configuration of :data:`MEMORY_SYSTEMS`, its process tree at
+    the peak of the run whose peak RSS is the median of its correct runs, per kind of process."""
+    lines: list[str] = []
+    for row in workload_rows:
+        if row.config.system.name not in MEMORY_SYSTEMS:
+            continue
+        measured = sorted(
+            (run for run in row.correct_runs if run.peak_memory_by_process and run.peak_rss_mib is not None),
+            key=lambda run: run.peak_rss_mib or 0.0,
+        )
+        if not measured:
+            continue
+        run = measured[(len(measured) - 1) // 2]
+        lines += [
+            "",
+            f"**{row.config.label}** (repetition {run.repeat}, peak RSS {run.peak_rss_mib:,.0f} MiB):",
+            "",
+            "| process | count | RSS MiB | PSS MiB |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for group in run.peak_memory_by_process or []:
+            pss = "-" if group["pss_mib"] is None else f"{group['pss_mib']:,.0f}"
+            lines.append(f"| {group['process']} | {group['count']} | {group['rss_mib']:,.0f} | {pss} |")
+    return lines

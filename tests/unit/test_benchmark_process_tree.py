@@ -1,0 +1,63 @@
+"""How the comparison benchmark names the processes of a runner's tree in its memory breakdown
+(benchmarks/compare/process_tree.py), on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from benchmarks.compare.process_tree import ProcessTreeSampler, describe_command, process_label
+
+FORKING = """
+import os, sys, time
+if os.fork() == 0:
+    time.sleep(30)
+    os._exit(0)
+sys.stdout.write("forked\\n")
+sys.stdout.flush()
+time.sleep(30)
+"""
+
+
+def test_programs_are_named_by_their_main_class_or_module() -> None:
+    java = ["/usr/bin/java", "-cp", "a.jar:b.jar", "-Xmx1g", "org.apache.spark.deploy.SparkSubmit", "x"]
+    assert describe_command(java) == "JVM SparkSubmit"
+    daemon = [
+        "/venv/bin/python",
+        "/venv/bin/sparkafka-python",
+        "-m",
+        "pyspark.daemon",
+        "pyspark.sql.worker.create_data_source",
+    ]
+    assert describe_command(daemon) == "python -m pyspark.daemon [create_data_source]"
+    zygote = ["/venv/bin/python", "-m", "sparkafka.runtime.runner_zygote", "/tmp/z/zygote.sock", "12"]
+    assert describe_command(zygote) == "python -m sparkafka.runtime.runner_zygote"
+
+
+def test_a_fork_is_named_after_its_parent_and_the_peak_sample_keeps_every_process(tmp_path: Path) -> None:
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == "forked\n"
+        root = psutil.Process(parent.pid)
+        tree = [root, *root.children(recursive=True)]
+        assert len(tree) == 2
+        assert process_label(tree[0], tree) == "python forking.py"
+        assert process_label(tree[1], tree) == "fork of python forking.py"
+
+        sampler = ProcessTreeSampler(parent.pid, interval_s=0.05).start()
+        time.sleep(0.3)
+        sampler.stop()
+        summary = {group["process"]: group for group in sampler.peak_by_label()}
+        assert set(summary) == {"python forking.py", "fork of python forking.py"}
+        assert all(group["count"] == 1 and group["rss_mib"] > 0 for group in summary.values())
+        assert sum(group["rss_mib"] for group in summary.values()) <= sampler.peak_rss_bytes / 2**20 + 0.2
+    finally:
+        for process in psutil.Process(parent.pid).children(recursive=True):
+            process.kill()
+        parent.kill()
+        parent.wait()
