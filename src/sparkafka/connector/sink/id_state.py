@@ -66,7 +66,8 @@ class IdRun:
     state: CommittedState
 
 
-# Each pooled producer's reading of its id, gone with the producer.
+# Each pooled producer's reading of its id, gone with the producer. Unlocked: only a write task's own
+# thread calls task_producer, and a Python worker runs one task at a time.
 _READ_THROUGH: weakref.WeakKeyDictionary[CachedProducer, IdRun] = weakref.WeakKeyDictionary()
 
 
