@@ -391,7 +391,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--from-results", type=Path, help="render the section from a saved results file, running nothing"
     )
+    parser.add_argument(
+        "--broker-src",
+        type=Path,
+        help="run the embedded broker from this sparkafka source tree (e.g. an older commit's src, for an "
+        "A/B of the broker alone; this checkout measures it)",
+    )
     args = parser.parse_args(argv)
+    if args.broker_src is not None:
+        if not (args.broker_src / "sparkafka" / "broker").is_dir():
+            parser.error(f"--broker-src {args.broker_src}: no sparkafka/broker package there")
+        # Only the broker processes started from here on see it: this process keeps its own imports.
+        os.environ["PYTHONPATH"] = str(args.broker_src.resolve())
     if args.from_results is not None:
         try:
             saved, setup = load_results(args.from_results, Result, RunSetup, "broker")
