@@ -81,6 +81,9 @@ class BrokerConfig:
     max_connections: int | None = None
     max_connections_per_ip: int = default_int("max_connections_per_ip")
     connections_max_idle_ms: int = default_int("connections_max_idle_ms")
+    fetch_max_bytes: int = default_int("fetch_max_bytes")
+    max_incremental_fetch_session_cache_slots: int = default_int("max_incremental_fetch_session_cache_slots")
+    sasl_server_max_receive_size: int = default_int("sasl_server_max_receive_size")
     segment_bytes: int = default_int("segment_bytes")
     retention_ms: int = default_int("retention_ms")
     retention_bytes: int = default_int("retention_bytes")

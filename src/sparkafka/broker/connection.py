@@ -29,7 +29,6 @@ from sparkafka.broker.handlers.data import FAST_HANDLERS, NOT_HANDLED
 from sparkafka.broker.limits import LISTEN_BACKLOG, ConnectionQuotas, RequestMemory
 from sparkafka.broker.log_segment import FileRegion
 from sparkafka.broker.sasl import (
-    SASL_MAX_RECEIVE_BYTES,
     SaslState,
     answered_out_of_order,
     plain_authentication_error,
@@ -128,6 +127,7 @@ class Connection(asyncio.BufferedProtocol):
         self.task: asyncio.Task[Any] | None = None
         self._logged_bad_input = False
         self._max_request_bytes = broker.config.socket_request_max_bytes
+        self._max_unauthenticated_bytes = broker.config.sasl_server_max_receive_size
         # Receive state: the first _end bytes of _buffer are received but not yet cut into frames; a
         # large frame being received goes to _frame (grown as its body arrives, up to _frame_size), of
         # which _filled bytes have arrived.
@@ -270,11 +270,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _receive_limit(self) -> int:
         """The largest request this connection takes now: Kafka's SaslServerAuthenticator holds every
-        request before authentication to sasl.server.max.receive.size (512 KiB), so a client that
+        request before authentication to sasl.server.max.receive.size (512 KiB by default), so a client that
         has not logged in cannot make the broker buffer socket.request.max.bytes."""
         if self.authenticated:
             return self._max_request_bytes
-        return min(self._max_request_bytes, SASL_MAX_RECEIVE_BYTES)
+        return min(self._max_request_bytes, self._max_unauthenticated_bytes)
 
     def _cut_frames(self) -> None:
         """Queue every complete frame in the receive buffer; start a large frame's own buffer; move the
@@ -466,7 +466,8 @@ class Connection(asyncio.BufferedProtocol):
                     limit = (
                         f"socket.request.max.bytes={self._max_request_bytes}"
                         if self.authenticated
-                        else f"sasl.server.max.receive.size={SASL_MAX_RECEIVE_BYTES} before authentication"
+                        else f"sasl.server.max.receive.size={self._max_unauthenticated_bytes} before "
+                        "authentication"
                     )
                     self._log_bad_input_once(f"request size {frame.size} is outside [0, {limit}]")
                     return

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from sparkafka.broker.errors import ErrorCode
 from sparkafka.broker.fastpath import PartitionFetchResult
 from sparkafka.broker.log_segment import FileRegion
+from sparkafka.broker.settings import default_int
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 FIRST_SESSION_VERSION = 7
-MAX_SESSIONS = 1000
+MAX_SESSIONS = default_int("max_incremental_fetch_session_cache_slots")
+# Kafka fixes this one (KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS): not a setting.
 EVICTION_MS = 120_000
 _INT32_MAX = 2**31 - 1
 

@@ -128,10 +128,6 @@ def advertised_versions() -> list[tuple[ApiKey, tuple[int, int]]]:
     ]
 
 
-# Kafka's socket.request.max.bytes default: a frame announcing more than this is refused.
-DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
-
-
 def _all_subclasses(cls: Any) -> list[Any]:
     found: list[Any] = []
     for sub in cls.__subclasses__():

@@ -37,8 +37,6 @@ MECHANISMS = ["PLAIN"]
 # Users given in the environment, in the users file's format: a process's environment is readable by
 # its own user and root only, unlike its arguments, which every user sees in the process list.
 SASL_USERS_ENV = "SPARKAFKA_BROKER_SASL_USERS"
-# Kafka's sasl.server.max.receive.size default: the largest request before authentication.
-SASL_MAX_RECEIVE_BYTES = 524288
 
 
 class SaslState(enum.Enum):

@@ -102,7 +102,9 @@ class Broker:
             now_ms=now_ms,
         )
         self.transactions.recover()
-        self.fetch_sessions = FetchSessionCache(now_ms)
+        self.fetch_sessions = FetchSessionCache(
+            now_ms, max_sessions=config.max_incremental_fetch_session_cache_slots
+        )
         self._data_arrived: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()

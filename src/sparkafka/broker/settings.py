@@ -271,7 +271,32 @@ SETTINGS: tuple[BrokerSetting, ...] = (
         "The longest metadata text an offset commit may carry.",
         minimum=0,
     ),
+    # -- fetching
+    BrokerSetting(
+        "fetch_max_bytes",
+        "fetch.max.bytes",
+        _I,
+        57_671_680,
+        "The most record bytes one fetch response holds, whatever the request asks for.",
+        minimum=1024,
+    ),
+    BrokerSetting(
+        "max_incremental_fetch_session_cache_slots",
+        "max.incremental.fetch.session.cache.slots",
+        _I,
+        1000,
+        "The most incremental fetch sessions (KIP-227) kept at once.",
+        minimum=0,
+    ),
     # -- connections (their bounds are checked together: config.check_socket_limits)
+    BrokerSetting(
+        "sasl_server_max_receive_size",
+        "sasl.server.max.receive.size",
+        _I,
+        524_288,
+        "The largest request a connection may send before it has authenticated.",
+        minimum=1,
+    ),
     BrokerSetting(
         "socket_request_max_bytes",
         "socket.request.max.bytes",

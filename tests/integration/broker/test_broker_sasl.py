@@ -589,3 +589,23 @@ def test_warning_when_listening_beyond_loopback_without_authentication(tmp_path:
     with BrokerProcess(tmp_path / "loopback") as loopback_broker:
         pass
     assert "without authentication" not in loopback_broker.log_path.read_text()
+
+
+def test_the_limit_before_authentication_is_the_brokers_setting(tmp_path: Path) -> None:
+    """sasl.server.max.receive.size (--sasl-server-max-receive-size, a row of the broker's settings
+    table that DescribeConfigs answers as Kafka does): a request under it is answered before login,
+    one over it closes the connection unanswered."""
+    args = ["--sasl-plain-user", f"{USER}:{PASSWORD}", "--sasl-server-max-receive-size", "2048"]
+    with BrokerProcess(tmp_path / "data", extra_args=args) as broker:
+        with RawConnection(broker.port) as connection:
+            connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+            token = f"\0{USER}\0{'x' * 1500}".encode()
+            answer = connection.roundtrip(
+                SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2
+            )
+            assert answer.error_code == 58  # SASL_AUTHENTICATION_FAILED: read and judged
+        with RawConnection(broker.port) as connection:
+            connection.roundtrip(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, version=1)
+            connection.send_frame(_encoded(SaslAuthenticateRequest(auth_bytes=b"\0" * 3000), 2))
+            assert connection.closed_by_peer()
+        assert "sasl.server.max.receive.size=2048 before authentication" in broker.log_path.read_text()

@@ -68,8 +68,6 @@ NOT_HANDLED: Any = object()
 # Record chunks at least this large are sent from the segment file with sendfile by the fast fetch path;
 # smaller ones are read into memory, where one write costs less than a sendfile round.
 SENDFILE_MIN_BYTES = 256 * 1024
-# Kafka's fetch.max.bytes broker default (55 MiB): no fetch response holds more, whatever it asks for.
-FETCH_MAX_BYTES = 57_671_680
 
 ProduceTopics = Iterable[tuple[str, Iterable[tuple[int, Buffer | None]]]]
 
@@ -260,7 +258,8 @@ async def _fetch(
       3. the answer is immediate when ``min_bytes`` are there or a partition's read failed
          (OFFSET_OUT_OF_RANGE, …); else it waits for new data up to ``max_wait_ms``, and stops waiting
          as soon as a partition it reads is gone (deleted topic)."""
-    max_bytes = min(max_bytes if version >= 3 else FETCH_MAX_BYTES, FETCH_MAX_BYTES)
+    limit = broker.config.fetch_max_bytes
+    max_bytes = min(max_bytes if version >= 3 else limit, limit)
     min_bytes = min(min_bytes, max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(max_wait_ms, 0) / 1000
