@@ -65,6 +65,18 @@ from sparkafka.broker.schema_avro import (
     compatibility_problems,
     parse_avro_schema,
 )
+from sparkafka.broker.schema_errors import (
+    INCOMPATIBLE_SCHEMA,
+    INVALID_COMPATIBILITY_LEVEL,
+    INVALID_SCHEMA,
+    INVALID_VERSION,
+    SCHEMA_NOT_FOUND,
+    STORE_ERROR,
+    SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+    VERSION_NOT_FOUND,
+    RegistryError,
+    subject_not_found,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,31 +104,6 @@ MAX_CONNECTIONS = 64
 IDLE_TIMEOUT_S = 30.0
 REALM = "SchemaRegistry"
 _MAX_VERSION = 2**31 - 1
-
-# Confluent's error codes (io.confluent.kafka.schemaregistry.rest.exceptions.Errors).
-SUBJECT_NOT_FOUND = 40401
-VERSION_NOT_FOUND = 40402
-SCHEMA_NOT_FOUND = 40403
-SUBJECT_COMPATIBILITY_NOT_CONFIGURED = 40408
-INCOMPATIBLE_SCHEMA = 409
-INVALID_SCHEMA = 42201
-INVALID_VERSION = 42202
-INVALID_COMPATIBILITY_LEVEL = 42203
-STORE_ERROR = 50001
-
-
-class RegistryError(Exception):
-    """An error answered to the client as ``{"error_code": code, "message": message}``."""
-
-    def __init__(self, status: int, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_code = error_code
-        self.message = message
-
-
-def _subject_not_found(subject: str) -> RegistryError:
-    return RegistryError(404, SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
 
 
 def parse_avro(schema_text: str) -> ParsedAvro:
@@ -361,7 +348,7 @@ class SchemaRegistry:
     def _versions(self, subject: str) -> dict[int, SchemaVersion]:
         versions = self.state.subjects.get(subject)
         if not versions:
-            raise _subject_not_found(subject)
+            raise subject_not_found(subject)
         return versions
 
     def _version(self, subject: str, version_text: str) -> SchemaVersion:
@@ -463,7 +450,7 @@ class SchemaRegistry:
             if not versions:
                 if version_text is None or _parse_version(version_text) is None:
                     return {"is_compatible": True}  # nothing to be incompatible with, as Confluent's
-                raise _subject_not_found(subject)
+                raise subject_not_found(subject)
             if version_text is None:
                 history = [
                     (v.version, parse_avro(v.schema))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sparkafka.broker.runner import BrokerProcess
-from sparkafka.broker.schema_registry import (
+from sparkafka.broker.schema_errors import (
     INCOMPATIBLE_SCHEMA,
     INVALID_SCHEMA,
     INVALID_VERSION,
@@ -23,8 +23,8 @@ from sparkafka.broker.schema_registry import (
     SUBJECT_NOT_FOUND,
     VERSION_NOT_FOUND,
     RegistryError,
-    parse_avro,
 )
+from sparkafka.broker.schema_registry import parse_avro
 
 ORDER = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
 ORDER_WITH_REQUIRED_NOTE = {

@@ -16,10 +16,8 @@ from sparkafka.broker.schema_avro import (
     parse_avro_schema,
     reader_incompatibilities,
 )
+from sparkafka.broker.schema_errors import INVALID_SCHEMA, INVALID_VERSION, RegistryError
 from sparkafka.broker.schema_registry import (
-    INVALID_SCHEMA,
-    INVALID_VERSION,
-    RegistryError,
     RegistryState,
     config_key,
     parse_avro,
