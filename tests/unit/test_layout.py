@@ -443,3 +443,23 @@ def test_the_connectors_door_refuses_a_name_it_does_not_have() -> None:
 
     with pytest.raises(AttributeError, match=r"'sparkafka\.connector\.api' has no attribute 'SinkWriter'"):
         api.SinkWriter  # noqa: B018 - the attribute access is the test
+
+
+# The embedded broker's shape (issue "the broker along Kafka's seams"): a module a reader can hold.
+BROKER_MODULE_MAX_LINES = 800
+BROKER_CLASS_MAX_LINES = 600
+
+
+def test_no_broker_module_or_class_outgrows_what_a_reader_can_hold() -> None:
+    too_long = []
+    for path in sorted((PACKAGE / "broker").rglob("*.py")):
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > BROKER_MODULE_MAX_LINES:
+            too_long.append(f"{path.relative_to(PACKAGE)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > BROKER_CLASS_MAX_LINES:
+                    too_long.append(f"{path.relative_to(PACKAGE)}: class {node.name}, {length} lines")
+    assert not too_long, "; ".join(too_long)
