@@ -311,7 +311,8 @@ def memory_lines(workload_rows: list[Row]) -> list[str]:
             "| process | count | RSS MiB | PSS MiB |",
             "| --- | ---: | ---: | ---: |",
         ]
-        for group in run.peak_memory_by_process or []:
+        # A process that exited while the peak sample was labelled left nothing to show.
+        for group in (g for g in run.peak_memory_by_process or [] if g["rss_mib"] > 0):
             pss = "-" if group["pss_mib"] is None else f"{group['pss_mib']:,.0f}"
             lines.append(f"| {group['process']} | {group['count']} | {group['rss_mib']:,.0f} | {pss} |")
     return lines
