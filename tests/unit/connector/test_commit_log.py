@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from sparkafka.connector.sink.claims import belongs_to
 from sparkafka.connector.sink.commit_log import (
     LAYOUT_KEY,
     CommitMarker,
@@ -19,6 +20,7 @@ from sparkafka.connector.sink.commit_log import (
     claimed_prefixes,
     committed_state,
     encode_query_claim,
+    marker_of_query,
     query_claim_key,
     registered_query,
 )
@@ -29,16 +31,22 @@ from sparkafka.errors import CommitMarkerError
 OLDER_READERS_NEEDLE = b'"query_id":"q-1"'
 
 
-def test_a_prefix_claim_is_written_as_it_always_was_and_never_taken_for_a_marker() -> None:
+def test_a_prefix_claim_is_read_by_every_release_and_never_taken_for_a_marker() -> None:
     """Every earlier sparkafka wrote claims with json.dumps' default separators and read the owner
     from "query_id"; the space after its colon keeps the needle by which earlier releases found commit
-    markers from matching a claim."""
+    markers from matching a claim. A claim written before versions existed reads as version 1."""
     claim = PrefixClaim("sparkafka-q-1", "q-1", 1700000000000)
     assert claim.key == "claim/sparkafka-q-1"
-    written_before = json.dumps({"prefix": "sparkafka-q-1", "query_id": "q-1", "time_ms": 1700000000000})
-    assert claim.encode() == written_before.encode()
+    assert json.loads(claim.encode()) == {
+        "version": 1,
+        "prefix": "sparkafka-q-1",
+        "query_id": "q-1",
+        "time_ms": 1700000000000,
+    }
     assert PrefixClaim.decode(claim.encode()) == claim
     assert OLDER_READERS_NEEDLE not in claim.encode()
+    written_before = json.dumps({"prefix": "sparkafka-q-1", "query_id": "q-1", "time_ms": 1700000000000})
+    assert PrefixClaim.decode(written_before.encode()) == claim
 
 
 @pytest.mark.parametrize(
@@ -48,14 +56,63 @@ def test_a_claim_without_a_query_names_no_owner(raw: bytes) -> None:
     assert PrefixClaim.decode(raw).query_id is None
 
 
-def test_a_registration_is_written_as_it_always_was() -> None:
-    """Readers of every earlier sparkafka find the query under "query_id" of this very JSON."""
+def test_a_registration_is_read_by_every_release() -> None:
+    """Readers of earlier releases parse the JSON and read "query_id" only; the version they ignore.
+    Written with json.dumps' default separators, a registration never matches their marker needle,
+    and one written before versions existed reads as version 1."""
     record = Registration("p-3", "q-1", 3)
     assert record.key == "registration/p-3"
-    assert (
-        record.encode() == json.dumps({"transactional_id": "p-3", "query_id": "q-1", "partition": 3}).encode()
-    )
+    written = json.loads(record.encode())
+    assert written == {"version": 1, "transactional_id": "p-3", "query_id": "q-1", "partition": 3}
+    assert OLDER_READERS_NEEDLE not in record.encode()
     assert Registration.decode(record.encode()) == record
+    written_before = json.dumps({"transactional_id": "p-3", "query_id": "q-1", "partition": 3}).encode()
+    assert Registration.decode(written_before) == record
+
+
+def test_a_commit_marker_is_read_by_every_release() -> None:
+    """Readers of earlier releases find a query's markers by their needle and read the fields they
+    know; a marker written before versions existed (and before its optional fields) reads as
+    version 1."""
+    marker = CommitMarker("p-0", "q-1", 4, 0, 2, 1, "out", 4, "digest", "run-1", None)
+    assert OLDER_READERS_NEEDLE in marker.encode()
+    assert json.loads(marker.encode())["version"] == 1
+    assert CommitMarker.decode(marker.encode()) == marker
+    written_before = (
+        b'{"transactional_id":"p-0","query_id":"q-1","batch_id":4,"partition":0,"records":2,"time_ms":1}'
+    )
+    assert CommitMarker.decode(written_before) == CommitMarker("p-0", "q-1", 4, 0, 2, 1)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [CommitMarker("p-0", "q-1", 4, 0, 2, 1), Registration("p-0", "q-1", 0), PrefixClaim("p", "q-1", 5)],
+)
+def test_a_marker_registration_or_claim_of_a_newer_version_is_refused(
+    record: CommitMarker | Registration | PrefixClaim,
+) -> None:
+    """A release reading a newer record's fields by their old meaning could take a batch for
+    committed that is not (or the reverse); it refuses, naming the upgrade."""
+    newer = json.loads(record.encode())
+    newer["version"] = 2
+    with pytest.raises(
+        CommitMarkerError, match=r"has version 2, and this sparkafka reads version 1.*upgrade"
+    ):
+        type(record).decode(json.dumps(newer).encode())
+
+
+def test_a_newer_marker_refuses_the_query_it_names_and_no_other() -> None:
+    """Markers of other queries in a shared topic may be of a newer release: only the query's own
+    refuse."""
+    newer = json.loads(CommitMarker("p-0", "q-1", 4, 0, 2, 1).encode())
+    newer["version"] = 2
+    raw = json.dumps(newer, separators=(",", ":")).encode()
+    assert marker_of_query("p-0", raw, "q-2") is None
+    assert not belongs_to("p-0", raw, "q-2", "p")
+    with pytest.raises(CommitMarkerError, match=r"commit marker record .* has version 2"):
+        marker_of_query("p-0", raw, "q-1")
+    with pytest.raises(CommitMarkerError, match=r"has version 2"):
+        belongs_to("p-0", raw, "q-1", "p")
 
 
 @pytest.mark.parametrize(

@@ -548,9 +548,16 @@ def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
     if key.startswith(LAYOUT_KEY_PREFIX):
         return False
     try:
-        return CommitMarker.decode(value).query_id == query_id
-    except (ValueError, KeyError):
+        fields = json.loads(value)
+    except ValueError:
         return False
+    if not isinstance(fields, dict) or fields.get("query_id") != query_id:
+        return False  # another query's record, whatever version wrote it
+    try:
+        CommitMarker.decode(value)  # refuses a marker of the query written by a newer sparkafka
+    except (ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def _restart_cost(plan: BatchPlan) -> str:

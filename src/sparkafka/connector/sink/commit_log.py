@@ -13,6 +13,10 @@ partition 0 before anything else is written (:func:`marker_layout`): partitions 
 used, and a topic without that record (every topic written before layouts existed, and one created
 by hand) keeps everything in partition 0.
 
+Every record type is JSON with a ``version`` (1): a reader refuses a version it does not know,
+naming the upgrade, rather than read a newer record's fields by their old meaning. Commit markers
+registrations and prefix claims were written without one at first; such a record is of version 1.
+
 This module owns the topic: its record types (encoded and decoded here only), creating and
 checking it, reading the partition to its end, what one write task learns from it
 (:class:`CommittedState`), and every write into it outside a task's output transaction
@@ -254,6 +258,7 @@ class CommitMarker:
     def encode(self) -> bytes:
         return json.dumps(
             {
+                "version": 1,
                 "transactional_id": self.transactional_id,
                 "query_id": self.query_id,
                 "batch_id": self.batch_id,
@@ -275,6 +280,7 @@ class CommitMarker:
 
     @classmethod
     def _from_fields(cls, data: dict[str, Any]) -> CommitMarker:
+        _version_1_or_older(data, "commit marker")
         return cls(
             data["transactional_id"],
             data["query_id"],
@@ -430,9 +436,11 @@ class Registration:
         return f"{REGISTRATION_KEY_PREFIX}{self.transactional_id}"
 
     def encode(self) -> bytes:
-        # Default separators, as registrations have always been written.
+        # Default separators, as registrations have always been written: the space after each colon
+        # keeps the bytes by which readers of earlier releases found commit markers from matching.
         return json.dumps(
             {
+                "version": 1,
                 "transactional_id": self.transactional_id,
                 "query_id": self.query_id,
                 "partition": self.partition,
@@ -444,6 +452,7 @@ class Registration:
         """Only ``query_id`` is ever read back, and a record without one (damaged, or edited by hand)
         counts as no registration: the id is registered again, as it always was."""
         data = json.loads(raw)
+        _version_1_or_older(data, "registration")
         partition = data.get("partition")
         return cls(
             str(data.get("transactional_id", "")),
@@ -471,13 +480,14 @@ class PrefixClaim:
         # Default separators, as claims have always been written: readers of earlier releases found
         # commit markers by the bytes '"query_id":"<id>"', which a claim's '"query_id": ' (with its
         # space) never matches.
-        fields = {"prefix": self.prefix, "query_id": self.query_id, "time_ms": self.time_ms}
+        fields = {"version": 1, "prefix": self.prefix, "query_id": self.query_id, "time_ms": self.time_ms}
         return json.dumps(fields).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> PrefixClaim:
         """A claim without a query (damaged, or edited by hand) names no owner."""
         data = json.loads(raw)
+        _version_1_or_older(data, "prefix claim")
         owner = data.get("query_id")
         stamp = data.get("time_ms")
         return cls(
@@ -527,6 +537,19 @@ def _version_1(raw: bytes, what: str) -> dict[str, Any]:
             "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
         )
     return data
+
+
+def _version_1_or_older(data: Any, what: str) -> None:
+    """Refuse a record of a version this sparkafka does not read. Commit markers, registrations and
+    prefix claims were written without a version before version 1: a record without one is of version 1 (a
+    release that reads only some of its fields would otherwise take a newer record's for the same
+    meaning, and a replay could write a committed batch again)."""
+    version = data.get("version", 1) if isinstance(data, dict) else 1
+    if version != 1:
+        raise CommitMarkerError(
+            f"a {what} record of the commit-marker topic has version {version!r}, and this sparkafka "
+            "reads version 1: it was written by a newer sparkafka; upgrade this one"
+        )
 
 
 def _optional_int(value: Any) -> int | None:
