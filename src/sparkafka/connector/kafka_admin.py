@@ -502,7 +502,10 @@ class KafkaAdmin:
                     f"list the offsets of {sorted(pending)}",
                     KafkaException(
                         KafkaError(
-                            KafkaError._UNKNOWN_PARTITION if unknown else KafkaError._TRANSPORT, reason
+                            kafka_errors.NO_METADATA_FOR_PARTITION
+                            if unknown
+                            else kafka_errors.CONNECTION_FAILED,
+                            reason,
                         )
                     ),
                 )
@@ -610,14 +613,14 @@ class KafkaAdmin:
                 except KafkaException as error:
                     consumer.poll(0)  # serves the debug lines and error events queued meanwhile
                     code = error_code(error)
-                    if code == KafkaError._TIMED_OUT and (held := answers.unstable()):
+                    if code == kafka_errors.TIMED_OUT and (held := answers.unstable()):
                         raise self._unsettled(group_id, held) from None
                     if code not in kafka_errors.COORDINATOR_MOVING:
                         raise
                     if deadline - time.monotonic() <= self.retry_interval_s:
                         raise KafkaException(
                             KafkaError(
-                                KafkaError._TIMED_OUT,
+                                kafka_errors.TIMED_OUT,
                                 f"the group's coordinator still answers {error.args[0].str()}",
                             )
                         ) from None
@@ -640,7 +643,7 @@ class KafkaAdmin:
         pending = ", ".join(f"{topic}-{partition}" for topic, partition in held)
         return KafkaException(
             KafkaError(
-                KafkaError.UNSTABLE_OFFSET_COMMIT,
+                kafka_errors.UNSTABLE_OFFSETS,
                 f"a transaction of consumer group '{group_id}' still holds uncommitted offsets "
                 f"for {pending} after {self.timeout_s:g} s; it must commit or abort (see: "
                 "sparkafka transactions list) before the group's offsets are stable",
@@ -704,7 +707,7 @@ class KafkaAdmin:
         try:
             return future.result(timeout=self.timeout_s + 5)
         except FutureTimeoutError:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer")) from None
+            raise KafkaException(KafkaError(kafka_errors.TIMED_OUT, "no answer")) from None
         finally:
             # Serves queued librdkafka log lines to the Python logger.
             self.client.poll(0)
@@ -758,7 +761,7 @@ def unreachable_error(
     client's error events gave if they gave one: refused credentials get a message of their own, other
     connection errors (refused, unresolvable host) are quoted beside the request's own ``reason``."""
     # "n/m brokers are down" only follows the event that says why.
-    seen = most_telling_reason([e.str() for e in client_errors if e.code() != KafkaError._ALL_BROKERS_DOWN])
+    seen = most_telling_reason([e.str() for e in client_errors if e.code() != kafka_errors.ALL_BROKERS_DOWN])
     where = f"Kafka at bootstrap servers '{bootstrap_servers}'"
     if seen is not None and is_login_failure(seen):
         return KafkaUnavailableError(
@@ -781,7 +784,7 @@ def _unstable_in(group_id: str, answer: list[TopicPartition]) -> list[TopicParti
     held by an open transaction (UNSTABLE_OFFSET_COMMIT); any other error of a partition fails."""
     failed = [(tp, tp.error) for tp in answer if tp.error is not None]
     for tp, failure in failed:
-        if failure.code() != KafkaError.UNSTABLE_OFFSET_COMMIT:
+        if failure.code() != kafka_errors.UNSTABLE_OFFSETS:
             raise KafkaException(
                 KafkaError(
                     failure.code(),

@@ -24,6 +24,14 @@ UNAVAILABLE = frozenset(
 )
 # A request that found no broker to answer it within its timeout: asking again may be answered.
 NOT_ANSWERED = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
+# A request that waited out its whole timeout (the node asked may be dead but still listed).
+TIMED_OUT = KafkaError._TIMED_OUT
+# A connection that failed, and a partition the client has no metadata for: the two causes a
+# request that cannot be sent is given.
+CONNECTION_FAILED = KafkaError._TRANSPORT
+NO_METADATA_FOR_PARTITION = KafkaError._UNKNOWN_PARTITION
+# "n/m brokers are down": the client's summary that follows the event telling why.
+ALL_BROKERS_DOWN = KafkaError._ALL_BROKERS_DOWN
 
 # -- topics and partitions ------------------------------------------------------------------------
 
@@ -53,7 +61,13 @@ TRANSIENT_WATERMARK = (
     UNAVAILABLE | UNKNOWN_PARTITION | LEADER_MOVING | {KafkaError._DESTROY_BROKER, KafkaError._WAIT_COORD}
 )
 
+# A topic created by someone else first: fine for a creator that only needs it to exist.
+TOPIC_EXISTS = KafkaError.TOPIC_ALREADY_EXISTS
+
 # -- consumer groups ------------------------------------------------------------------------------
+
+# A group's offsets held by an open transaction (KIP-447's require_stable): asked again until it ends.
+UNSTABLE_OFFSETS = KafkaError.UNSTABLE_OFFSET_COMMIT
 
 # A group's coordinator moving (a failover) or loading (a cluster just started): the consumer looks
 # it up again, and the question can be asked again.

@@ -1,6 +1,6 @@
 """The connector looks librdkafka's error codes up in one table (sparkafka.connector.kafka_errors):
-no other module of it groups codes into a set of its own, where the next code Kafka adds would be
-classified in one place and not the other."""
+no other module of it names a code, alone or grouped into a set of its own, where the next code
+Kafka adds would be classified in one place and not the other."""
 
 from __future__ import annotations
 
@@ -40,6 +40,30 @@ def test_no_connector_module_but_the_table_groups_error_codes() -> None:
         for line in _code_groups(path.read_text())
     ]
     assert offences == [], f"error codes grouped outside kafka_errors.py: {offences}"
+
+
+def _named_codes(source: str) -> list[int]:
+    """Line numbers of every KafkaError code named (``KafkaError.X``), alone or not."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "KafkaError"
+        and node.attr.lstrip("_").isupper()
+    ]
+
+
+def test_no_connector_module_but_the_table_names_an_error_code() -> None:
+    offences = [
+        f"{path.relative_to(CONNECTOR)}:{line}"
+        for path in sorted(CONNECTOR.rglob("*.py"))
+        if path.name != "kafka_errors.py"
+        for line in _named_codes(path.read_text())
+    ]
+    assert offences == [], f"error codes named outside kafka_errors.py: {offences}"
+    assert _named_codes("if code == KafkaError._TIMED_OUT:\n    pass\n") == [1]
+    assert _named_codes("error = KafkaError(code, 'reason')\n") == []
 
 
 def test_the_check_finds_a_group_spelled_inline() -> None:

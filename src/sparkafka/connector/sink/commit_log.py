@@ -48,7 +48,14 @@ from sparkafka.connector.kafka_admin import (
     KafkaAdmin,
     partition_watermarks,
 )
-from sparkafka.connector.kafka_errors import DAMAGED_BATCH, PARTITION_EOF, error_code, error_reason
+from sparkafka.connector.kafka_errors import (
+    DAMAGED_BATCH,
+    PARTITION_EOF,
+    TIMED_OUT,
+    TOPIC_EXISTS,
+    error_code,
+    error_reason,
+)
 from sparkafka.connector.sink.failures import sink_unreachable_error
 from sparkafka.connector.sink.options import (
     CLAIM_KEY_PREFIX,
@@ -581,7 +588,7 @@ def ensure_marker_topic(options: SinkOptions) -> tuple[int, int] | None:
         log.info("created commit-marker topic %s", options.marker_topic)
         marker_layout(options)
     except KafkaException as error:
-        if error_code(error) != KafkaError.TOPIC_ALREADY_EXISTS:
+        if error_code(error) != TOPIC_EXISTS:
             raise CommitMarkerError(
                 f"cannot create the commit-marker topic '{options.marker_topic}' on "
                 f"{options.bootstrap_servers}: {error_reason(error)}. Create it yourself with "
@@ -618,7 +625,7 @@ def _require_compacted(options: SinkOptions, admin: KafkaAdmin) -> None:
             entries = described[resource].result(wait_s + 1)
             break
         except KafkaException as error:
-            if error_code(error) != KafkaError._TIMED_OUT or time.monotonic() >= deadline:
+            if error_code(error) != TIMED_OUT or time.monotonic() >= deadline:
                 what = f"describe the commit-marker topic '{options.marker_topic}'"
                 raise sink_unreachable_error(options, what, error) from None
             admin.close()
