@@ -7,7 +7,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from sparkafka.connector.kafka_python import kafka_python_settings
 from sparkafka.connector.source.epochs import EpochEnd
-from sparkafka.connector.source.offsets import decode_offsets, leader_epochs, with_leader_epochs
+from sparkafka.connector.source.offsets import SourceOffset, decode_offsets
 from sparkafka.errors import DataLossError
 
 from .test_source_heartbeat import T0, T1, FakeAdmin, reader_with
@@ -15,11 +15,11 @@ from .test_source_heartbeat import T0, T1, FakeAdmin, reader_with
 
 def test_leader_epochs_travel_in_entries_of_their_own() -> None:
     end = {"in": {"0": 200, "1": 7}}
-    recorded = with_leader_epochs(end, {("in", 0): 3, ("in", 1): 0})
+    recorded = SourceOffset(decode_offsets(end), leader_epochs={("in", 0): 3, ("in", 1): 0}).encode()
     assert recorded["sparkafka:leaderEpoch:in"] == {"0": 3, "1": 0}
     assert decode_offsets(recorded) == {("in", 0): 200, ("in", 1): 7}, "never taken for a topic"
-    assert leader_epochs(recorded) == {("in", 0): 3, ("in", 1): 0}
-    assert leader_epochs(end) == {}, "offsets checkpointed before epochs were recorded"
+    assert SourceOffset.decode(recorded).leader_epochs == {("in", 0): 3, ("in", 1): 0}
+    assert SourceOffset.decode(end).leader_epochs == {}, "offsets checkpointed before epochs were recorded"
 
 
 PROPERTIES = {
@@ -76,7 +76,7 @@ def _planned_at_100(**options: str) -> tuple:
     reader = reader_with(admin, **options)
     start = {"t": {"0": 0, "1": 0}}
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert leader_epochs(end) == {T0: 3, T1: 3}
+    assert SourceOffset.decode(end).leader_epochs == {T0: 3, T1: 3}
     return admin, reader, end
 
 
@@ -113,7 +113,7 @@ def test_with_fail_on_data_loss_off_the_query_reads_on_from_the_truncation() -> 
     assert ends.asked == [{T0: 3, T1: 3}]
     # Partition 0: an empty range this batch, from 60 on the next; partition 1 was not truncated.
     assert decode_offsets(planned) == {T0: 60, T1: 120}
-    assert leader_epochs(planned) == {T0: 4, T1: 4}
+    assert SourceOffset.decode(planned).leader_epochs == {T0: 4, T1: 4}
     ranges = reader.partitions(end, planned)
     assert [(r.partition, r.start, r.end) for r in ranges] == [(1, 100, 120)]
     admin.stable = {T0: 180, T1: 120}
@@ -172,7 +172,7 @@ def test_a_position_its_leader_does_not_answer_for_is_held_until_it_does() -> No
     admin.stable = {T0: 180, T1: 150}
     planned = reader.latestOffset(end, ReadAllAvailable())
     assert decode_offsets(planned) == {T0: 100, T1: 150}
-    assert leader_epochs(planned) == {T0: 3, T1: 3}
+    assert SourceOffset.decode(planned).leader_epochs == {T0: 3, T1: 3}
     answering = RecordedEpochEnds({T0: EpochEnd(3, 60)})
     reader.log_check.epoch_ends = answering  # type: ignore[assignment]
     assert decode_offsets(reader.latestOffset(planned, ReadAllAvailable()))[T0] == 60

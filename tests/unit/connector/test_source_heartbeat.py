@@ -25,11 +25,10 @@ from sparkafka.connector.source.offsets import (
     HEARTBEAT_OFFSET_KEY,
     SPLIT_KEY,
     UNRESOLVED_START_KEY,
+    SourceOffset,
     Split,
     decode_offsets,
     encode_offsets,
-    recorded_split,
-    with_split,
 )
 from sparkafka.connector.source.options import SourceOptions
 from sparkafka.connector.source.ranges import split_offset_ranges
@@ -126,7 +125,7 @@ def reader_with(admin: FakeAdmin, **options: str) -> KafkaStreamReader:
 
 def offsets(t0: int, t1: int, heartbeat_ms: int | None = None) -> dict[str, dict[str, int]]:
     """A planned end offset, as the reader makes them: it records the (unset) split options."""
-    return with_split(encode_offsets({T0: t0, T1: t1}, heartbeat_ms=heartbeat_ms), Split(None, None))
+    return SourceOffset({T0: t0, T1: t1}, heartbeat_ms=heartbeat_ms, split=Split(None, None)).encode()
 
 
 # -- offsets and partitions ------------------------------------------------------------------------
@@ -331,7 +330,7 @@ def test_a_planned_batch_records_its_split_and_a_replay_plans_with_it(clock: Fak
     # The next batch is planned, and recorded, with the new options.
     admin.stable = {T0: 310, T1: 20}
     following = replay.latestOffset(end, ReadAllAvailable())
-    assert recorded_split(following) == Split(9, 7)
+    assert SourceOffset.decode(following).split == Split(9, 7)
     assert replay.partitions(end, following) == split_offset_ranges(
         [OffsetRange("t", 0, 300, 310)], min_partitions=9, max_records_per_partition=7
     )
@@ -340,7 +339,7 @@ def test_a_planned_batch_records_its_split_and_a_replay_plans_with_it(clock: Fak
 def test_offsets_checkpointed_before_the_split_was_recorded_plan_with_the_current_options() -> None:
     reader = reader_with(FakeAdmin(), minPartitions="3")
     old_format = encode_offsets({T0: 30, T1: 0})
-    assert recorded_split(old_format) is None
+    assert SourceOffset.decode(old_format).split is None
     assert len(reader.partitions(encode_offsets({T0: 0, T1: 0}), old_format)) == 3
 
 
@@ -385,7 +384,7 @@ def test_a_batch_recorded_without_a_calculator_replays_with_the_first_one() -> N
     assert len(reader_with(FakeAdmin(), minPartitions="7").partitions(start, recorded_by_first_version)) == 7
     unrecorded = encode_offsets(ends)
     assert len(reader_with(FakeAdmin(), minPartitions="7").partitions(start, unrecorded)) == 7
-    planned_now = with_split(encode_offsets(ends), Split(7, None))
+    planned_now = SourceOffset(ends, split=Split(7, None)).encode()
     assert len(reader_with(FakeAdmin(), minPartitions="7").partitions(start, planned_now)) == 6
 
 
@@ -396,8 +395,8 @@ def test_a_batch_planned_by_an_unknown_calculator_is_refused_not_split_some_othe
 
 
 def test_an_unset_option_is_recorded_as_zero_and_read_back_as_unset() -> None:
-    end = with_split(encode_offsets({T0: 5, T1: 5}), Split(None, None))
+    end = SourceOffset({T0: 5, T1: 5}, split=Split(None, None)).encode()
     assert end[SPLIT_KEY] == {"calculator": 2, "maxRecordsPerPartition": 0, "minPartitions": 0}
-    assert recorded_split(end) == Split(None, None)
+    assert SourceOffset.decode(end).split == Split(None, None)
     assert list(end) == sorted(end), "offset entries stay sorted: equal offsets serialise equally"
     assert decode_offsets(end) == {T0: 5, T1: 5}

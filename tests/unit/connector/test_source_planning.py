@@ -5,6 +5,7 @@ test_leader_epochs.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -15,13 +16,6 @@ from sparkafka.connector.source.offsets import (
     UNRESOLVED_START,
     SourceOffset,
     Split,
-    _marked_initial,
-    encode_offsets,
-    with_first_batch_start,
-    with_held_starts,
-    with_leader_epochs,
-    with_split,
-    with_topic_ids,
 )
 from sparkafka.connector.source.planning import (
     AdmissionControl,
@@ -42,20 +36,16 @@ T2 = ("t", 2)
 # -- the typed source offset ---------------------------------------------------------------------------
 
 
-def test_a_source_offset_encodes_as_the_entry_helpers_do_and_decodes_back() -> None:
+def test_a_source_offset_encodes_as_checkpoints_hold_it_and_decodes_back() -> None:
+    """The JSON every release wrote to the offsets log for these entries: a checkpoint written before
+    must decode, and equal offsets must stay equal text (the engine compares it)."""
     positions = {T0: 5, T1: 7, ("u", 10): 1, ("u", 2): 3}
-    by_helpers = with_split(
-        with_topic_ids(
-            with_leader_epochs(
-                with_held_starts(
-                    with_first_batch_start(encode_offsets(positions, heartbeat_ms=42), {T0: 1, T1: 2}),
-                    {T1: 7},
-                ),
-                {T0: 3, T1: 3},
-            ),
-            {"t": (1, 2), "u": (3, 4), "not-read": (5, 6)},
-        ),
-        Split(3, None),
+    in_checkpoints = json.loads(
+        '{"sparkafka:firstBatchStart:t":{"0":1,"1":2},"sparkafka:heldStart:t":{"1":7},'
+        '"sparkafka:idleHeartbeat":{"0":42},"sparkafka:leaderEpoch:t":{"0":3,"1":3},'
+        '"sparkafka:split":{"calculator":2,"maxRecordsPerPartition":0,"minPartitions":3},'
+        '"sparkafka:topicId:t":{"lsb":2,"msb":1},"sparkafka:topicId:u":{"lsb":4,"msb":3},'
+        '"t":{"0":5,"1":7},"u":{"2":3,"10":1}}'
     )
     typed = SourceOffset(
         positions,
@@ -67,8 +57,8 @@ def test_a_source_offset_encodes_as_the_entry_helpers_do_and_decodes_back() -> N
         split=Split(3, None),
     )
     encoded = typed.encode()
-    assert encoded == by_helpers
-    assert list(encoded) == list(by_helpers), "the same key order: the engine compares JSON text"
+    assert encoded == in_checkpoints
+    assert json.dumps(encoded) == json.dumps(in_checkpoints), "the same key order: the engine compares text"
     assert list(encoded["u"]) == ["2", "10"], "partitions in numeric order"
     decoded = SourceOffset.decode(encoded)
     assert decoded.positions == positions and decoded.heartbeat_ms == 42
@@ -80,7 +70,11 @@ def test_a_source_offset_encodes_as_the_entry_helpers_do_and_decodes_back() -> N
 
 def test_the_initial_and_unresolved_marks_round_trip() -> None:
     initial = SourceOffset({T0: 0}, initial=True, first_batch_start={T0: 0}).encode()
-    assert initial == with_first_batch_start(_marked_initial(encode_offsets({T0: 0})), {T0: 0})
+    assert initial == {
+        "sparkafka:firstBatchStart:t": {"0": 0},
+        "sparkafka:initialOffset": {"0": 0},
+        "t": {"0": 0},
+    }
     assert INITIAL_OFFSET_KEY in initial and SourceOffset.decode(initial).initial
     unresolved = SourceOffset.decode(UNRESOLVED_START)
     assert unresolved.unresolved_start and unresolved.positions == {}

@@ -94,14 +94,14 @@ def decode_offsets(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets
     }
 
 
-def with_first_batch_start(
+def _with_first_batch_start(
     end: Mapping[str, Mapping[str, int]], start: Mapping[TopicPartitionKey, int]
 ) -> dict[str, dict[str, int]]:
     """``end`` plus the first micro-batch's ``start`` in entries of its own, sorted in."""
     return _with_entries(end, FIRST_BATCH_START_PREFIX, start)
 
 
-def with_held_starts(
+def _with_held_starts(
     end: Mapping[str, Mapping[str, int]], held: Mapping[TopicPartitionKey, int]
 ) -> dict[str, dict[str, int]]:
     """``end`` plus the starting offsets an open transaction still holds back, in entries of their
@@ -109,25 +109,25 @@ def with_held_starts(
     return _with_entries(end, HELD_START_PREFIX, held)
 
 
-def held_starts(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
-    """The held starting offsets an offset carries (:func:`with_held_starts`)."""
+def _held_starts(encoded: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """The held starting offsets an offset carries (:func:`_with_held_starts`)."""
     return _entries(encoded, HELD_START_PREFIX)
 
 
-def with_leader_epochs(
+def _with_leader_epochs(
     end: Mapping[str, Mapping[str, int]], epochs: Mapping[TopicPartitionKey, int]
 ) -> dict[str, dict[str, int]]:
     """``end`` plus the leader epoch of each partition it ends in, in entries of their own."""
     return _with_entries(end, LEADER_EPOCH_PREFIX, epochs)
 
 
-def leader_epochs(encoded: Mapping[str, Mapping[str, int]]) -> dict[TopicPartitionKey, int]:
-    """The leader epochs an offset carries (:func:`with_leader_epochs`); empty in offsets checkpointed
+def _leader_epochs(encoded: Mapping[str, Mapping[str, int]]) -> dict[TopicPartitionKey, int]:
+    """The leader epochs an offset carries (:func:`_with_leader_epochs`); empty in offsets checkpointed
     before sparkafka recorded them, and in Spark's kafka format's."""
     return _entries(encoded, LEADER_EPOCH_PREFIX)
 
 
-def with_topic_ids(
+def _with_topic_ids(
     end: Mapping[str, Mapping[str, int]], ids: Mapping[str, tuple[int, int]]
 ) -> dict[str, dict[str, int]]:
     """``end`` plus the id of each of its topics in ``ids`` (:data:`TOPIC_ID_PREFIX`)."""
@@ -139,8 +139,8 @@ def with_topic_ids(
     return dict(sorted(merged.items()))
 
 
-def topic_ids(encoded: Mapping[str, Mapping[str, int]]) -> dict[str, tuple[int, int]]:
-    """The topic ids an offset carries (:func:`with_topic_ids`)."""
+def _topic_ids(encoded: Mapping[str, Mapping[str, int]]) -> dict[str, tuple[int, int]]:
+    """The topic ids an offset carries (:func:`_with_topic_ids`)."""
     return {
         key[len(TOPIC_ID_PREFIX) :]: (int(value["msb"]), int(value["lsb"]))
         for key, value in encoded.items()
@@ -196,30 +196,30 @@ class Split:
         )
 
 
-def with_split(end: Mapping[str, Mapping[str, int]], split: Split) -> dict[str, dict[str, int]]:
+def _with_split(end: Mapping[str, Mapping[str, int]], split: Split) -> dict[str, dict[str, int]]:
     """``end`` plus how its micro-batch is split (:data:`SPLIT_KEY`), sorted in."""
     merged = {key: dict(value) for key, value in end.items()}
     merged[SPLIT_KEY] = split.encode()
     return dict(sorted(merged.items()))
 
 
-def recorded_split(end: Mapping[str, Mapping[str, int]]) -> Split | None:
-    """The split an end offset recorded (:func:`with_split`); None in offsets checkpointed before
+def _recorded_split(end: Mapping[str, Mapping[str, int]]) -> Split | None:
+    """The split an end offset recorded (:func:`_with_split`); None in offsets checkpointed before
     sparkafka recorded it."""
     entry = end.get(SPLIT_KEY)
     return None if entry is None else Split.decode(entry)
 
 
-def first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
-    """The start a first micro-batch's end offset carries (:func:`with_first_batch_start`), or None."""
+def _first_batch_start(end: Mapping[str, Mapping[str, int]]) -> PartitionOffsets | None:
+    """The start a first micro-batch's end offset carries (:func:`_with_first_batch_start`), or None."""
     return _entries(end, FIRST_BATCH_START_PREFIX) or None
 
 
 @dataclass(frozen=True)
 class SourceOffset:
     """A source offset as the checkpoint holds it, typed: each partition's next offset and every
-    entry of sparkafka's own. :meth:`encode` writes what the ``with_*`` helpers above write, in the
-    same sorted order, so that equal offsets stay equal JSON for the engine."""
+    entry of sparkafka's own (``sparkafka:*`` keys), decoded and encoded here only. :meth:`encode`
+    writes every entry sorted in, so that equal offsets stay equal JSON for the engine."""
 
     positions: PartitionOffsets
     heartbeat_ms: int | None = None
@@ -253,11 +253,11 @@ class SourceOffset:
             heartbeat_ms=heartbeat_of(encoded),
             unresolved_start=encoded.get(UNRESOLVED_START_KEY) is not None,
             initial=INITIAL_OFFSET_KEY in encoded,
-            first_batch_start=first_batch_start(encoded),
-            held_starts=held_starts(encoded),
-            leader_epochs=leader_epochs(encoded),
-            topic_ids=topic_ids(encoded),
-            split=recorded_split(encoded),
+            first_batch_start=_first_batch_start(encoded),
+            held_starts=_held_starts(encoded),
+            leader_epochs=_leader_epochs(encoded),
+            topic_ids=_topic_ids(encoded),
+            split=_recorded_split(encoded),
         )
 
     def encode(self) -> dict[str, dict[str, int]]:
@@ -267,13 +267,13 @@ class SourceOffset:
         if self.initial:
             encoded = _marked_initial(encoded)
         if self.first_batch_start is not None:
-            encoded = with_first_batch_start(encoded, self.first_batch_start)
+            encoded = _with_first_batch_start(encoded, self.first_batch_start)
         if self.held_starts:
-            encoded = with_held_starts(encoded, self.held_starts)
+            encoded = _with_held_starts(encoded, self.held_starts)
         if self.leader_epochs:
-            encoded = with_leader_epochs(encoded, self.leader_epochs)
+            encoded = _with_leader_epochs(encoded, self.leader_epochs)
         if self.topic_ids:
-            encoded = with_topic_ids(encoded, self.topic_ids)
+            encoded = _with_topic_ids(encoded, self.topic_ids)
         if self.split is not None:
-            encoded = with_split(encoded, self.split)
+            encoded = _with_split(encoded, self.split)
         return encoded
