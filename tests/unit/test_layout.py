@@ -438,6 +438,86 @@ def test_no_connector_function_is_longer_than_a_screen() -> None:
     assert too_long == []
 
 
+# A class a reader can keep in mind: at most this many fields that change after construction.
+MOST_MUTABLE_CONNECTOR_FIELDS = 10
+
+
+def _mutable_fields(cls: ast.ClassDef) -> set[str]:
+    """The fields of ``cls`` that may change once it is built: every ``self.<name>`` assigned in its
+    methods but one annotated ``Final``, and a dataclass's fields unless it is frozen."""
+
+    def unchangeable(annotation: ast.expr | None) -> bool:
+        return annotation is not None and ast.unparse(annotation).split("[")[0].endswith(
+            ("Final", "ClassVar")
+        )
+
+    decorators = [d for d in cls.decorator_list if ast.unparse(d).split("(")[0].endswith("dataclass")]
+    frozen = any(
+        isinstance(d, ast.Call)
+        and any(k.arg == "frozen" and ast.unparse(k.value) == "True" for k in d.keywords)
+        for d in decorators
+    )
+    fields: set[str] = set()
+    if decorators and not frozen:
+        fields |= {
+            statement.target.id
+            for statement in cls.body
+            if isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and not unchangeable(statement.annotation)
+        }
+    final: set[str] = set()
+    for node in ast.walk(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign | ast.AugAssign):
+            targets = [node.target]
+        for target in targets:
+            for name in ast.walk(target):
+                if (
+                    isinstance(name, ast.Attribute)
+                    and isinstance(name.value, ast.Name)
+                    and name.value.id == "self"
+                ):
+                    is_final = isinstance(node, ast.AnnAssign) and unchangeable(node.annotation)
+                    (final if is_final else fields).add(name.attr)
+    return fields - final
+
+
+def test_no_connector_class_keeps_more_mutable_fields_than_a_reader_can_follow() -> None:
+    crowded = []
+    for path in sorted((PACKAGE / "connector").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.ClassDef)
+                and len(fields := _mutable_fields(node)) > MOST_MUTABLE_CONNECTOR_FIELDS
+            ):
+                crowded.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {sorted(fields)}")
+    assert crowded == []
+
+
+def test_the_field_rule_counts_what_can_change_and_not_what_cannot() -> None:
+    source = """
+@dataclass(frozen=True)
+class Message:
+    a: int
+@dataclass
+class Record:
+    a: int
+    b: ClassVar[int] = 0
+class Reader:
+    def __init__(self):
+        self.options: Final = 1
+        self.position = 0
+    def step(self):
+        self.position += 1
+        self.cache, self.seen = {}, set()
+"""
+    classes = {node.name: node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)}
+    assert _mutable_fields(classes["Message"]) == set()
+    assert _mutable_fields(classes["Record"]) == {"a"}
+    assert _mutable_fields(classes["Reader"]) == {"position", "cache", "seen"}
+
+
 def test_the_connectors_door_refuses_a_name_it_does_not_have() -> None:
     from sparkafka.connector import api
 

@@ -88,9 +88,9 @@ log = logging.getLogger(__name__)
 # -- the writer --------------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SinkCommitMessage(WriterCommitMessage):
-    """What a write task reports to the driver's ``commit``."""
+    """What a write task reports to the driver's ``commit``: a message, never changed once sent."""
 
     partition: int
     records: int

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -94,7 +94,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     without the admin client is pickled to the executors, where only :meth:`read` runs."""
 
     def __init__(self, options: SourceOptions) -> None:
-        self.options = options
+        self.options: Final = options
         self._admin: KafkaAdmin | None = None
         # Spark asks for the initial offset more than once; resolving it twice could differ.
         self._initial: PartitionOffsets | None = None
@@ -105,11 +105,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # The end offset this process planned last: partitions() checks any other one (a replay).
         self._planned_end: dict[str, dict[str, int]] | None = None
         # What the planning steps keep between triggers (sparkafka.connector.source.planning).
-        self.discovery = PartitionDiscovery(options.partition_discovery_interval_ms)
-        self.log_check = LogCheck(options)
-        self.holds = TransactionHolds()
-        self.admission = AdmissionControl(options)
-        self.idle = IdleClock(options)
+        # Each object is the step's own and keeps its state; the reader never replaces one.
+        self.discovery: Final = PartitionDiscovery(options.partition_discovery_interval_ms)
+        self.log_check: Final = LogCheck(options)
+        self.holds: Final = TransactionHolds()
+        self.admission: Final = AdmissionControl(options)
+        self.idle: Final = IdleClock(options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
