@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.claims import (
     ClaimRecord,
@@ -15,15 +17,15 @@ from sparkafka.connector.sink.claims import (
 )
 from sparkafka.connector.sink.commit_log import CommitMarker
 from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.errors import CommitMarkerError, ReplayRefused
 
-OPTIONS = SinkOptions.parse(
-    {
-        "kafka.bootstrap.servers": "localhost:9092",
-        "topic": "out",
-        "deliveryGuarantee": "exactly-once",
-        "commitMarkerTopic": "markers-a",
-    }
-)
+OPTIONS_SOURCE = {
+    "kafka.bootstrap.servers": "localhost:9092",
+    "topic": "out",
+    "deliveryGuarantee": "exactly-once",
+    "commitMarkerTopic": "markers-a",
+}
+OPTIONS = SinkOptions.parse(OPTIONS_SOURCE)
 PLAN = BatchPlan(0, "d", ("{}",), "q-1")
 
 
@@ -185,3 +187,68 @@ def test_a_query_id_that_json_escapes_is_found_by_decoding_every_record() -> Non
         assert may_name_query(query)(b"anything")
         assert newest_batch(marker, query, "p") == 3 and shows_query(marker, query, "p")
     assert not may_name_query("q-1")(CommitMarker("p-0", "q-2", 3, 0, 10, 0, "out").encode())
+
+
+def _newer_version(record: bytes) -> bytes:
+    """``record`` as a newer sparkafka might write it: version 2."""
+    fields = json.loads(record)
+    fields["version"] = 2
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def test_a_damaged_marker_of_the_query_is_refused_not_left_behind() -> None:
+    """Carry-over takes what belongs_to says is the query's: a marker of the query with a field of
+    the wrong type (or missing) taken for nobody's would stay behind, and a replay in the new topic
+    would write that id's last batch again. The readers of the tasks refuse the same record."""
+    for damaged in (
+        b'{"transactional_id":"p-0","query_id":"q-1","batch_id":4,"partition":0,"records":null,"time_ms":1}',
+        b'{"transactional_id":"p-0","query_id":"q-1","batch_id":4,"partition":0}',
+    ):
+        with pytest.raises(
+            CommitMarkerError, match=r"under key 'p-0' names query q-1 but is no commit marker"
+        ):
+            belongs_to("p-0", damaged, "q-1", "p")
+    assert not belongs_to("p-0", b'{"query_id":"q-2","records":null}', "q-1", "p"), "another query's"
+
+
+def test_carrying_over_refuses_to_lay_the_querys_marker_over_another_querys() -> None:
+    """The new topic holds another query's marker (or registration) under a key the query carries
+    over: batch numbers of two queries do not say which is newer, and overwriting the other query's
+    marker could make it write a batch twice. Refused before anything is copied, naming both queries,
+    the key and the way on; another query's record of a newer release is refused the same way."""
+    from sparkafka.connector.sink.carry_over import _refuse_overwriting_another_query
+    from sparkafka.connector.sink.commit_log import Registration
+
+    moving = SinkOptions.parse({**dict(OPTIONS_SOURCE), "previousCommitMarkerTopic": "markers-old"})
+    ours = {
+        "p-0": CommitMarker("p-0", "q-1", 8, 0, 5, 1, "out").encode(),
+        "registration/p-0": Registration("p-0", "q-1", 0).encode(),
+    }
+    theirs_marker = CommitMarker("p-0", "q-0", 50, 0, 5, 1, "out").encode()
+    for here in (
+        {"p-0": theirs_marker},
+        {"p-0": _newer_version(theirs_marker)},
+        {"registration/p-0": Registration("p-0", "q-0", 0).encode()},
+    ):
+        with pytest.raises(CommitMarkerError) as refused:
+            _refuse_overwriting_another_query(moving, "q-1", ours, here)
+        text = str(refused.value)
+        assert "holds query q-0's record under" in text and "Nothing was copied" in text
+        assert ".option('commitMarkerTopic', 'markers-old') without previousCommitMarkerTopic" in text
+    # The query's own older records, and keys the new topic does not hold, are carried as before.
+    older_own = {"p-0": CommitMarker("p-0", "q-1", 3, 0, 5, 1, "out").encode()}
+    _refuse_overwriting_another_query(moving, "q-1", ours, older_own)
+    _refuse_overwriting_another_query(moving, "q-1", ours, {})
+
+
+def test_another_querys_claim_of_a_newer_release_is_refused_as_another_querys() -> None:
+    """Upgrading would not help: the prefix belongs to another query, whatever release wrote its claim."""
+    from sparkafka.connector.sink.claims import require_prefix_claim
+    from sparkafka.connector.sink.commit_log import PrefixClaim
+
+    found = {"claim/p": _newer_version(PrefixClaim("p", "q-2", 5).encode())}
+    with pytest.raises(ReplayRefused, match=r"q-2"):
+        require_prefix_claim(OPTIONS, found, "p", "q-1", "p-0")
+    own = {"claim/p": _newer_version(PrefixClaim("p", "q-1", 5).encode())}
+    with pytest.raises(CommitMarkerError, match=r"prefix claim record .* has version 2"):
+        require_prefix_claim(OPTIONS, own, "p", "q-1", "p-0")

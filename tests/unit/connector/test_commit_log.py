@@ -17,6 +17,7 @@ from sparkafka.connector.sink.commit_log import (
     ProgressRecord,
     RefusalRecord,
     Registration,
+    claim_owner,
     claimed_prefixes,
     committed_state,
     encode_query_claim,
@@ -109,7 +110,7 @@ def test_a_newer_marker_refuses_the_query_it_names_and_no_other() -> None:
     raw = json.dumps(newer, separators=(",", ":")).encode()
     assert marker_of_query("p-0", raw, "q-2") is None
     assert not belongs_to("p-0", raw, "q-2", "p")
-    with pytest.raises(CommitMarkerError, match=r"commit marker record .* has version 2"):
+    with pytest.raises(CommitMarkerError, match=r"commit marker .*record .* has version 2"):
         marker_of_query("p-0", raw, "q-1")
     with pytest.raises(CommitMarkerError, match=r"has version 2"):
         belongs_to("p-0", raw, "q-1", "p")
@@ -256,3 +257,29 @@ def test_a_record_that_may_be_the_querys_marker_but_is_no_whole_marker_is_refuse
         return
     with pytest.raises(CommitMarkerError, match="under key 'p-3' names query q-1 but is no commit marker"):
         committed_state(found, "p-0", "p", "q-1", other_prefixes=True)
+
+
+def test_a_newer_record_that_holds_the_querys_id_anywhere_is_refused_as_its_own() -> None:
+    """A newer release may name the query otherwise than by "query_id": a record of a version this
+    one does not read counts as the query's wherever its bytes hold the query's id, and is refused;
+    one that does not hold it is another query's."""
+    renamed = b'{"version":2,"transactional_id":"p-1","query":{"id":"q-1"},"batch_id":9,"partition":1}'
+    with pytest.raises(CommitMarkerError, match=r"commit marker \(key 'p-1'\) record .* has version 2"):
+        committed_state({"p-1": renamed}, "p-0", "p", "q-1", other_prefixes=True)
+    with pytest.raises(CommitMarkerError, match=r"has version 2"):
+        belongs_to("p-1", renamed, "q-1", "p")
+    assert marker_of_query("p-1", renamed, "q-2") is None
+    state = committed_state({"p-1": renamed}, "p-0", "p", "q-2", other_prefixes=True)
+    assert state.sibling_markers == () and not state.history_found
+
+
+def test_the_claims_owner_is_read_whatever_release_wrote_another_querys_claim() -> None:
+    own = PrefixClaim("p", "q-1", 5).encode()
+    assert claim_owner({"claim/p": own}, "p", "q-1") == "q-1"
+    assert claim_owner({}, "p", "q-1") is None
+    newer = json.loads(PrefixClaim("p", "q-2", 5).encode())
+    newer["version"] = 2
+    assert claim_owner({"claim/p": json.dumps(newer).encode()}, "p", "q-1") == "q-2"
+    newer["query_id"] = "q-1"
+    with pytest.raises(CommitMarkerError, match=r"prefix claim record .* has version 2"):
+        claim_owner({"claim/p": json.dumps(newer).encode()}, "p", "q-1")

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+from collections.abc import Mapping
 
 from sparkafka.connector.sink.claims import belongs_to, holds_query
 from sparkafka.connector.sink.commit_log import (
@@ -12,6 +14,7 @@ from sparkafka.connector.sink.commit_log import (
     ProgressRecord,
     RefusalRecord,
     marker_layout,
+    marker_of_query,
     produce_to_markers,
     read_query_markers,
 )
@@ -23,6 +26,7 @@ from sparkafka.connector.sink.options import (
     REFUSAL_KEY_PREFIX,
     REGISTRATION_KEY_PREFIX,
     SinkOptions,
+    is_marker_key,
 )
 from sparkafka.errors import CommitMarkerError
 
@@ -54,6 +58,7 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
             f"{query_id} under transactional-id prefix '{prefix}' either: name the topic that holds its "
             "markers, or remove the option"
         )
+    _refuse_overwriting_another_query(options, query_id, of_query, here)
     copied = {key: value for key, value in of_query.items() if _newer(key, value, here.get(key))}
     if not copied:
         return 0
@@ -68,6 +73,45 @@ def carry_markers_over(options: SinkOptions, query_id: str, prefix: str) -> int:
         PREVIOUS_MARKER_TOPIC_OPTION,
     )
     return len(copied)
+
+
+def _refuse_overwriting_another_query(
+    options: SinkOptions, query_id: str, carried: Mapping[str, bytes], here: Mapping[str, bytes]
+) -> None:
+    """Refuse, before anything is copied, where the new topic holds another query's commit marker or
+    registration under a key to be carried over: that query writes with the same transactional ids
+    there, and a marker of this query laid over its marker would let its replay write a batch again
+    (batch numbers of two queries say nothing about which record is newer)."""
+    for key in sorted(carried):
+        existing = here.get(key)
+        if existing is None:
+            continue
+        of_this_query = (
+            _named_query(existing) == query_id
+            if key.startswith(REGISTRATION_KEY_PREFIX)
+            else not is_marker_key(key) or marker_of_query(key, existing, query_id) is not None
+        )
+        owner = None if of_this_query else _named_query(existing)
+        if owner is not None:
+            raise CommitMarkerError(
+                f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{options.previous_marker_topic}': the commit-marker "
+                f"topic '{options.marker_topic}' holds query {owner}'s record under '{key}', a transactional "
+                f"id query {query_id} writes under too; carrying this query's markers over would overwrite "
+                "it, and that query could then write a batch twice. Nothing was copied. Way on, at no "
+                f"cost: go on with the markers where they are, .option('commitMarkerTopic', "
+                f"'{options.previous_marker_topic}') without {PREVIOUS_MARKER_TOPIC_OPTION}; or move them "
+                "to a topic where no other query writes under these ids"
+            )
+
+
+def _named_query(value: bytes) -> str | None:
+    """The query a record of the marker topic names, as far as its JSON says."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    named = data.get("query_id") if isinstance(data, dict) else None
+    return str(named) if named else None
 
 
 def _newer(key: str, value: bytes, existing: bytes | None) -> bool:

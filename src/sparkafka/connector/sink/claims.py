@@ -54,12 +54,12 @@ from sparkafka.connector.sink.batch_plan import BatchPlan, CheckpointFiles
 from sparkafka.connector.sink.client_config import producer_config
 from sparkafka.connector.sink.commit_log import (
     MARKER_TOPIC_MUST_ACCEPT,
-    CommitMarker,
     MarkerLayout,
     PrefixClaim,
     ProgressRecord,
     RefusalRecord,
     Registration,
+    claim_owner,
     commit_claim,
     encode_query_claim,
     marker_layout,
@@ -131,7 +131,7 @@ def settle_prefix_owner(
         return
     layout = task_layout(options, snapshot, prefix, query_id)
     found = prefix_markers(options, layout, prefix, query_id, snapshot)
-    owner = claim_owner(found, prefix)
+    owner = claim_owner(found, prefix, query_id)
     if owner is None and not any(registration_of_prefix(key, prefix) for key in found):
         if identity.batch_id is not None and claim_missing(options, found, prefix, plan):
             # Step 2: a claim the checkpoint recorded is gone, refused by the first check of 4c.
@@ -150,7 +150,7 @@ def claim_missing(
     Another query's claim there is refused as such (:func:`require_prefix_claim`)."""
     if plan is None or plan.claimed_in != options.marker_topic:
         return False
-    return claim_owner(found, prefix) is None
+    return claim_owner(found, prefix, plan.query_id or "") is None
 
 
 def refuse_lost_claim(
@@ -178,7 +178,7 @@ def require_prefix_claim(
     another query refuses at its first write, before it registers any id, unless it adopts the
     owner's ids. A prefix whose ids were registered before claims existed keeps the per-id check
     alone (step 4a, :func:`~sparkafka.connector.sink.replay.decide`)."""
-    owner = claim_owner(found, prefix)
+    owner = claim_owner(found, prefix, query_id)
     if owner is None:
         if any(registration_of_prefix(key, prefix) for key in found):
             return
@@ -190,11 +190,6 @@ def require_prefix_claim(
     if owner != query_id:
         raise ReplayRefused(prefix_claimed_by_another_query(query_id, owner, prefix, transactional_id))
     _OWNED_PREFIXES.add((options.bootstrap_servers, options.marker_topic, prefix, query_id))
-
-
-def claim_owner(found: Mapping[str, bytes], prefix: str) -> str | None:
-    raw = found.get(f"{CLAIM_KEY_PREFIX}{prefix}")
-    return None if raw is None else PrefixClaim.decode(raw).query_id
 
 
 def registration_of_prefix(key: str, prefix: str) -> bool:
@@ -256,7 +251,7 @@ def claim_prefix(options: SinkOptions, prefix: str, query_id: str, *, replace: s
         try:
             producer.init_transactions(options.operation_timeout_s)  # (a)
             found = read_markers(options, prefix, layout=layout)  # (b)
-            owner = claim_owner(found, prefix)
+            owner = claim_owner(found, prefix, query_id)
             if owner is not None and owner != replace:
                 if owner == query_id:
                     record_query_claim(options, layout, query_id, prefix)
@@ -473,7 +468,7 @@ def _refuse_partial_batch_elsewhere(options: SinkOptions, other: ClaimRecord, pl
         (marker.partition, marker.records, marker.batch_id)
         for key, value in found.items()
         if write_partition_of(key, other.prefix) is not None
-        and (marker := CommitMarker.decode(value)).query_id == other.query_id
+        and (marker := marker_of_query(key, value, other.query_id)) is not None
         and marker.batch_id >= plan.batch_id
     )
     if ahead:
@@ -509,7 +504,7 @@ def shows_query(found: Mapping[str, bytes], query_id: str, prefix: str) -> bool:
     may_name = may_name_query(query_id)
     for key, value in found.items():
         if key.startswith(CLAIM_KEY_PREFIX):
-            if key == f"{CLAIM_KEY_PREFIX}{prefix}" and claim_owner(found, prefix) == query_id:
+            if key == f"{CLAIM_KEY_PREFIX}{prefix}" and claim_owner(found, prefix, query_id) == query_id:
                 return True
         elif key.startswith(REGISTRATION_KEY_PREFIX):
             if registration_of_prefix(key, prefix) and Registration.decode(value).query_id == query_id:
@@ -547,17 +542,8 @@ def belongs_to(key: str, value: bytes, query_id: str, prefix: str) -> bool:
         return key.startswith(f"{QUERY_KEY_PREFIX}{query_id}/")
     if key.startswith(LAYOUT_KEY_PREFIX):
         return False
-    try:
-        fields = json.loads(value)
-    except ValueError:
-        return False
-    if not isinstance(fields, dict) or fields.get("query_id") != query_id:
-        return False  # another query's record, whatever version wrote it
-    try:
-        CommitMarker.decode(value)  # refuses a marker of the query written by a newer sparkafka
-    except (ValueError, KeyError, TypeError):
-        return False
-    return True
+    # A damaged marker of the query, or one of a newer release, is refused, not left behind.
+    return marker_of_query(key, value, query_id) is not None
 
 
 def _restart_cost(plan: BatchPlan) -> str:

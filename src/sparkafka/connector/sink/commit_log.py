@@ -310,11 +310,17 @@ def marker_of_query(key: str, value: bytes, query_id: str) -> CommitMarker | Non
 
     A record that names the query there but is no whole commit marker (written by hand, or by a
     program other than sparkafka) is refused, naming its key: taken for nothing it could hide a write
-    partition's last batch of the query, and a replay would then write that batch again."""
+    partition's last batch of the query, and a replay would then write that batch again. So is a
+    record of a version this sparkafka does not read that holds the query's id anywhere (a newer
+    release may name the query otherwise); one that does not is another query's."""
     try:
         data: Any = json.loads(value)
     except ValueError:
         data = None
+    if isinstance(data, dict) and data.get("version", 1) != 1:
+        if not may_name_query(query_id)(value):
+            return None
+        _version_1_or_older(data, f"commit marker (key {key!r})")
     # A value that is no JSON object but holds a query_id field may be the query's marker, damaged.
     names_query = data.get("query_id") == query_id if isinstance(data, dict) else b'"query_id"' in value
     if not names_query:
@@ -521,6 +527,20 @@ def claimed_prefixes(found: Mapping[str, bytes], query_id: str) -> set[str]:
     """Every prefix ``found`` (the partitions read) records ``query_id`` to have claimed."""
     head = f"{QUERY_KEY_PREFIX}{query_id}/"
     return {key[len(head) :] for key in found if key.startswith(head)}
+
+
+def claim_owner(found: Mapping[str, bytes], prefix: str, query_id: str) -> str | None:
+    """The query the prefix's claim in ``found`` (the marker partition as read) names, if any. A claim
+    of a version this sparkafka does not read is refused where it holds ``query_id`` (this query's
+    own claim, written by a newer release), and otherwise names its owner as that release wrote it:
+    another query's, refused as such by the callers."""
+    raw = found.get(f"{CLAIM_KEY_PREFIX}{prefix}")
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    if isinstance(data, dict) and data.get("version", 1) != 1 and not may_name_query(query_id)(raw):
+        return str(data.get("query_id") or "a query of a newer sparkafka")
+    return PrefixClaim.decode(raw).query_id
 
 
 def registered_query(found: Mapping[str, bytes], transactional_id: str) -> str | None:

@@ -27,6 +27,7 @@ from sparkafka.connector.sink.commit_log import (
     CommitMarker,
     ProgressRecord,
     RefusalRecord,
+    marker_of_query,
     refusal_record,
     write_progress,
     write_refusal,
@@ -736,10 +737,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         layout = task_layout(self.options, self.snapshot, prefix, query_id)
         found = query_markers(self.options, layout, prefix, query_id, self.snapshot)
         fence_query_transactions(self.options, prefix, from_partition=len(reports), markers=found)
+        # Only this query's markers count (a prefix shared with an older query's ids holds its too).
         of_prefix = [
-            CommitMarker.decode(value)
+            marker
             for key, value in found.items()
             if write_partition_of(key, prefix) is not None
+            and (marker := marker_of_query(key, value, query_id)) is not None
         ]
         beyond = partitions_beyond(
             of_prefix, query_id=query_id, batch_id=batch_id, prefix=prefix, partitions=len(reports)
