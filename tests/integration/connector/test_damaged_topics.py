@@ -30,11 +30,11 @@ def _send(bootstrap: str, topic: str, batches: int, per_batch: int) -> None:
         assert sender.flush(30) == 0
 
 
-def _damage(broker: BrokerProcess, topic: str, offset: int) -> None:
+def _damage(broker: BrokerProcess, topic: str, offset: int, partition: int = 0) -> None:
     """Stop the broker cleanly and flip a byte of the stored batch holding ``offset``: a clean
     shutdown leaves nothing to rescan, so only the fetch-time CRC check can tell."""
     broker.terminate()
-    [segment] = sorted((broker.data_dir / f"{topic}-0").glob("*.log"))
+    [segment] = sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log"))
     flip_byte_in_batch(segment, offset)
     broker.start()
 
@@ -82,7 +82,9 @@ def test_a_damaged_commit_marker_stops_the_exactly_once_write(
     spark: SparkSession, fresh_broker: BrokerProcess, topic_name: str, tmp_path: Path
 ) -> None:
     """Without its markers the sink cannot tell which batches an id already committed: it refuses
-    to write rather than guess, and writes nothing more."""
+    to write rather than guess, and writes nothing more. The damaged record is the registration of
+    write partition 0's id, which the next run reads (it was written after the run's snapshot of
+    the commit log)."""
     bootstrap = fresh_broker.bootstrap_servers
     marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic_name)
@@ -90,14 +92,20 @@ def test_a_damaged_commit_marker_stops_the_exactly_once_write(
     _send(bootstrap, topic_name, batches=1, per_batch=10)
     _exactly_once_query(spark, bootstrap, topic_name, marker_topic, tmp_path).start().awaitTermination(120)
     assert len(read_to_end(bootstrap, f"{topic_name}-out")) == 10
+    [registration] = [
+        m
+        for m in read_to_end(bootstrap, marker_topic, partitions=16)
+        if (m.key() or b"").startswith(b"registration/") and (m.key() or b"").endswith(b"-0")
+    ]
 
-    _damage(fresh_broker, marker_topic, offset=0)  # the registration of write partition 0's id
+    _damage(fresh_broker, marker_topic, offset=registration.offset(), partition=registration.partition())
     _send(bootstrap, topic_name, batches=1, per_batch=10)
     query = _exactly_once_query(spark, bootstrap, topic_name, marker_topic, tmp_path).start()
     with pytest.raises(Exception) as failed:
         query.awaitTermination(120)
     message = str(failed.value)
-    assert f"reading commit markers from {marker_topic}-0 failed at offset 0" in message
+    where = f"{marker_topic}-{registration.partition()} failed at offset {registration.offset()}"
+    assert f"reading commit markers from {where}" in message
     assert "The broker found its stored copy damaged" in message
     assert len(read_to_end(bootstrap, f"{topic_name}-out")) == 10
 

@@ -23,6 +23,7 @@ from sparkafka.connector.sink.commit_log import (
     query_claim_key,
 )
 from sparkafka.connector.sink.options import SinkOptions
+from sparkafka.errors import CommitMarkerError
 from sparkafka.tools.harness import wait_until
 from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import Kafka
@@ -68,6 +69,39 @@ def test_a_topic_the_sink_creates_has_its_partitions_and_records_them_first(
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.create_partitions([NewPartitions(options.marker_topic, 9)])[options.marker_topic].result(30)
     assert marker_layout(options) == MarkerLayout(6)
+
+
+def test_a_topic_deleted_and_created_again_is_laid_out_anew_by_a_process_that_knew_it(
+    kafka: Kafka, topic_name: str
+) -> None:
+    """A process keeps the layout it found for the topic's id (the driver asks for it twice a
+    micro-batch): the topic created again under the same name has another id, and its own layout."""
+    six = _options(kafka, f"{topic_name}-markers", commitMarkerTopicPartitions="6")
+    ensure_marker_topic(six)
+    assert marker_layout(six) == MarkerLayout(6)
+    assert marker_layout(six) == MarkerLayout(6), "asked again: the same"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.delete_topics([six.marker_topic])[six.marker_topic].result(30)
+    assert wait_until(lambda: six.marker_topic not in admin.list_topics(timeout=10).topics, 30)
+    three = dataclasses.replace(six, marker_partitions=3)
+    assert wait_until(lambda: _created(three), 60), "the topic was not created again"
+    assert marker_layout(three) == MarkerLayout(3)
+    assert marker_layout(six) == MarkerLayout(3), "the options' partition count only matters at creation"
+
+
+def _created(options: SinkOptions) -> bool:
+    """Whether ``ensure_marker_topic`` created the topic (a broker may still be deleting the old one)."""
+    try:
+        ensure_marker_topic(options)
+    except CommitMarkerError:
+        return False
+    return marker_partition_count(options) == options.marker_partitions
+
+
+def marker_partition_count(options: SinkOptions) -> int:
+    metadata = AdminClient({"bootstrap.servers": options.bootstrap_servers}).list_topics(timeout=10)
+    topic = metadata.topics.get(options.marker_topic)
+    return 0 if topic is None or topic.error is not None else len(topic.partitions)
 
 
 def test_a_topic_a_node_learns_of_late_is_laid_out_and_read_not_taken_for_deleted(

@@ -283,3 +283,23 @@ def test_the_claims_owner_is_read_whatever_release_wrote_another_querys_claim() 
     newer["query_id"] = "q-1"
     with pytest.raises(CommitMarkerError, match=r"prefix claim record .* has version 2"):
         claim_owner({"claim/p": json.dumps(newer).encode()}, "p", "q-1")
+
+
+def test_a_process_keeps_one_admin_client_per_cluster_configuration_and_a_few_at_most() -> None:
+    """The driver asks about the marker topic for every writer Spark builds: the same configuration
+    gets the same client (connected once); many configurations keep only the most recently used."""
+    from sparkafka.connector.sink import commit_log
+    from sparkafka.connector.sink.options import SinkOptions
+
+    def options(servers: str) -> SinkOptions:
+        return SinkOptions.parse(
+            {"kafka.bootstrap.servers": servers, "topic": "out", "deliveryGuarantee": "exactly-once"}
+        )
+
+    first = commit_log._pooled_admin(options("a:9092"))
+    assert commit_log._pooled_admin(options("a:9092")) is first
+    assert commit_log._pooled_admin(options("b:9092")) is not first
+    for n in range(commit_log._ADMINS_KEPT):
+        commit_log._pooled_admin(options(f"other-{n}:9092"))
+    assert len(commit_log._ADMINS) <= commit_log._ADMINS_KEPT
+    assert commit_log._pooled_admin(options("a:9092")) is not first, "the least recently used went"

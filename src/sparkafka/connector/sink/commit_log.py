@@ -25,16 +25,18 @@ exactly-once protocol reads and writes here, and when, is told in the sink packa
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -176,15 +178,26 @@ def marker_layout(options: SinkOptions) -> MarkerLayout:
 
     Invariant: no process writes a record into a topic of more than one partition before it has
     read or written the layout record, so the first record of partition 0 that any process wrote
-    after (c) is a layout record."""
-    admin = KafkaAdmin(
-        options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
-    )
+    after (c) is a layout record.
+
+    A layout once found is kept in this process for the topic's id (which a topic deleted and created
+    again does not keep): the record is written once per topic and never changes, so a driver that
+    builds writers every micro-batch asks only for the topic's description again."""
+    with _dropped_on_failure(_pooled_admin(options)) as admin:
+        return _layout_through(options, admin)
+
+
+def _layout_through(options: SinkOptions, admin: KafkaAdmin) -> MarkerLayout:
+    """:func:`marker_layout`, asking through ``admin``."""
     partitions = _until_known(
         options, lambda: len(admin.topic_partitions([options.marker_topic]).get(options.marker_topic, []))
     )
     if partitions <= 1:
         return MarkerLayout(1)
+    topic_id = admin.known_topic_ids.get(options.marker_topic)
+    known_as = (options.bootstrap_servers, options.marker_topic, topic_id)
+    if topic_id is not None and (kept := _LAYOUTS.get(known_as)) is not None:
+        return kept
     for attempt in range(2):
         found, anything_else = _first_layout_record(options)
         if found is not None:
@@ -194,7 +207,11 @@ def marker_layout(options: SinkOptions) -> MarkerLayout:
                     f"partitions and has {partitions}: it was deleted and created again with fewer, and its "
                     f"markers are gone. {MOVE_MARKERS_HINT}"
                 )
+            if topic_id is not None:
+                _LAYOUTS[known_as] = found
             return found
+        if anything_else and not attempt and topic_id is not None:
+            _LAYOUTS[known_as] = MarkerLayout(1)  # written before layouts existed, for good
         if anything_else or attempt:
             return MarkerLayout(1)
         record = {LAYOUT_KEY: MarkerLayout(partitions).encode()}
@@ -202,6 +219,47 @@ def marker_layout(options: SinkOptions) -> MarkerLayout:
             options, options.marker_topic, record, "the layout record", MarkerLayout(partitions)
         )
     return MarkerLayout(1)  # not reached
+
+
+# The layouts found, by (bootstrap servers, marker topic, topic id): see marker_layout.
+_LAYOUTS: dict[tuple[str, str, tuple[int, int] | None], MarkerLayout] = {}
+# One admin client per cluster configuration and process, kept: the driver asks about the marker
+# topic for every writer Spark builds (twice a micro-batch), and a new client connects anew each time.
+# Keyed by process id too: a client's threads do not survive a fork. The least recently used go
+# beyond a few configurations (a long-lived driver may serve many queries over its life).
+_ADMINS: collections.OrderedDict[tuple[int, tuple[tuple[str, str], ...], float], KafkaAdmin] = (
+    collections.OrderedDict()
+)
+_ADMINS_KEPT = 8
+_ADMINS_LOCK = threading.Lock()
+
+
+def _pooled_admin(options: SinkOptions) -> KafkaAdmin:
+    """This process's admin client for ``options``' cluster configuration. Every question asks the
+    cluster anew (KafkaAdmin keeps no answers but the topic ids it last saw, which each description
+    replaces); after a failed question its user drops the client (:func:`_dropped_on_failure`), and
+    the next use connects anew, as a new client per question did."""
+    config = tuple(sorted((name, str(value)) for name, value in options.client_config.items()))
+    key = (os.getpid(), config, options.operation_timeout_s)
+    with _ADMINS_LOCK:
+        admin = _ADMINS.get(key)
+        if admin is None:
+            admin = _ADMINS[key] = KafkaAdmin(
+                options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
+            )
+            while len(_ADMINS) > _ADMINS_KEPT:
+                _ADMINS.popitem(last=False)[1].close()
+        _ADMINS.move_to_end(key)
+        return admin
+
+
+@contextlib.contextmanager
+def _dropped_on_failure(admin: KafkaAdmin) -> Iterator[KafkaAdmin]:
+    try:
+        yield admin
+    except BaseException:
+        admin.close()
+        raise
 
 
 def _first_layout_record(options: SinkOptions) -> tuple[MarkerLayout | None, bool]:
@@ -589,9 +647,12 @@ def ensure_marker_topic(options: SinkOptions) -> tuple[int, int] | None:
     one that exists with a cleanup policy that deletes markers (:func:`_require_compacted`). Returns
     the topic's id (most and least significant bits; None where the cluster names none), which tells
     it from a topic of the same name deleted and created again."""
-    admin = KafkaAdmin(
-        options.client_config, timeout_s=options.operation_timeout_s, timeout_option=OPERATION_TIMEOUT
-    )
+    with _dropped_on_failure(_pooled_admin(options)) as admin:
+        return _ensure_through(options, admin)
+
+
+def _ensure_through(options: SinkOptions, admin: KafkaAdmin) -> tuple[int, int] | None:
+    """:func:`ensure_marker_topic`, asking through ``admin``."""
     if options.marker_topic in admin.topic_partitions([options.marker_topic]):
         _require_compacted(options, admin)
         return admin.known_topic_ids.get(options.marker_topic)
