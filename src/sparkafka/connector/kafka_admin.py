@@ -366,14 +366,10 @@ class KafkaAdmin:
                     except KafkaException as error:
                         if error_code(error) not in kafka_errors.UNKNOWN_PARTITION:
                             raise
+                        self.known_topic_ids.pop(name, None)  # gone: its id with it
                         continue
                     found[name] = sorted(partition.id for partition in description.partitions)
-                    topic_id = getattr(description, "topic_id", None)
-                    if topic_id is not None:
-                        self.known_topic_ids[name] = (
-                            topic_id.get_most_significant_bits(),
-                            topic_id.get_least_significant_bits(),
-                        )
+                    self._note_topic_id(name, getattr(description, "topic_id", None))
             except KafkaException as error:
                 if error_code(error) not in kafka_errors.UNAVAILABLE:
                     raise
@@ -386,6 +382,20 @@ class KafkaAdmin:
             return found
         assert failure is not None
         raise failure
+
+    def _note_topic_id(self, name: str, topic_id: Any) -> None:
+        """Keep the id a description gave ``name``. A cluster without topic ids (Metadata v9 and
+        older: Kafka 2.7 and earlier) answers the zero UUID, which names no topic: no id is kept
+        then, as for a topic the cluster does not describe."""
+        ids = (
+            None
+            if topic_id is None
+            else (topic_id.get_most_significant_bits(), topic_id.get_least_significant_bits())
+        )
+        if ids is None or ids == (0, 0):
+            self.known_topic_ids.pop(name, None)
+        else:
+            self.known_topic_ids[name] = ids
 
     def _metadata(self) -> Any:
         """The cluster's metadata within ``timeout_s``; sooner, an error, once the cluster refused the

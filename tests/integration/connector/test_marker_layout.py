@@ -6,13 +6,20 @@ the embedded broker and on Apache Kafka."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import SparkSession
 
+from sparkafka.broker import protocol
+from sparkafka.broker.config import BrokerConfig
+from sparkafka.broker.runner import EmbeddedBroker
 from sparkafka.connector.sink.commit_log import (
     LAYOUT_KEY,
     CommitMarker,
@@ -339,3 +346,96 @@ def test_a_transaction_open_in_partition_0_does_not_hold_the_layout_read_back(
         assert marker_layout(_options(kafka, markers, operationTimeoutMs="5000")) == MarkerLayout(1)
     finally:
         held.abort_transaction(30)
+
+
+# -- a cluster without topic ids ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def kafka_without_topic_ids(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """The embedded broker, in this process, answering Metadata up to version 9 only, as Apache
+    Kafka 2.7 and older do (topic ids came with version 10, KIP-516): librdkafka then reports every
+    topic's id as the zero UUID. Yields its bootstrap servers."""
+    monkeypatch.setitem(protocol.SUPPORTED_VERSIONS, protocol.ApiKey.METADATA, (0, 9))
+    with EmbeddedBroker(BrokerConfig(port=0, data_dir=tmp_path / "broker")) as broker:
+        yield broker.bootstrap_servers
+
+
+def _layout_in_another_process(options: SinkOptions) -> MarkerLayout:
+    """What every other process (an executor's Python worker, a restarted driver) finds."""
+    code = (
+        "import sys\n"
+        "from sparkafka.connector.sink.commit_log import marker_layout\n"
+        "from sparkafka.connector.sink.options import SinkOptions\n"
+        "print(marker_layout(SinkOptions.parse(dict(zip(sys.argv[1::2], sys.argv[2::2])))).partitions)\n"
+    )
+    raw = {
+        "kafka.bootstrap.servers": options.bootstrap_servers,
+        "deliveryGuarantee": "exactly-once",
+        "commitMarkerTopic": options.marker_topic,
+    }
+    arguments = [item for pair in raw.items() for item in pair]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return MarkerLayout(int(done.stdout.split()[-1]))
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    assert wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30)
+
+
+def test_a_topic_created_again_on_a_cluster_without_topic_ids_is_laid_out_as_every_process_reads_it(
+    kafka_without_topic_ids: str,
+) -> None:
+    """Without topic ids a process cannot tell a topic from one of the same name created again, so it
+    keeps no layout: the driver that laid out the old topic writes the new one's layout record and
+    reads what every other process reads (a layout kept from the old topic would place a prefix's
+    markers where no other process looks, and a replay would write its batch again)."""
+    bootstrap = kafka_without_topic_ids
+    three = dataclasses.replace(_options_at(bootstrap, "markers"), marker_partitions=3)
+    ensure_marker_topic(three)
+    assert marker_layout(three) == MarkerLayout(3)
+    _delete_topic(bootstrap, "markers")
+    six = dataclasses.replace(three, marker_partitions=6)
+    ensure_marker_topic(six)
+    assert marker_layout(six) == MarkerLayout(6)
+    assert _keys_in_partition_0(bootstrap, "markers") == [LAYOUT_KEY], "the new topic's layout record"
+    assert _layout_in_another_process(six) == MarkerLayout(6)
+
+
+def test_a_topic_written_before_layouts_then_created_again_without_topic_ids_is_laid_out_anew(
+    kafka_without_topic_ids: str,
+) -> None:
+    bootstrap = kafka_without_topic_ids
+    create_topic(bootstrap, "legacy", partitions=4, config={"cleanup.policy": "compact"})
+    sender = producer(bootstrap)
+    sender.produce("legacy", key=b"sparkafka-old-0", value=b'{"batch_id": 1}', partition=0)
+    assert sender.flush(30) == 0
+    four = dataclasses.replace(_options_at(bootstrap, "legacy"), marker_partitions=4)
+    assert marker_layout(four) == MarkerLayout(1), "written before layouts: everything in partition 0"
+    _delete_topic(bootstrap, "legacy")
+    ensure_marker_topic(four)
+    assert marker_layout(four) == MarkerLayout(4) == _layout_in_another_process(four)
+
+
+def _options_at(bootstrap: str, marker_topic: str) -> SinkOptions:
+    return SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "deliveryGuarantee": "exactly-once",
+            "commitMarkerTopic": marker_topic,
+            "operationTimeoutMs": "20000",
+        }
+    )
+
+
+def _keys_in_partition_0(bootstrap: str, topic: str) -> list[str]:
+    return [
+        (m.key() or b"").decode()
+        for m in read_to_end(bootstrap, topic, partitions=1, isolation="read_uncommitted")
+        if m.partition() == 0
+    ]

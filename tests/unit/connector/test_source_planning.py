@@ -254,3 +254,13 @@ def test_a_malformed_checkpointed_end_fails_the_batch_plan_naming_it() -> None:
             {"t": {"0": 0, "1": 0}}, {"t": {"0": 4, "1": 4}, "sparkafka:split": {"calculator": "x"}}
         )
     assert reader.partitions({"t": {"0": 0, "1": 0}}, {"t": {"0": 4, "1": 4}}), "a well-formed end plans"
+
+
+def test_the_zero_topic_id_of_a_cluster_without_ids_names_no_topic() -> None:
+    """Kafka 2.7 and older answer the zero UUID for every topic: recorded so by an earlier release, it
+    must not make a topic look created again once the cluster names real ids."""
+    recorded = SourceOffset({T0: 5}, topic_ids={"t": (0, 0)}).encode()
+    assert SourceOffset.decode(recorded).topic_ids == {}
+    assert SourceOffset.decode(SourceOffset({T0: 5}, topic_ids={"t": (1, 2)}).encode()).topic_ids == {
+        "t": (1, 2)
+    }

@@ -184,11 +184,12 @@ def marker_layout(options: SinkOptions) -> MarkerLayout:
     again does not keep): the record is written once per topic and never changes, so a driver that
     builds writers every micro-batch asks only for the topic's description again."""
     with _dropped_on_failure(_pooled_admin(options)) as admin:
-        return _layout_through(options, admin)
+        return _layout_through(options, admin, use_kept=True)
 
 
-def _layout_through(options: SinkOptions, admin: KafkaAdmin) -> MarkerLayout:
-    """:func:`marker_layout`, asking through ``admin``."""
+def _layout_through(options: SinkOptions, admin: KafkaAdmin, *, use_kept: bool) -> MarkerLayout:
+    """:func:`marker_layout`, asking through ``admin``; ``use_kept``: a layout kept for the topic's
+    id may answer (not for a topic this process just created, whose layout record it must write)."""
     partitions = _until_known(
         options, lambda: len(admin.topic_partitions([options.marker_topic]).get(options.marker_topic, []))
     )
@@ -196,7 +197,7 @@ def _layout_through(options: SinkOptions, admin: KafkaAdmin) -> MarkerLayout:
         return MarkerLayout(1)
     topic_id = admin.known_topic_ids.get(options.marker_topic)
     known_as = (options.bootstrap_servers, options.marker_topic, topic_id)
-    if topic_id is not None and (kept := _LAYOUTS.get(known_as)) is not None:
+    if use_kept and topic_id is not None and (kept := _LAYOUTS.get(known_as)) is not None:
         return kept
     for attempt in range(2):
         found, anything_else = _first_layout_record(options)
@@ -667,7 +668,7 @@ def _ensure_through(options: SinkOptions, admin: KafkaAdmin) -> tuple[int, int] 
             options.marker_topic
         ].result(options.operation_timeout_s)
         log.info("created commit-marker topic %s", options.marker_topic)
-        marker_layout(options)
+        _layout_through(options, admin, use_kept=False)  # writes the new topic's layout record
     except KafkaException as error:
         if error_code(error) != TOPIC_EXISTS:
             raise CommitMarkerError(

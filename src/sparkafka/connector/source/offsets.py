@@ -141,10 +141,15 @@ def _with_topic_ids(
 
 def _topic_ids(encoded: Mapping[str, Mapping[str, int]]) -> dict[str, tuple[int, int]]:
     """The topic ids an offset carries (:func:`_with_topic_ids`)."""
+    # The zero id, which a cluster without topic ids answers, names no topic (checkpoints written
+    # before sparkafka knew that may hold it).
     return {
         key[len(TOPIC_ID_PREFIX) :]: (int(value["msb"]), int(value["lsb"]))
         for key, value in encoded.items()
-        if key.startswith(TOPIC_ID_PREFIX) and "msb" in value and "lsb" in value
+        if key.startswith(TOPIC_ID_PREFIX)
+        and "msb" in value
+        and "lsb" in value
+        and (int(value["msb"]), int(value["lsb"])) != (0, 0)
     }
 
 
