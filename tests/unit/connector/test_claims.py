@@ -235,6 +235,15 @@ def test_carrying_over_refuses_to_lay_the_querys_marker_over_another_querys() ->
         text = str(refused.value)
         assert "holds query q-0's record under" in text and "Nothing was copied" in text
         assert ".option('commitMarkerTopic', 'markers-old') without previousCommitMarkerTopic" in text
+    # A record naming no query under the key would stay (it cannot be dated) and hide the marker.
+    with pytest.raises(CommitMarkerError, match=r"holds a record under 'p-0' that names no query") as refused:
+        _refuse_overwriting_another_query(moving, "q-1", ours, {"p-0": b'{"batch_id": 9}'})
+    assert "write a tombstone for key 'p-0' into 'markers-a'" in str(refused.value)
+    # ... and once that key's tombstone is written (read as an empty value), the marker is carried.
+    _refuse_overwriting_another_query(moving, "q-1", ours, {"p-0": b""})
+    from sparkafka.connector.sink.carry_over import _newer
+
+    assert _newer("p-0", ours["p-0"], b"")
     # The query's own older records, and keys the new topic does not hold, are carried as before.
     older_own = {"p-0": CommitMarker("p-0", "q-1", 3, 0, 5, 1, "out").encode()}
     _refuse_overwriting_another_query(moving, "q-1", ours, older_own)

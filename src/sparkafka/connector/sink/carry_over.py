@@ -81,10 +81,11 @@ def _refuse_overwriting_another_query(
     """Refuse, before anything is copied, where the new topic holds another query's commit marker or
     registration under a key to be carried over: that query writes with the same transactional ids
     there, and a marker of this query laid over its marker would let its replay write a batch again
-    (batch numbers of two queries say nothing about which record is newer)."""
+    (batch numbers of two queries say nothing about which record is newer). So too a record under a
+    marker key that names no query: it would stay, and hide the query's marker."""
     for key in sorted(carried):
         existing = here.get(key)
-        if existing is None:
+        if not existing:  # none, or a tombstone (read as an empty value)
             continue
         of_this_query = (
             _named_query(existing) == query_id
@@ -92,6 +93,18 @@ def _refuse_overwriting_another_query(
             else not is_marker_key(key) or marker_of_query(key, existing, query_id) is not None
         )
         owner = None if of_this_query else _named_query(existing)
+        if owner is None and not of_this_query and is_marker_key(key):
+            # Kept (it cannot be dated), it would hide the query's marker from every task there.
+            raise CommitMarkerError(
+                f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{options.previous_marker_topic}': the commit-marker "
+                f"topic '{options.marker_topic}' holds a record under '{key}' that names no query (damaged, "
+                f"or written by hand), where query {query_id}'s marker is to go; left there, it would hide "
+                "that marker from the query's tasks, and a replay could write the id's last batch again. "
+                f"Nothing was copied. Way on, at no cost: write a tombstone for key '{key}' into "
+                f"'{options.marker_topic}' and restart (the marker is then carried over), or go on with "
+                "the markers where they are, .option('commitMarkerTopic', "
+                f"'{options.previous_marker_topic}') without {PREVIOUS_MARKER_TOPIC_OPTION}"
+            )
         if owner is not None:
             raise CommitMarkerError(
                 f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{options.previous_marker_topic}': the commit-marker "
@@ -115,8 +128,9 @@ def _named_query(value: bytes) -> str | None:
 
 
 def _newer(key: str, value: bytes, existing: bytes | None) -> bool:
-    """Whether ``value`` should replace ``existing`` under ``key`` when carrying markers over."""
-    if existing is None:
+    """Whether ``value`` should replace ``existing`` under ``key`` when carrying markers over (a
+    tombstone, read as an empty value, is no record)."""
+    if not existing:
         return True
     if key.startswith((REGISTRATION_KEY_PREFIX, CLAIM_KEY_PREFIX, QUERY_KEY_PREFIX)):
         return False
