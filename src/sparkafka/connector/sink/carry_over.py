@@ -87,13 +87,14 @@ def _refuse_overwriting_another_query(
         existing = here.get(key)
         if not existing:  # none, or a tombstone (read as an empty value)
             continue
-        of_this_query = (
-            _named_query(existing) == query_id
-            if key.startswith(REGISTRATION_KEY_PREFIX)
-            else not is_marker_key(key) or marker_of_query(key, existing, query_id) is not None
-        )
-        owner = None if of_this_query else _named_query(existing)
-        if owner is None and not of_this_query and is_marker_key(key):
+        owner = _named_query(existing)
+        if key.startswith(REGISTRATION_KEY_PREFIX):
+            # One naming no query counts as none: the id is registered again.
+            if owner in (None, query_id):
+                continue
+        elif not is_marker_key(key) or marker_of_query(key, existing, query_id) is not None:
+            continue
+        elif owner is None:
             # Kept (it cannot be dated), it would hide the query's marker from every task there.
             raise CommitMarkerError(
                 f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{options.previous_marker_topic}': the commit-marker "
@@ -105,16 +106,15 @@ def _refuse_overwriting_another_query(
                 "the markers where they are, .option('commitMarkerTopic', "
                 f"'{options.previous_marker_topic}') without {PREVIOUS_MARKER_TOPIC_OPTION}"
             )
-        if owner is not None:
-            raise CommitMarkerError(
-                f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{options.previous_marker_topic}': the commit-marker "
-                f"topic '{options.marker_topic}' holds query {owner}'s record under '{key}', a transactional "
-                f"id query {query_id} writes under too; carrying this query's markers over would overwrite "
-                "it, and that query could then write a batch twice. Nothing was copied. Way on, at no "
-                f"cost: go on with the markers where they are, .option('commitMarkerTopic', "
-                f"'{options.previous_marker_topic}') without {PREVIOUS_MARKER_TOPIC_OPTION}; or move them "
-                "to a topic where no other query writes under these ids"
-            )
+        raise CommitMarkerError(
+            f"option {PREVIOUS_MARKER_TOPIC_OPTION}='{options.previous_marker_topic}': the commit-marker "
+            f"topic '{options.marker_topic}' holds query {owner}'s record under '{key}', a transactional "
+            f"id query {query_id} writes under too; carrying this query's markers over would overwrite "
+            "it, and that query could then write a batch twice. Nothing was copied. Way on, at no "
+            f"cost: go on with the markers where they are, .option('commitMarkerTopic', "
+            f"'{options.previous_marker_topic}') without {PREVIOUS_MARKER_TOPIC_OPTION}; or move them "
+            "to a topic where no other query writes under these ids"
+        )
 
 
 def _named_query(value: bytes) -> str | None:

@@ -196,8 +196,8 @@ def _layout_through(options: SinkOptions, admin: KafkaAdmin, *, use_kept: bool) 
     if partitions <= 1:
         return MarkerLayout(1)
     topic_id = admin.known_topic_ids.get(options.marker_topic)
-    known_as = (options.bootstrap_servers, options.marker_topic, topic_id)
-    if use_kept and topic_id is not None and (kept := _LAYOUTS.get(known_as)) is not None:
+    known_as = None if topic_id is None else (options.bootstrap_servers, options.marker_topic, topic_id)
+    if use_kept and known_as is not None and (kept := _LAYOUTS.get(known_as)) is not None:
         return kept
     for attempt in range(2):
         found, anything_else = _first_layout_record(options)
@@ -208,10 +208,10 @@ def _layout_through(options: SinkOptions, admin: KafkaAdmin, *, use_kept: bool) 
                     f"partitions and has {partitions}: it was deleted and created again with fewer, and its "
                     f"markers are gone. {MOVE_MARKERS_HINT}"
                 )
-            if topic_id is not None:
+            if known_as is not None:
                 _LAYOUTS[known_as] = found
             return found
-        if anything_else and not attempt and topic_id is not None:
+        if anything_else and not attempt and known_as is not None:
             _LAYOUTS[known_as] = MarkerLayout(1)  # written before layouts existed, for good
         if anything_else or attempt:
             return MarkerLayout(1)
@@ -223,7 +223,7 @@ def _layout_through(options: SinkOptions, admin: KafkaAdmin, *, use_kept: bool) 
 
 
 # The layouts found, by (bootstrap servers, marker topic, topic id): see marker_layout.
-_LAYOUTS: dict[tuple[str, str, tuple[int, int] | None], MarkerLayout] = {}
+_LAYOUTS: dict[tuple[str, str, tuple[int, int]], MarkerLayout] = {}
 # One admin client per cluster configuration and process, kept: the driver asks about the marker
 # topic for every writer Spark builds (twice a micro-batch), and a new client connects anew each time.
 # Keyed by process id too: a client's threads do not survive a fork. The least recently used go
@@ -617,20 +617,19 @@ def refusal_record(found: Mapping[str, bytes], prefix: str) -> RefusalRecord | N
 def _version_1(raw: bytes, what: str) -> dict[str, Any]:
     """The fields of a record of version 1, or the error saying a newer sparkafka wrote it."""
     data: dict[str, Any] = json.loads(raw)
-    if data.get("version") != 1:
-        raise CommitMarkerError(
-            f"a {what} record of the commit-marker topic has version {data.get('version')!r}, and this "
-            "sparkafka reads version 1: it was written by a newer sparkafka; upgrade this one"
-        )
+    _require_version_1(data.get("version"), what)
     return data
 
 
 def _version_1_or_older(data: Any, what: str) -> None:
     """Refuse a record of a version this sparkafka does not read. Commit markers, registrations and
-    prefix claims were written without a version before version 1: a record without one is of version 1 (a
-    release that reads only some of its fields would otherwise take a newer record's for the same
-    meaning, and a replay could write a committed batch again)."""
-    version = data.get("version", 1) if isinstance(data, dict) else 1
+    prefix claims were written without a version before version 1: a record without one is of
+    version 1 (a release that reads only some of its fields would otherwise take a newer record's for
+    the same meaning, and a replay could write a committed batch again)."""
+    _require_version_1(data.get("version", 1) if isinstance(data, dict) else 1, what)
+
+
+def _require_version_1(version: Any, what: str) -> None:
     if version != 1:
         raise CommitMarkerError(
             f"a {what} record of the commit-marker topic has version {version!r}, and this sparkafka "
