@@ -36,6 +36,7 @@ from sparkafka.tools.pipeline_process import PipelineProcess, run_arguments
 from tests.integration.conftest import Kafka
 from tests.integration.kafka_clients import (
     create_topic,
+    marker_topic_partitions,
     producer,
     read_to_end,
     transactional_producer,
@@ -46,9 +47,13 @@ ROWS = 20
 
 
 def _options(kafka: Kafka, marker_topic: str, **extra: str) -> SinkOptions:
+    return _options_at(kafka.bootstrap_servers, marker_topic, **extra)
+
+
+def _options_at(bootstrap: str, marker_topic: str, **extra: str) -> SinkOptions:
     return SinkOptions.parse(
         {
-            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "kafka.bootstrap.servers": bootstrap,
             "deliveryGuarantee": "exactly-once",
             "commitMarkerTopic": marker_topic,
             "operationTimeoutMs": "20000",
@@ -87,9 +92,7 @@ def test_a_topic_deleted_and_created_again_is_laid_out_anew_by_a_process_that_kn
     ensure_marker_topic(six)
     assert marker_layout(six) == MarkerLayout(6)
     assert marker_layout(six) == MarkerLayout(6), "asked again: the same"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    admin.delete_topics([six.marker_topic])[six.marker_topic].result(30)
-    assert wait_until(lambda: six.marker_topic not in admin.list_topics(timeout=10).topics, 30)
+    _delete_topic(kafka.bootstrap_servers, six.marker_topic)
     three = dataclasses.replace(six, marker_partitions=3)
     assert wait_until(lambda: _created(three), 60), "the topic was not created again"
     assert marker_layout(three) == MarkerLayout(3)
@@ -102,13 +105,10 @@ def _created(options: SinkOptions) -> bool:
         ensure_marker_topic(options)
     except CommitMarkerError:
         return False
-    return marker_partition_count(options) == options.marker_partitions
-
-
-def marker_partition_count(options: SinkOptions) -> int:
-    metadata = AdminClient({"bootstrap.servers": options.bootstrap_servers}).list_topics(timeout=10)
-    topic = metadata.topics.get(options.marker_topic)
-    return 0 if topic is None or topic.error is not None else len(topic.partitions)
+    return (
+        len(marker_topic_partitions(options.bootstrap_servers, options.marker_topic))
+        == options.marker_partitions
+    )
 
 
 def test_a_topic_a_node_learns_of_late_is_laid_out_and_read_not_taken_for_deleted(
@@ -420,17 +420,6 @@ def test_a_topic_written_before_layouts_then_created_again_without_topic_ids_is_
     _delete_topic(bootstrap, "legacy")
     ensure_marker_topic(four)
     assert marker_layout(four) == MarkerLayout(4) == _layout_in_another_process(four)
-
-
-def _options_at(bootstrap: str, marker_topic: str) -> SinkOptions:
-    return SinkOptions.parse(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "deliveryGuarantee": "exactly-once",
-            "commitMarkerTopic": marker_topic,
-            "operationTimeoutMs": "20000",
-        }
-    )
 
 
 def _keys_in_partition_0(bootstrap: str, topic: str) -> list[str]:
