@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import statistics
 import sys
@@ -205,7 +206,9 @@ def measure(
             f"maxOffsetsPerTrigger={MAX_OFFSETS_PER_TRIGGER}",
             "--sql",
             MAP_SQL,
+            *[option for setting in args.spark_conf for option in ("--spark-conf", setting)],
         ],
+        env=pipeline_environment(args.pipeline_src),
     )
     started = time.time()
     pipeline.start()
@@ -230,6 +233,19 @@ def measure(
         watcher.stop()
         pipeline.terminate()
     return Result(guarantee, trigger, args.records, first - started, throughput, quantiles[49], quantiles[98])
+
+
+def pipeline_environment(pipeline_src: Path | None) -> dict[str, str]:
+    """The pipeline process's environment: with ``pipeline_src``, `sparkafka run` (and the Spark
+    processes it starts, which inherit it) imports sparkafka from there, another version's ``src``;
+    the harness and the embedded broker stay this checkout's."""
+    if pipeline_src is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join([str(pipeline_src.resolve()), *_inherited_pythonpath()])}
+
+
+def _inherited_pythonpath() -> list[str]:
+    return [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
 
 
 def schedule(triggers: list[str], guarantees: list[str], repeats: int) -> list[tuple[int, str, str]]:
@@ -388,7 +404,29 @@ def main() -> None:
         help="the embedded broker, or Apache Kafka (one KRaft node from the jars scripts/install --test "
         "fetches); the section written to --update-docs is the pipeline's on that Kafka",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="keep the raw results in this file (with --update-docs: docs/benchmarks/pipeline-<kafka>.json)",
+    )
+    parser.add_argument(
+        "--pipeline-src",
+        type=Path,
+        default=None,
+        help="run `sparkafka run` with the sparkafka package of this directory (another version's src), "
+        "the harness and the embedded broker staying this checkout's",
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting passed to `sparkafka run --spark-conf` (repeatable)",
+    )
     args = parser.parse_args()
+    if args.pipeline_src is not None and not (args.pipeline_src / "sparkafka" / "__init__.py").is_file():
+        parser.error(f"--pipeline-src {args.pipeline_src}: no sparkafka package there")
     if args.from_results is not None:
         try:
             saved, setup = load_results(args.from_results, Result, RunSetup, "pipeline")
@@ -444,9 +482,10 @@ def main() -> None:
         command,
         f"{machine_line(start_load)}; Python {sys.version.split()[0]}",
     )
-    results_file = None
-    if args.update_docs is not None:
+    results_file = args.results
+    if results_file is None and args.update_docs is not None:
         results_file = args.update_docs.parent / "benchmarks" / f"pipeline-{args.kafka}.json"
+    if results_file is not None:
         save_results(results_file, results, setup)
     section = render(results, setup, results_file)
     print(section)
