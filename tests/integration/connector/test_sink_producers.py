@@ -206,7 +206,13 @@ def test_a_producers_reading_of_its_id_serves_one_run_and_goes_with_the_producer
         retried = dataclasses.replace(restarted, batch_id=3)
         new, new_reading = task_producer(options, retried, transactional_id, other_prefixes=False)
         assert new is not pooled and new_reading is not read_again
-        assert new_reading.first_batch == 3
+        # Read again, but the run's first batch is still the one this machine recorded for the run.
+        assert new_reading.first_batch == 2
         assert new_reading.state.registered_query == identity.query_id
+
+        discard_producer(options, transactional_id)
+        another_run = dataclasses.replace(restarted, batch_id=4, spark_run_id=str(uuid.uuid4()))
+        _, other_reading = task_producer(options, another_run, transactional_id, other_prefixes=False)
+        assert other_reading.first_batch == 4  # another run's record says nothing of this one
     finally:
         discard_producer(options, transactional_id)

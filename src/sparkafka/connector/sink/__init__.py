@@ -72,7 +72,11 @@ The steps of a write task:
    (:func:`~.id_state.read_committed_state`). A run is known by Spark's run id in the description of
    the batch's jobs (:mod:`.task`); where a ``foreachBatch`` function replaced that description,
    every write counts as a first. A run's first batch is the only one that can be a replay. Later
-   writes of the run use what was read, and the producer tracks its own marker from then on.
+   writes of the run use what was read, and the producer tracks its own marker from then on. A new
+   producer later in the run (the id moved to another Python worker) reads again, but keeps the
+   run's first batch where a worker of this machine recorded one for the id and run
+   (:mod:`.ownership`), so the checks of a run's first batch (4b, 4c, the driver's after the tasks)
+   run at that batch and not at every batch a new producer serves.
 
    a. It reads, with read_committed and waiting out open transactions, the partitions of the
       compacted commit-marker topic (key = transactional id) that hold the id's prefix, the query's

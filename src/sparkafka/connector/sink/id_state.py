@@ -30,7 +30,11 @@ from sparkafka.connector.sink.commit_log import (
 )
 from sparkafka.connector.sink.marker_snapshot import MarkerSnapshot, query_markers, task_layout
 from sparkafka.connector.sink.options import ADOPT_OPTION, PROGRESS_KEY_PREFIX, SinkOptions, is_marker_key
-from sparkafka.connector.sink.ownership import initialised_here_last
+from sparkafka.connector.sink.ownership import (
+    first_batch_of_run,
+    initialised_here_last,
+    record_first_batch_of_run,
+)
 from sparkafka.connector.sink.producers import (
     PRODUCERS,
     CachedProducer,
@@ -60,8 +64,9 @@ class IdRun:
 
     query_id: str | None
     spark_run_id: str | None
-    # The micro-batch of that first write: every task of it, retries included, reports itself to the
-    # driver as the first batch of the run (SinkCommitMessage.run_first_batch).
+    # The run's first micro-batch as far as this machine saw the id (run_first_batch): every task of
+    # it, retries included, reports itself to the driver as the first batch of the run
+    # (SinkCommitMessage.run_first_batch); a producer made later in the run keeps it.
     first_batch: int | None
     state: CommittedState
 
@@ -108,8 +113,11 @@ def task_producer(
             plan=plan,
             snapshot=snapshot,
         )
-        run = IdRun(identity.query_id, identity.spark_run_id, identity.batch_id, state)
+        first_batch = run_first_batch(identity, transactional_id)
+        run = IdRun(identity.query_id, identity.spark_run_id, first_batch, state)
         _READ_THROUGH[cached] = run
+        if run.query_id is not None and run.spark_run_id is not None and run.first_batch is not None:
+            record_first_batch_of_run(transactional_id, run.query_id, run.spark_run_id, run.first_batch)
         return run
 
     # Step 2: the producer.
@@ -143,6 +151,22 @@ def task_producer(
     learn_marker_partition_leaders(cached.producer, options.marker_topic, options.operation_timeout_s)
     PRODUCERS.put(key, cached)
     return cached, run
+
+
+def run_first_batch(identity: TaskIdentity, transactional_id: str) -> int | None:
+    """The micro-batch a step-3 read at ``identity``'s batch takes for its run's first: an earlier
+    batch of the same query run where a worker of this machine read the id already (a task that
+    landed in another worker than the id's last, the usual case), else the task's own batch (also
+    where the run is not known: a ``foreachBatch`` that set its own job description).
+
+    Only a run's first batch can be a replay, so this one number decides where a task's checks of
+    a run's first batch run (4b, 4c) and whether the driver's check after the tasks runs: once per
+    run and id on each machine, not at every batch a new producer happens to serve."""
+    batch_id, query_id, run_id = identity.batch_id, identity.query_id, identity.spark_run_id
+    if batch_id is None or query_id is None or run_id is None:
+        return batch_id
+    recorded = first_batch_of_run(transactional_id, query_id, run_id)
+    return recorded if recorded is not None and recorded <= batch_id else batch_id
 
 
 def read_committed_state(

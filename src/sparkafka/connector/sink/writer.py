@@ -669,7 +669,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             return
         # After the tasks (sink package docstring): the check of a run's first batch, then progress.
         rewritten = {r.partition: r.rewritten_records for r in reports if r.rewritten_records}
-        if any(r.run_first_batch for r in reports):
+        first_of_run = sorted(r.partition for r in reports if r.run_first_batch)
+        if first_of_run:
+            log.info(
+                "micro-batch %d is the first of its run for write partition(s) %s: checking the ids of "
+                "write partitions beyond the batch's %d",
+                batchId,
+                first_of_run,
+                len(reports),
+            )
             rewritten.update(self._check_first_batch_of_run(reports, batchId))
         if rewritten:
             log.warning(
