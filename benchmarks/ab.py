@@ -41,6 +41,7 @@ from benchmarks.compare.report import Spread
 from benchmarks.pipeline import Result, RunSetup
 
 WORKING_TREE = "."
+ENV_PREFIX = "env:"
 RESULTS_DIRECTORY = Path("docs") / "benchmarks" / "ab"
 
 
@@ -49,7 +50,9 @@ class Variant:
     label: str
     revision: str  # as given: a git revision, or "." for this checkout
     commit: str  # the commit it resolved to (for ".", HEAD's, with "+changes" if the tree differs)
-    spark_conf: list[str]  # KEY=VALUE settings passed to `sparkafka run --spark-conf`
+    # KEY=VALUE settings passed to `sparkafka run --spark-conf`, and env:NAME=VALUE for the pipeline
+    # process's environment.
+    settings: list[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +147,11 @@ def run_once(
     command = [sys.executable, "-m", "benchmarks.pipeline", "--repeats", "1", "--results", str(results_file)]
     if src is not None:
         command += ["--pipeline-src", str(src)]
-    for setting in variant.spark_conf:
-        command += ["--spark-conf", setting]
+    for setting in variant.settings:
+        if setting.startswith(ENV_PREFIX):
+            command += ["--pipeline-env", setting.removeprefix(ENV_PREFIX)]
+        else:
+            command += ["--spark-conf", setting]
     completed = subprocess.run([*command, *benchmark_args], cwd=REPO, capture_output=True, text=True)
     if completed.returncode != 0:
         raise SystemExit(
@@ -217,7 +223,7 @@ def render(runs: list[AbRun], setup: AbSetup, results_file: Path | None) -> str:
     for variant in setup.variants:
         mine = by_variant[variant.label]
         rate = _spread([run.throughput for run in mine])
-        code = variant.commit + "".join(f", `{setting}`" for setting in variant.spark_conf)
+        code = variant.commit + "".join(f", `{setting}`" for setting in variant.settings)
         lines.append(
             f"| {variant.label} | {code} | {' · '.join(f'{run.throughput:,.0f}' for run in mine)} | "
             f"{rate.format()} | {rate.median / base_rate:.2f}x | "
@@ -247,7 +253,7 @@ def render(runs: list[AbRun], setup: AbSetup, results_file: Path | None) -> str:
         f"{min(loads):.1f}-{max(loads):.1f}.",
         "",
         f"- Machine: {setup.machine}",
-        f"- Command: `{setup.command}`",
+        f"- Command (with the title and question above): `{command_line(setup)}`",
     ]
     if results_file is not None:
         lines.append(
@@ -256,6 +262,16 @@ def render(runs: list[AbRun], setup: AbSetup, results_file: Path | None) -> str:
             f"`python -m benchmarks.ab --from-results {results_file.as_posix()} --update-docs FILE`"
         )
     return "\n".join(lines)
+
+
+def command_line(setup: AbSetup) -> str:
+    """The command that made the comparison, its title and question left out (the section shows
+    them; the raw results keep the whole command)."""
+    words = ["python", "-m", "benchmarks.ab", setup.name, "--title", "…", "--question", "…"]
+    words += ["--repeats", str(setup.repeats)]
+    for variant in setup.variants:
+        words += ["--variant", variant.label, variant.revision, " ".join(variant.settings)]
+    return shlex.join([*words, "--update-docs", "docs/benchmarks.md", "--", *setup.benchmark_args])
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -279,9 +295,10 @@ def main() -> None:
         nargs=3,
         action="append",
         default=[],
-        metavar=("LABEL", "REVISION", "SPARK_CONF"),
-        help="a variant: its label, a git revision ('.' for this checkout) and space-separated KEY=VALUE "
-        "Spark settings ('' for none); the first variant is the base the others are held against",
+        metavar=("LABEL", "REVISION", "SETTINGS"),
+        help="a variant: its label, a git revision ('.' for this checkout) and space-separated settings "
+        "('' for none): spark.KEY=VALUE for Spark, env:NAME=VALUE for the pipeline process's "
+        "environment; the first variant is the base the others are held against",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--update-docs", type=Path, default=None)

@@ -208,7 +208,7 @@ def measure(
             MAP_SQL,
             *[option for setting in args.spark_conf for option in ("--spark-conf", setting)],
         ],
-        env=pipeline_environment(args.pipeline_src),
+        env={**pipeline_environment(args.pipeline_src), **dict(s.split("=", 1) for s in args.pipeline_env)},
     )
     started = time.time()
     pipeline.start()
@@ -424,7 +424,17 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a Spark setting passed to `sparkafka run --spark-conf` (repeatable)",
     )
+    parser.add_argument(
+        "--pipeline-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable of the pipeline process (repeatable), e.g. JAVA_TOOL_OPTIONS=...",
+    )
     args = parser.parse_args()
+    for setting in [*args.spark_conf, *args.pipeline_env]:
+        if "=" not in setting:
+            parser.error(f"{setting!r} is not NAME=VALUE")
     if args.pipeline_src is not None and not (args.pipeline_src / "sparkafka" / "__init__.py").is_file():
         parser.error(f"--pipeline-src {args.pipeline_src}: no sparkafka package there")
     if args.from_results is not None:
