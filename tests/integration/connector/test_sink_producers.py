@@ -20,6 +20,7 @@ from sparkafka.connector.sink.commit_log import ensure_marker_topic
 from sparkafka.connector.sink.id_state import task_producer
 from sparkafka.connector.sink.options import SinkOptions
 from sparkafka.connector.sink.producers import discard_producer, learn_marker_partition_leaders
+from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.errors import CommitMarkerError, SparkafkaOptionError
 
@@ -186,7 +187,7 @@ def test_a_producers_reading_of_its_id_serves_one_run_and_goes_with_the_producer
     options = _options(broker.bootstrap_servers, topic_name)
     ensure_marker_topic(options)
     transactional_id = f"{topic_name}-prefix-0"
-    identity = TaskIdentity(0, 1, str(uuid.uuid4()), 0, str(uuid.uuid4()), {})
+    identity = TaskIdentity(0, 1, str(uuid.uuid4()), 0, str(uuid.uuid4()), {APP_ID_PROPERTY: "local-1"})
     try:
         pooled, reading = task_producer(options, identity, transactional_id, other_prefixes=False)
         assert (reading.query_id, reading.spark_run_id, reading.first_batch) == (

@@ -46,6 +46,7 @@ from sparkafka.connector.sink.producers import (
     new_cached_producer,
 )
 from sparkafka.connector.sink.replay import adopted_partial_batch, markers_lost
+from sparkafka.connector.sink.stage_width import APP_ID_PROPERTY
 from sparkafka.connector.sink.task import TaskIdentity
 from sparkafka.connector.sink.transactional_ids import prefix_of, write_partition_of
 from sparkafka.errors import ReplayRefused
@@ -116,8 +117,15 @@ def task_producer(
         first_batch = run_first_batch(identity, transactional_id)
         run = IdRun(identity.query_id, identity.spark_run_id, first_batch, state)
         _READ_THROUGH[cached] = run
-        if run.query_id is not None and run.spark_run_id is not None and run.first_batch is not None:
-            record_first_batch_of_run(transactional_id, run.query_id, run.spark_run_id, run.first_batch)
+        application_id = identity.properties.get(APP_ID_PROPERTY)
+        query_id, run_id = run.query_id, run.spark_run_id
+        if (
+            query_id is not None
+            and run_id is not None
+            and application_id is not None
+            and first_batch is not None
+        ):
+            record_first_batch_of_run(transactional_id, query_id, run_id, application_id, first_batch)
         return run
 
     # Step 2: the producer.
@@ -157,15 +165,17 @@ def run_first_batch(identity: TaskIdentity, transactional_id: str) -> int | None
     """The micro-batch a step-3 read at ``identity``'s batch takes for its run's first: an earlier
     batch of the same query run where a worker of this machine read the id already (a task that
     landed in another worker than the id's last, the usual case), else the task's own batch (also
-    where the run is not known: a ``foreachBatch`` that set its own job description).
+    where the run or the Spark application is not known: a ``foreachBatch`` that set its own job
+    description).
 
     Only a run's first batch can be a replay, so this one number decides where a task's checks of
     a run's first batch run (4b, 4c) and whether the driver's check after the tasks runs: once per
     run and id on each machine, not at every batch a new producer happens to serve."""
     batch_id, query_id, run_id = identity.batch_id, identity.query_id, identity.spark_run_id
-    if batch_id is None or query_id is None or run_id is None:
+    application_id = identity.properties.get(APP_ID_PROPERTY)
+    if batch_id is None or query_id is None or run_id is None or application_id is None:
         return batch_id
-    recorded = first_batch_of_run(transactional_id, query_id, run_id)
+    recorded = first_batch_of_run(transactional_id, query_id, run_id, application_id)
     return recorded if recorded is not None and recorded <= batch_id else batch_id
 
 

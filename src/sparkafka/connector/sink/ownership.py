@@ -61,24 +61,42 @@ def _run_file(transactional_id: str) -> Path:
     return _ownership_file(transactional_id).with_suffix(".run")
 
 
-def record_first_batch_of_run(transactional_id: str, query_id: str, run_id: str, batch_id: int) -> None:
-    """Record that ``transactional_id``'s first write of query ``query_id``'s run ``run_id`` on this
-    machine, as far as this worker knows, was at ``batch_id`` (after its step-3 read there)."""
-    if first_batch_of_run(transactional_id, query_id, run_id) == batch_id:
+def record_first_batch_of_run(
+    transactional_id: str, query_id: str, run_id: str, application_id: str, batch_id: int
+) -> None:
+    """Record that ``transactional_id``'s first write of query ``query_id``'s run ``run_id`` in Spark
+    application ``application_id`` on this machine, as far as this worker knows, was at ``batch_id``
+    (after its step-3 read there)."""
+    if first_batch_of_run(transactional_id, query_id, run_id, application_id) == batch_id:
         return
     target = _run_file(transactional_id)
     temporary = target.with_suffix(f".run.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"query_id": query_id, "run_id": run_id, "first_batch": batch_id}))
+    recorded = {
+        "query_id": query_id,
+        "run_id": run_id,
+        "application_id": application_id,
+        "first_batch": batch_id,
+    }
+    temporary.write_text(json.dumps(recorded))
     os.replace(temporary, target)
 
 
-def first_batch_of_run(transactional_id: str, query_id: str, run_id: str) -> int | None:
-    """The batch :func:`record_first_batch_of_run` recorded for this id, query and run on this
-    machine; None where nothing is recorded for that run (another run's record, or none, or a file
-    that is not one: the caller then takes its own batch for the run's first, as without a record)."""
+def first_batch_of_run(transactional_id: str, query_id: str, run_id: str, application_id: str) -> int | None:
+    """The batch :func:`record_first_batch_of_run` recorded for this id, query, run and application
+    on this machine; None where nothing is recorded for them (another run's or application's record,
+    or none, or a file that is not one: the caller then takes its own batch for the run's first, as
+    without a record). The application is part of the key so that a run id read wrongly (a query
+    name or a job description of the user's that carries a ``runId = ...`` line of its own) can at
+    worst match within one application, never a record a previous application left on the machine."""
     with contextlib.suppress(OSError, ValueError, TypeError, LookupError):
         recorded = json.loads(_run_file(transactional_id).read_text())
         first = recorded["first_batch"]
-        if recorded["query_id"] == query_id and recorded["run_id"] == run_id and isinstance(first, int):
+        same_run = (recorded["query_id"], recorded["run_id"], recorded["application_id"]) == (
+            query_id,
+            run_id,
+            application_id,
+        )
+        # JSON's true is a Python int too: a damaged record must not read as batch 1.
+        if same_run and isinstance(first, int) and not isinstance(first, bool):
             return first
     return None
