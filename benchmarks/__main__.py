@@ -74,7 +74,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, load_average, machine_line
+from benchmarks.common import REPO, in_rotation, load_average, machine_line
 from benchmarks.compare import docs
 from benchmarks.compare import results as saved_results
 from benchmarks.compare.load import BackgroundLoad
@@ -317,8 +317,7 @@ def rotated(configs: list[Config], repeat: int) -> list[Config]:
     for workload in dict.fromkeys(config.workload for config in configs):
         of_workload = [config for config in configs if config.workload == workload]
         systems = list(dict.fromkeys(config.system for config in of_workload))
-        shift = (repeat - 1) % len(systems)
-        for system in systems[shift:] + systems[:shift]:
+        for system in in_rotation(systems, repeat - 1):
             runs = [config for config in of_workload if config.system == system]
             ordered += runs if repeat % 2 else runs[::-1]
     return ordered

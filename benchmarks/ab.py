@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import os
 import shlex
 import subprocess
@@ -36,7 +37,15 @@ from pathlib import Path
 if not __package__:  # run as `python benchmarks/ab.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import REPO, load_average, load_results, machine_line, save_results, update_docs
+from benchmarks.common import (
+    REPO,
+    in_rotation,
+    load_average,
+    load_results,
+    machine_line,
+    save_results,
+    update_docs,
+)
 from benchmarks.compare.report import Spread
 from benchmarks.pipeline import Result, RunSetup
 
@@ -110,11 +119,8 @@ def source_tree(variant: Variant, work: Path) -> Path | None:
             capture_output=True,
             check=True,
         ).stdout
-        with tempfile.TemporaryFile() as handle:
-            handle.write(archive)
-            handle.seek(0)
-            with tarfile.open(fileobj=handle) as tar:
-                tar.extractall(target, filter="data")
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(target, filter="data")
     return target / "src"
 
 
@@ -132,12 +138,6 @@ def check_imported_from(src: Path) -> None:
     ).stdout.strip()
     if not Path(found).resolve().is_relative_to(src.resolve()):
         raise SystemExit(f"a pipeline given {src} imports sparkafka from {found} instead")
-
-
-def order(variants: list[Variant], repetition: int) -> list[Variant]:
-    """The variants in the order repetition ``repetition`` runs them: rotated by one each time."""
-    shift = repetition % len(variants)
-    return variants[shift:] + variants[:shift]
 
 
 def run_once(
@@ -174,7 +174,7 @@ def measure(setup_args: argparse.Namespace, variants: list[Variant]) -> list[AbR
                 check_imported_from(src)
         number = 0
         for repetition in range(setup_args.repeats):
-            for variant in order(variants, repetition):
+            for variant in in_rotation(variants, repetition):
                 number += 1
                 load = load_average()
                 result = run_once(variant, sources[variant.label], setup_args.benchmark_args, work, number)

@@ -13,7 +13,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -21,11 +21,19 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from sparkafka.tools.harness import latest_offsets
 
+Item = TypeVar("Item")
 Run = TypeVar("Run")
 Setup = TypeVar("Setup")
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
+
+
+def in_rotation(items: Sequence[Item], repetition: int) -> list[Item]:
+    """``items`` in the order repetition ``repetition`` (from 0) runs them: rotated by one place each
+    repetition, so that none always runs first on a machine that warms up or gets busier."""
+    shift = repetition % len(items)
+    return [*items[shift:], *items[:shift]]
 
 
 def update_docs(path: Path, section: str, start_marker: str, end_marker: str) -> None:

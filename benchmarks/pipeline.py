@@ -52,6 +52,7 @@ if not __package__:  # run as `python benchmarks/pipeline.py`: the repository ro
 from benchmarks.common import (
     PARTITIONS,
     OutputWatcher,
+    in_rotation,
     load_average,
     load_results,
     machine_line,
@@ -253,9 +254,8 @@ def schedule(triggers: list[str], guarantees: list[str], repeats: int) -> list[t
     guarantees' order rotated by one each repetition."""
     runs = []
     for repetition in range(repeats):
-        shift = repetition % len(guarantees)
-        rotated = guarantees[shift:] + guarantees[:shift]
-        runs += [(repetition, trigger, guarantee) for trigger in triggers for guarantee in rotated]
+        in_order = in_rotation(guarantees, repetition)
+        runs += [(repetition, trigger, guarantee) for trigger in triggers for guarantee in in_order]
     return runs
 
 
