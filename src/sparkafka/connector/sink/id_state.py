@@ -117,15 +117,9 @@ def task_producer(
         first_batch = run_first_batch(identity, transactional_id)
         run = IdRun(identity.query_id, identity.spark_run_id, first_batch, state)
         _READ_THROUGH[cached] = run
-        application_id = identity.properties.get(APP_ID_PROPERTY)
-        query_id, run_id = run.query_id, run.spark_run_id
-        if (
-            query_id is not None
-            and run_id is not None
-            and application_id is not None
-            and first_batch is not None
-        ):
-            record_first_batch_of_run(transactional_id, query_id, run_id, application_id, first_batch)
+        known_run = _known_run(identity)
+        if known_run is not None and first_batch is not None:
+            record_first_batch_of_run(transactional_id, *known_run, first_batch)
         return run
 
     # Step 2: the producer.
@@ -171,12 +165,20 @@ def run_first_batch(identity: TaskIdentity, transactional_id: str) -> int | None
     Only a run's first batch can be a replay, so this one number decides where a task's checks of
     a run's first batch run (4b, 4c) and whether the driver's check after the tasks runs: once per
     run and id on each machine, not at every batch a new producer happens to serve."""
-    batch_id, query_id, run_id = identity.batch_id, identity.query_id, identity.spark_run_id
-    application_id = identity.properties.get(APP_ID_PROPERTY)
-    if batch_id is None or query_id is None or run_id is None or application_id is None:
+    batch_id, known_run = identity.batch_id, _known_run(identity)
+    if batch_id is None or known_run is None:
         return batch_id
-    recorded = first_batch_of_run(transactional_id, query_id, run_id, application_id)
+    recorded = first_batch_of_run(transactional_id, *known_run)
     return recorded if recorded is not None and recorded <= batch_id else batch_id
+
+
+def _known_run(identity: TaskIdentity) -> tuple[str, str, str] | None:
+    """The query, Spark run and Spark application a task's run record is kept under; None where
+    one of them is not known."""
+    application_id = identity.properties.get(APP_ID_PROPERTY)
+    if identity.query_id is None or identity.spark_run_id is None or application_id is None:
+        return None
+    return identity.query_id, identity.spark_run_id, application_id
 
 
 def read_committed_state(
