@@ -1,24 +1,32 @@
-"""Variants of the exactly-once pipeline measured against each other (A/B), with raw results kept.
+"""Variants of sparkafka measured against each other (A/B), with raw results kept.
 
-A variant is a version of sparkafka (a git revision whose ``src`` the pipeline process imports, or
-this checkout) with, optionally, Spark settings of its own. Each repetition runs the pipeline
-benchmark (`benchmarks/pipeline.py`, one run, the arguments after ``--``) once per variant, the
-variants' order rotating from one repetition to the next, so that none always runs first on a
-machine that warms up or gets busier. Only the pipeline process (`sparkafka run`, its driver and
-the Python processes Spark starts) runs a variant's code: the harness, its output check and the
-embedded broker are this checkout's, so a difference is the pipeline's.
+A variant is a version of sparkafka (a git revision whose ``src`` the measured process imports, or
+this checkout) with, optionally, settings of its own. Each repetition runs one benchmark once per
+variant (the arguments after ``--`` go to it), the variants' order rotating from one repetition to
+the next, so that none always runs first on a machine that warms up or gets busier. Two benchmarks:
+
+- ``--benchmark pipeline`` (the default): the exactly-once pipeline (`benchmarks/pipeline.py`, one
+  run). Only the pipeline process (`sparkafka run`, its driver and the Python processes Spark
+  starts) runs a variant's code: the harness, its output check and the embedded broker are this
+  checkout's, so a difference is the pipeline's. Settings: ``spark.KEY=VALUE`` and ``env:NAME=VALUE``.
+- ``--benchmark broker``: the embedded broker alone (`benchmarks/broker.py`, without Tansu and
+  Apache Kafka), its CPU while producing. Only the broker process runs a variant's code; the
+  clients that produce and fetch are this checkout's. No settings.
 
     python -m benchmarks.ab progress-producer --title "..." --question "..." \\
         --variant "a producer per progress record" 6c564b0 "" \\
         --variant "one producer" 1ef0cd1 "" \\
         --update-docs docs/benchmarks.md -- --guarantees exactly-once --triggers 1s --seconds 5
+    python -m benchmarks.ab broker-split --benchmark broker --title "..." --question "..." \\
+        --variant "before" 5daa368 "" --variant "after" . "" --update-docs docs/benchmarks.md -- --repeats 3
     python -m benchmarks.ab --from-results docs/benchmarks/ab/progress-producer.json \\
         --update-docs docs/benchmarks.md          # the section again from the raw results, running nothing
 
-Every run's output is checked record by record by the pipeline benchmark (none missing, none twice
-for exactly-once); a run that fails stops the comparison. The section shows each variant's runs in
-the order they ran, the median and min-max, and the ratio of the medians against the first variant;
-where the variants' ranges overlap the difference is within the runs' spread, and the section says so.
+Every pipeline run's output is checked record by record by the pipeline benchmark (none missing,
+none twice for exactly-once), every broker run's deliveries by the broker benchmark; a run that
+fails stops the comparison. The section shows each variant's runs in the order they ran, the median
+and min-max, and the ratio of the medians against the first variant; where the variants' ranges
+overlap the difference is within the runs' spread, and the section says so.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import json
 import os
 import shlex
 import subprocess
@@ -37,6 +46,7 @@ from pathlib import Path
 if not __package__:  # run as `python benchmarks/ab.py`: the repository root is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import broker
 from benchmarks.common import (
     REPO,
     in_rotation,
@@ -47,11 +57,16 @@ from benchmarks.common import (
     update_docs,
 )
 from benchmarks.compare.report import Spread
-from benchmarks.pipeline import Result, RunSetup
+from benchmarks.pipeline import Result, RunSetup, pipeline_environment
 
 WORKING_TREE = "."
 ENV_PREFIX = "env:"
 RESULTS_DIRECTORY = Path("docs") / "benchmarks" / "ab"
+PIPELINE = "pipeline"
+BROKER = "broker"
+# The broker benchmark measures the embedded broker alone: the other brokers it can run beside it
+# would only lengthen every run.
+BROKER_ALONE = ["--no-tansu", "--no-apache-kafka"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +91,24 @@ class AbRun:
 
 
 @dataclasses.dataclass(frozen=True)
+class BrokerAbRun:
+    """One measured size of one run of the broker benchmark (which may repeat it: ``--repeats``)."""
+
+    variant: str  # its label
+    repetition: int
+    size: int  # bytes per record value
+    records: int
+    produce_cpu_s: float  # the broker process's CPU while the records were produced
+    produce_s: float
+    fetch_cpu_s: float
+    load_average: float  # the machine's 1-minute load average when the run started
+
+    @property
+    def cpu_s_per_mb(self) -> float:
+        return self.produce_cpu_s / (self.records * self.size / 1e6)
+
+
+@dataclasses.dataclass(frozen=True)
 class AbSetup:
     name: str
     title: str
@@ -85,6 +118,7 @@ class AbSetup:
     repeats: int
     command: str
     machine: str
+    benchmark: str = PIPELINE  # which benchmark each run is: PIPELINE or BROKER
 
     def __post_init__(self) -> None:
         # Loaded from JSON, the variants are dictionaries.
@@ -124,14 +158,13 @@ def source_tree(variant: Variant, work: Path) -> Path | None:
     return target / "src"
 
 
-def check_imported_from(src: Path) -> None:
-    """That a process given ``src`` the way a variant's pipeline is given it imports sparkafka from
-    there (and not, say, from an installed copy that comes first on its path)."""
-    from benchmarks.pipeline import pipeline_environment
-
+def check_imported_from(src: Path, benchmark: str) -> None:
+    """That a process given ``src`` the way a variant's measured process is given it imports
+    sparkafka from there (and not, say, from an installed copy that comes first on its path)."""
+    environment = pipeline_environment(src) if benchmark == PIPELINE else broker.broker_environment(src)
     found = subprocess.run(
         [sys.executable, "-c", "import sparkafka; print(sparkafka.__file__)"],
-        env={**os.environ, **pipeline_environment(src)},
+        env={**os.environ, **environment},
         capture_output=True,
         text=True,
         check=True,
@@ -140,7 +173,16 @@ def check_imported_from(src: Path) -> None:
         raise SystemExit(f"a pipeline given {src} imports sparkafka from {found} instead")
 
 
-def run_once(
+def _run_benchmark(command: list[str], variant: Variant, number: int) -> None:
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if completed.returncode != 0:
+        raise SystemExit(
+            f"run {number} ({variant.label}) failed, exit code {completed.returncode}:\n"
+            f"{(completed.stdout + completed.stderr)[-3000:]}"
+        )
+
+
+def run_pipeline_once(
     variant: Variant, src: Path | None, benchmark_args: list[str], work: Path, number: int
 ) -> Result:
     results_file = work / f"run-{number}.json"
@@ -152,34 +194,66 @@ def run_once(
             command += ["--pipeline-env", setting.removeprefix(ENV_PREFIX)]
         else:
             command += ["--spark-conf", setting]
-    completed = subprocess.run([*command, *benchmark_args], cwd=REPO, capture_output=True, text=True)
-    if completed.returncode != 0:
-        raise SystemExit(
-            f"run {number} ({variant.label}) failed, exit code {completed.returncode}:\n"
-            f"{(completed.stdout + completed.stderr)[-3000:]}"
-        )
+    _run_benchmark([*command, *benchmark_args], variant, number)
     results, _ = load_results(results_file, Result, RunSetup, "pipeline")
     if len(results) != 1:
         raise SystemExit(f"run {number} ({variant.label}) measured {len(results)} configurations, not one")
     return results[0]
 
 
-def measure(setup_args: argparse.Namespace, variants: list[Variant]) -> list[AbRun]:
-    runs = []
+def run_broker_once(
+    variant: Variant, src: Path | None, benchmark_args: list[str], work: Path, number: int
+) -> list[broker.Result]:
+    """One run of the broker benchmark, every size and repeat it measured."""
+    results_file = work / f"run-{number}.json"
+    command = [sys.executable, "-m", "benchmarks.broker", *BROKER_ALONE, "--results", str(results_file)]
+    if src is not None:
+        command += ["--broker-src", str(src)]
+    _run_benchmark([*command, *benchmark_args], variant, number)
+    results, _ = load_results(results_file, broker.Result, broker.RunSetup, "broker")
+    unmeasured = [result for result in results if result.produce_cpu_s is None or result.fetch_cpu_s is None]
+    if not results or unmeasured:
+        raise SystemExit(
+            f"run {number} ({variant.label}) measured no broker CPU (it is read from /proc: Linux only)"
+        )
+    return results
+
+
+def measure(setup_args: argparse.Namespace, variants: list[Variant]) -> list[AbRun] | list[BrokerAbRun]:
+    pipeline_runs: list[AbRun] = []
+    broker_runs: list[BrokerAbRun] = []
     with tempfile.TemporaryDirectory(prefix="sparkafka-ab-") as directory:
         work = Path(directory)
         sources = {variant.label: source_tree(variant, work) for variant in variants}
         for src in sources.values():
             if src is not None:
-                check_imported_from(src)
+                check_imported_from(src, setup_args.benchmark)
         number = 0
         for repetition in range(setup_args.repeats):
             for variant in in_rotation(variants, repetition):
                 number += 1
                 load = load_average()
-                result = run_once(variant, sources[variant.label], setup_args.benchmark_args, work, number)
+                src, args = sources[variant.label], setup_args.benchmark_args
+                if setup_args.benchmark == BROKER:
+                    for measured in run_broker_once(variant, src, args, work, number):
+                        assert measured.produce_cpu_s is not None and measured.fetch_cpu_s is not None
+                        broker_runs.append(
+                            BrokerAbRun(
+                                variant.label,
+                                repetition,
+                                measured.size,
+                                measured.records,
+                                measured.produce_cpu_s,
+                                measured.produce_s,
+                                measured.fetch_cpu_s,
+                                load,
+                            )
+                        )
+                        print(f"repetition {repetition + 1}, {variant.label}: {measured}", flush=True)
+                    continue
+                result = run_pipeline_once(variant, src, args, work, number)
                 print(f"repetition {repetition + 1}, {variant.label}: {result}", flush=True)
-                runs.append(
+                pipeline_runs.append(
                     AbRun(
                         variant.label,
                         repetition,
@@ -190,7 +264,7 @@ def measure(setup_args: argparse.Namespace, variants: list[Variant]) -> list[AbR
                         load,
                     )
                 )
-    return runs
+    return broker_runs if setup_args.benchmark == BROKER else pipeline_runs
 
 
 def _spread(values: list[float]) -> Spread:
@@ -206,16 +280,37 @@ def verdict(first: list[float], other: list[float]) -> str:
     return "within the runs' spread"
 
 
-def render(runs: list[AbRun], setup: AbSetup, results_file: Path | None) -> str:
-    by_variant = {v.label: [run for run in runs if run.variant == v.label] for v in setup.variants}
-    base = setup.variants[0].label
-    base_rate = _spread([run.throughput for run in by_variant[base]]).median
-    base_startup = _spread([run.startup_s for run in by_variant[base]]).median
+def render(runs: list[AbRun] | list[BrokerAbRun], setup: AbSetup, results_file: Path | None) -> str:
+    """The comparison's section of docs/benchmarks.md."""
+    if setup.benchmark == BROKER:
+        body = render_broker([run for run in runs if isinstance(run, BrokerAbRun)], setup)
+    else:
+        body = render_pipeline([run for run in runs if isinstance(run, AbRun)], setup)
     lines = [
         f"### {setup.title} (A/B)",
         "",
         setup.question,
         "",
+        *body,
+        "",
+        f"- Machine: {setup.machine}",
+        f"- Command (with the title and question above): `{command_line(setup)}`",
+    ]
+    if results_file is not None:
+        lines.append(
+            f"- Raw results: `{results_file.as_posix()}`; this section is made from them, running "
+            "nothing, by "
+            f"`python -m benchmarks.ab --from-results {results_file.as_posix()} --update-docs FILE`"
+        )
+    return "\n".join(lines)
+
+
+def render_pipeline(runs: list[AbRun], setup: AbSetup) -> list[str]:
+    by_variant = {v.label: [run for run in runs if run.variant == v.label] for v in setup.variants}
+    base = setup.variants[0].label
+    base_rate = _spread([run.throughput for run in by_variant[base]]).median
+    base_startup = _spread([run.startup_s for run in by_variant[base]]).median
+    lines = [
         "| variant | code | records/s, each run | records/s median (min-max) | vs first "
         "| start-up s, each run | latency p99 ms median (min-max) |",
         "| --- | --- | --- | ---: | ---: | --- | ---: |",
@@ -251,27 +346,84 @@ def render(runs: list[AbRun], setup: AbSetup, results_file: Path | None) -> str:
         "`PYTHONPATH`); the harness, its record-by-record output check and the embedded broker are the "
         "checkout's that ran the comparison. Load average at the runs' starts: "
         f"{min(loads):.1f}-{max(loads):.1f}.",
-        "",
-        f"- Machine: {setup.machine}",
-        f"- Command (with the title and question above): `{command_line(setup)}`",
     ]
-    if results_file is not None:
-        lines.append(
-            f"- Raw results: `{results_file.as_posix()}`; this section is made from them, running "
-            "nothing, by "
-            f"`python -m benchmarks.ab --from-results {results_file.as_posix()} --update-docs FILE`"
-        )
-    return "\n".join(lines)
+    return lines
+
+
+def render_broker(runs: list[BrokerAbRun], setup: AbSetup) -> list[str]:
+    """Per record size, each variant's broker CPU while producing: every measurement in the order
+    run, the median and min-max, per MB, and the ratio of the medians against the first variant
+    (below 1: less CPU than the first)."""
+    base = setup.variants[0].label
+    sizes = sorted({run.size for run in runs})
+    lines = [
+        "| record size | variant | code | broker CPU s producing, each measurement | median (min-max) "
+        "| CPU s per MB | vs first |",
+        "| ---: | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    verdicts = []
+    for size in sizes:
+        of_size = {
+            v.label: [run for run in runs if run.size == size and run.variant == v.label]
+            for v in setup.variants
+        }
+        base_cpu = _spread([run.produce_cpu_s for run in of_size[base]])
+        for variant in setup.variants:
+            mine = of_size[variant.label]
+            cpu = _spread([run.produce_cpu_s for run in mine])
+            per_mb = _spread([run.cpu_s_per_mb for run in mine]).median
+            lines.append(
+                f"| {size} B | {variant.label} | {variant.commit} | "
+                f"{' · '.join(f'{run.produce_cpu_s:.2f}' for run in mine)} | {cpu.format(2)} | "
+                f"{per_mb:.4f} | {cpu.median / base_cpu.median:.2f}x |"
+            )
+            if variant.label != base:
+                verdicts.append(
+                    f"- {size} B, {variant.label} against {base}: broker CPU "
+                    f"{cpu.median / base_cpu.median:.2f}x, "
+                    f"{verdict([r.produce_cpu_s for r in of_size[base]], [r.produce_cpu_s for r in mine])}."
+                )
+    loads = [run.load_average for run in runs]
+    records = sorted({run.records for run in runs})
+    measurements = len(runs) // max(len(sizes) * len(setup.variants), 1)
+    lines += [
+        "",
+        *verdicts,
+        "",
+        "Each run: the broker benchmark once (`python -m benchmarks.broker "
+        f"{shlex.join([*BROKER_ALONE, *setup.benchmark_args])}`: a fresh embedded broker per size "
+        f"and repeat, {' and '.join(f'{count:,}' for count in records)} records produced and fetched "
+        "after an untimed warm-up; the CPU is the broker process's own), "
+        f"{setup.repeats} repetition(s), each running every variant once in an order rotating from one "
+        f"repetition to the next: {measurements} measurements per variant and size. Only the broker "
+        "process runs the variant's code (`--broker-src`, its `src` alone on `PYTHONPATH`); the "
+        "producing and fetching clients are the checkout's that ran the comparison. Load average at "
+        f"the runs' starts: {min(loads):.1f}-{max(loads):.1f}.",
+    ]
+    return lines
 
 
 def command_line(setup: AbSetup) -> str:
     """The command that made the comparison, its title and question left out (the section shows
     them; the raw results keep the whole command)."""
     words = ["python", "-m", "benchmarks.ab", setup.name, "--title", "…", "--question", "…"]
+    if setup.benchmark != PIPELINE:
+        words += ["--benchmark", setup.benchmark]
     words += ["--repeats", str(setup.repeats)]
     for variant in setup.variants:
         words += ["--variant", variant.label, variant.revision, " ".join(variant.settings)]
     return shlex.join([*words, "--update-docs", "docs/benchmarks.md", "--", *setup.benchmark_args])
+
+
+def load(path: Path) -> tuple[list[AbRun] | list[BrokerAbRun], AbSetup]:
+    """A comparison's raw results, of whichever benchmark its setup names; ValueError otherwise."""
+    try:
+        benchmark = json.loads(path.read_text())["setup"].get("benchmark", PIPELINE)
+    except (OSError, KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ValueError(f"{path} is not an A/B comparison results file: {error}") from None
+    if benchmark == BROKER:
+        return load_results(path, BrokerAbRun, AbSetup, "A/B comparison")
+    return load_results(path, AbRun, AbSetup, "A/B comparison")
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -300,6 +452,12 @@ def main() -> None:
         "('' for none): spark.KEY=VALUE for Spark, env:NAME=VALUE for the pipeline process's "
         "environment; the first variant is the base the others are held against",
     )
+    parser.add_argument(
+        "--benchmark",
+        choices=(PIPELINE, BROKER),
+        default=PIPELINE,
+        help="what each run measures: the exactly-once pipeline, or the embedded broker alone",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--update-docs", type=Path, default=None)
     parser.add_argument(
@@ -308,7 +466,7 @@ def main() -> None:
     args = parser.parse_args(own)
     if args.from_results is not None:
         try:
-            runs, setup = load_results(args.from_results, AbRun, AbSetup, "A/B comparison")
+            runs, setup = load(args.from_results)
         except ValueError as error:
             parser.error(str(error))
         results_file = args.from_results
@@ -321,6 +479,8 @@ def main() -> None:
             parser.error("each --variant needs a label of its own")
         if args.repeats < 1:
             parser.error("--repeats must be at least 1")
+        if args.benchmark == BROKER and any(settings.strip() for _, _, settings in args.variant):
+            parser.error("--benchmark broker takes no settings: give '' as each --variant's SETTINGS")
         variants = [Variant(label, rev, resolve(rev), conf.split()) for label, rev, conf in args.variant]
         args.benchmark_args = benchmark_args
         start_load = load_average()
@@ -334,6 +494,7 @@ def main() -> None:
             args.repeats,
             shlex.join(["python", "-m", "benchmarks.ab", *argv]),
             f"{machine_line(start_load)}; Python {sys.version.split()[0]}",
+            args.benchmark,
         )
         results_file = RESULTS_DIRECTORY / f"{args.name}.json"
         save_results(REPO / results_file, runs, setup)

@@ -362,6 +362,12 @@ def render(results: list[Result], setup: RunSetup, results_file: Path) -> str:
     return "\n".join(section)
 
 
+def broker_environment(broker_src: Path) -> dict[str, str]:
+    """The environment of the broker processes this benchmark starts when they run another
+    version's ``src`` (``--broker-src``): sparkafka is imported from there, and only from there."""
+    return {"PYTHONPATH": str(broker_src.resolve())}
+
+
 @contextlib.contextmanager
 def started(kind: str, binary: str | None, data_root: Path) -> Iterator[Broker]:
     directory = data_root / f"data-{uuid.uuid4().hex[:6]}"
@@ -397,12 +403,17 @@ def main(argv: list[str] | None = None) -> int:
         help="run the embedded broker from this sparkafka source tree (e.g. an older commit's src, for an "
         "A/B of the broker alone; this checkout measures it)",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="keep the raw results in this file (with --update-docs: docs/benchmarks/broker.json)",
+    )
     args = parser.parse_args(argv)
     if args.broker_src is not None:
         if not (args.broker_src / "sparkafka" / "broker").is_dir():
             parser.error(f"--broker-src {args.broker_src}: no sparkafka/broker package there")
         # Only the broker processes started from here on see it: this process keeps its own imports.
-        os.environ["PYTHONPATH"] = str(args.broker_src.resolve())
+        os.environ.update(broker_environment(args.broker_src))
     if args.from_results is not None:
         try:
             saved, setup = load_results(args.from_results, Result, RunSetup, "broker")
@@ -451,7 +462,10 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python benchmarks/broker.py " + " ".join(argv if argv is not None else sys.argv[1:])
     print("\n".join(table(results, args.records)))
-    if args.update_docs:
+    results_file = args.results
+    if results_file is None and args.update_docs is not None:
+        results_file = args.update_docs.parent / "benchmarks" / "broker.json"
+    if results_file is not None:
         versions = f"sparkafka {sparkafka.__version__}"
         if "apache-kafka" in kinds:
             from tests.integration.apache_kafka import NEWEST
@@ -481,10 +495,11 @@ def main(argv: list[str] | None = None) -> int:
                 if line
             ],
         )
-        results_file = args.update_docs.parent / "benchmarks" / "broker.json"
         save_results(results_file, results, setup)
-        update_docs(args.update_docs, render(results, setup, results_file), SECTION_START, SECTION_END)
-        print(f"updated {args.update_docs} (raw results in {results_file})", file=sys.stderr)
+        print(f"raw results in {results_file}", file=sys.stderr)
+        if args.update_docs is not None:
+            update_docs(args.update_docs, render(results, setup, results_file), SECTION_START, SECTION_END)
+            print(f"updated {args.update_docs}", file=sys.stderr)
     return 0
 
 
