@@ -22,6 +22,8 @@ from typing import Any
 
 import psutil
 
+from sparkafka.runtime.runner_zygote import WAITER_NAME
+
 SAMPLE_INTERVAL_S = 0.25
 
 
@@ -188,7 +190,7 @@ def process_label(process: psutil.Process, tree: Sequence[psutil.Process]) -> st
         if _is_zygote(command) and not _is_zygote(_parent_command(parent)):
             launcher = _launcher_of(process, tree)
             if launcher is not None:
-                return f"{describe_command(launcher)} (zygote fork)"
+                return f"{describe_command(_as_launched(launcher))} (zygote fork)"
         return f"fork of {process_label(parent, tree)}"
     return describe_command(command) if command else process.name()
 
@@ -207,25 +209,38 @@ def _is_zygote(command: Sequence[str]) -> bool:
 
 def _launcher_of(process: psutil.Process, tree: Sequence[psutil.Process]) -> list[str] | None:
     """The command line of the launcher a zygote child runs for: the one other process of the tree
-    whose standard input is the same pipe (the launcher hands the zygote its streams)."""
-    stdin = _stdin(process.pid)
+    that holds the child's standard input (the launcher hands the zygote its streams). Not only as
+    its own standard input: a launcher waiting as a shell holds it elsewhere while it reads."""
+    stdin = _descriptor(process.pid, "0")
     if stdin is None:
         return None
     for other in tree:
-        with contextlib.suppress(psutil.Error):
-            if other.pid != process.pid and _stdin(other.pid) == stdin and not _is_zygote(other.cmdline()):
+        with contextlib.suppress(psutil.Error, OSError):
+            if other.pid == process.pid or _is_zygote(other.cmdline()):
+                continue
+            if any(_descriptor(other.pid, fd) == stdin for fd in os.listdir(f"/proc/{other.pid}/fd")):
                 return other.cmdline()
     return None
 
 
-def _stdin(pid: int) -> str | None:
+def _descriptor(pid: int, fd: str) -> str | None:
     try:
-        return os.readlink(f"/proc/{pid}/fd/0")
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
     except OSError:
         return None
 
 
+def _as_launched(command: Sequence[str]) -> list[str]:
+    """A launcher's command line as Spark started it, also once it waits as a shell (whose command
+    line ends with the module and arguments it was started with)."""
+    if WAITER_NAME in command:
+        return ["python", "-m", *command[command.index(WAITER_NAME) + 1 :]]
+    return list(command)
+
+
 def describe_command(command: Sequence[str]) -> str:
+    if WAITER_NAME in command:
+        return f"{describe_command(_as_launched(command))}, waiting as sh"
     program = os.path.basename(command[0])
     arguments = list(command[1:])
     if program == "java":

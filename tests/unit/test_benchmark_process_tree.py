@@ -33,6 +33,16 @@ def test_programs_are_named_by_their_main_class_or_module() -> None:
         "pyspark.sql.worker.create_data_source",
     ]
     assert describe_command(daemon) == "python -m pyspark.daemon [create_data_source]"
+    # sparkafka-python once it waits for the zygote's child as a shell (runner_zygote._wait_in_shell).
+    waiter = [
+        "/bin/sh",
+        "-c",
+        "read ...",
+        "sparkafka-python-waiter",
+        "pyspark.daemon",
+        "a.b.create_data_source",
+    ]
+    assert describe_command(waiter) == "python -m pyspark.daemon [create_data_source], waiting as sh"
     zygote = ["/venv/bin/python", "-m", "sparkafka.runtime.runner_zygote", "/tmp/z/zygote.sock", "12"]
     assert describe_command(zygote) == "python -m sparkafka.runtime.runner_zygote"
 

@@ -38,7 +38,8 @@ Steps of ``sparkafka-python -m MODULE ARG...``:
    script's directory;
 3. a streaming source runner or a worker daemon, when a zygote serves this session
    (:mod:`sparkafka.runtime.runner_zygote`), runs in a child of the zygote, which has PySpark
-   imported already, with this process's standard streams; its exit status is ours;
+   imported already, with this process's standard streams; its exit status is ours (this process
+   waits for it as a shell, :func:`sparkafka.runtime.runner_zygote.run_through`);
 4. otherwise run MODULE as ``__main__`` with ``sys.argv`` as ``python -m`` sets it; its exit status
    is ours.
 
@@ -147,7 +148,7 @@ def main() -> None:
         from sparkafka.runtime.runner_zygote import run_through
 
         os.environ[LAUNCHER_PARENT_ENV] = str(os.getppid())
-        status = run_through(zygote, module, args[2:])
+        status = run_through(zygote, module, args[2:], wait_in_shell=True)
         del os.environ[LAUNCHER_PARENT_ENV]
         if status is not None:
             sys.exit(status)

@@ -26,6 +26,10 @@ Protocol, one Unix socket connection per process, JSON lines:
    its launcher was sent the pid, so a child that could not be reported (its launcher gone, or the
    zygote killed in between) never runs the module. So a module never runs twice for one launcher;
 3. zygote -> launcher: ``{"exit": status}`` when the child ends; the launcher exits with it.
+   Once it knows the pid, ``sparkafka-python`` (a whole interpreter, about 13 MiB) replaces itself
+   by a shell that only reads that line from the connection and exits with the status (about
+   1.5 MiB; :func:`_wait_in_shell`): same pid, same connection, same streams. It reads the answer
+   to its request byte by byte, so that nothing of the exit line is left in a buffer of its own.
 
 Invariants: the child runs with the launcher's argv, environment, working directory, umask and
 standard streams, as ``python -m`` would have run it there. A child never outlives its launcher: when the
@@ -64,7 +68,7 @@ from typing import Any
 
 from sparkafka.runtime.python_exec import SERVED_MODULES, ZYGOTE_ENV, apply_path_rule
 
-__all__ = ["SERVED_MODULES", "ZYGOTE_ENV", "run_through", "start"]
+__all__ = ["SERVED_MODULES", "WAITER_NAME", "ZYGOTE_ENV", "run_through", "start"]
 # What the runner and the workers unpickle (sparkafka's data source, its reader and writer, and the
 # client they use), PySpark's worker, and the modules a driver-side daemon's workers run.
 _ALSO_IMPORTED = (
@@ -90,6 +94,21 @@ _PR_SET_PDEATHSIG = 1
 _PARENT_CHECK_S = 0.5
 _DIRECTORY_PREFIX = "sparkafka-zygote-"
 _OWNER_FILE = "owner"  # the zygote's pid
+_SHELL = "/bin/sh"
+# The waiting shell's $0; its command line goes on with the module and arguments the launcher ran,
+# so that ps (and the benchmarks' memory breakdown) still tells what it waits for.
+WAITER_NAME = "sparkafka-python-waiter"
+# The connection's descriptor in the shell that waits for the exit line (_wait_in_shell).
+_EXIT_LINE_FD = 3
+# The exit line is {"exit": N}, N what os.waitstatus_to_exitcode gave (-signal for a killed child):
+# the shell exits with N modulo 256, as sys.exit(N) makes Python exit; with 1 when the connection
+# closes without a line (the zygote was killed, and the child with it) or the line is not one.
+_EXIT_LINE_WAITER = (
+    'IFS= read -r line <&3 || [ -n "$line" ] || exit 1\n'
+    "status=${line##*:}; status=${status%%\\}*}; status=${status# }\n"
+    "case $status in ''|-|*[!0-9-]*|?*-*) exit 1 ;; esac\n"
+    "exit $(( status & 255 ))\n"
+)
 
 
 def start(modules: Sequence[str] = SERVED_MODULES) -> str | None:
@@ -133,16 +152,20 @@ def remove_abandoned_directories() -> None:
             pass  # alive, someone else's
 
 
-def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
+def run_through(socket_path: str, module: str, argv: list[str], *, wait_in_shell: bool = False) -> int | None:
     """Run ``module`` as ``__main__`` in a child of the zygote at ``socket_path``: its exit status,
-    or None when the zygote is not there or refuses (the caller runs the module itself)."""
+    or None when the zygote is not there or refuses (the caller runs the module itself).
+
+    With ``wait_in_shell`` (a launcher, whose process has nothing else to do), once the child runs
+    this process becomes a shell that exits with the child's status (:func:`_wait_in_shell`): the
+    call then returns only where no shell could be started."""
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.settimeout(_CONNECT_TIMEOUT_S)
         connection.connect(socket_path)
     except OSError:
         return None
-    with connection, connection.makefile("rwb") as stream:
+    with connection, connection.makefile("wb") as stream:
         umask = os.umask(0o077)  # reading it sets it: put it back at once (one thread here)
         os.umask(umask)
         request = {
@@ -164,20 +187,61 @@ def run_through(socket_path: str, module: str, argv: list[str]) -> int | None:
         # saying no child runs lets the caller run it itself.
         connection.settimeout(_ANSWER_TIMEOUT_S)
         try:
-            answer = json.loads(stream.readline() or b"{}")
+            answer = json.loads(_read_line(connection) or b"{}")
         except ConnectionResetError:
             return None  # the zygote closed with the request unread: it forked nothing
         except (OSError, ValueError):
             return 1  # unknown whether a child runs: closing the connection makes the zygote kill it
-        if "pid" not in answer:
+        if not isinstance(answer, dict) or "pid" not in answer:
             return None  # refused, or closed before reporting a child, which then never runs
         connection.settimeout(None)
         # From here on the child runs: its end is the launcher's end, whatever happens.
-        line = stream.readline()
+        if wait_in_shell:
+            _wait_in_shell(connection, [module, *argv])
+        line = _read_line(connection)
     try:
         return int(json.loads(line)["exit"])
     except (ValueError, KeyError, TypeError):
         return 1  # the zygote went away without reporting: the child was killed with it (_die_with_parent)
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    """One line from ``connection``, read a byte at a time: what follows it stays in the socket (a
+    line is a few dozen bytes, read twice per process Spark starts)."""
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = connection.recv(1)
+        if not byte:
+            break
+        line += byte
+    return bytes(line)
+
+
+def _wait_in_shell(connection: socket.socket, running: list[str]) -> None:
+    """Replace this launcher by a shell that waits for the exit line on ``connection`` and exits
+    with its status (:data:`_EXIT_LINE_WAITER`); its command line ends with ``running`` (the module
+    and its arguments). Return only where that cannot be done (no shell): the launcher waits itself.
+
+    Why: the launcher's only work left is that wait, for as long as its child runs, and a whole
+    interpreter holds about 13 MiB of memory for it; Spark keeps several such processes per session.
+    Invariants: the process keeps its pid, its standard streams and its connection, so Spark still
+    sees the launcher's end as the child's, and a killed shell closes the connection, on which the
+    zygote kills the child, as for a killed launcher. Nothing is read from the connection before the
+    exec that the shell would need (:func:`_read_line`), and the connection's descriptor is the only
+    one beside the standard streams the shell inherits (Python makes its others non-inheritable)."""
+    if not os.access(_SHELL, os.X_OK):
+        return
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    try:
+        if connection.fileno() == _EXIT_LINE_FD:
+            os.set_inheritable(_EXIT_LINE_FD, True)
+        else:
+            os.dup2(connection.fileno(), _EXIT_LINE_FD, inheritable=True)
+        os.execv(_SHELL, [_SHELL, "-c", _EXIT_LINE_WAITER, WAITER_NAME, *running])
+    except OSError:
+        return
 
 
 class _Zygote:

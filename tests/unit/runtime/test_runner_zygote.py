@@ -214,21 +214,22 @@ def test_a_child_does_not_outlive_its_launcher(driver: subprocess.Popen[str], tm
     assert not _alive(child)
 
 
-# A launcher of its own process, as sparkafka-python is: exit status 99 when the zygote refused.
+# A launcher of its own process, as sparkafka-python is: exit status 99 when the zygote refused. It
+# waits for its child's end in a shell, as sparkafka-python does, or ("python") in Python.
 LAUNCHER = """
 import os, sys
 from sparkafka.runtime.runner_zygote import run_through
 sys.path[0] = os.getcwd()
 os.umask(0o027)
-status = run_through(sys.argv[1], sys.argv[2], [])
+status = run_through(sys.argv[1], sys.argv[2], [], wait_in_shell=sys.argv[3] == "shell")
 sys.exit(99 if status is None else status)
 """
 
 
-def _launch(driver_dir: Path, **env: str) -> subprocess.Popen[str]:
+def _launch(driver_dir: Path, waits_in: str = "shell", **env: str) -> subprocess.Popen[str]:
     modules = driver_dir / "modules"
     return subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, (driver_dir / "socket").read_text(), TARGET],
+        [sys.executable, "-c", LAUNCHER, (driver_dir / "socket").read_text(), TARGET, waits_in],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -281,23 +282,92 @@ def test_the_child_talks_through_the_launchers_standard_streams(
     assert "said on stderr" not in (tmp_path / "driver.stderr").read_text()
 
 
-def test_a_child_and_the_group_it_leads_do_not_outlive_the_launcher(
-    driver: subprocess.Popen[str], tmp_path: Path
-) -> None:
-    out = tmp_path / "out.json"
-    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_GROUP="1", TARGET_SLEEP="60")
+def _started(out: Path) -> dict[str, object]:
+    """What the zygote's child wrote once it ran."""
     deadline = time.monotonic() + 20
     while not out.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    ran = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("waits_in", ["shell", "python"])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_child_and_the_group_it_leads_do_not_outlive_the_launcher(
+    driver: subprocess.Popen[str], tmp_path: Path, stop: signal.Signals, waits_in: str
+) -> None:
+    """Spark destroys a daemon's process (SIGTERM, then SIGKILL when it lingers): here, the launcher,
+    waiting for its child as a shell or in Python."""
+    out = tmp_path / "out.json"
+    launcher = _launch(tmp_path, waits_in, TARGET_OUT=str(out), TARGET_GROUP="1", TARGET_SLEEP="60")
+    ran = _started(out)
     assert _alive(ran["pid"]) and _alive(ran["helper"])
-    launcher.kill()  # Spark destroys the daemon's process: here, the launcher
-    launcher.wait()
+    launcher.send_signal(stop)
+    assert launcher.wait(timeout=10) == -stop
     deadline = time.monotonic() + 10
     while (_alive(ran["pid"]) or _alive(ran["helper"])) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(ran["pid"])
     assert not _alive(ran["helper"])
+
+
+@pytest.mark.parametrize("waits_in", ["shell", "python"])
+def test_the_launcher_exits_with_its_childs_status_wherever_it_waits(
+    driver: subprocess.Popen[str], tmp_path: Path, waits_in: str
+) -> None:
+    """The status a launcher exits with, as ``python -m`` would have exited: the module's own, a
+    killed child's as sys.exit(-signal) makes it (modulo 256), and 1 when the zygote was killed and
+    the child with it."""
+    exits = _launch(tmp_path, waits_in, TARGET_OUT=str(tmp_path / "a.json"), TARGET_EXIT="3")
+    assert exits.wait(timeout=30) == 3
+    large = _launch(tmp_path, waits_in, TARGET_OUT=str(tmp_path / "b.json"), TARGET_EXIT="300")
+    assert large.wait(timeout=30) == 300 % 256
+
+    out = tmp_path / "c.json"
+    killed = _launch(tmp_path, waits_in, TARGET_OUT=str(out), TARGET_SLEEP="60")
+    os.kill(int(_started(out)["pid"]), signal.SIGKILL)
+    assert killed.wait(timeout=30) == -signal.SIGKILL % 256
+
+    out = tmp_path / "d.json"
+    orphaned = _launch(tmp_path, waits_in, TARGET_OUT=str(out), TARGET_SLEEP="60")
+    _started(out)
+    socket_path = Path((tmp_path / "socket").read_text())
+    os.kill(int((socket_path.parent / runner_zygote._OWNER_FILE).read_text()), signal.SIGKILL)
+    assert orphaned.wait(timeout=30) == 1
+
+
+def test_a_launcher_waits_for_its_child_as_a_shell_of_the_same_pid(
+    driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """Once its child runs, the launcher's process is a shell (a few MiB instead of an interpreter's
+    13), with the launcher's pid, standard streams and connection."""
+    out = tmp_path / "out.json"
+    launcher = _launch(tmp_path, TARGET_OUT=str(out), TARGET_ECHO="1", TARGET_SLEEP="60")
+    assert launcher.stdin is not None and launcher.stdout is not None
+    launcher.stdin.write("still the launcher's streams\n")
+    launcher.stdin.flush()
+    assert launcher.stdout.readline() == "STILL THE LAUNCHER'S STREAMS\n"
+    _started(out)
+    try:
+        assert os.path.realpath(f"/proc/{launcher.pid}/exe") == os.path.realpath(runner_zygote._SHELL)
+        command = Path(f"/proc/{launcher.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        # ps still tells what it waits for: the module and arguments it was started with.
+        assert command[-2:] == [runner_zygote.WAITER_NAME, TARGET]
+        # What the shell has open: the launcher's three pipes and its connection to the zygote, nothing
+        # else (while it reads, the shell holds them under other numbers than 0-3).
+        opened = {
+            os.readlink(f"/proc/{launcher.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{launcher.pid}/fd")
+        }
+        streams = {
+            os.readlink(f"/proc/self/fd/{pipe.fileno()}") for pipe in (launcher.stdin, launcher.stdout)
+        }
+        assert launcher.stderr is not None
+        streams.add(os.readlink(f"/proc/self/fd/{launcher.stderr.fileno()}"))
+        connection = os.readlink(f"/proc/{launcher.pid}/fd/{runner_zygote._EXIT_LINE_FD}")
+        assert connection.startswith("socket:")
+        assert opened == {*streams, connection}
+    finally:
+        launcher.kill()
+        launcher.wait()
 
 
 def test_a_zygote_killed_takes_its_children_and_the_processes_they_forked_with_it(
