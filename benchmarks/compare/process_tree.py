@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -209,8 +210,9 @@ def _is_zygote(command: Sequence[str]) -> bool:
 
 def _launcher_of(process: psutil.Process, tree: Sequence[psutil.Process]) -> list[str] | None:
     """The command line of the launcher a zygote child runs for: the one other process of the tree
-    that holds the child's standard input (the launcher hands the zygote its streams). Not only as
-    its own standard input: a launcher waiting as a shell holds it elsewhere while it reads."""
+    that reads from the child's standard input (the launcher hands the zygote its streams; the JVM
+    holds the other end). Not only as its own standard input: a launcher waiting as a shell holds it
+    elsewhere while it reads."""
     stdin = _descriptor(process.pid, "0")
     if stdin is None:
         return None
@@ -218,8 +220,9 @@ def _launcher_of(process: psutil.Process, tree: Sequence[psutil.Process]) -> lis
         with contextlib.suppress(psutil.Error, OSError):
             if other.pid == process.pid or _is_zygote(other.cmdline()):
                 continue
-            if any(_descriptor(other.pid, fd) == stdin for fd in os.listdir(f"/proc/{other.pid}/fd")):
-                return other.cmdline()
+            for fd in os.listdir(f"/proc/{other.pid}/fd"):
+                if _descriptor(other.pid, fd) == stdin and _read_only(other.pid, fd):
+                    return other.cmdline()
     return None
 
 
@@ -228,6 +231,14 @@ def _descriptor(pid: int, fd: str) -> str | None:
         return os.readlink(f"/proc/{pid}/fd/{fd}")
     except OSError:
         return None
+
+
+def _read_only(pid: int, fd: str) -> bool:
+    """Whether descriptor ``fd`` of ``pid`` was opened for reading only (a pipe's read end)."""
+    for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8) & os.O_ACCMODE == os.O_RDONLY
+    return False
 
 
 def _as_launched(command: Sequence[str]) -> list[str]:

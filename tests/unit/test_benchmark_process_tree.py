@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -71,3 +72,58 @@ def test_a_fork_is_named_after_its_parent_and_the_peak_sample_keeps_every_proces
             process.kill()
         parent.kill()
         parent.wait()
+
+
+# A stand-in for sparkafka's zygote (its module name on the command line): it forks a child, which
+# has the same command line, and both sleep.
+ZYGOTE_LIKE = """
+import os, sys, time
+if os.fork() == 0:
+    time.sleep(30)
+    os._exit(0)
+sys.stdout.write("forked\\n")
+sys.stdout.flush()
+time.sleep(30)
+"""
+
+
+def test_a_zygote_child_is_named_after_its_launcher_also_when_the_launcher_waits_as_a_shell(
+    tmp_path: Path,
+) -> None:
+    """The launcher and the zygote's child read one pipe (the child's standard input), whose write
+    end the JVM holds (here: this process, listed first). A launcher waiting as a shell holds that
+    pipe elsewhere than at 0 while it reads (the shell moves its standard input aside)."""
+    read_end, write_end = os.pipe()
+    fifo = tmp_path / "exit-line"
+    os.mkfifo(fifo)
+    # Open for writing too, so that the shell's open does not block: it then moves its standard
+    # input aside and waits in the read.
+    keep_open = os.open(fifo, os.O_RDWR)
+    zygote = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE_LIKE, "sparkafka.runtime.runner_zygote"],
+        stdin=read_end,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    waiter = subprocess.Popen(
+        ["/bin/sh", "-c", 'read -r line < "$1"', "sparkafka-python-waiter", str(fifo)], stdin=read_end
+    )
+    os.close(read_end)
+    try:
+        assert zygote.stdout is not None and zygote.stdout.readline() == "forked\n"
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{waiter.pid}/fd/0") != str(fifo) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert os.readlink(f"/proc/{waiter.pid}/fd/0") == str(fifo), "the shell is in its read"
+        child = psutil.Process(zygote.pid).children()[0]
+        tree = [psutil.Process(os.getpid()), psutil.Process(waiter.pid), psutil.Process(zygote.pid), child]
+        assert process_label(child, tree) == f"python -m {fifo} (zygote fork)"
+        assert process_label(tree[1], tree) == f"python -m {fifo}, waiting as sh"
+    finally:
+        os.close(keep_open)
+        os.close(write_end)
+        for process in psutil.Process(zygote.pid).children(recursive=True):
+            process.kill()
+        for started in (zygote, waiter):
+            started.kill()
+            started.wait()
