@@ -128,9 +128,10 @@ def render_section(
     def link(path: Path) -> str:
         return Path(os.path.relpath(path, docs_file.parent)).as_posix()
 
-    title = "## Side by side: sparkafka, Spark's kafka connector, a hand-written loop, Quix Streams, PyFlink"
+    # The systems the run measured, in the order they were given: a system left out is not named.
+    labels = dict.fromkeys(row.config.system.label for row in all_rows)
+    title = f"## Side by side: {', '.join(labels)}"
     if context.run_name is not None:
-        labels = dict.fromkeys(row.config.system.label for row in all_rows)
         title = f"## Side by side ({context.run_name}): {' against '.join(labels)}"
     if context.background_load:
         title += f", under load ({_busy(context.background_load)})"
