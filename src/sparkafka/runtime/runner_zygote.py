@@ -239,7 +239,9 @@ def _wait_in_shell(connection: socket.socket, running: list[str]) -> None:
             os.set_inheritable(_EXIT_LINE_FD, True)
         else:
             os.dup2(connection.fileno(), _EXIT_LINE_FD, inheritable=True)
-        os.execv(_SHELL, [_SHELL, "-c", _EXIT_LINE_WAITER, WAITER_NAME, *running])
+        # An empty environment: the reader needs none, and a shell that reads its environment (bash
+        # as /bin/sh: exported functions, SHELLOPTS) must not be steered by the user's.
+        os.execve(_SHELL, [_SHELL, "-c", _EXIT_LINE_WAITER, WAITER_NAME, *running], {})
     except OSError:
         return
 
@@ -404,7 +406,9 @@ class _Zygote:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
-            os._exit(status)
+            # As the process exits that python -m would be: the status modulo 256 (os._exit refuses
+            # what does not fit a C int, and the child would then unwind into the zygote's loop).
+            os._exit(status & 0xFF)
 
     def _launcher_gone(self, pid: int) -> None:
         """The launcher's connection is readable: it closed (it never sends more). Kill its child."""

@@ -321,6 +321,11 @@ def test_the_launcher_exits_with_its_childs_status_wherever_it_waits(
     assert exits.wait(timeout=30) == 3
     large = _launch(tmp_path, waits_in, TARGET_OUT=str(tmp_path / "b.json"), TARGET_EXIT="300")
     assert large.wait(timeout=30) == 300 % 256
+    # Beyond a C int: python -m exits with it modulo 256, and the zygote's child must too (not
+    # unwind into the zygote's loop, which would kill the other children and remove the socket).
+    huge = _launch(tmp_path, waits_in, TARGET_OUT=str(tmp_path / "h.json"), TARGET_EXIT=str(2**40 + 3))
+    assert huge.wait(timeout=30) == 3
+    assert Path((tmp_path / "socket").read_text()).exists()
 
     out = tmp_path / "c.json"
     killed = _launch(tmp_path, waits_in, TARGET_OUT=str(out), TARGET_SLEEP="60")
@@ -365,6 +370,8 @@ def test_a_launcher_waits_for_its_child_as_a_shell_of_the_same_pid(
         connection = os.readlink(f"/proc/{launcher.pid}/fd/{runner_zygote._EXIT_LINE_FD}")
         assert connection.startswith("socket:")
         assert opened == {*streams, connection}
+        # Nothing of the launcher's environment steers the shell (bash as /bin/sh would read it).
+        assert Path(f"/proc/{launcher.pid}/environ").read_bytes() == b""
     finally:
         launcher.kill()
         launcher.wait()
