@@ -74,19 +74,6 @@ def test_a_fork_is_named_after_its_parent_and_the_peak_sample_keeps_every_proces
         parent.wait()
 
 
-# A stand-in for sparkafka's zygote (its module name on the command line): it forks a child, which
-# has the same command line, and both sleep.
-ZYGOTE_LIKE = """
-import os, sys, time
-if os.fork() == 0:
-    time.sleep(30)
-    os._exit(0)
-sys.stdout.write("forked\\n")
-sys.stdout.flush()
-time.sleep(30)
-"""
-
-
 def test_a_zygote_child_is_named_after_its_launcher_also_when_the_launcher_waits_as_a_shell(
     tmp_path: Path,
 ) -> None:
@@ -99,8 +86,10 @@ def test_a_zygote_child_is_named_after_its_launcher_also_when_the_launcher_waits
     # Open for writing too, so that the shell's open does not block: it then moves its standard
     # input aside and waits in the read.
     keep_open = os.open(fifo, os.O_RDWR)
+    # A stand-in for sparkafka's zygote (its module name on the command line): its fork has the
+    # same command line.
     zygote = subprocess.Popen(
-        [sys.executable, "-c", ZYGOTE_LIKE, "sparkafka.runtime.runner_zygote"],
+        [sys.executable, "-c", FORKING, "sparkafka.runtime.runner_zygote"],
         stdin=read_end,
         stdout=subprocess.PIPE,
         text=True,
